@@ -1,0 +1,1 @@
+//! tidemark-consumer (being built).

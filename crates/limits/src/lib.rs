@@ -1,0 +1,1 @@
+//! tidemark-limits (being built).

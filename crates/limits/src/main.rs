@@ -1,0 +1,3 @@
+fn main() {
+    println!("tidemark-limits {}", env!("CARGO_PKG_VERSION"));
+}

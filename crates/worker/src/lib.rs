@@ -1,0 +1,1 @@
+//! tidemark-worker (being built).

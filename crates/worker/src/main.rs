@@ -1,0 +1,3 @@
+fn main() {
+    println!("tidemark {}", env!("CARGO_PKG_VERSION"));
+}

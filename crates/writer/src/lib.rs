@@ -1,0 +1,1 @@
+//! tidemark-writer (being built).
