@@ -102,7 +102,7 @@ mod tests {
         assert_eq!(number_size("7"), 2);
         assert_eq!(number_size("12"), 2);
         assert_eq!(number_size("123"), 3);
-        assert_eq!(number_size("-123.4500"), 3);
+        assert_eq!(number_size("-123.4500"), 4);
         assert_eq!(number_size("1700000000000"), 2);
         assert_eq!(number_size("1763790000123"), 8);
         assert_eq!(number_size("1.5e10"), 2);
