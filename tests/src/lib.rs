@@ -1,1 +1,209 @@
-//! Shared helpers for the end-to-end tests.
+//! Shared helpers for Tidemark's end-to-end tests.
+//!
+//! Integration tests need the local AWS stack (`localstack/up`). They run only
+//! when `TIDEMARK_IT=1` (set by `scripts/test`); otherwise [`integration`]
+//! prints why the test is skipped and returns `None`. When enabled, the
+//! endpoints come from the standard `AWS_ENDPOINT_URL_*` variables (or from
+//! `localstack/.env` when those are unset), and must be loopback addresses: a
+//! test never talks to real AWS.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use aws_config::{BehaviorVersion, SdkConfig};
+
+/// The endpoint variables every integration test needs.
+pub const ENDPOINT_VARS: [&str; 3] = [
+    "AWS_ENDPOINT_URL_KINESIS",
+    "AWS_ENDPOINT_URL_DYNAMODB",
+    "AWS_ENDPOINT_URL_SQS",
+];
+
+/// The repository root (the parent of this crate).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// Whether integration tests are switched on (`TIDEMARK_IT=1`).
+pub fn integration_enabled() -> bool {
+    std::env::var("TIDEMARK_IT").is_ok_and(|v| v == "1")
+}
+
+/// Endpoints and clients of the local stack.
+#[derive(Debug, Clone)]
+pub struct LocalStack {
+    /// Shared SDK config (region, credentials) without endpoints.
+    pub sdk: SdkConfig,
+    /// Kinesis endpoint URL.
+    pub kinesis_url: String,
+    /// DynamoDB endpoint URL.
+    pub dynamodb_url: String,
+    /// SQS endpoint URL.
+    pub sqs_url: String,
+}
+
+impl LocalStack {
+    /// A Kinesis client for the local stack.
+    pub fn kinesis(&self) -> aws_sdk_kinesis::Client {
+        let conf = aws_sdk_kinesis::config::Builder::from(&self.sdk)
+            .endpoint_url(&self.kinesis_url)
+            .build();
+        aws_sdk_kinesis::Client::from_conf(conf)
+    }
+
+    /// A DynamoDB client for the local stack (or `url` instead, e.g. a proxy).
+    pub fn dynamodb_at(&self, url: &str) -> aws_sdk_dynamodb::Client {
+        let conf = aws_sdk_dynamodb::config::Builder::from(&self.sdk)
+            .endpoint_url(url)
+            .build();
+        aws_sdk_dynamodb::Client::from_conf(conf)
+    }
+
+    /// A DynamoDB client for the local stack.
+    pub fn dynamodb(&self) -> aws_sdk_dynamodb::Client {
+        self.dynamodb_at(&self.dynamodb_url)
+    }
+
+    /// An SQS client for the local stack.
+    pub fn sqs(&self) -> aws_sdk_sqs::Client {
+        let conf = aws_sdk_sqs::config::Builder::from(&self.sdk)
+            .endpoint_url(&self.sqs_url)
+            .build();
+        aws_sdk_sqs::Client::from_conf(conf)
+    }
+}
+
+/// Returns the local stack, or `None` (after printing the reason) when
+/// integration tests are off. Panics, saying what to do, when they are on but
+/// the endpoints are missing or not on loopback.
+pub async fn integration(test: &str) -> Option<LocalStack> {
+    if !integration_enabled() {
+        eprintln!(
+            "skipping {test}: it needs the local AWS stack; run scripts/test, or localstack/up and then TIDEMARK_IT=1 cargo test"
+        );
+        return None;
+    }
+    let file = env_file();
+    let get = |var: &str| {
+        std::env::var(var)
+            .ok()
+            .or_else(|| file.iter().find(|(k, _)| k == var).map(|(_, v)| v.clone()))
+    };
+    let endpoint = |var: &str| {
+        let value = get(var).unwrap_or_else(|| {
+            panic!("TIDEMARK_IT=1 but {var} is not set and localstack/.env is missing: run localstack/up first")
+        });
+        assert!(
+            is_loopback_url(&value),
+            "{var}={value}: integration tests only talk to 127.0.0.1/localhost"
+        );
+        value
+    };
+    let (kinesis_url, dynamodb_url, sqs_url) = (
+        endpoint(ENDPOINT_VARS[0]),
+        endpoint(ENDPOINT_VARS[1]),
+        endpoint(ENDPOINT_VARS[2]),
+    );
+    let region = get("AWS_REGION").unwrap_or_else(|| "us-east-1".into());
+    // Dummy credentials: the emulators accept any, and a developer's real ones
+    // must never be picked up by a test.
+    let creds =
+        aws_sdk_dynamodb::config::Credentials::new("test", "test", None, None, "tidemark-tests");
+    let sdk = aws_config::defaults(BehaviorVersion::latest())
+        .region(aws_config::Region::new(region))
+        .credentials_provider(creds)
+        .load()
+        .await;
+    Some(LocalStack {
+        sdk,
+        kinesis_url,
+        dynamodb_url,
+        sqs_url,
+    })
+}
+
+/// `KEY=value` pairs of `localstack/.env`, if it exists.
+fn env_file() -> Vec<(String, String)> {
+    let Ok(text) = std::fs::read_to_string(repo_root().join("localstack/.env")) else {
+        return Vec::new();
+    };
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// True for `http(s)://` URLs whose host is a loopback IP or `localhost`.
+pub fn is_loopback_url(url: &str) -> bool {
+    let Some(rest) = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+    else {
+        return false;
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = if let Some(v6) = authority.strip_prefix('[') {
+        v6.split(']').next().unwrap_or_default()
+    } else {
+        authority.split(':').next().unwrap_or_default()
+    };
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// A name unique to this test process and call, for streams, tables and queues.
+pub fn unique_name(prefix: &str) -> String {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "{prefix}-{}-{:x}-{}",
+        std::process::id(),
+        nanos,
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Polls `check` until it returns `Some`, or panics with `what` after `deadline`.
+pub async fn wait_until<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < deadline,
+            "timed out after {deadline:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_detection() {
+        assert!(is_loopback_url("http://127.0.0.1:4566"));
+        assert!(is_loopback_url("http://localhost:4568/"));
+        assert!(is_loopback_url("http://[::1]:4566"));
+        assert!(!is_loopback_url("https://dynamodb.us-east-1.amazonaws.com"));
+        assert!(!is_loopback_url("http://10.0.0.5:4566"));
+        assert!(!is_loopback_url("http://127.0.0.1.evil.example:80"));
+    }
+}
