@@ -7,6 +7,7 @@
 //! `localstack/.env` when those are unset), and must be loopback addresses: a
 //! test never talks to real AWS.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -82,7 +83,10 @@ impl LocalStack {
 /// the endpoints are missing or not on loopback.
 pub async fn integration(test: &str) -> Option<LocalStack> {
     if !integration_enabled() {
-        eprintln!(
+        // Written to the stderr handle, not with eprintln!: libtest captures
+        // the print macros of passing tests, and a skip must be visible.
+        let _ = writeln!(
+            std::io::stderr(),
             "skipping {test}: it needs the local AWS stack; run scripts/test, or localstack/up and then TIDEMARK_IT=1 cargo test"
         );
         return None;
