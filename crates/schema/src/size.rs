@@ -26,7 +26,9 @@ pub const WCU_BYTES: usize = 1024;
 
 /// Size of an item in bytes: attribute names plus values.
 pub fn item_size(item: &Item) -> usize {
-    item.iter().map(|(name, value)| name.len() + value_size(value)).sum()
+    item.iter()
+        .map(|(name, value)| name.len() + value_size(value))
+        .sum()
 }
 
 /// Write capacity units one write of an item of `size` bytes costs (at least 1).
