@@ -48,6 +48,16 @@ aws_call() {
     -H "Authorization: AWS4-HMAC-SHA256 Credential=test/20260101/$LOCAL_REGION/$4/aws4_request, SignedHeaders=host, Signature=0" \
     -d '{}' 2>/dev/null || true
 }
+# aws_json URL CONTENT_TYPE TARGET SERVICE BODY: one API call; prints the
+# response body, fails on a non-2xx status.
+aws_json() {
+  curl -sf -m 30 -X POST "$1" \
+    -H "Content-Type: $2" -H "X-Amz-Target: $3" -H "X-Amz-Date: 20260101T000000Z" \
+    -H "Authorization: AWS4-HMAC-SHA256 Credential=test/20260101/$LOCAL_REGION/$4/aws4_request, SignedHeaders=host, Signature=0" \
+    -d "$5"
+}
+kinesis_call() { aws_json "$AWS_ENDPOINT_URL_KINESIS" application/x-amz-json-1.1 "Kinesis_20131202.$1" kinesis "$2"; }
+
 kinesis_ok()  { [ "$(aws_call "$1" application/x-amz-json-1.1 Kinesis_20131202.ListStreams kinesis)" = 200 ]; }
 dynamodb_ok() { [ "$(aws_call "$1" application/x-amz-json-1.0 DynamoDB_20120810.ListTables dynamodb)" = 200 ]; }
 sqs_ok()      { [ "$(aws_call "$1" application/x-amz-json-1.0 AmazonSQS.ListQueues sqs)" = 200 ]; }

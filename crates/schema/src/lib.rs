@@ -1,17 +1,55 @@
-//! Tidemark's shared, pure logic: no network I/O.
+//! Tidemark's shared, pure logic: how an event becomes a DynamoDB item in the
+//! right period table under the right key, how those tables age, how big
+//! things must be, and how to read the data back. No network I/O.
 //!
 //! Modules:
-//! - [`origin`]: a record's source position, and stable event ids derived from it.
-//! - [`key`]: an item's primary key values.
-//! - [`reason`]: the closed list of dead-letter reasons.
-//! - [`size`]: DynamoDB item size and WCU cost, and the service's hard limits.
+//! - [`event`]: JSON record to [`event::Event`] (entity id, UTC millisecond
+//!   timestamp, event id, payload) with typed, field-naming errors.
+//! - [`strategy`]: key strategies (`entity`, `random_suffix`,
+//!   `calculated_suffix`, `time_bucket`), [`strategy::shard_of`] (seed 003's
+//!   SHA-256 hash, bit for bit), and shard-count migrations.
+//! - [`period`]: period tables: names, periods, lifecycle states, capacity
+//!   tiers and billing mode.
+//! - [`route`]: the hot path, record bytes to (table, key, item, WCU) or a
+//!   dead-letter [`Reason`].
+//! - [`plan`]: the sizing planner (shards, period, Kinesis shards, cost).
+//! - [`query`]: query plans for a time range or the latest event, and the
+//!   k-way merge of their results.
+//! - [`origin`], [`key`], [`reason`], [`size`]: shared types: source
+//!   positions, item keys, dead-letter reasons, DynamoDB item sizing.
+//! - [`timefmt`]: fixed-width UTC rendering and the accepted time range.
+//!
+//! Guarantees:
+//! - Determinism: every function here is pure. The same record, config and
+//!   `now` always give the same table, key and item, on any machine and
+//!   across releases (hashes are SHA-256 and a fixed SplitMix64, never a
+//!   process-seeded hasher or a crate RNG whose stream may change).
+//! - Idempotent keys: a replayed record gets the key it got the first time,
+//!   so rewriting it overwrites rather than duplicates. Without a producer
+//!   event id, the id is derived from the source position; `random_suffix`
+//!   draws its suffix from a generator seeded by the event's identity.
+//! - Exact numbers: payload numbers are stored with the producer's digits.
+//! - Complete reads: a range plan's queries return exactly the events of the
+//!   entity in the range, whatever strategy wrote them.
+//! - Names: a table name parses back to its period; foreign names parse to
+//!   `None` and must be left alone.
 
+pub mod event;
 pub mod key;
 pub mod origin;
+pub mod period;
+pub mod plan;
+pub mod query;
 pub mod reason;
+pub mod route;
 pub mod size;
+pub mod strategy;
+pub mod timefmt;
 
+pub use event::{Event, EventConfig, EventError, Extractor};
 pub use key::ItemKey;
 pub use origin::Origin;
 pub use reason::Reason;
+pub use route::{RouteError, Routed, Router, RouterConfig};
 pub use size::Item;
+pub use strategy::{KeyAttributes, KeyStrategy, shard_of};

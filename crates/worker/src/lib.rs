@@ -1,1 +1,27 @@
-//! tidemark-worker (being built).
+//! The `tidemark` worker: wiring of schema, consumer and writer.
+//!
+//! Modules:
+//! - [`config`]: the TOML config with `TIDEMARK__SECTION__KEY` overrides,
+//!   validated at start with errors naming the key.
+//! - [`pipeline`]: source records → route → writer → acknowledgement; every
+//!   record is acknowledged only once stored or durably dead-lettered.
+//! - [`coordinator`]: the maintenance lease (one maintainer at a time).
+//! - [`deadletter`]: dead-letter entries and their destinations (SQS,
+//!   DynamoDB, JSON-lines file); written with unlimited retries before the ack.
+//! - [`produce`]: deterministic synthetic IoT events (with a hot device).
+//! - [`query`]: reads an entity's events back through the query plans.
+//! - [`tables`]: period table maintenance (create, resize by lifecycle tier,
+//!   delete or tag when expired) and creation of missing tables on demand.
+//! - [`telemetry`]: `/metrics` (Prometheus), `/healthz`, `/readyz`, and the
+//!   `healthcheck` client.
+//! - [`verify`]: reads produced events back from DynamoDB, content compared.
+
+pub mod config;
+pub mod coordinator;
+pub mod deadletter;
+pub mod pipeline;
+pub mod produce;
+pub mod query;
+pub mod tables;
+pub mod telemetry;
+pub mod verify;

@@ -1,1 +1,50 @@
-//! tidemark-writer (being built).
+//! Tidemark's DynamoDB writer: turns a stream of (table, item) submissions
+//! into paced BatchWriteItem calls and tells the caller, per submission,
+//! exactly when its item is stored or why it was rejected.
+//!
+//! Modules:
+//! - [`config`]: [`WriterConfig`], every knob with its default.
+//! - [`writer`]: [`Writer::start`], [`WriterHandle`] (submit, flush, close,
+//!   stats), submissions and outcomes; a dispatcher routes to one task per table.
+//! - `table` (private): one table's loop: batching, pacing, retries, bisection,
+//!   missing-table handling.
+//! - [`batch`]: the pure per-table queue: coalescing, 25 items / 16 MB batches.
+//! - [`rate`]: the pure rate control law (token-bucket pacing, AIMD, adaptive
+//!   concurrency), tested by deterministic simulation.
+//! - [`error`]: [`WriterError`], and the one place DynamoDB errors are classified.
+//! - [`stats`]: [`WriterStats`] and the metric names.
+//!
+//! Guarantees:
+//! - **Acknowledge after store**: a completion says `Stored` only after a
+//!   BatchWriteItem response confirmed the item (it was sent and not returned
+//!   in UnprocessedItems).
+//! - **Exactly once**: each accepted submission's completion runs exactly
+//!   once, unless the writer ends with a fatal error, in which case the
+//!   submissions still in flight are never completed (their sources must not
+//!   advance).
+//! - **Nothing dropped on transient trouble**: throttling, 5xx, timeouts and
+//!   connection errors are retried without limit with capped exponential
+//!   back-off and full jitter. Only permanent problems reject an item:
+//!   `ItemTooLarge`, `DynamodbRejected` (isolated by bisection), `TableMissing`.
+//! - **Bounded memory**: `submit` waits while `max_in_flight_items` or
+//!   `max_in_flight_bytes` are reached.
+//! - **Last write wins per key**: duplicates pending together are coalesced
+//!   (every token acknowledged with the survivor), and a key is never in two
+//!   calls at once, so an older value can never land after a newer one.
+//! - **Tables are independent**: each has its own queue, pacer and back-off.
+
+pub mod batch;
+pub mod config;
+pub mod error;
+pub mod rate;
+pub mod stats;
+mod table;
+pub mod writer;
+
+pub use config::WriterConfig;
+pub use error::WriterError;
+pub use stats::WriterStats;
+pub use writer::{
+    Completion, MissingTableAction, MissingTableHandler, RejectMissing, Submission, WriteOutcome,
+    Writer, WriterHandle,
+};

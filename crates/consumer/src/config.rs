@@ -1,0 +1,219 @@
+//! Kinesis consumer configuration: typed, documented field by field,
+//! unknown keys rejected. Defaults follow the KCL 2.x where it has one.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Where a shard with no checkpoint starts.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case", tag = "type", deny_unknown_fields)]
+pub enum InitialPosition {
+    /// The oldest record still in the stream (the safe default: nothing lost).
+    #[default]
+    TrimHorizon,
+    /// Only records written after the worker starts.
+    Latest,
+    /// Records written at or after `timestamp` (RFC 3339).
+    AtTimestamp {
+        /// Start time, e.g. `2026-11-22T05:00:00Z`.
+        timestamp: chrono::DateTime<chrono::Utc>,
+    },
+}
+
+/// Configuration of [`KinesisSource`](crate::KinesisSource).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KinesisConfig {
+    /// Stream name, or its ARN (`arn:aws:kinesis:...:stream/NAME`).
+    pub stream: String,
+    /// DynamoDB lease table (KCL 2.x format); created on demand when absent.
+    /// A KCL application's table can be reused to resume from its checkpoints.
+    pub lease_table: String,
+    /// This worker's unique id (e.g. the ECS task id). Two live workers must
+    /// never share one.
+    pub worker_id: String,
+    /// Where shards without a checkpoint start.
+    #[serde(default)]
+    pub initial_position: InitialPosition,
+    /// A lease not renewed for this long is free for others (KCL default 10 s).
+    /// Leases are renewed every third of it.
+    #[serde(default = "default_failover_time", with = "humantime_serde")]
+    pub failover_time: Duration,
+    /// How often ListShards runs besides start and shard ends (KCL default 60 s).
+    #[serde(default = "default_shard_sync_interval", with = "humantime_serde")]
+    pub shard_sync_interval: Duration,
+    /// Shortest time between two checkpoint writes of a shard (5 s).
+    #[serde(default = "default_checkpoint_interval", with = "humantime_serde")]
+    pub checkpoint_interval: Duration,
+    /// Reading pauses while a shard has this many unacknowledged records.
+    #[serde(default = "default_max_unacked_per_shard")]
+    pub max_unacked_per_shard: usize,
+    /// Wait between GetRecords calls of a caught-up shard (250 ms).
+    #[serde(default = "default_idle_poll", with = "humantime_serde")]
+    pub idle_poll: Duration,
+    /// Most leases this worker holds; none means no limit.
+    #[serde(default)]
+    pub max_leases: Option<usize>,
+    /// GetRecords `Limit` (Kinesis allows up to 10,000).
+    #[serde(default = "default_max_records_per_call")]
+    pub max_records_per_call: i32,
+    /// At shutdown, how long to wait for in-flight acknowledgements before the
+    /// final checkpoint (records after it are read again by the next owner).
+    #[serde(default = "default_shutdown_grace", with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+}
+
+/// KCL 2.x `failoverTimeMillis`.
+pub const fn default_failover_time() -> Duration {
+    Duration::from_secs(10)
+}
+/// KCL 2.x `shardSyncIntervalMillis`.
+pub const fn default_shard_sync_interval() -> Duration {
+    Duration::from_secs(60)
+}
+/// Bounds lease-table writes to 0.2/s per shard.
+pub const fn default_checkpoint_interval() -> Duration {
+    Duration::from_secs(5)
+}
+/// About 10 s of a shard's 1,000 records/s write limit.
+pub const fn default_max_unacked_per_shard() -> usize {
+    10_000
+}
+/// Four polls a second stays under the 5 calls/s per shard read limit.
+pub const fn default_idle_poll() -> Duration {
+    Duration::from_millis(250)
+}
+/// The GetRecords maximum.
+pub const fn default_max_records_per_call() -> i32 {
+    10_000
+}
+/// Fits in ECS's default 30 s stop timeout with room for the final writes.
+pub const fn default_shutdown_grace() -> Duration {
+    Duration::from_secs(20)
+}
+
+/// A configuration that cannot work, naming the key and the fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("kinesis.{key}: {problem}")]
+pub struct ConfigError {
+    /// The offending key.
+    pub key: &'static str,
+    /// What is wrong and how to fix it.
+    pub problem: String,
+}
+
+impl KinesisConfig {
+    /// A configuration with every default.
+    pub fn new(
+        stream: impl Into<String>,
+        lease_table: impl Into<String>,
+        worker_id: impl Into<String>,
+    ) -> Self {
+        Self {
+            stream: stream.into(),
+            lease_table: lease_table.into(),
+            worker_id: worker_id.into(),
+            initial_position: InitialPosition::TrimHorizon,
+            failover_time: default_failover_time(),
+            shard_sync_interval: default_shard_sync_interval(),
+            checkpoint_interval: default_checkpoint_interval(),
+            max_unacked_per_shard: default_max_unacked_per_shard(),
+            idle_poll: default_idle_poll(),
+            max_leases: None,
+            max_records_per_call: default_max_records_per_call(),
+            shutdown_grace: default_shutdown_grace(),
+        }
+    }
+
+    /// Checks values the types cannot.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let err = |key, problem: &str| {
+            Err(ConfigError {
+                key,
+                problem: problem.to_string(),
+            })
+        };
+        if self.stream.is_empty() {
+            return err("stream", "empty: set the stream name or ARN");
+        }
+        if self.lease_table.is_empty() {
+            return err("lease_table", "empty: name a DynamoDB table");
+        }
+        if self.worker_id.is_empty() {
+            return err("worker_id", "empty: give each worker a unique id");
+        }
+        if self.failover_time < Duration::from_millis(300) {
+            return err("failover_time", "below 300ms: leases would flap; use 10s");
+        }
+        if self.max_unacked_per_shard == 0 {
+            return err("max_unacked_per_shard", "0 would never read; use 10000");
+        }
+        if !(1..=10_000).contains(&self.max_records_per_call) {
+            return err(
+                "max_records_per_call",
+                "must be 1..=10000 (the GetRecords limit)",
+            );
+        }
+        if self.max_leases == Some(0) {
+            return err("max_leases", "0 would never read; remove it for no limit");
+        }
+        Ok(())
+    }
+
+    /// The stream name (the last part of an ARN).
+    pub fn stream_name(&self) -> &str {
+        match self.stream.strip_prefix("arn:") {
+            Some(rest) => rest.rsplit('/').next().unwrap_or(rest),
+            None => &self.stream,
+        }
+    }
+
+    /// True when `stream` is an ARN.
+    pub fn stream_is_arn(&self) -> bool {
+        self.stream.starts_with("arn:")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_overrides_from_toml() {
+        let c: KinesisConfig = toml::from_str(
+            r#"
+            stream = "arn:aws:kinesis:us-east-1:000000000000:stream/events"
+            lease_table = "leases"
+            worker_id = "w1"
+            failover_time = "3s"
+            initial_position = { type = "at_timestamp", timestamp = "2026-11-22T05:00:00Z" }
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.failover_time, Duration::from_secs(3));
+        assert_eq!(c.checkpoint_interval, Duration::from_secs(5));
+        assert_eq!(c.max_unacked_per_shard, 10_000);
+        assert_eq!(c.stream_name(), "events");
+        assert!(c.stream_is_arn());
+        assert!(matches!(
+            c.initial_position,
+            InitialPosition::AtTimestamp { .. }
+        ));
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_rejected() {
+        let e = toml::from_str::<KinesisConfig>(
+            "stream='s'\nlease_table='t'\nworker_id='w'\nfailover='1s'",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("failover"), "{e}");
+        let mut c = KinesisConfig::new("s", "t", "w");
+        c.max_records_per_call = 20_000;
+        assert_eq!(c.validate().unwrap_err().key, "max_records_per_call");
+        c = KinesisConfig::new("s", "t", "");
+        assert_eq!(c.validate().unwrap_err().key, "worker_id");
+    }
+}

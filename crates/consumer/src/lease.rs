@@ -1,0 +1,992 @@
+//! Shard leases in a DynamoDB table of the KCL 2.x format, and the pure law
+//! that decides which leases a worker takes or steals.
+//!
+//! Item format (one item per shard, hash key `leaseKey` = shard id):
+//! `leaseOwner` (S, absent when free), `leaseCounter` (N, bumped by every
+//! write and used as the fencing token of all conditional writes),
+//! `checkpoint` (S: a sequence number or `TRIM_HORIZON` / `LATEST` /
+//! `AT_TIMESTAMP` / `SHARD_END`), `checkpointSubSequenceNumber` (N),
+//! `ownerSwitchesSinceCheckpoint` (N), `parentShardId` (SS),
+//! `childShardIds` (SS), `startingHashKey` / `endingHashKey` (S).
+//!
+//! Expiry is judged on the observer's own clock, as the KCL does: a lease is
+//! expired when its counter has not changed for `failover_time` since this
+//! worker first saw that counter value, so clock skew between workers does not
+//! matter.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::time::Duration;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
+    ScalarAttributeType, TableStatus,
+};
+use tokio::time::Instant;
+
+use crate::checkpoint::Position;
+use crate::error::{AwsError, ConsumerError, ErrorClass};
+
+/// `checkpoint` value of a shard read to its end.
+pub const SHARD_END: &str = "SHARD_END";
+/// `checkpoint` value: start at the oldest record.
+pub const TRIM_HORIZON: &str = "TRIM_HORIZON";
+/// `checkpoint` value: start at the newest record.
+pub const LATEST: &str = "LATEST";
+/// `checkpoint` value: start at the configured timestamp.
+pub const AT_TIMESTAMP: &str = "AT_TIMESTAMP";
+
+/// A lease's checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Checkpoint {
+    /// Not read yet; start at the oldest record.
+    TrimHorizon,
+    /// Not read yet; start at the newest record.
+    Latest,
+    /// Not read yet; start at the configured timestamp.
+    AtTimestamp,
+    /// Read to its end: children may be read.
+    ShardEnd,
+    /// Every user record up to and including this position is handled.
+    At(Position),
+}
+
+impl Checkpoint {
+    fn from_parts(s: &str, sub: u64) -> Self {
+        match s {
+            TRIM_HORIZON => Self::TrimHorizon,
+            LATEST => Self::Latest,
+            AT_TIMESTAMP => Self::AtTimestamp,
+            SHARD_END => Self::ShardEnd,
+            seq => Self::At(Position::new(seq, sub)),
+        }
+    }
+
+    fn to_parts(&self) -> (&str, u64) {
+        match self {
+            Self::TrimHorizon => (TRIM_HORIZON, 0),
+            Self::Latest => (LATEST, 0),
+            Self::AtTimestamp => (AT_TIMESTAMP, 0),
+            Self::ShardEnd => (SHARD_END, 0),
+            Self::At(p) => (p.sequence.as_str(), p.sub_sequence),
+        }
+    }
+}
+
+/// One lease item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// Shard id (`leaseKey`).
+    pub key: String,
+    /// Current owner; `None` when free.
+    pub owner: Option<String>,
+    /// Fencing counter.
+    pub counter: u64,
+    /// Checkpoint.
+    pub checkpoint: Checkpoint,
+    /// Owner changes since the last checkpoint write.
+    pub owner_switches_since_checkpoint: u64,
+    /// Parent shard ids (two after a merge).
+    pub parents: Vec<String>,
+    /// Child shard ids, written at shard end.
+    pub children: Vec<String>,
+    /// (startingHashKey, endingHashKey).
+    pub hash_range: Option<(String, String)>,
+}
+
+impl Lease {
+    /// A new, free lease.
+    pub fn new(key: impl Into<String>, checkpoint: Checkpoint, parents: Vec<String>) -> Self {
+        Self {
+            key: key.into(),
+            owner: None,
+            counter: 0,
+            checkpoint,
+            owner_switches_since_checkpoint: 0,
+            parents,
+            children: Vec::new(),
+            hash_range: None,
+        }
+    }
+
+    /// True when the shard was read to its end.
+    pub fn is_finished(&self) -> bool {
+        self.checkpoint == Checkpoint::ShardEnd
+    }
+
+    /// The DynamoDB item.
+    pub fn to_item(&self) -> HashMap<String, AttributeValue> {
+        let mut item = HashMap::new();
+        item.insert("leaseKey".into(), AttributeValue::S(self.key.clone()));
+        if let Some(o) = &self.owner {
+            item.insert("leaseOwner".into(), AttributeValue::S(o.clone()));
+        }
+        item.insert("leaseCounter".into(), n(self.counter));
+        let (cp, sub) = self.checkpoint.to_parts();
+        item.insert("checkpoint".into(), AttributeValue::S(cp.to_string()));
+        item.insert("checkpointSubSequenceNumber".into(), n(sub));
+        item.insert(
+            "ownerSwitchesSinceCheckpoint".into(),
+            n(self.owner_switches_since_checkpoint),
+        );
+        // DynamoDB rejects empty sets: absent means none.
+        if !self.parents.is_empty() {
+            item.insert(
+                "parentShardId".into(),
+                AttributeValue::Ss(self.parents.clone()),
+            );
+        }
+        if !self.children.is_empty() {
+            item.insert(
+                "childShardIds".into(),
+                AttributeValue::Ss(self.children.clone()),
+            );
+        }
+        if let Some((start, end)) = &self.hash_range {
+            item.insert("startingHashKey".into(), AttributeValue::S(start.clone()));
+            item.insert("endingHashKey".into(), AttributeValue::S(end.clone()));
+        }
+        item
+    }
+
+    /// Parses an item; `None` names the first missing or malformed attribute.
+    pub fn from_item(item: &HashMap<String, AttributeValue>) -> Result<Self, String> {
+        let s = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
+        let num = |k: &str| -> Result<u64, String> {
+            match item.get(k) {
+                None => Ok(0),
+                Some(v) => v
+                    .as_n()
+                    .ok()
+                    .and_then(|x| x.parse().ok())
+                    .ok_or_else(|| format!("{k} is not a number")),
+            }
+        };
+        let set = |k: &str| -> Vec<String> {
+            match item.get(k) {
+                Some(AttributeValue::Ss(v)) => v.clone(),
+                // Some writers store a single parent as a plain string.
+                Some(AttributeValue::S(v)) => vec![v.clone()],
+                _ => Vec::new(),
+            }
+        };
+        let key = s("leaseKey").ok_or("leaseKey missing or not a string")?;
+        let checkpoint = s("checkpoint").unwrap_or_else(|| TRIM_HORIZON.to_string());
+        Ok(Self {
+            key,
+            owner: s("leaseOwner"),
+            counter: num("leaseCounter")?,
+            checkpoint: Checkpoint::from_parts(&checkpoint, num("checkpointSubSequenceNumber")?),
+            owner_switches_since_checkpoint: num("ownerSwitchesSinceCheckpoint")?,
+            parents: set("parentShardId"),
+            children: set("childShardIds"),
+            hash_range: s("startingHashKey").zip(s("endingHashKey")),
+        })
+    }
+}
+
+fn n(v: u64) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+/// The lease table. Every write that touches an owned lease is conditional on
+/// `leaseCounter` (and owner), so a worker that lost a lease cannot write it.
+#[derive(Debug, Clone)]
+pub struct LeaseTable {
+    client: Client,
+    table: String,
+}
+
+/// Result of a fenced write: `Ok(Some(counter))` is the new counter,
+/// `Ok(None)` means the condition failed (someone else moved the lease).
+pub type Fenced = Result<Option<u64>, AwsError>;
+
+impl LeaseTable {
+    /// A handle on table `table`.
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        Self {
+            client,
+            table: table.into(),
+        }
+    }
+
+    /// The table name.
+    pub fn name(&self) -> &str {
+        &self.table
+    }
+
+    /// Creates the table (on-demand billing) unless it exists, then waits
+    /// until it is ACTIVE. Checks an existing table's key schema.
+    pub async fn create_if_absent(&self, timeout: Duration) -> Result<(), ConsumerError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self
+                .client
+                .describe_table()
+                .table_name(&self.table)
+                .send()
+                .await
+            {
+                Ok(out) => {
+                    let Some(t) = out.table() else {
+                        return Err(self.bad("DescribeTable returned no table"));
+                    };
+                    let hash = t
+                        .key_schema()
+                        .iter()
+                        .find(|k| k.key_type() == &KeyType::Hash)
+                        .map(|k| k.attribute_name());
+                    if hash != Some("leaseKey") || t.key_schema().len() != 1 {
+                        return Err(self.bad("hash key must be leaseKey (S) with no sort key"));
+                    }
+                    if t.table_status() == Some(&TableStatus::Active) {
+                        return Ok(());
+                    }
+                }
+                Err(e) => {
+                    let err = AwsError::new("DescribeTable", &e);
+                    match err.class {
+                        ErrorClass::NotFound => self.create().await?,
+                        ErrorClass::Retry | ErrorClass::Throttled => {}
+                        _ => return Err(err.into()),
+                    }
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(self.bad("not ACTIVE in time"));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    fn bad(&self, problem: &str) -> ConsumerError {
+        ConsumerError::LeaseTable {
+            table: self.table.clone(),
+            problem: problem.to_string(),
+        }
+    }
+
+    async fn create(&self) -> Result<(), ConsumerError> {
+        let res = self
+            .client
+            .create_table()
+            .table_name(&self.table)
+            .billing_mode(BillingMode::PayPerRequest)
+            .key_schema(
+                KeySchemaElement::builder()
+                    .attribute_name("leaseKey")
+                    .key_type(KeyType::Hash)
+                    .build()
+                    .map_err(|e| self.bad(&e.to_string()))?,
+            )
+            .attribute_definitions(
+                AttributeDefinition::builder()
+                    .attribute_name("leaseKey")
+                    .attribute_type(ScalarAttributeType::S)
+                    .build()
+                    .map_err(|e| self.bad(&e.to_string()))?,
+            )
+            .send()
+            .await;
+        match res {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let err = AwsError::new("CreateTable", &e);
+                // ResourceInUse: another worker created it first.
+                if err.class == ErrorClass::Retry || err.class == ErrorClass::Throttled {
+                    Ok(())
+                } else {
+                    Err(err.into())
+                }
+            }
+        }
+    }
+
+    /// Every lease (strongly consistent scan).
+    pub async fn list(&self) -> Result<Vec<Lease>, ConsumerError> {
+        let mut out = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| AwsError::new("Scan", &e))?;
+            for item in page.items() {
+                out.push(Lease::from_item(item).map_err(|p| self.bad(&p))?);
+            }
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// Creates `lease` unless one with its key exists. Returns true if created.
+    pub async fn create_lease(&self, lease: &Lease) -> Result<bool, AwsError> {
+        let res = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(lease.to_item()))
+            .condition_expression("attribute_not_exists(leaseKey)")
+            .send()
+            .await;
+        fenced(res.map(|_| 0), "PutItem").map(|r| r.is_some())
+    }
+
+    /// Takes a free, expired or someone else's lease whose counter is still
+    /// `observed.counter` (the same write serves take and steal).
+    pub async fn acquire(&self, observed: &Lease, me: &str) -> Fenced {
+        let next = observed.counter + 1;
+        let switches = u64::from(observed.owner.as_deref() != Some(me));
+        let res = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("leaseKey", AttributeValue::S(observed.key.clone()))
+            .condition_expression("attribute_exists(leaseKey) AND leaseCounter = :c")
+            .update_expression(
+                "SET leaseOwner = :me, leaseCounter = :n ADD ownerSwitchesSinceCheckpoint :s",
+            )
+            .expression_attribute_values(":c", n(observed.counter))
+            .expression_attribute_values(":n", n(next))
+            .expression_attribute_values(":me", AttributeValue::S(me.to_string()))
+            .expression_attribute_values(":s", n(switches))
+            .send()
+            .await;
+        fenced(res.map(|_| next), "UpdateItem(acquire)")
+    }
+
+    /// Renews a held lease (bumps the counter).
+    pub async fn renew(&self, key: &str, me: &str, counter: u64) -> Fenced {
+        let res = self
+            .owned_update(key, me, counter)
+            .update_expression("SET leaseCounter = :n")
+            .send()
+            .await;
+        fenced(res.map(|_| counter + 1), "UpdateItem(renew)")
+    }
+
+    /// Releases a held lease: owner cleared, so others take it at once.
+    pub async fn release(&self, key: &str, me: &str, counter: u64) -> Fenced {
+        let res = self
+            .owned_update(key, me, counter)
+            .update_expression("SET leaseCounter = :n REMOVE leaseOwner")
+            .send()
+            .await;
+        fenced(res.map(|_| counter + 1), "UpdateItem(release)")
+    }
+
+    /// Writes a checkpoint of a held lease (and the child shard ids at shard
+    /// end).
+    pub async fn checkpoint(
+        &self,
+        key: &str,
+        me: &str,
+        counter: u64,
+        checkpoint: &Checkpoint,
+        children: &[String],
+    ) -> Fenced {
+        let (cp, sub) = checkpoint.to_parts();
+        let mut req = self
+            .owned_update(key, me, counter)
+            .expression_attribute_values(":cp", AttributeValue::S(cp.to_string()))
+            .expression_attribute_values(":sub", n(sub))
+            .expression_attribute_values(":zero", n(0));
+        let set = "SET leaseCounter = :n, checkpoint = :cp, checkpointSubSequenceNumber = :sub, ownerSwitchesSinceCheckpoint = :zero";
+        req = if children.is_empty() {
+            req.update_expression(set)
+        } else {
+            req.update_expression(format!("{set}, childShardIds = :kids"))
+                .expression_attribute_values(":kids", AttributeValue::Ss(children.to_vec()))
+        };
+        fenced(
+            req.send().await.map(|_| counter + 1),
+            "UpdateItem(checkpoint)",
+        )
+    }
+
+    fn owned_update(
+        &self,
+        key: &str,
+        me: &str,
+        counter: u64,
+    ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key("leaseKey", AttributeValue::S(key.to_string()))
+            .condition_expression("leaseCounter = :c AND leaseOwner = :me")
+            .expression_attribute_values(":c", n(counter))
+            .expression_attribute_values(":n", n(counter + 1))
+            .expression_attribute_values(":me", AttributeValue::S(me.to_string()))
+    }
+}
+
+fn fenced<T, E>(
+    res: Result<u64, aws_sdk_dynamodb::error::SdkError<E, T>>,
+    op: &'static str,
+) -> Fenced
+where
+    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
+    T: std::fmt::Debug,
+{
+    match res {
+        Ok(c) => Ok(Some(c)),
+        Err(e) => {
+            let err = AwsError::new(op, &e);
+            if err.class == ErrorClass::ConditionFailed {
+                Ok(None)
+            } else {
+                Err(err)
+            }
+        }
+    }
+}
+
+/// What a worker saw of each lease, on its own clock.
+#[derive(Debug, Default, Clone)]
+pub struct Observations {
+    seen: HashMap<String, (u64, Instant)>,
+}
+
+impl Observations {
+    /// Records the counters of `leases` as seen at `now`.
+    pub fn observe(&mut self, leases: &[Lease], now: Instant) {
+        let keys: HashSet<&str> = leases.iter().map(|l| l.key.as_str()).collect();
+        self.seen.retain(|k, _| keys.contains(k.as_str()));
+        for l in leases {
+            match self.seen.get(&l.key) {
+                Some((c, _)) if *c == l.counter => {}
+                _ => {
+                    self.seen.insert(l.key.clone(), (l.counter, now));
+                }
+            }
+        }
+    }
+
+    /// The earliest instant after `now` at which one of `leases` owned by
+    /// someone else will expire if its counter does not move: a worker wakes
+    /// then instead of at its next regular pass, which takes a tick off
+    /// failover.
+    /// Leases already expired are left out (waking for them again would spin).
+    pub fn next_expiry(
+        &self,
+        leases: &[Lease],
+        me: &str,
+        now: Instant,
+        failover: Duration,
+    ) -> Option<Instant> {
+        leases
+            .iter()
+            .filter(|l| !l.is_finished() && l.owner.as_deref().is_some_and(|o| o != me))
+            .filter_map(|l| match self.seen.get(&l.key) {
+                Some((c, since)) if *c == l.counter => Some(*since + failover),
+                _ => None,
+            })
+            .filter(|t| *t > now)
+            .min()
+    }
+
+    /// True when the lease is free, or its counter has not moved for
+    /// `failover` on this worker's clock.
+    pub fn is_expired(&self, lease: &Lease, now: Instant, failover: Duration) -> bool {
+        if lease.owner.is_none() {
+            return true;
+        }
+        match self.seen.get(&lease.key) {
+            Some((c, since)) if *c == lease.counter => now.duration_since(*since) >= failover,
+            // Not observed at this counter yet: it just moved, so it is alive.
+            _ => false,
+        }
+    }
+}
+
+/// The balancing decision of one pass.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Free or expired leases to take.
+    pub take: Vec<String>,
+    /// Live leases of over-loaded workers to steal.
+    pub steal: Vec<String>,
+    /// Leases per worker this pass aims at.
+    pub target: usize,
+}
+
+/// Inputs of the balancing law.
+#[derive(Debug, Clone, Copy)]
+pub struct BalanceInput<'a> {
+    /// This worker's id.
+    pub me: &'a str,
+    /// Leases this worker holds (in memory, renewed by it).
+    pub held: &'a HashSet<String>,
+    /// The whole table.
+    pub leases: &'a [Lease],
+    /// Counter observations.
+    pub observations: &'a Observations,
+    /// Now.
+    pub now: Instant,
+    /// Failover time.
+    pub failover: Duration,
+    /// Optional cap on leases per worker.
+    pub max_leases: Option<usize>,
+}
+
+/// Decides which leases to take and steal. Finished (`SHARD_END`) leases are
+/// not counted. Target = ceil(active leases / live workers), capped by
+/// `max_leases`. Free and expired leases are taken first; a worker steals only
+/// from a worker holding more than the target, and only down to the target,
+/// so a steal never has to be undone: this is what keeps leases from
+/// flapping. All missing leases are taken in one pass (the KCL takes one per
+/// pass), so a joining worker converges in one renewal period.
+pub fn plan(input: BalanceInput<'_>) -> Plan {
+    let BalanceInput {
+        me,
+        held,
+        leases,
+        observations,
+        now,
+        failover,
+        max_leases,
+    } = input;
+    let active: Vec<&Lease> = leases.iter().filter(|l| !l.is_finished()).collect();
+    let mut per_owner: HashMap<&str, Vec<&Lease>> = HashMap::new();
+    let mut available = Vec::new();
+    for l in &active {
+        if held.contains(&l.key) {
+            continue;
+        }
+        match l.owner.as_deref() {
+            // A lease in our name we do not hold (a previous run of this worker).
+            Some(o) if o == me => available.push(*l),
+            Some(o) if !observations.is_expired(l, now, failover) => {
+                per_owner.entry(o).or_default().push(l)
+            }
+            _ => available.push(*l),
+        }
+    }
+    let workers = per_owner.len() + 1;
+    let mut target = active.len().div_ceil(workers);
+    if let Some(max) = max_leases {
+        target = target.min(max);
+    }
+    let mut need = target.saturating_sub(held.len());
+    let mut out = Plan {
+        target,
+        ..Plan::default()
+    };
+    // Parents first (children must wait for them anyway), then an order that
+    // differs per worker so that workers racing for leases pick different ones.
+    let rank = |l: &Lease| {
+        let unfinished_parent = l
+            .parents
+            .iter()
+            .any(|p| leases.iter().any(|x| &x.key == p && !x.is_finished()));
+        (unfinished_parent, spread(me, &l.key))
+    };
+    available.sort_by_key(|l| rank(l));
+    for l in available.into_iter().take(need) {
+        out.take.push(l.key.clone());
+    }
+    need -= out.take.len();
+    if need > 0 {
+        let mut victims: Vec<(&str, Vec<&Lease>)> = per_owner
+            .into_iter()
+            .filter(|(_, ls)| ls.len() > target)
+            .collect();
+        victims.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(b.0)));
+        for (_, mut ls) in victims {
+            if need == 0 {
+                break;
+            }
+            let n = need.min(ls.len() - target);
+            ls.sort_by_key(|l| rank(l));
+            out.steal
+                .extend(ls.into_iter().take(n).map(|l| l.key.clone()));
+            need -= n;
+        }
+    }
+    out
+}
+
+fn spread(me: &str, key: &str) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (me, key).hash(&mut h);
+    h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(key: &str, owner: Option<&str>, counter: u64) -> Lease {
+        let mut l = Lease::new(key, Checkpoint::TrimHorizon, vec![]);
+        l.owner = owner.map(str::to_string);
+        l.counter = counter;
+        l
+    }
+
+    #[test]
+    fn item_round_trip_in_kcl_format() {
+        let mut l = lease("shardId-000000000003", Some("w1"), 42);
+        l.checkpoint = Checkpoint::At(Position::new(
+            "4959000000000000000000000000000000000000000000000001",
+            3,
+        ));
+        l.parents = vec!["shardId-000000000001".into(), "shardId-000000000002".into()];
+        l.hash_range = Some(("0".into(), "170141183460469231731687303715884105727".into()));
+        let item = l.to_item();
+        assert_eq!(item["leaseKey"].as_s().unwrap(), "shardId-000000000003");
+        assert_eq!(item["leaseCounter"].as_n().unwrap(), "42");
+        assert_eq!(item["checkpointSubSequenceNumber"].as_n().unwrap(), "3");
+        assert!(item["parentShardId"].as_ss().is_ok());
+        assert!(
+            !item.contains_key("childShardIds"),
+            "empty sets are left out"
+        );
+        assert_eq!(Lease::from_item(&item).unwrap(), l);
+        let mut free = l.clone();
+        free.owner = None;
+        free.checkpoint = Checkpoint::ShardEnd;
+        assert!(!free.to_item().contains_key("leaseOwner"));
+        assert_eq!(Lease::from_item(&free.to_item()).unwrap(), free);
+    }
+
+    #[test]
+    fn expiry_uses_the_observers_clock() {
+        let t0 = Instant::now();
+        let fo = Duration::from_secs(10);
+        let mut obs = Observations::default();
+        let l = lease("a", Some("w2"), 5);
+        obs.observe(std::slice::from_ref(&l), t0);
+        assert!(!obs.is_expired(&l, t0 + Duration::from_secs(9), fo));
+        assert!(obs.is_expired(&l, t0 + fo, fo));
+        // The counter moved: alive again, from the moment it was seen moving.
+        let l6 = lease("a", Some("w2"), 6);
+        obs.observe(std::slice::from_ref(&l6), t0 + fo);
+        assert!(!obs.is_expired(&l6, t0 + fo + Duration::from_secs(9), fo));
+        assert!(
+            obs.is_expired(&lease("b", None, 1), t0, fo),
+            "free is expired"
+        );
+    }
+
+    struct Scenario {
+        name: &'static str,
+        /// (key, owner, counter)
+        leases: Vec<(&'static str, Option<&'static str>, u64)>,
+        held: Vec<&'static str>,
+        max: Option<usize>,
+        /// Seconds since the observation at t0.
+        at: u64,
+        take: usize,
+        steal: usize,
+        target: usize,
+    }
+
+    #[test]
+    fn table_driven_balancing() {
+        let keys = ["s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7"];
+        let owned = |owner: Option<&'static str>, n: usize| -> Vec<_> {
+            keys.iter().take(n).map(|k| (*k, owner, 1)).collect()
+        };
+        let scenarios = vec![
+            Scenario {
+                name: "alone, all free",
+                leases: owned(None, 8),
+                held: vec![],
+                max: None,
+                at: 0,
+                take: 8,
+                steal: 0,
+                target: 8,
+            },
+            Scenario {
+                name: "cap respected",
+                leases: owned(None, 8),
+                held: vec![],
+                max: Some(3),
+                at: 0,
+                take: 3,
+                steal: 0,
+                target: 3,
+            },
+            Scenario {
+                name: "join: steal half at once",
+                leases: owned(Some("a"), 8),
+                held: vec![],
+                max: None,
+                at: 1,
+                take: 0,
+                steal: 4,
+                target: 4,
+            },
+            Scenario {
+                name: "owner dead: take all",
+                leases: owned(Some("a"), 8),
+                held: vec![],
+                max: None,
+                at: 10,
+                take: 8,
+                steal: 0,
+                target: 8,
+            },
+            Scenario {
+                name: "odd split is stable",
+                leases: {
+                    let mut v = owned(Some("a"), 3);
+                    v.extend(keys[3..5].iter().map(|k| (*k, Some("me"), 1)));
+                    v
+                },
+                held: vec!["s3", "s4"],
+                max: None,
+                at: 1,
+                take: 0,
+                steal: 0,
+                target: 3,
+            },
+            Scenario {
+                name: "three workers at target: no steal",
+                leases: {
+                    let mut v: Vec<_> = keys[..3].iter().map(|k| (*k, Some("a"), 1)).collect();
+                    v.extend(keys[3..6].iter().map(|k| (*k, Some("b"), 1)));
+                    v.extend(keys[6..8].iter().map(|k| (*k, Some("me"), 1)));
+                    v
+                },
+                held: vec!["s6", "s7"],
+                max: None,
+                at: 1,
+                take: 0,
+                steal: 0,
+                target: 3,
+            },
+            Scenario {
+                name: "own stale lease retaken",
+                leases: vec![("s0", Some("me"), 4), ("s1", Some("a"), 1)],
+                held: vec![],
+                max: None,
+                at: 1,
+                take: 1,
+                steal: 0,
+                target: 1,
+            },
+        ];
+        let t0 = Instant::now();
+        for s in scenarios {
+            let leases: Vec<Lease> = s.leases.iter().map(|(k, o, c)| lease(k, *o, *c)).collect();
+            let mut obs = Observations::default();
+            obs.observe(&leases, t0);
+            let held: HashSet<String> = s.held.iter().map(|k| k.to_string()).collect();
+            let p = plan(BalanceInput {
+                me: "me",
+                held: &held,
+                leases: &leases,
+                observations: &obs,
+                now: t0 + Duration::from_secs(s.at),
+                failover: Duration::from_secs(10),
+                max_leases: s.max,
+            });
+            assert_eq!(
+                (p.take.len(), p.steal.len(), p.target),
+                (s.take, s.steal, s.target),
+                "scenario {}: {p:?}",
+                s.name
+            );
+            for k in p.take.iter().chain(&p.steal) {
+                assert!(!held.contains(k), "{}: plans to take a held lease", s.name);
+            }
+        }
+    }
+
+    #[test]
+    fn finished_leases_do_not_count_and_parents_go_first() {
+        let mut parent = lease("p", None, 1);
+        let child = {
+            let mut c = lease("c", None, 1);
+            c.parents = vec!["p".into()];
+            c
+        };
+        let mut done = lease("old", None, 1);
+        done.checkpoint = Checkpoint::ShardEnd;
+        parent.owner = None;
+        let leases = vec![child, parent, done];
+        let obs = Observations::default();
+        let p = plan(BalanceInput {
+            me: "me",
+            held: &HashSet::new(),
+            leases: &leases,
+            observations: &obs,
+            now: Instant::now(),
+            failover: Duration::from_secs(10),
+            max_leases: Some(1),
+        });
+        assert_eq!(p.take, vec!["p".to_string()]);
+        assert_eq!(p.target, 1);
+    }
+
+    /// A simulated lease table with the real conditional-write semantics, and
+    /// workers running their passes on simulated time.
+    mod sim {
+        use super::*;
+
+        pub struct Worker {
+            pub id: String,
+            pub held: HashMap<String, u64>,
+            pub obs: Observations,
+        }
+
+        /// One pass: renew, list, plan, take/steal. Returns ownership changes.
+        pub fn pass(
+            w: &mut Worker,
+            table: &mut HashMap<String, Lease>,
+            now: Instant,
+            fo: Duration,
+        ) -> Vec<String> {
+            let mut changes = Vec::new();
+            let held: Vec<(String, u64)> = w.held.iter().map(|(k, c)| (k.clone(), *c)).collect();
+            for (k, c) in held {
+                let l = table.get_mut(&k).unwrap();
+                if l.counter == c && l.owner.as_deref() == Some(&w.id) {
+                    l.counter += 1;
+                    w.held.insert(k, l.counter);
+                } else {
+                    w.held.remove(&k);
+                }
+            }
+            let leases: Vec<Lease> = table.values().cloned().collect();
+            w.obs.observe(&leases, now);
+            let held: HashSet<String> = w.held.keys().cloned().collect();
+            let p = plan(BalanceInput {
+                me: &w.id,
+                held: &held,
+                leases: &leases,
+                observations: &w.obs,
+                now,
+                failover: fo,
+                max_leases: None,
+            });
+            for k in p.take.iter().chain(&p.steal) {
+                let observed = leases.iter().find(|l| &l.key == k).unwrap();
+                let l = table.get_mut(k).unwrap();
+                if l.counter == observed.counter {
+                    l.counter += 1;
+                    l.owner = Some(w.id.clone());
+                    w.held.insert(k.clone(), l.counter);
+                    changes.push(k.clone());
+                }
+            }
+            changes
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn second_worker_joins_16_shards_converges_without_flapping() {
+        let fo = Duration::from_secs(10);
+        let tick = fo / 3;
+        let mut table: HashMap<String, Lease> = (0..16)
+            .map(|i| {
+                (
+                    format!("shardId-{i:012}"),
+                    lease(&format!("shardId-{i:012}"), None, 0),
+                )
+            })
+            .collect();
+        let mut a = sim::Worker {
+            id: "a".into(),
+            held: HashMap::new(),
+            obs: Observations::default(),
+        };
+        let mut b = sim::Worker {
+            id: "b".into(),
+            held: HashMap::new(),
+            obs: Observations::default(),
+        };
+        // A alone for a while.
+        for _ in 0..5 {
+            sim::pass(&mut a, &mut table, Instant::now(), fo);
+            tokio::time::advance(tick).await;
+        }
+        assert_eq!(a.held.len(), 16);
+        // B joins, offset by half a tick; count owner changes from now on.
+        let joined = Instant::now();
+        let mut changes: HashMap<String, usize> = HashMap::new();
+        let mut converged_at = None;
+        tokio::time::advance(tick / 2).await;
+        for round in 0..30 {
+            for k in sim::pass(&mut b, &mut table, Instant::now(), fo) {
+                *changes.entry(k).or_default() += 1;
+            }
+            tokio::time::advance(tick / 2).await;
+            for k in sim::pass(&mut a, &mut table, Instant::now(), fo) {
+                *changes.entry(k).or_default() += 1;
+            }
+            tokio::time::advance(tick / 2).await;
+            let owned = |id: &str| {
+                table
+                    .values()
+                    .filter(|l| l.owner.as_deref() == Some(id))
+                    .count()
+            };
+            if converged_at.is_none() && owned("a") == 8 && owned("b") == 8 && a.held.len() == 8 {
+                converged_at = Some(Instant::now() - joined);
+            }
+            let _ = round;
+        }
+        let t = converged_at.expect("converged to 8/8");
+        assert!(t <= 3 * fo, "converged after {t:?}, limit {:?}", 3 * fo);
+        assert!(
+            changes.values().all(|&c| c <= 1),
+            "a lease changed owner twice: {changes:?}"
+        );
+        assert_eq!(changes.len(), 8, "exactly the 8 stolen leases moved");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn dead_worker_leases_taken_within_two_failover_times() {
+        let fo = Duration::from_secs(10);
+        let tick = fo / 3;
+        let mut table: HashMap<String, Lease> = (0..4)
+            .map(|i| (format!("s{i}"), lease(&format!("s{i}"), None, 0)))
+            .collect();
+        let mut a = sim::Worker {
+            id: "a".into(),
+            held: HashMap::new(),
+            obs: Observations::default(),
+        };
+        let mut b = sim::Worker {
+            id: "b".into(),
+            held: HashMap::new(),
+            obs: Observations::default(),
+        };
+        for _ in 0..12 {
+            sim::pass(&mut a, &mut table, Instant::now(), fo);
+            sim::pass(&mut b, &mut table, Instant::now(), fo);
+            tokio::time::advance(tick).await;
+        }
+        assert_eq!((a.held.len(), b.held.len()), (2, 2));
+        let died = Instant::now();
+        // A's last renewal happened one tick before it died.
+        let last_renewal = died - tick;
+        let mut took_all = None;
+        for _ in 0..30 {
+            sim::pass(&mut b, &mut table, Instant::now(), fo);
+            if b.held.len() == 4 && took_all.is_none() {
+                took_all = Some(Instant::now() - died);
+            }
+            tokio::time::advance(tick).await;
+        }
+        let t = took_all.expect("b took every lease");
+        assert!(t <= 2 * fo, "took {t:?}");
+        let since_renewal = died + t - last_renewal;
+        assert!(
+            since_renewal >= fo,
+            "taken {since_renewal:?} after its last renewal"
+        );
+    }
+}

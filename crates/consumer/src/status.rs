@@ -1,0 +1,67 @@
+//! Per-shard status, readable while the consumer runs (health checks, tests).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+/// What a shard's reader is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ShardState {
+    /// Lease held; waiting for parent shards to reach SHARD_END.
+    #[default]
+    WaitingForParents,
+    /// Reading.
+    Reading,
+    /// Read to its end; waiting for the last acknowledgements.
+    Draining,
+    /// SHARD_END checkpointed.
+    Ended,
+    /// Lease lost to another worker (or not renewed in time).
+    Lost,
+    /// Released at shutdown.
+    Released,
+}
+
+/// Status of one shard as seen by this worker.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShardStatus {
+    /// True while this worker holds the lease.
+    pub owned: bool,
+    /// What the reader is doing.
+    pub state: ShardState,
+    /// Last checkpoint written (`sequence.sub` or a sentinel).
+    pub checkpoint: Option<String>,
+    /// MillisBehindLatest of the last GetRecords.
+    pub millis_behind_latest: Option<i64>,
+    /// Records delivered and not yet acknowledged.
+    pub in_flight: usize,
+    /// User records delivered since this worker took the lease.
+    pub records_read: u64,
+}
+
+/// Shared, cloneable view of every shard this worker has touched.
+#[derive(Debug, Clone, Default)]
+pub struct StatusHandle {
+    inner: Arc<Mutex<BTreeMap<String, ShardStatus>>>,
+}
+
+impl StatusHandle {
+    /// A copy of every shard's status.
+    pub fn snapshot(&self) -> BTreeMap<String, ShardStatus> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Shards whose lease this worker holds now.
+    pub fn owned_shards(&self) -> Vec<String> {
+        self.snapshot()
+            .into_iter()
+            .filter(|(_, s)| s.owned)
+            .map(|(k, _)| k)
+            .collect()
+    }
+
+    /// Updates one shard's status.
+    pub(crate) fn update(&self, shard: &str, f: impl FnOnce(&mut ShardStatus)) {
+        let mut map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        f(map.entry(shard.to_string()).or_default());
+    }
+}

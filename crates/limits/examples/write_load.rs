@@ -1,0 +1,119 @@
+//! Benchmark driver: offers a paced load of ~N-byte items to one table through
+//! the Tidemark writer (crates/writer), then prints a JSON summary. Used by
+//! bench/writer-capacity and bench/hot-partition; the proxy measures goodput.
+//!
+//! write_load ENDPOINT TABLE RATE SECS ITEM_BYTES KEYS
+//! KEYS: `spread` (1,000 devices), `time` (hour-only partition key), or
+//! `time_bucket:N` (seed 003: `{sha256(entity) mod N}#{hour}`).
+
+#![allow(clippy::expect_used, clippy::unwrap_used)] // a bench driver: panics are its error report
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use aws_config::BehaviorVersion;
+use aws_sdk_dynamodb::types::AttributeValue;
+use tidemark_schema::{ItemKey, shard_of};
+use tidemark_writer::{RejectMissing, Submission, WriteOutcome, Writer, WriterConfig};
+
+fn key(mode: &str, i: u64) -> (String, String) {
+    let entity = format!("sensor-{}", i % 1000);
+    let hour = "2026-11-22T06";
+    match mode {
+        "time" => (hour.to_owned(), format!("{entity}#{i:012}")),
+        m if m.starts_with("time_bucket:") => {
+            let n: u32 = m["time_bucket:".len()..].parse().expect("time_bucket:N");
+            (
+                format!("{}#{hour}", shard_of(&entity, n)),
+                format!("{entity}#{i:012}"),
+            )
+        }
+        _ => (format!("dev#{}", i % 1000), format!("{i:012}")),
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let a: Vec<String> = std::env::args().collect();
+    assert!(
+        a.len() == 7,
+        "usage: write_load ENDPOINT TABLE RATE SECS ITEM_BYTES KEYS"
+    );
+    let (endpoint, table) = (a[1].clone(), a[2].clone());
+    let rate: f64 = a[3].parse().expect("RATE");
+    let secs: f64 = a[4].parse().expect("SECS");
+    let size: usize = a[5].parse().expect("ITEM_BYTES");
+    let mode = a[6].clone();
+
+    let conf = aws_config::defaults(BehaviorVersion::latest())
+        .endpoint_url(&endpoint)
+        .region(aws_config::Region::new("us-east-1"))
+        .load()
+        .await;
+    let client = aws_sdk_dynamodb::Client::new(&conf);
+    let (handle, task) = Writer::start(client, WriterConfig::default(), Arc::new(RejectMissing));
+    let stored = Arc::new(AtomicU64::new(0));
+    let rejected = Arc::new(AtomicU64::new(0));
+
+    let start = Instant::now();
+    let mut i = 0u64;
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    loop {
+        tick.tick().await;
+        let el = start.elapsed().as_secs_f64();
+        if el >= secs {
+            break;
+        }
+        let due = (el * rate) as u64;
+        while i < due {
+            let (pk, sk) = key(&mode, i);
+            let base = 2 + pk.len() + 2 + sk.len() + "payload".len();
+            let item: HashMap<String, AttributeValue> = [
+                ("pk".to_owned(), AttributeValue::S(pk.clone())),
+                ("sk".to_owned(), AttributeValue::S(sk.clone())),
+                (
+                    "payload".to_owned(),
+                    AttributeValue::S("x".repeat(size.saturating_sub(base))),
+                ),
+            ]
+            .into();
+            let (s, r) = (stored.clone(), rejected.clone());
+            let sub = Submission {
+                table: table.clone(),
+                key: ItemKey { pk, sk },
+                item,
+                done: Box::new(move |o| match o {
+                    WriteOutcome::Stored => {
+                        s.fetch_add(1, Ordering::Relaxed);
+                    }
+                    WriteOutcome::Rejected { .. } => {
+                        r.fetch_add(1, Ordering::Relaxed);
+                    }
+                }),
+            };
+            // submit waits when the writer's in-flight budget is full: the
+            // writer's back-pressure, so the offered load falls behind.
+            handle.submit(sub).await.expect("submit");
+            i += 1;
+            if start.elapsed().as_secs_f64() >= secs {
+                break;
+            }
+        }
+    }
+    let offered_secs = start.elapsed().as_secs_f64();
+    let drain = Instant::now();
+    handle.close();
+    task.await.expect("join").expect("writer ended cleanly");
+    println!(
+        "{}",
+        serde_json::json!({
+            "submitted": i,
+            "stored": stored.load(Ordering::Relaxed),
+            "rejected": rejected.load(Ordering::Relaxed),
+            "offered_secs": offered_secs,
+            "drain_secs": drain.elapsed().as_secs_f64(),
+        })
+    );
+}

@@ -1,0 +1,306 @@
+//! DynamoDB through the proxy with the AWS SDK for Rust (and boto3), against
+//! the local stack. Run with TIDEMARK_IT=1 after loading localstack/.env.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
+mod common;
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::ProvideErrorMetadata as _;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, KeySchemaElement, KeyType, ProvisionedThroughput,
+    PutRequest, ScalarAttributeType, WriteRequest,
+};
+
+async fn create_table(c: &Client, name: &str, wcu: i64) {
+    c.create_table()
+        .table_name(name)
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("pk")
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("sk")
+                .key_type(KeyType::Range)
+                .build()
+                .unwrap(),
+        )
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("pk")
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("sk")
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
+        .provisioned_throughput(
+            ProvisionedThroughput::builder()
+                .read_capacity_units(10)
+                .write_capacity_units(wcu)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .expect("create table");
+}
+
+fn put(pk: &str, sk: &str, pad: usize) -> WriteRequest {
+    let item: HashMap<String, AttributeValue> = [
+        ("pk".to_string(), AttributeValue::S(pk.into())),
+        ("sk".to_string(), AttributeValue::S(sk.into())),
+        ("data".to_string(), AttributeValue::S("x".repeat(pad))),
+    ]
+    .into();
+    WriteRequest::builder()
+        .put_request(PutRequest::builder().set_item(Some(item)).build().unwrap())
+        .build()
+}
+
+#[tokio::test]
+async fn sdk_writes_and_reads_through_the_proxy_and_gets_dynamodb_validation_errors() {
+    let Some(urls) = common::stack("sdk_writes_and_reads_through_the_proxy") else {
+        return;
+    };
+    let proxy = common::start(&urls, |_| {}).await;
+    let c = Client::new(&common::sdk_config(&proxy.url).await);
+    let table = common::unique("limits-it");
+    create_table(&c, &table, 1000).await;
+
+    // 25 items pass and land in the emulator.
+    let batch: Vec<_> = (0..25).map(|i| put("p", &format!("s{i}"), 10)).collect();
+    let out = c
+        .batch_write_item()
+        .request_items(&table, batch)
+        .send()
+        .await
+        .expect("25-item batch");
+    assert!(out.unprocessed_items().is_none_or(HashMap::is_empty));
+    let q = c
+        .query()
+        .table_name(&table)
+        .key_condition_expression("pk = :p")
+        .expression_attribute_values(":p", AttributeValue::S("p".into()))
+        .send()
+        .await
+        .expect("query");
+    assert_eq!(q.count(), 25);
+
+    // 26 items: rejected whole, with DynamoDB's message.
+    let batch: Vec<_> = (0..26).map(|i| put("q", &format!("s{i}"), 10)).collect();
+    let err = c
+        .batch_write_item()
+        .request_items(&table, batch)
+        .send()
+        .await
+        .expect_err("26 items");
+    let e = err.into_service_error();
+    assert_eq!(e.code(), Some("ValidationException"));
+    assert_eq!(
+        e.message(),
+        Some("Too many items requested for the BatchWriteItem call")
+    );
+
+    // The same key twice.
+    let batch = vec![put("d", "same", 1), put("d", "same", 2)];
+    let e = c
+        .batch_write_item()
+        .request_items(&table, batch)
+        .send()
+        .await
+        .expect_err("dup")
+        .into_service_error();
+    assert_eq!(e.code(), Some("ValidationException"));
+    assert_eq!(
+        e.message(),
+        Some("Provided list of item keys contains duplicates")
+    );
+
+    // An item over 400 KB.
+    let batch = vec![put("big", "1", 400 * 1024)];
+    let e = c
+        .batch_write_item()
+        .request_items(&table, batch)
+        .send()
+        .await
+        .expect_err("big")
+        .into_service_error();
+    assert_eq!(
+        e.message(),
+        Some("Item size has exceeded the maximum allowed size")
+    );
+
+    // Nothing of the rejected calls reached the table.
+    let q = c
+        .query()
+        .table_name(&table)
+        .key_condition_expression("pk = :p")
+        .expression_attribute_values(":p", AttributeValue::S("q".into()))
+        .send()
+        .await
+        .expect("query");
+    assert_eq!(q.count(), 0);
+    let stats = proxy.proxy.stats();
+    assert_eq!(stats.dynamodb.counters.requests_rejected, 3);
+    assert_eq!(stats.dynamodb.tables[&table].stats.accepted_items, 25);
+}
+
+#[tokio::test]
+async fn throttles_with_unprocessed_items_then_the_exception_and_sink_counts_exactly() {
+    let Some(urls) = common::stack("throttles_with_unprocessed_items") else {
+        return;
+    };
+    let proxy = common::start(&urls, |c| c.sink = true).await;
+    let c = Client::new(&common::sdk_config(&proxy.url).await);
+    let table = common::unique("limits-sink");
+    // 50 WCU: one second of credit is 50 one-KB-or-less items.
+    create_table(&c, &table, 50).await;
+
+    let mut accepted = 0u64;
+    let mut partial = 0;
+    let mut throttled = 0;
+    let mut i = 0;
+    // Offer 25-item batches back to back until both outcomes were seen.
+    while (partial == 0 || throttled == 0) && i < 2000 {
+        let batch: Vec<_> = (0..25)
+            .map(|j| put(&format!("k{i}"), &format!("{j}"), 100))
+            .collect();
+        i += 1;
+        match c
+            .batch_write_item()
+            .request_items(&table, batch)
+            .send()
+            .await
+        {
+            Ok(out) => {
+                let left = out
+                    .unprocessed_items()
+                    .and_then(|m| m.get(&table))
+                    .map_or(0, Vec::len);
+                if left > 0 {
+                    partial += 1;
+                }
+                accepted += 25 - left as u64;
+            }
+            Err(err) => {
+                let e = err.into_service_error();
+                assert_eq!(
+                    e.code(),
+                    Some("ProvisionedThroughputExceededException"),
+                    "{e:?}"
+                );
+                throttled += 1;
+            }
+        }
+    }
+    assert!(
+        partial > 0 && throttled > 0,
+        "partial {partial}, throttled {throttled}"
+    );
+    let s = proxy.proxy.stats();
+    assert!(s.sink_mode);
+    assert_eq!(s.dynamodb.counters.items_accepted, accepted);
+    assert_eq!(
+        s.dynamodb.sink[&table].items, accepted,
+        "every accepted key recorded once"
+    );
+    assert_eq!(s.dynamodb.sink[&table].puts, accepted);
+    assert_eq!(s.dynamodb.counters.requests_throttled, throttled);
+    // Sink mode forwards nothing: the emulator's table stays empty.
+    let scan = c.scan().table_name(&table).send().await.expect("scan");
+    assert_eq!(scan.count(), 0);
+}
+
+#[tokio::test]
+async fn boto3_works_through_the_proxy_unchanged() {
+    let Some(urls) = common::stack("boto3_works_through_the_proxy_unchanged") else {
+        return;
+    };
+    let python = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../localstack/.cache/venv/bin/python"
+    );
+    assert!(
+        std::path::Path::new(python).exists(),
+        "TIDEMARK_IT=1 needs moto's venv with boto3 at {python}"
+    );
+    let proxy = common::start(&urls, |_| {}).await;
+    let c = Client::new(&common::sdk_config(&proxy.url).await);
+    let table = common::unique("limits-boto3");
+    create_table(&c, &table, 1000).await;
+    let script = format!(
+        r#"
+import boto3
+t = boto3.resource("dynamodb", endpoint_url="{url}", region_name="us-east-1",
+                   aws_access_key_id="test", aws_secret_access_key="test").Table("{table}")
+with t.batch_writer() as b:
+    for i in range(60):
+        b.put_item(Item={{"pk": "b", "sk": str(i), "v": i}})
+print(t.query(KeyConditionExpression=boto3.dynamodb.conditions.Key("pk").eq("b"))["Count"])
+"#,
+        url = proxy.url
+    );
+    let url = proxy.url.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python)
+            .arg("-c")
+            .arg(script)
+            .env("AWS_ENDPOINT_URL_DYNAMODB", url)
+            .output()
+            .expect("run python")
+    })
+    .await
+    .expect("join");
+    assert!(
+        out.status.success(),
+        "boto3 failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "60");
+    assert_eq!(
+        proxy.proxy.stats().dynamodb.tables[&table]
+            .stats
+            .accepted_items,
+        60
+    );
+}
+
+#[tokio::test]
+async fn injected_faults_reach_the_sdk_as_server_errors_and_dropped_connections() {
+    let Some(urls) = common::stack("injected_faults_reach_the_sdk") else {
+        return;
+    };
+    let proxy = common::start(&urls, |c| {
+        c.faults.fault_dynamodb_errors = 1.0;
+        c.faults.fault_seed = Some(1);
+    })
+    .await;
+    let c = Client::new(&common::sdk_config(&proxy.url).await);
+    let err = c.list_tables().send().await.expect_err("injected 5xx");
+    let status = err.raw_response().map(|r| r.status().as_u16());
+    assert!(matches!(status, Some(500 | 503)), "{err:?}");
+    assert_eq!(proxy.proxy.stats().faults.errors_injected, 1);
+
+    let proxy = common::start(&urls, |c| c.faults.fault_drop = 1.0).await;
+    let c = Client::new(&common::sdk_config(&proxy.url).await);
+    let err = c
+        .list_tables()
+        .send()
+        .await
+        .expect_err("dropped connection");
+    // No HTTP response at all: a dispatch/IO failure, not a service error.
+    assert!(err.raw_response().is_none(), "{err:?}");
+    assert_eq!(proxy.proxy.stats().faults.connections_dropped, 1);
+}

@@ -1,0 +1,847 @@
+//! Events: the entity id, timestamp, event id and payload of one JSON record.
+//!
+//! The record is parsed once, keeping every value as its raw JSON text
+//! ([`serde_json::value::RawValue`]); only the configured fields are decoded.
+//! Payload numbers therefore reach DynamoDB with exactly the digits the
+//! producer wrote, which an `f64` round trip cannot promise past 17 digits.
+
+use std::fmt;
+
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use serde_json::value::RawValue;
+use thiserror::Error;
+
+use crate::origin::Origin;
+use crate::reason::Reason;
+use crate::timefmt;
+
+/// How the timestamp field is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimestampFormat {
+    /// RFC 3339 strings; numbers (or numeric strings) of magnitude below 1e11
+    /// are epoch seconds, larger ones epoch milliseconds. 1e11 seconds is the
+    /// year 5138 and 1e11 ms is March 1973, so the guess is only wrong for
+    /// millisecond timestamps before 1973.
+    #[default]
+    Auto,
+    /// RFC 3339 / ISO 8601 with an offset (`Z` or `+hh:mm`), any precision.
+    Rfc3339,
+    /// Seconds since the Unix epoch, integer or decimal.
+    EpochSeconds,
+    /// Milliseconds since the Unix epoch, integer or decimal.
+    EpochMillis,
+}
+
+/// Which record fields hold the event's identity and time.
+///
+/// A field name containing dots is a path into nested objects
+/// (`meta.device.id`), unless the record has a top-level field with exactly
+/// that name, which wins.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventConfig {
+    /// Field holding the entity id (device, sensor, user): a non-empty string,
+    /// or a number (kept as its text). Default `deviceId` (seed 004).
+    #[serde(default = "default_entity_field")]
+    pub entity_field: String,
+    /// Field holding the event time. Default `timestamp` (seed 004).
+    #[serde(default = "default_timestamp_field")]
+    pub timestamp_field: String,
+    /// Field holding a producer-assigned event id (string or number). When it
+    /// is absent, null or empty in a record, or this option is unset or set to
+    /// `""`, the id is derived from the record's source position instead.
+    /// Default `eventId`.
+    #[serde(default = "default_event_id_field")]
+    pub event_id_field: Option<String>,
+    /// How the timestamp is written. Default `auto`.
+    #[serde(default)]
+    pub timestamp_format: TimestampFormat,
+}
+
+fn default_entity_field() -> String {
+    "deviceId".to_owned()
+}
+
+fn default_timestamp_field() -> String {
+    "timestamp".to_owned()
+}
+
+#[allow(clippy::unnecessary_wraps)] // serde's default= needs the field's type
+fn default_event_id_field() -> Option<String> {
+    Some("eventId".to_owned())
+}
+
+impl Default for EventConfig {
+    fn default() -> Self {
+        EventConfig {
+            entity_field: default_entity_field(),
+            timestamp_field: default_timestamp_field(),
+            event_id_field: default_event_id_field(),
+            timestamp_format: TimestampFormat::Auto,
+        }
+    }
+}
+
+/// One event, normalized.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    /// The entity the event belongs to.
+    pub entity_id: String,
+    /// Event time, UTC, milliseconds since the Unix epoch (sub-milliseconds
+    /// truncated toward the past).
+    pub timestamp_ms: i64,
+    /// The producer's event id, or one derived from the source position.
+    pub event_id: String,
+    /// Every field except the three above. Numbers beyond `f64` precision lose
+    /// digits here; [`crate::route::Router`] keeps them exact.
+    pub payload: serde_json::Map<String, Value>,
+}
+
+/// Why a record is not a valid event. Every variant names the field.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum EventError {
+    /// The bytes are not UTF-8 JSON.
+    #[error("record is not valid JSON: {0}")]
+    InvalidJson(String),
+    /// The record is JSON but not an object.
+    #[error("record is a JSON {0}, expected an object")]
+    NotAnObject(&'static str),
+    /// A required field is absent (or a path crosses a non-object).
+    #[error("field `{field}` is missing")]
+    Missing {
+        /// The configured field name or path.
+        field: String,
+    },
+    /// A field has the wrong JSON type.
+    #[error("field `{field}` is a JSON {found}, expected {expected}")]
+    WrongType {
+        /// The configured field name or path.
+        field: String,
+        /// What the field must be.
+        expected: &'static str,
+        /// What it is.
+        found: &'static str,
+    },
+    /// The entity id is the empty string.
+    #[error("field `{field}` (entity id) is empty")]
+    EmptyEntityId {
+        /// The configured field name or path.
+        field: String,
+    },
+    /// The timestamp cannot be read, or is outside 1900-01-01..9999-01-01.
+    #[error("field `{field}` has an unusable timestamp {value:?}: {why}")]
+    BadTimestamp {
+        /// The configured field name or path.
+        field: String,
+        /// The raw value, shortened to 64 bytes.
+        value: String,
+        /// What is wrong with it.
+        why: String,
+    },
+}
+
+impl EventError {
+    /// The dead-letter reason for this error.
+    pub fn reason(&self) -> Reason {
+        match self {
+            EventError::InvalidJson(_) | EventError::NotAnObject(_) => Reason::InvalidJson,
+            EventError::Missing { .. } => Reason::MissingField,
+            EventError::WrongType { .. } | EventError::EmptyEntityId { .. } => Reason::InvalidField,
+            EventError::BadTimestamp { .. } => Reason::BadTimestamp,
+        }
+    }
+}
+
+/// The configuration cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("invalid event config: `{field}` {problem}")]
+pub struct EventConfigError {
+    /// The offending config key.
+    pub field: &'static str,
+    /// What is wrong and how to fix it.
+    pub problem: String,
+}
+
+/// A configured field: its full name and, if dotted, its path segments.
+#[derive(Debug, Clone)]
+struct FieldPath {
+    name: String,
+    parts: Vec<String>,
+}
+
+impl FieldPath {
+    fn new(key: &'static str, name: &str) -> Result<FieldPath, EventConfigError> {
+        let parts: Vec<String> = name.split('.').map(str::to_owned).collect();
+        if name.is_empty() || (parts.len() > 1 && parts.iter().any(String::is_empty)) {
+            return Err(EventConfigError {
+                field: key,
+                problem: format!("is {name:?}: give a field name, or a dotted path like `meta.id`"),
+            });
+        }
+        Ok(FieldPath {
+            name: name.to_owned(),
+            parts,
+        })
+    }
+}
+
+/// A JSON value kept as text, or an object opened up because a configured
+/// field was taken out of it.
+#[derive(Debug, Clone)]
+pub(crate) enum Node<'a> {
+    /// Untouched JSON text.
+    Raw(&'a RawValue),
+    /// An object, member by member, in record order.
+    Object(Vec<(String, Node<'a>)>),
+}
+
+/// An object's members with their values left as raw text.
+pub(crate) struct RawObject<'a>(pub Vec<(String, Node<'a>)>);
+
+impl<'de> Deserialize<'de> for RawObject<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawObject<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut members = Vec::with_capacity(map.size_hint().unwrap_or(8));
+                while let Some((k, v)) = map.next_entry::<String, &'de RawValue>()? {
+                    members.push((k, Node::Raw(v)));
+                }
+                Ok(RawObject(members))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// The JSON type of a raw value, from its first byte.
+pub(crate) fn json_kind(raw: &RawValue) -> &'static str {
+    match raw.get().trim_start().as_bytes().first() {
+        Some(b'{') => "object",
+        Some(b'[') => "array",
+        Some(b'"') => "string",
+        Some(b't' | b'f') => "boolean",
+        Some(b'n') => "null",
+        _ => "number",
+    }
+}
+
+/// The kind of a top-level JSON document, for the not-an-object error.
+fn document_kind(data: &[u8]) -> &'static str {
+    match data.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'[') => "array",
+        Some(b'"') => "string",
+        Some(b't' | b'f') => "boolean",
+        Some(b'n') => "null",
+        _ => "number",
+    }
+}
+
+pub(crate) fn open_object(raw: &RawValue) -> Result<Vec<(String, Node<'_>)>, serde_json::Error> {
+    serde_json::from_str::<RawObject<'_>>(raw.get()).map(|o| o.0)
+}
+
+/// An event whose payload is still raw JSON text: what the router builds
+/// items from.
+#[derive(Debug)]
+pub(crate) struct RawEvent<'a> {
+    pub entity_id: String,
+    pub timestamp_ms: i64,
+    pub event_id: String,
+    pub payload: Vec<(String, Node<'a>)>,
+}
+
+/// Extracts events from records according to an [`EventConfig`].
+#[derive(Debug, Clone)]
+pub struct Extractor {
+    entity: FieldPath,
+    timestamp: FieldPath,
+    event_id: Option<FieldPath>,
+    format: TimestampFormat,
+}
+
+impl Extractor {
+    /// Checks the configuration once, so extraction cannot fail on it.
+    pub fn new(config: EventConfig) -> Result<Extractor, EventConfigError> {
+        let entity = FieldPath::new("entity_field", &config.entity_field)?;
+        let timestamp = FieldPath::new("timestamp_field", &config.timestamp_field)?;
+        let event_id = match config.event_id_field.as_deref() {
+            None | Some("") => None,
+            Some(name) => Some(FieldPath::new("event_id_field", name)?),
+        };
+        let names = [
+            Some(&entity.name),
+            Some(&timestamp.name),
+            event_id.as_ref().map(|p| &p.name),
+        ];
+        for (i, a) in names.iter().enumerate() {
+            for b in &names[i + 1..] {
+                if let (Some(a), Some(b)) = (a, b)
+                    && a == b
+                {
+                    return Err(EventConfigError {
+                        field: "event",
+                        problem: format!("uses field {a:?} for two roles: give each its own field"),
+                    });
+                }
+            }
+        }
+        Ok(Extractor {
+            entity,
+            timestamp,
+            event_id,
+            format: config.timestamp_format,
+        })
+    }
+
+    /// Extracts the event of one record; `origin` supplies the event id when
+    /// the record has none.
+    pub fn extract(&self, data: &[u8], origin: &Origin) -> Result<Event, EventError> {
+        let raw = self.extract_raw(data, origin)?;
+        let mut payload = serde_json::Map::with_capacity(raw.payload.len());
+        for (k, node) in raw.payload {
+            payload.insert(k, node_to_value(&node)?);
+        }
+        Ok(Event {
+            entity_id: raw.entity_id,
+            timestamp_ms: raw.timestamp_ms,
+            event_id: raw.event_id,
+            payload,
+        })
+    }
+
+    pub(crate) fn extract_raw<'a>(
+        &self,
+        data: &'a [u8],
+        origin: &Origin,
+    ) -> Result<RawEvent<'a>, EventError> {
+        let mut members = match serde_json::from_slice::<RawObject<'a>>(data) {
+            Ok(o) => o.0,
+            Err(e) if e.classify() == serde_json::error::Category::Data => {
+                return Err(EventError::NotAnObject(document_kind(data)));
+            }
+            Err(e) => return Err(EventError::InvalidJson(e.to_string())),
+        };
+
+        let entity_raw = take(&mut members, &self.entity)?.ok_or_else(|| EventError::Missing {
+            field: self.entity.name.clone(),
+        })?;
+        let entity_id = scalar_text(&entity_raw, &self.entity.name, "a string or a number")?;
+        if entity_id.is_empty() {
+            return Err(EventError::EmptyEntityId {
+                field: self.entity.name.clone(),
+            });
+        }
+
+        let ts_raw = take(&mut members, &self.timestamp)?.ok_or_else(|| EventError::Missing {
+            field: self.timestamp.name.clone(),
+        })?;
+        let timestamp_ms = parse_timestamp(&ts_raw, &self.timestamp.name, self.format)?;
+
+        let mut event_id = None;
+        if let Some(path) = &self.event_id
+            && let Some(node) = take(&mut members, path)?
+        {
+            // null and "" count as absent: the id is derived instead.
+            let is_null = matches!(&node, Node::Raw(r) if json_kind(r) == "null");
+            if !is_null {
+                let id = scalar_text(&node, &path.name, "a string or a number")?;
+                if !id.is_empty() {
+                    event_id = Some(id);
+                }
+            }
+        }
+        let event_id = event_id.unwrap_or_else(|| origin.derived_event_id());
+
+        Ok(RawEvent {
+            entity_id,
+            timestamp_ms,
+            event_id,
+            payload: members,
+        })
+    }
+}
+
+/// Removes and returns the value at `path`; `Ok(None)` when absent.
+fn take<'a>(
+    members: &mut Vec<(String, Node<'a>)>,
+    path: &FieldPath,
+) -> Result<Option<Node<'a>>, EventError> {
+    // A literal top-level key wins over the dotted interpretation.
+    if let Some(found) = remove_member(members, &path.name) {
+        return Ok(Some(found));
+    }
+    if path.parts.len() < 2 {
+        return Ok(None);
+    }
+    take_path(members, &path.parts)
+}
+
+fn take_path<'a>(
+    members: &mut Vec<(String, Node<'a>)>,
+    parts: &[String],
+) -> Result<Option<Node<'a>>, EventError> {
+    let Some((first, rest)) = parts.split_first() else {
+        return Ok(None);
+    };
+    if rest.is_empty() {
+        return Ok(remove_member(members, first));
+    }
+    let Some(idx) = members.iter().rposition(|(k, _)| k == first) else {
+        return Ok(None);
+    };
+    let node = &mut members[idx].1;
+    if let Node::Raw(raw) = node {
+        if json_kind(raw) != "object" {
+            return Ok(None);
+        }
+        let opened = open_object(raw).map_err(|e| EventError::InvalidJson(e.to_string()))?;
+        *node = Node::Object(opened);
+    }
+    match node {
+        Node::Object(inner) => take_path(inner, rest),
+        Node::Raw(_) => Ok(None),
+    }
+}
+
+/// Removes a member; with duplicate keys the last one counts (as in
+/// serde_json's own maps) and the earlier ones are dropped with it.
+fn remove_member<'a>(members: &mut Vec<(String, Node<'a>)>, name: &str) -> Option<Node<'a>> {
+    let idx = members.iter().rposition(|(k, _)| k == name)?;
+    let (_, node) = members.remove(idx);
+    members.retain(|(k, _)| k != name);
+    Some(node)
+}
+
+fn node_kind(node: &Node<'_>) -> &'static str {
+    match node {
+        Node::Raw(r) => json_kind(r),
+        Node::Object(_) => "object",
+    }
+}
+
+/// A string's contents, or a number's text.
+fn scalar_text(node: &Node<'_>, field: &str, expected: &'static str) -> Result<String, EventError> {
+    let wrong = || EventError::WrongType {
+        field: field.to_owned(),
+        expected,
+        found: node_kind(node),
+    };
+    let Node::Raw(raw) = node else {
+        return Err(wrong());
+    };
+    match json_kind(raw) {
+        "string" => serde_json::from_str::<String>(raw.get()).map_err(|_| wrong()),
+        "number" => Ok(raw.get().trim().to_owned()),
+        _ => Err(wrong()),
+    }
+}
+
+pub(crate) fn node_to_value(node: &Node<'_>) -> Result<Value, EventError> {
+    match node {
+        Node::Raw(raw) => {
+            serde_json::from_str(raw.get()).map_err(|e| EventError::InvalidJson(e.to_string()))
+        }
+        Node::Object(members) => {
+            let mut map = serde_json::Map::with_capacity(members.len());
+            for (k, v) in members {
+                map.insert(k.clone(), node_to_value(v)?);
+            }
+            Ok(Value::Object(map))
+        }
+    }
+}
+
+fn bad_ts(field: &str, value: &str, why: impl Into<String>) -> EventError {
+    let mut v = value.to_owned();
+    if v.len() > 64 {
+        let mut cut = 64;
+        while !v.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        v.truncate(cut);
+    }
+    EventError::BadTimestamp {
+        field: field.to_owned(),
+        value: v,
+        why: why.into(),
+    }
+}
+
+fn parse_timestamp(
+    node: &Node<'_>,
+    field: &str,
+    format: TimestampFormat,
+) -> Result<i64, EventError> {
+    let Node::Raw(raw) = node else {
+        return Err(EventError::WrongType {
+            field: field.to_owned(),
+            expected: "a timestamp string or number",
+            found: "object",
+        });
+    };
+    let kind = json_kind(raw);
+    let (text, is_string) = match kind {
+        "string" => (
+            serde_json::from_str::<String>(raw.get())
+                .map_err(|e| bad_ts(field, raw.get(), e.to_string()))?,
+            true,
+        ),
+        "number" => (raw.get().trim().to_owned(), false),
+        found => {
+            return Err(EventError::WrongType {
+                field: field.to_owned(),
+                expected: "a timestamp string or number",
+                found,
+            });
+        }
+    };
+    let looks_numeric = text
+        .bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_digit() || b == b'-' || b == b'+')
+        && !text.contains(':');
+    let ms = match format {
+        TimestampFormat::Rfc3339 => {
+            if !is_string {
+                return Err(EventError::WrongType {
+                    field: field.to_owned(),
+                    expected: "an RFC 3339 string",
+                    found: "number",
+                });
+            }
+            parse_rfc3339(&text).map_err(|why| bad_ts(field, &text, why))?
+        }
+        TimestampFormat::Auto if is_string && !looks_numeric => {
+            parse_rfc3339(&text).map_err(|why| bad_ts(field, &text, why))?
+        }
+        TimestampFormat::Auto => {
+            let whole = scaled_floor(&text, 0).map_err(|why| bad_ts(field, &text, why))?;
+            let exp = if whole.unsigned_abs() >= 100_000_000_000 {
+                0
+            } else {
+                3
+            };
+            scaled_floor(&text, exp).map_err(|why| bad_ts(field, &text, why))?
+        }
+        TimestampFormat::EpochSeconds => {
+            scaled_floor(&text, 3).map_err(|why| bad_ts(field, &text, why))?
+        }
+        TimestampFormat::EpochMillis => {
+            scaled_floor(&text, 0).map_err(|why| bad_ts(field, &text, why))?
+        }
+    };
+    let ms = i64::try_from(ms).map_err(|_| bad_ts(field, &text, "out of range"))?;
+    if !timefmt::in_range(ms) {
+        return Err(bad_ts(
+            field,
+            &text,
+            "outside the accepted range 1900-01-01 to 9999-01-01",
+        ));
+    }
+    Ok(ms)
+}
+
+fn parse_rfc3339(text: &str) -> Result<i128, String> {
+    chrono::DateTime::parse_from_rfc3339(text)
+        .map(|t| i128::from(t.timestamp_millis()))
+        .map_err(|e| format!("not RFC 3339 with a UTC offset ({e})"))
+}
+
+/// `floor(value * 10^exp)` of a decimal number's text, computed exactly (no
+/// float rounding, so `1700000000.123` seconds is exactly ...123 ms).
+fn scaled_floor(text: &str, exp: i32) -> Result<i128, String> {
+    let not_number = || "not a decimal number".to_owned();
+    let (negative, body) = match text.as_bytes().first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
+    };
+    let (mantissa, exponent) = match body.find(['e', 'E']) {
+        Some(i) => (
+            &body[..i],
+            body[i + 1..].parse::<i32>().map_err(|_| not_number())?,
+        ),
+        None => (body, 0),
+    };
+    let (int_part, frac_part) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    if (int_part.is_empty() && frac_part.is_empty())
+        || !int_part
+            .bytes()
+            .chain(frac_part.bytes())
+            .all(|b| b.is_ascii_digit())
+    {
+        return Err(not_number());
+    }
+    // value = digits * 10^(exponent - frac_len)
+    let digits = format!("{int_part}{frac_part}");
+    let digits = digits.trim_start_matches('0');
+    let frac_len = i32::try_from(frac_part.len()).map_err(|_| not_number())?;
+    let mut e = exponent
+        .checked_sub(frac_len)
+        .and_then(|v| v.checked_add(exp))
+        .ok_or("exponent out of range")?;
+    if digits.is_empty() {
+        return Ok(0);
+    }
+    // Only digits that survive the scaling matter; dropping the rest early
+    // keeps the arithmetic inside i128 for any realistic precision.
+    let keep = if e < 0 {
+        let drop = usize::try_from(-i64::from(e)).unwrap_or(usize::MAX);
+        if drop >= digits.len() {
+            // |value| < 1 after scaling: floor is 0, or -1 for negatives.
+            return Ok(if negative { -1 } else { 0 });
+        }
+        let cut = digits.len() - drop;
+        let remainder_nonzero = digits[cut..].bytes().any(|b| b != b'0');
+        e = 0;
+        (&digits[..cut], remainder_nonzero)
+    } else {
+        (digits, false)
+    };
+    let (kept, remainder_nonzero) = keep;
+    if kept.len() > 36 {
+        return Err("out of range".to_owned());
+    }
+    let mut v: i128 = kept.parse().map_err(|_| not_number())?;
+    for _ in 0..e {
+        v = v.checked_mul(10).ok_or("out of range")?;
+    }
+    if negative {
+        v = -v;
+        if remainder_nonzero {
+            v -= 1;
+        }
+    }
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn origin() -> Origin {
+        Origin::Kinesis {
+            stream: "s".into(),
+            shard_id: "shardId-000000000007".into(),
+            sequence_number: "4959".into(),
+            sub_sequence_number: 2,
+        }
+    }
+
+    fn ex(cfg: EventConfig) -> Extractor {
+        Extractor::new(cfg).unwrap()
+    }
+
+    #[test]
+    fn extracts_fields_and_keeps_the_rest_as_payload() {
+        let e = ex(EventConfig::default())
+            .extract(
+                br#"{"deviceId":"d1","timestamp":"2026-11-22T06:30:00.123456+01:00","eventId":"e9","t":21.5,"nested":{"a":[1,true,null]}}"#,
+                &origin(),
+            )
+            .unwrap();
+        assert_eq!(e.entity_id, "d1");
+        assert_eq!(
+            timefmt::iso_millis(e.timestamp_ms),
+            "2026-11-22T05:30:00.123Z"
+        );
+        assert_eq!(e.event_id, "e9");
+        assert_eq!(e.payload.len(), 2);
+        assert_eq!(e.payload["t"], serde_json::json!(21.5));
+        assert_eq!(e.payload["nested"]["a"][1], serde_json::json!(true));
+    }
+
+    #[test]
+    fn missing_event_id_is_derived_from_origin() {
+        let e = ex(EventConfig::default())
+            .extract(br#"{"deviceId":"d","timestamp":0}"#, &origin())
+            .unwrap();
+        assert_eq!(e.event_id, origin().derived_event_id());
+        let e2 = ex(EventConfig::default())
+            .extract(
+                br#"{"deviceId":"d","timestamp":0,"eventId":null}"#,
+                &origin(),
+            )
+            .unwrap();
+        assert_eq!(e2.event_id, e.event_id);
+        let disabled = EventConfig {
+            event_id_field: Some(String::new()),
+            ..EventConfig::default()
+        };
+        let e3 = ex(disabled)
+            .extract(
+                br#"{"deviceId":"d","timestamp":0,"eventId":"x"}"#,
+                &origin(),
+            )
+            .unwrap();
+        assert_eq!(e3.event_id, e.event_id);
+        // With the field disabled, eventId stays in the payload.
+        assert_eq!(e3.payload["eventId"], serde_json::json!("x"));
+    }
+
+    #[test]
+    fn dotted_paths_reach_into_objects_and_remove_only_the_leaf() {
+        let cfg = EventConfig {
+            entity_field: "meta.device.id".into(),
+            timestamp_field: "meta.ts".into(),
+            ..EventConfig::default()
+        };
+        let e = ex(cfg)
+            .extract(
+                br#"{"meta":{"device":{"id":42,"kind":"x"},"ts":1763790000},"v":1}"#,
+                &origin(),
+            )
+            .unwrap();
+        assert_eq!(e.entity_id, "42");
+        assert_eq!(e.timestamp_ms, 1_763_790_000_000);
+        assert_eq!(
+            e.payload["meta"],
+            serde_json::json!({"device":{"kind":"x"}})
+        );
+    }
+
+    #[test]
+    fn literal_dotted_key_wins_over_path() {
+        let cfg = EventConfig {
+            entity_field: "a.b".into(),
+            ..EventConfig::default()
+        };
+        let e = ex(cfg)
+            .extract(
+                br#"{"a.b":"lit","a":{"b":"nested"},"timestamp":0}"#,
+                &origin(),
+            )
+            .unwrap();
+        assert_eq!(e.entity_id, "lit");
+    }
+
+    #[test]
+    fn errors_name_the_field_and_map_to_reasons() {
+        let x = ex(EventConfig::default());
+        let cases: [(&[u8], Reason, &str); 9] = [
+            (b"{not json", Reason::InvalidJson, "not valid JSON"),
+            (b"[1,2]", Reason::InvalidJson, "array"),
+            (br#"{"timestamp":0}"#, Reason::MissingField, "`deviceId`"),
+            (br#"{"deviceId":"d"}"#, Reason::MissingField, "`timestamp`"),
+            (
+                br#"{"deviceId":true,"timestamp":0}"#,
+                Reason::InvalidField,
+                "boolean",
+            ),
+            (
+                br#"{"deviceId":"","timestamp":0}"#,
+                Reason::InvalidField,
+                "empty",
+            ),
+            (
+                br#"{"deviceId":"d","timestamp":"yesterday"}"#,
+                Reason::BadTimestamp,
+                "RFC 3339",
+            ),
+            (
+                br#"{"deviceId":"d","timestamp":"2026-11-22T05:00:00"}"#,
+                Reason::BadTimestamp,
+                "`timestamp`",
+            ),
+            (
+                br#"{"deviceId":"d","timestamp":1e300}"#,
+                Reason::BadTimestamp,
+                "range",
+            ),
+        ];
+        for (data, reason, needle) in cases {
+            let err = x.extract(data, &origin()).unwrap_err();
+            assert_eq!(err.reason(), reason, "{err}");
+            assert!(err.to_string().contains(needle), "{err} lacks {needle}");
+        }
+        let err = x
+            .extract(br#"{"deviceId":"d","timestamp":[1]}"#, &origin())
+            .unwrap_err();
+        assert_eq!(err.reason(), Reason::InvalidField);
+    }
+
+    #[test]
+    fn timestamp_formats() {
+        let at = |fmt: TimestampFormat, v: &str| {
+            let cfg = EventConfig {
+                timestamp_format: fmt,
+                ..EventConfig::default()
+            };
+            let data = format!(r#"{{"deviceId":"d","timestamp":{v}}}"#);
+            ex(cfg)
+                .extract(data.as_bytes(), &origin())
+                .map(|e| e.timestamp_ms)
+        };
+        use TimestampFormat::*;
+        assert_eq!(at(Auto, "1763790000").unwrap(), 1_763_790_000_000);
+        assert_eq!(at(Auto, "1763790000123").unwrap(), 1_763_790_000_123);
+        assert_eq!(at(Auto, "1763790000.1239").unwrap(), 1_763_790_000_123);
+        assert_eq!(at(Auto, r#""1763790000""#).unwrap(), 1_763_790_000_000);
+        assert_eq!(at(Auto, "1.76379e9").unwrap(), 1_763_790_000_000);
+        assert_eq!(at(Auto, "-1.5").unwrap(), -1_500);
+        assert_eq!(at(EpochSeconds, "-0.0005").unwrap(), -1);
+        assert_eq!(at(EpochSeconds, "12").unwrap(), 12_000);
+        assert_eq!(at(EpochMillis, "12").unwrap(), 12);
+        assert_eq!(at(EpochMillis, "12.9").unwrap(), 12);
+        assert_eq!(at(Rfc3339, r#""1970-01-01T00:00:00.0009Z""#).unwrap(), 0);
+        assert_eq!(
+            at(Rfc3339, "12").unwrap_err().reason(),
+            Reason::InvalidField
+        );
+        assert_eq!(
+            at(EpochMillis, r#""12x""#).unwrap_err().reason(),
+            Reason::BadTimestamp
+        );
+        assert_eq!(
+            at(Auto, r#""1899-12-31T23:59:59.999Z""#)
+                .unwrap_err()
+                .reason(),
+            Reason::BadTimestamp
+        );
+    }
+
+    #[test]
+    fn config_rejects_bad_names_and_unknown_keys() {
+        let bad = EventConfig {
+            entity_field: "a..b".into(),
+            ..EventConfig::default()
+        };
+        assert_eq!(Extractor::new(bad).unwrap_err().field, "entity_field");
+        let dup = EventConfig {
+            timestamp_field: "deviceId".into(),
+            ..EventConfig::default()
+        };
+        assert!(Extractor::new(dup).is_err());
+        let parsed: Result<EventConfig, _> = toml::from_str("entity_feld = \"x\"");
+        assert!(parsed.is_err());
+        let parsed: EventConfig =
+            toml::from_str("entity_field = \"sensor\"\ntimestamp_format = \"epoch_millis\"")
+                .unwrap();
+        assert_eq!(parsed.entity_field, "sensor");
+        assert_eq!(parsed.event_id_field.as_deref(), Some("eventId"));
+        assert_eq!(parsed.timestamp_format, TimestampFormat::EpochMillis);
+    }
+
+    #[test]
+    fn scaled_floor_is_exact() {
+        assert_eq!(scaled_floor("0.001", 3).unwrap(), 1);
+        assert_eq!(scaled_floor("0.0009", 3).unwrap(), 0);
+        assert_eq!(scaled_floor("-0.0009", 3).unwrap(), -1);
+        assert_eq!(
+            scaled_floor("1700000000.123", 3).unwrap(),
+            1_700_000_000_123
+        );
+        assert_eq!(scaled_floor("17E2", 0).unwrap(), 1_700);
+        assert_eq!(scaled_floor("000", 0).unwrap(), 0);
+        assert!(scaled_floor("1.2.3", 0).is_err());
+        assert!(scaled_floor(".", 0).is_err());
+    }
+}

@@ -1,0 +1,826 @@
+//! Routing: record bytes to (table, key, item), or a dead-letter reason.
+//!
+//! This is the per-event hot path. The record is parsed once; payload values
+//! are converted straight from their JSON text to DynamoDB types, so numbers
+//! keep their exact digits.
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use thiserror::Error;
+
+use crate::event::{self, EventConfig, EventConfigError, EventError, Extractor, Node};
+use crate::key::ItemKey;
+use crate::origin::Origin;
+use crate::period::{self, Lifecycle, Period, TableNaming};
+use crate::reason::Reason;
+use crate::size::{self, Item};
+use crate::strategy::{
+    KeyAttributes, KeyStrategy, MAX_PARTITION_KEY_BYTES, MAX_SORT_KEY_BYTES, StrategyError,
+};
+use crate::timefmt;
+
+/// Names of the non-key attributes every item carries.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ItemAttributes {
+    /// Entity id (S). Default `entity_id`.
+    #[serde(default = "default_entity_attr")]
+    pub entity: String,
+    /// Event id (S). Default `event_id`.
+    #[serde(default = "default_event_id_attr")]
+    pub event_id: String,
+    /// Event time as `YYYY-MM-DDTHH:MM:SS.mmmZ` (S). Default `ts`.
+    #[serde(default = "default_ts_attr")]
+    pub timestamp: String,
+    /// Event time in epoch milliseconds (N). Default `ts_ms`.
+    #[serde(default = "default_ts_ms_attr")]
+    pub timestamp_ms: String,
+}
+
+fn default_entity_attr() -> String {
+    "entity_id".to_owned()
+}
+fn default_event_id_attr() -> String {
+    "event_id".to_owned()
+}
+fn default_ts_attr() -> String {
+    "ts".to_owned()
+}
+fn default_ts_ms_attr() -> String {
+    "ts_ms".to_owned()
+}
+
+impl Default for ItemAttributes {
+    fn default() -> Self {
+        ItemAttributes {
+            entity: default_entity_attr(),
+            event_id: default_event_id_attr(),
+            timestamp: default_ts_attr(),
+            timestamp_ms: default_ts_ms_attr(),
+        }
+    }
+}
+
+const fn default_future_skew() -> Duration {
+    Duration::from_secs(5 * 60)
+}
+
+/// Everything needed to route an event. In TOML the key strategy is a table:
+/// `[key]` with `strategy = "time_bucket"`, `shards = 10`, `bucket = "hour"`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouterConfig {
+    /// Which record fields are the entity id, timestamp and event id.
+    #[serde(default)]
+    pub event: EventConfig,
+    /// Key strategy. Default `entity`.
+    #[serde(default)]
+    pub key: KeyStrategy,
+    /// Key attribute names. Default `pk` / `sk`.
+    #[serde(default)]
+    pub key_attributes: KeyAttributes,
+    /// Names of the entity, event id and timestamp attributes.
+    #[serde(default)]
+    pub attributes: ItemAttributes,
+    /// Table name prefix: tables are `{table_prefix}_{period label}`.
+    pub table_prefix: String,
+    /// Period one table covers. Default `day`.
+    #[serde(default)]
+    pub period: Period,
+    /// How long data is kept: a table expires this long after its period
+    /// ends, and the TTL attribute is event time + retention. Default 30d.
+    #[serde(with = "humantime_serde", default = "period::default_retention")]
+    pub retention: Duration,
+    /// TTL attribute name (N, epoch seconds); none when unset.
+    #[serde(default)]
+    pub ttl_attribute: Option<String>,
+    /// How long after its period ends a table keeps write capacity for late
+    /// events. Default 15m. Must not exceed `retention`.
+    #[serde(with = "humantime_serde", default = "period::default_grace")]
+    pub late_arrival_grace: Duration,
+    /// How long before its period starts a table is created. Default 15m.
+    #[serde(with = "humantime_serde", default = "period::default_prebuild_ahead")]
+    pub prebuild_ahead: Duration,
+    /// Events further ahead of now than this are dead-lettered. Default 5m.
+    /// At most `prebuild_ahead`, so an accepted event's table already exists.
+    #[serde(with = "humantime_serde", default = "default_future_skew")]
+    pub max_future_skew: Duration,
+}
+
+impl RouterConfig {
+    /// A config with every default and the given prefix.
+    pub fn with_prefix(prefix: impl Into<String>) -> RouterConfig {
+        RouterConfig {
+            event: EventConfig::default(),
+            key: KeyStrategy::default(),
+            key_attributes: KeyAttributes::default(),
+            attributes: ItemAttributes::default(),
+            table_prefix: prefix.into(),
+            period: Period::default(),
+            retention: period::default_retention(),
+            ttl_attribute: None,
+            late_arrival_grace: period::default_grace(),
+            prebuild_ahead: period::default_prebuild_ahead(),
+            max_future_skew: default_future_skew(),
+        }
+    }
+
+    /// The table lifecycle these settings imply.
+    pub fn lifecycle(&self) -> Lifecycle {
+        Lifecycle {
+            prebuild_ahead: self.prebuild_ahead,
+            late_arrival_grace: self.late_arrival_grace,
+            retention: self.retention,
+        }
+    }
+}
+
+/// A router configuration that cannot work; the message names the key.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ConfigError {
+    /// Field names of the event are unusable.
+    #[error(transparent)]
+    Event(#[from] EventConfigError),
+    /// The key strategy is unusable.
+    #[error(transparent)]
+    Strategy(#[from] StrategyError),
+    /// Any other setting.
+    #[error("invalid router config: `{key}` {problem}")]
+    Invalid {
+        /// The offending config key.
+        key: &'static str,
+        /// What is wrong and how to fix it.
+        problem: String,
+    },
+}
+
+/// An event that is ready to write.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Routed {
+    /// Target table.
+    pub table: String,
+    /// The item's key values (also inside `item`).
+    pub key: ItemKey,
+    /// The full item.
+    pub item: Item,
+    /// WCUs one write of the item costs.
+    pub wcu: u64,
+    /// Event time, epoch milliseconds.
+    pub timestamp_ms: i64,
+}
+
+/// Why a record cannot be routed. [`RouteError::reason`] gives the
+/// dead-letter reason; the message names the field or limit.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum RouteError {
+    /// The record is not a usable event.
+    #[error(transparent)]
+    Event(#[from] EventError),
+    /// The entity id cannot be placed in a key.
+    #[error("field `{field}` (entity id) {problem}")]
+    BadEntity {
+        /// The configured entity field.
+        field: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A payload attribute cannot be stored.
+    #[error("payload field `{field}` {problem}")]
+    BadAttribute {
+        /// Path of the attribute in the record.
+        field: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// The item exceeds DynamoDB's item size limit.
+    #[error("item is {size} bytes, over DynamoDB's {limit}-byte item limit")]
+    ItemTooLarge {
+        /// Computed item size.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The event's period is past retention.
+    #[error("event time {timestamp} falls in table {table}, expired (retention {retention_s} s)")]
+    ExpiredPeriod {
+        /// Event time, ISO.
+        timestamp: String,
+        /// The (expired) table.
+        table: String,
+        /// Configured retention, seconds.
+        retention_s: u64,
+    },
+    /// The event is too far ahead of now.
+    #[error("event time {timestamp} is more than max_future_skew ({skew_s} s) ahead of now {now}")]
+    FutureEvent {
+        /// Event time, ISO.
+        timestamp: String,
+        /// Now, ISO.
+        now: String,
+        /// Configured skew, seconds.
+        skew_s: u64,
+    },
+}
+
+impl RouteError {
+    /// The dead-letter reason.
+    pub fn reason(&self) -> Reason {
+        match self {
+            RouteError::Event(e) => e.reason(),
+            RouteError::BadEntity { .. } | RouteError::BadAttribute { .. } => Reason::InvalidField,
+            RouteError::ItemTooLarge { .. } => Reason::ItemTooLarge,
+            RouteError::ExpiredPeriod { .. } => Reason::ExpiredPeriod,
+            RouteError::FutureEvent { .. } => Reason::FutureEvent,
+        }
+    }
+}
+
+/// Routes records; build once, share freely (it is immutable).
+#[derive(Debug, Clone)]
+pub struct Router {
+    config: RouterConfig,
+    extractor: Extractor,
+    naming: TableNaming,
+    retention_ms: i64,
+    skew_ms: i64,
+}
+
+impl Router {
+    /// Validates the config; every error names the key to fix.
+    pub fn new(config: RouterConfig) -> Result<Router, ConfigError> {
+        let extractor = Extractor::new(config.event.clone())?;
+        config.key.validate()?;
+        let invalid = |key, problem: String| Err(ConfigError::Invalid { key, problem });
+        if !TableNaming::prefix_is_valid(&config.table_prefix) {
+            return invalid(
+                "table_prefix",
+                format!(
+                    "is {:?}: use 1 to 200 characters of A-Z a-z 0-9 _ . -",
+                    config.table_prefix
+                ),
+            );
+        }
+        let ka = &config.key_attributes;
+        let ia = &config.attributes;
+        let mut names: Vec<(&'static str, &str)> = vec![
+            ("key_attributes.pk", &ka.pk),
+            ("key_attributes.sk", &ka.sk),
+            ("attributes.entity", &ia.entity),
+            ("attributes.event_id", &ia.event_id),
+            ("attributes.timestamp", &ia.timestamp),
+            ("attributes.timestamp_ms", &ia.timestamp_ms),
+        ];
+        if let Some(ttl) = &config.ttl_attribute {
+            names.push(("ttl_attribute", ttl));
+        }
+        for (i, (key, name)) in names.iter().enumerate() {
+            if name.is_empty() || name.len() > 255 {
+                return invalid(
+                    key,
+                    format!("is {name:?}: attribute names are 1 to 255 bytes"),
+                );
+            }
+            if let Some((other, _)) = names[..i].iter().find(|(_, n)| n == name) {
+                return invalid(
+                    key,
+                    format!("is {name:?}, the same as `{other}`: pick distinct names"),
+                );
+            }
+        }
+        if config.retention.is_zero() {
+            return invalid(
+                "retention",
+                "is zero: give how long data is kept, e.g. \"30d\"".into(),
+            );
+        }
+        if config.late_arrival_grace > config.retention {
+            return invalid(
+                "late_arrival_grace",
+                "exceeds `retention`: late events would target an expired table".into(),
+            );
+        }
+        if config.max_future_skew > config.prebuild_ahead {
+            return invalid(
+                "max_future_skew",
+                "exceeds `prebuild_ahead`: an accepted event could target a table not built yet; raise prebuild_ahead or lower the skew".into(),
+            );
+        }
+        Ok(Router {
+            extractor,
+            naming: TableNaming {
+                prefix: config.table_prefix.clone(),
+                period: config.period,
+            },
+            retention_ms: period::duration_ms(config.retention),
+            skew_ms: period::duration_ms(config.max_future_skew),
+            config,
+        })
+    }
+
+    /// The configuration this router was built from.
+    pub fn config(&self) -> &RouterConfig {
+        &self.config
+    }
+
+    /// Table naming (prefix and period).
+    pub fn naming(&self) -> &TableNaming {
+        &self.naming
+    }
+
+    /// The event extractor.
+    pub fn extractor(&self) -> &Extractor {
+        &self.extractor
+    }
+
+    /// Routes one record, judged against `now` for expiry and future skew.
+    pub fn route(
+        &self,
+        data: &[u8],
+        origin: &Origin,
+        now: DateTime<Utc>,
+    ) -> Result<Routed, RouteError> {
+        let ev = self.extractor.extract_raw(data, origin)?;
+        let cfg = &self.config;
+        let ts = ev.timestamp_ms;
+        let now_ms = now.timestamp_millis();
+
+        if self.config.key.forbids_hash_in_entity() && ev.entity_id.contains('#') {
+            return Err(RouteError::BadEntity {
+                field: cfg.event.entity_field.clone(),
+                problem: "contains `#`, the key separator of the time_bucket strategy".into(),
+            });
+        }
+        if ts > now_ms.saturating_add(self.skew_ms) {
+            return Err(RouteError::FutureEvent {
+                timestamp: timefmt::iso_millis(ts),
+                now: timefmt::iso_millis(now_ms),
+                skew_s: cfg.max_future_skew.as_secs(),
+            });
+        }
+        let period = cfg.period.containing(ts);
+        let table = self.naming.name_of(&period);
+        if period.end_ms().saturating_add(self.retention_ms) <= now_ms {
+            return Err(RouteError::ExpiredPeriod {
+                timestamp: timefmt::iso_millis(ts),
+                table,
+                retention_s: cfg.retention.as_secs(),
+            });
+        }
+
+        let iso = timefmt::iso_millis(ts);
+        let key = cfg.key.key_with_iso(&ev.entity_id, ts, &iso, &ev.event_id);
+        if key.pk.len() > MAX_PARTITION_KEY_BYTES || key.sk.len() > MAX_SORT_KEY_BYTES {
+            return Err(RouteError::BadEntity {
+                field: cfg.event.entity_field.clone(),
+                problem: format!(
+                    "(with the event id) makes a key over DynamoDB's limits ({} / {} bytes)",
+                    MAX_PARTITION_KEY_BYTES, MAX_SORT_KEY_BYTES
+                ),
+            });
+        }
+
+        let ka = &cfg.key_attributes;
+        let ia = &cfg.attributes;
+        let mut item = Item::with_capacity(ev.payload.len() + 7);
+        item.insert(ka.pk.clone(), AttributeValue::S(key.pk.clone()));
+        item.insert(ka.sk.clone(), AttributeValue::S(key.sk.clone()));
+        item.insert(ia.entity.clone(), AttributeValue::S(ev.entity_id));
+        item.insert(ia.event_id.clone(), AttributeValue::S(ev.event_id));
+        item.insert(ia.timestamp.clone(), AttributeValue::S(iso));
+        item.insert(ia.timestamp_ms.clone(), AttributeValue::N(ts.to_string()));
+        if let Some(ttl) = &cfg.ttl_attribute {
+            let expires = ts.div_euclid(1000).saturating_add(self.retention_ms / 1000);
+            item.insert(ttl.clone(), AttributeValue::N(expires.to_string()));
+        }
+        for (name, node) in ev.payload {
+            if item.contains_key(&name) {
+                return Err(RouteError::BadAttribute {
+                    field: name,
+                    problem: "has the name of a reserved item attribute; rename it in the producer or change `attributes`".into(),
+                });
+            }
+            if name.is_empty() {
+                return Err(RouteError::BadAttribute {
+                    field: name,
+                    problem: "has an empty name, which DynamoDB rejects".into(),
+                });
+            }
+            let value = node_to_attribute(&node, &name)?;
+            item.insert(name, value);
+        }
+
+        let item_size = size::item_size(&item);
+        if item_size > size::MAX_ITEM_BYTES {
+            return Err(RouteError::ItemTooLarge {
+                size: item_size,
+                limit: size::MAX_ITEM_BYTES,
+            });
+        }
+        Ok(Routed {
+            table,
+            key,
+            wcu: size::wcu_for_size(item_size),
+            item,
+            timestamp_ms: ts,
+        })
+    }
+}
+
+fn bad(field: &str, problem: impl Into<String>) -> RouteError {
+    RouteError::BadAttribute {
+        field: field.to_owned(),
+        problem: problem.into(),
+    }
+}
+
+fn node_to_attribute(node: &Node<'_>, path: &str) -> Result<AttributeValue, RouteError> {
+    match node {
+        Node::Object(members) => object_to_attribute(members, path),
+        Node::Raw(raw) => raw_to_attribute(raw, path),
+    }
+}
+
+fn object_to_attribute(
+    members: &[(String, Node<'_>)],
+    path: &str,
+) -> Result<AttributeValue, RouteError> {
+    let mut map = std::collections::HashMap::with_capacity(members.len());
+    for (k, v) in members {
+        let child = format!("{path}.{k}");
+        if k.is_empty() {
+            return Err(bad(&child, "has an empty name, which DynamoDB rejects"));
+        }
+        // Duplicate keys: the last wins, as in serde_json.
+        map.insert(k.clone(), node_to_attribute(v, &child)?);
+    }
+    Ok(AttributeValue::M(map))
+}
+
+fn raw_to_attribute(raw: &RawValue, path: &str) -> Result<AttributeValue, RouteError> {
+    let text = raw.get().trim();
+    let parse_err = |e: serde_json::Error| bad(path, format!("cannot be read: {e}"));
+    match event::json_kind(raw) {
+        "object" => {
+            let members = event::open_object(raw).map_err(parse_err)?;
+            object_to_attribute(&members, path)
+        }
+        "array" => {
+            let elems: Vec<&RawValue> = serde_json::from_str(text).map_err(parse_err)?;
+            let mut list = Vec::with_capacity(elems.len());
+            for (i, e) in elems.iter().enumerate() {
+                list.push(raw_to_attribute(e, &format!("{path}[{i}]"))?);
+            }
+            Ok(AttributeValue::L(list))
+        }
+        "string" => Ok(AttributeValue::S(
+            serde_json::from_str(text).map_err(parse_err)?,
+        )),
+        "boolean" => Ok(AttributeValue::Bool(text == "true")),
+        "null" => Ok(AttributeValue::Null(true)),
+        _ => {
+            check_number(text).map_err(|p| bad(path, p))?;
+            Ok(AttributeValue::N(text.to_owned()))
+        }
+    }
+}
+
+/// DynamoDB numbers: at most 38 significant digits, magnitude between 1e-130
+/// and 9.99...e125 (or zero). Checked here so such an event is dead-lettered
+/// with a reason instead of failing its whole batch.
+fn check_number(text: &str) -> Result<(), String> {
+    let body = text.trim_start_matches('-');
+    let (mantissa, exp) = match body.find(['e', 'E']) {
+        Some(i) => (
+            &body[..i],
+            body[i + 1..]
+                .parse::<i64>()
+                .map_err(|_| format!("number {text} has an unusable exponent"))?,
+        ),
+        None => (body, 0),
+    };
+    let (int_part, frac_part) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let all: String = format!("{int_part}{frac_part}");
+    let lead = all.len() - all.trim_start_matches('0').len();
+    let significant = all.trim_start_matches('0').trim_end_matches('0');
+    if significant.is_empty() {
+        return Ok(());
+    }
+    if significant.len() > 38 {
+        return Err(format!(
+            "number {text} has more than the 38 significant digits DynamoDB keeps"
+        ));
+    }
+    // Decimal exponent of the leading significant digit.
+    let int_len = i64::try_from(int_part.len()).unwrap_or(i64::MAX);
+    let lead = i64::try_from(lead).unwrap_or(i64::MAX);
+    let magnitude = exp
+        .saturating_add(int_len)
+        .saturating_sub(lead)
+        .saturating_sub(1);
+    if !(-130..=125).contains(&magnitude) {
+        return Err(format!(
+            "number {text} is outside DynamoDB's range 1e-130 to 9.99e125"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn origin() -> Origin {
+        Origin::Sqs {
+            queue: "q".into(),
+            message_id: "m-1".into(),
+            index: 0,
+        }
+    }
+
+    fn at(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    fn router(f: impl FnOnce(&mut RouterConfig)) -> Router {
+        let mut c = RouterConfig::with_prefix("tm");
+        f(&mut c);
+        Router::new(c).unwrap()
+    }
+
+    #[test]
+    fn builds_the_documented_item() {
+        let r = router(|c| c.ttl_attribute = Some("ttl".into()));
+        let out = r
+            .route(
+                br#"{"deviceId":"d-1","timestamp":"2026-11-22T05:00:00.250Z","eventId":"e-1","temp":21.50,"big":123456789012345678901234567890,"tags":["a",1,false,null],"m":{"x":{"y":1e2}}}"#,
+                &origin(),
+                at("2026-11-22T05:01:00Z"),
+            )
+            .unwrap();
+        assert_eq!(out.table, "tm_2026-11-22");
+        assert_eq!(out.key.pk, "d-1");
+        assert_eq!(out.key.sk, "2026-11-22T05:00:00.250Z#e-1");
+        let i = &out.item;
+        assert_eq!(i["pk"], AttributeValue::S("d-1".into()));
+        assert_eq!(i["entity_id"], AttributeValue::S("d-1".into()));
+        assert_eq!(i["event_id"], AttributeValue::S("e-1".into()));
+        assert_eq!(
+            i["ts"],
+            AttributeValue::S("2026-11-22T05:00:00.250Z".into())
+        );
+        assert_eq!(i["ts_ms"], AttributeValue::N(out.timestamp_ms.to_string()));
+        assert_eq!(
+            i["ttl"],
+            AttributeValue::N((out.timestamp_ms / 1000 + 30 * 86_400).to_string())
+        );
+        // Exact digits, including past f64 precision and the trailing zero.
+        assert_eq!(i["temp"], AttributeValue::N("21.50".into()));
+        assert_eq!(
+            i["big"],
+            AttributeValue::N("123456789012345678901234567890".into())
+        );
+        let AttributeValue::L(tags) = &i["tags"] else {
+            panic!("{:?}", i["tags"])
+        };
+        assert_eq!(
+            tags,
+            &vec![
+                AttributeValue::S("a".into()),
+                AttributeValue::N("1".into()),
+                AttributeValue::Bool(false),
+                AttributeValue::Null(true)
+            ]
+        );
+        let AttributeValue::M(m) = &i["m"] else {
+            panic!()
+        };
+        let AttributeValue::M(x) = &m["x"] else {
+            panic!()
+        };
+        assert_eq!(x["y"], AttributeValue::N("1e2".into()));
+        assert!(
+            !i.contains_key("deviceId")
+                && !i.contains_key("timestamp")
+                && !i.contains_key("eventId")
+        );
+        assert_eq!(out.wcu, size::item_wcu(i));
+    }
+
+    #[test]
+    fn replays_give_identical_routes() {
+        for key in [
+            KeyStrategy::Entity,
+            KeyStrategy::RandomSuffix { shards: 7 },
+            KeyStrategy::CalculatedSuffix { shards: 7 },
+            KeyStrategy::TimeBucket {
+                shards: 7,
+                bucket: crate::strategy::Bucket::Hour,
+            },
+        ] {
+            let r = router(|c| c.key = key.clone());
+            let rec = br#"{"deviceId":"d","timestamp":1795323600000,"v":1}"#;
+            let now = at("2026-11-22T05:00:00Z");
+            let a = r.route(rec, &origin(), now).unwrap();
+            let b = r.route(rec, &origin(), now).unwrap();
+            assert_eq!(a, b);
+            // A different source position without an event id is a different event.
+            let other = Origin::Sqs {
+                queue: "q".into(),
+                message_id: "m-2".into(),
+                index: 0,
+            };
+            assert_ne!(r.route(rec, &other, now).unwrap().key, a.key);
+        }
+    }
+
+    #[test]
+    fn expired_and_future_events_get_their_reasons() {
+        let r = router(|_| {});
+        let now = at("2026-11-22T05:00:00Z");
+        let rec = |ts: &str| format!(r#"{{"deviceId":"d","timestamp":"{ts}"}}"#);
+        // Day 2026-10-22 ended 2026-10-23T00:00Z; +30 d = 2026-11-22T00:00Z <= now.
+        let e = r
+            .route(rec("2026-10-22T23:59:59Z").as_bytes(), &origin(), now)
+            .unwrap_err();
+        assert_eq!(e.reason(), Reason::ExpiredPeriod);
+        assert!(e.to_string().contains("tm_2026-10-22"), "{e}");
+        assert!(
+            r.route(rec("2026-10-23T00:00:00Z").as_bytes(), &origin(), now)
+                .is_ok()
+        );
+        assert!(
+            r.route(rec("2026-11-22T05:05:00Z").as_bytes(), &origin(), now)
+                .is_ok()
+        );
+        let e = r
+            .route(rec("2026-11-22T05:05:00.001Z").as_bytes(), &origin(), now)
+            .unwrap_err();
+        assert_eq!(e.reason(), Reason::FutureEvent);
+        assert!(e.to_string().contains("max_future_skew"), "{e}");
+    }
+
+    #[test]
+    fn field_errors_are_invalid_field() {
+        let now = at("2026-11-22T05:00:00Z");
+        let tb = router(|c| {
+            c.key = KeyStrategy::TimeBucket {
+                shards: 2,
+                bucket: crate::strategy::Bucket::Day,
+            };
+        });
+        let e = tb
+            .route(
+                br#"{"deviceId":"a#b","timestamp":1795323600}"#,
+                &origin(),
+                now,
+            )
+            .unwrap_err();
+        assert_eq!(e.reason(), Reason::InvalidField);
+        assert!(e.to_string().contains("deviceId"), "{e}");
+        let r = router(|_| {});
+        assert!(
+            r.route(
+                br#"{"deviceId":"a#b","timestamp":1795323600}"#,
+                &origin(),
+                now
+            )
+            .is_ok()
+        );
+        for (rec, needle) in [
+            (
+                r#"{"deviceId":"d","timestamp":1795323600,"pk":"x"}"#,
+                "`pk`",
+            ),
+            (
+                r#"{"deviceId":"d","timestamp":1795323600,"ts":"x"}"#,
+                "`ts`",
+            ),
+            (r#"{"deviceId":"d","timestamp":1795323600,"":"x"}"#, "empty"),
+            (
+                r#"{"deviceId":"d","timestamp":1795323600,"n":1e200}"#,
+                "`n`",
+            ),
+            (
+                r#"{"deviceId":"d","timestamp":1795323600,"a":[{"b":12345678901234567890123456789012345678901}]}"#,
+                "`a[0].b`",
+            ),
+        ] {
+            let e = r.route(rec.as_bytes(), &origin(), now).unwrap_err();
+            assert_eq!(e.reason(), Reason::InvalidField, "{e}");
+            assert!(e.to_string().contains(needle), "{e} lacks {needle}");
+        }
+        let long = "x".repeat(2100);
+        let rec = format!(r#"{{"deviceId":"{long}","timestamp":1795323600}}"#);
+        assert_eq!(
+            r.route(rec.as_bytes(), &origin(), now)
+                .unwrap_err()
+                .reason(),
+            Reason::InvalidField
+        );
+    }
+
+    #[test]
+    fn oversized_items_are_refused_at_the_limit() {
+        let r = router(|_| {});
+        let now = at("2026-11-22T05:00:00Z");
+        let make = |n: usize| {
+            format!(
+                r#"{{"deviceId":"d","timestamp":1795323600,"eventId":"e","blob":"{}"}}"#,
+                "a".repeat(n)
+            )
+        };
+        let base = r.route(make(0).as_bytes(), &origin(), now).unwrap();
+        let fixed = size::item_size(&base.item);
+        let fits = r
+            .route(
+                make(size::MAX_ITEM_BYTES - fixed).as_bytes(),
+                &origin(),
+                now,
+            )
+            .unwrap();
+        assert_eq!(size::item_size(&fits.item), size::MAX_ITEM_BYTES);
+        assert_eq!(fits.wcu, 400);
+        let e = r
+            .route(
+                make(size::MAX_ITEM_BYTES - fixed + 1).as_bytes(),
+                &origin(),
+                now,
+            )
+            .unwrap_err();
+        assert_eq!(e.reason(), Reason::ItemTooLarge);
+        assert!(e.to_string().contains("409600"), "{e}");
+    }
+
+    #[test]
+    fn config_errors_name_the_key() {
+        type Edit = fn(&mut RouterConfig);
+        let cases: [(Edit, &str); 6] = [
+            (|c| c.table_prefix = "bad prefix".into(), "table_prefix"),
+            (
+                |c| c.key = KeyStrategy::RandomSuffix { shards: 0 },
+                "shards",
+            ),
+            (|c| c.attributes.entity = "pk".into(), "attributes.entity"),
+            (|c| c.ttl_attribute = Some(String::new()), "ttl_attribute"),
+            (
+                |c| c.max_future_skew = Duration::from_secs(3600),
+                "max_future_skew",
+            ),
+            (
+                |c| c.late_arrival_grace = Duration::from_secs(40 * 86_400),
+                "late_arrival_grace",
+            ),
+        ];
+        for (f, needle) in cases {
+            let mut c = RouterConfig::with_prefix("tm");
+            f(&mut c);
+            let e = Router::new(c).unwrap_err();
+            assert!(e.to_string().contains(needle), "{e} lacks {needle}");
+        }
+    }
+
+    #[test]
+    fn toml_config() {
+        let c: RouterConfig = toml::from_str(
+            r#"
+table_prefix = "metrics"
+period = "hour"
+retention = "7d"
+ttl_attribute = "expires"
+[event]
+entity_field = "sensor"
+[key]
+strategy = "time_bucket"
+shards = 10
+bucket = "hour"
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.period, Period::Hour);
+        assert_eq!(c.retention, Duration::from_secs(7 * 86_400));
+        assert_eq!(c.key.shards(), 10);
+        assert_eq!(c.event.entity_field, "sensor");
+        assert!(Router::new(c).is_ok());
+        assert!(
+            toml::from_str::<RouterConfig>("table_prefix = \"m\"\nperiodd = \"hour\"").is_err()
+        );
+    }
+
+    #[test]
+    fn number_limits() {
+        assert!(check_number("0").is_ok());
+        assert!(check_number("-0.000").is_ok());
+        assert!(check_number("9.99e125").is_ok());
+        assert!(check_number("1e126").is_err());
+        assert!(check_number("1e-130").is_ok());
+        assert!(check_number("0.1e-129").is_ok());
+        assert!(check_number("0.1e-130").is_err());
+        assert!(check_number(&"1".repeat(38)).is_ok());
+        assert!(check_number(&"1".repeat(39)).is_err());
+        assert!(check_number(&format!("1{}", "0".repeat(100))).is_ok());
+    }
+}

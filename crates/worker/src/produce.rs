@@ -1,0 +1,304 @@
+//! Synthetic IoT events for demos, tests and benchmarks: K devices reporting
+//! temperature, humidity and pressure at R events/s in total, optionally one
+//! hot device at M times the rate of the others. Deterministic for a seed, so
+//! a run can be verified event by event afterwards.
+
+use std::time::Duration;
+
+use aws_sdk_kinesis::primitives::Blob;
+use aws_sdk_kinesis::types::PutRecordsRequestEntry;
+use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::Serialize;
+
+/// What to generate.
+#[derive(Debug, Clone)]
+pub struct ProduceSpec {
+    /// Number of devices.
+    pub devices: u32,
+    /// Total events.
+    pub count: u64,
+    /// Rate multiplier of device 0 (1 = no hot device).
+    pub hot_factor: u32,
+    /// Seed of the generator.
+    pub seed: u64,
+}
+
+/// One generated event.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct IotEvent {
+    /// Device id (`device-0000` is the hot one).
+    #[serde(rename = "deviceId")]
+    pub device_id: String,
+    /// Event time, RFC 3339 with milliseconds.
+    pub timestamp: String,
+    /// Unique event id.
+    #[serde(rename = "eventId")]
+    pub event_id: String,
+    /// Degrees Celsius.
+    pub temperature: f64,
+    /// Percent.
+    pub humidity: f64,
+    /// Hectopascal.
+    pub pressure: f64,
+}
+
+impl ProduceSpec {
+    /// Event `n` of the run, stamped at `at`. Device 0 gets `hot_factor`
+    /// shares of the traffic, every other device one share.
+    pub fn event(&self, n: u64, at: DateTime<Utc>) -> IotEvent {
+        let mut rng = fastrand::Rng::with_seed(self.seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let shares = u64::from(self.devices.max(1) - 1) + u64::from(self.hot_factor.max(1));
+        let pick = rng.u64(0..shares);
+        let device = if pick < u64::from(self.hot_factor.max(1)) {
+            0
+        } else {
+            pick - u64::from(self.hot_factor.max(1)) + 1
+        };
+        let round = |x: f64| (x * 100.0).round() / 100.0;
+        IotEvent {
+            device_id: format!("device-{device:04}"),
+            timestamp: at.to_rfc3339_opts(SecondsFormat::Millis, true),
+            event_id: format!("evt-{:08x}-{n:010}", self.seed as u32),
+            temperature: round(15.0 + rng.f64() * 15.0),
+            humidity: round(30.0 + rng.f64() * 50.0),
+            pressure: round(990.0 + rng.f64() * 40.0),
+        }
+    }
+}
+
+/// Where produced events go.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// A Kinesis stream (PutRecords, 500 per call).
+    Kinesis(aws_sdk_kinesis::Client, String),
+    /// A Kinesis stream, events packed as KPL aggregates of this many user
+    /// records each (the KPL's own format, deaggregated by the consumer).
+    KinesisAggregated(aws_sdk_kinesis::Client, String, usize),
+    /// An SQS queue (SendMessageBatch, 10 per call).
+    Sqs(aws_sdk_sqs::Client, String),
+}
+
+/// Errors producing.
+#[derive(Debug, thiserror::Error)]
+#[error("producing to {target}: {message}")]
+pub struct ProduceError {
+    target: String,
+    message: String,
+}
+
+impl Target {
+    fn name(&self) -> String {
+        match self {
+            Target::Kinesis(_, s) | Target::KinesisAggregated(_, s, _) => format!("stream {s}"),
+            Target::Sqs(_, q) => format!("queue {q}"),
+        }
+    }
+
+    /// Most events per call.
+    pub fn batch_size(&self) -> usize {
+        match self {
+            Target::Kinesis(..) => 500,
+            Target::KinesisAggregated(_, _, n) => 500 * n.max(&1),
+            Target::Sqs(..) => 10,
+        }
+    }
+
+    /// Sends `events` (at most `batch_size`), retrying the entries the
+    /// service refused (throttled) until all are in.
+    pub async fn send(&self, events: &[IotEvent]) -> Result<(), ProduceError> {
+        let err = |message: String| ProduceError {
+            target: self.name(),
+            message,
+        };
+        if let Target::KinesisAggregated(client, stream, n) = self {
+            let records: Vec<(String, Vec<u8>)> = events
+                .chunks((*n).max(1))
+                .map(|chunk| {
+                    let users: Vec<(String, Vec<u8>)> = chunk
+                        .iter()
+                        .map(|e| Ok((e.device_id.clone(), serde_json::to_vec(e)?)))
+                        .collect::<Result<_, serde_json::Error>>()
+                        .map_err(|e| err(e.to_string()))?;
+                    // The KPL puts an aggregate under its first user record's key.
+                    Ok((
+                        users[0].0.clone(),
+                        tidemark_consumer::kpl::aggregate(&users),
+                    ))
+                })
+                .collect::<Result<_, ProduceError>>()?;
+            return put_kinesis(client, stream, records).await.map_err(err);
+        }
+        let mut pending: Vec<&IotEvent> = events.iter().collect();
+        let mut delay = Duration::from_millis(50);
+        for _attempt in 0..50 {
+            if pending.is_empty() {
+                return Ok(());
+            }
+            let bodies: Vec<String> = pending
+                .iter()
+                .map(|e| serde_json::to_string(e).map_err(|e| err(e.to_string())))
+                .collect::<Result<_, _>>()?;
+            let failed: Vec<usize> = match self {
+                Target::KinesisAggregated(..) => Vec::new(),
+                Target::Kinesis(client, stream) => {
+                    let entries = pending
+                        .iter()
+                        .zip(&bodies)
+                        .map(|(e, b)| {
+                            PutRecordsRequestEntry::builder()
+                                .partition_key(&e.device_id)
+                                .data(Blob::new(b.as_bytes()))
+                                .build()
+                                .map_err(|e| err(e.to_string()))
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let out = client
+                        .put_records()
+                        .stream_name(stream)
+                        .set_records(Some(entries))
+                        .send()
+                        .await
+                        .map_err(|e| {
+                            err(aws_sdk_kinesis::error::DisplayErrorContext(e).to_string())
+                        })?;
+                    out.records()
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, r)| r.error_code().is_some())
+                        .map(|(i, _)| i)
+                        .collect()
+                }
+                Target::Sqs(client, queue) => {
+                    let fifo = queue.ends_with(".fifo");
+                    let entries = pending
+                        .iter()
+                        .zip(&bodies)
+                        .enumerate()
+                        .map(|(i, (e, b))| {
+                            let mut m = SendMessageBatchRequestEntry::builder()
+                                .id(i.to_string())
+                                .message_body(b);
+                            if fifo {
+                                m = m
+                                    .message_group_id(&e.device_id)
+                                    .message_deduplication_id(&e.event_id);
+                            }
+                            m.build().map_err(|e| err(e.to_string()))
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let out = client
+                        .send_message_batch()
+                        .queue_url(queue)
+                        .set_entries(Some(entries))
+                        .send()
+                        .await
+                        .map_err(|e| err(aws_sdk_sqs::error::DisplayErrorContext(e).to_string()))?;
+                    out.failed()
+                        .iter()
+                        .filter_map(|f| f.id().parse().ok())
+                        .collect()
+                }
+            };
+            pending = failed
+                .into_iter()
+                .filter_map(|i| pending.get(i).copied())
+                .collect();
+            if !pending.is_empty() {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+        }
+        Err(err(format!(
+            "{} entries still refused after 50 attempts",
+            pending.len()
+        )))
+    }
+}
+
+/// PutRecords of raw `(partition key, data)` records, retrying refused ones.
+async fn put_kinesis(
+    client: &aws_sdk_kinesis::Client,
+    stream: &str,
+    mut pending: Vec<(String, Vec<u8>)>,
+) -> Result<(), String> {
+    let mut delay = Duration::from_millis(50);
+    for _attempt in 0..50 {
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let entries = pending
+            .iter()
+            .map(|(k, d)| {
+                PutRecordsRequestEntry::builder()
+                    .partition_key(k)
+                    .data(Blob::new(d.clone()))
+                    .build()
+                    .map_err(|e| e.to_string())
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let out = client
+            .put_records()
+            .stream_name(stream)
+            .set_records(Some(entries))
+            .send()
+            .await
+            .map_err(|e| aws_sdk_kinesis::error::DisplayErrorContext(e).to_string())?;
+        let refused: Vec<usize> = out
+            .records()
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.error_code().is_some())
+            .map(|(i, _)| i)
+            .collect();
+        pending = refused
+            .into_iter()
+            .filter_map(|i| pending.get(i).cloned())
+            .collect();
+        if !pending.is_empty() {
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(2));
+        }
+    }
+    Err(format!(
+        "{} records still refused after 50 attempts",
+        pending.len()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_are_deterministic_and_the_hot_device_is_hot() {
+        let spec = ProduceSpec {
+            devices: 200,
+            count: 20_000,
+            hot_factor: 20,
+            seed: 7,
+        };
+        let at = Utc::now();
+        assert_eq!(spec.event(5, at), spec.event(5, at));
+        let mut per_device = std::collections::HashMap::<String, u64>::new();
+        for n in 0..spec.count {
+            *per_device.entry(spec.event(n, at).device_id).or_default() += 1;
+        }
+        let hot = per_device["device-0000"] as f64;
+        let others: f64 = per_device
+            .iter()
+            .filter(|(d, _)| *d != "device-0000")
+            .map(|(_, c)| *c as f64)
+            .sum::<f64>()
+            / (per_device.len() - 1) as f64;
+        let ratio = hot / others;
+        assert!(
+            (15.0..25.0).contains(&ratio),
+            "hot device at {ratio:.1}x the others"
+        );
+        assert_eq!(per_device.len(), 200);
+        let ids: std::collections::HashSet<_> =
+            (0..1000).map(|n| spec.event(n, at).event_id).collect();
+        assert_eq!(ids.len(), 1000, "event ids are unique");
+    }
+}

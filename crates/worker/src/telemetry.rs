@@ -1,0 +1,179 @@
+//! Metrics and health over HTTP: Prometheus text at `/metrics`, liveness at
+//! `/healthz`, readiness at `/readyz` (sources running and DynamoDB
+//! reachable). Also the client side of `tidemark healthcheck`.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+/// What `/readyz` reports; set by the worker's wiring.
+#[derive(Debug, Default)]
+pub struct Readiness {
+    /// The source is running (leases taken or queue polled).
+    pub source_running: AtomicBool,
+    /// The last DynamoDB probe succeeded.
+    pub dynamodb_reachable: AtomicBool,
+}
+
+impl Readiness {
+    /// Ready when both hold.
+    pub fn is_ready(&self) -> bool {
+        self.source_running.load(Ordering::Relaxed)
+            && self.dynamodb_reachable.load(Ordering::Relaxed)
+    }
+}
+
+/// Installs the global Prometheus recorder for the `metrics` facade.
+pub fn install_recorder() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildError> {
+    metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()
+}
+
+/// Serves the endpoints on `listener` until `shutdown`.
+pub async fn serve(
+    listener: TcpListener,
+    metrics: PrometheusHandle,
+    ready: Arc<Readiness>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let (stream, _) = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    warn!(error = %e, "telemetry accept failed");
+                    continue;
+                }
+            },
+        };
+        let metrics = metrics.clone();
+        let ready = ready.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |req: Request<Incoming>| {
+                let response = respond(req.uri().path(), &metrics, &ready);
+                async move { Ok::<_, Infallible>(response) }
+            });
+            if let Err(e) = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await
+            {
+                debug!(error = %e, "telemetry connection ended");
+            }
+        });
+    }
+}
+
+fn respond(path: &str, metrics: &PrometheusHandle, ready: &Readiness) -> Response<Full<Bytes>> {
+    let (status, content_type, body) = match path {
+        "/metrics" => (
+            StatusCode::OK,
+            "text/plain; version=0.0.4",
+            metrics.render(),
+        ),
+        "/healthz" => (StatusCode::OK, "text/plain", "ok\n".to_string()),
+        "/readyz" if ready.is_ready() => (StatusCode::OK, "text/plain", "ready\n".to_string()),
+        "/readyz" => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain",
+            format!(
+                "not ready: source_running={} dynamodb_reachable={}\n",
+                ready.source_running.load(Ordering::Relaxed),
+                ready.dynamodb_reachable.load(Ordering::Relaxed)
+            ),
+        ),
+        _ => (
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "not found\n".to_string(),
+        ),
+    };
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    if let Ok(v) = hyper::header::HeaderValue::from_str(content_type) {
+        r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+    }
+    r
+}
+
+/// `tidemark healthcheck`: GET `path` on `addr` (a worker's telemetry
+/// address); Ok when it answers 200 within `timeout`. A plain HTTP/1.0
+/// request, so the container image needs no curl.
+pub async fn check(addr: SocketAddr, path: &str, timeout: Duration) -> Result<(), String> {
+    let attempt = async {
+        let mut s = TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("connect {addr}: {e}"))?;
+        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await.map_err(|e| e.to_string())?;
+        let text = String::from_utf8_lossy(&buf);
+        let status = text
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or_default()
+            .to_string();
+        if status == "200" {
+            Ok(())
+        } else {
+            Err(format!(
+                "{path} answered {}",
+                text.lines().next().unwrap_or("nothing")
+            ))
+        }
+    };
+    tokio::time::timeout(timeout, attempt)
+        .await
+        .map_err(|_| format!("{path} did not answer within {timeout:?}"))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn endpoints_answer_and_readiness_follows_state() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            metrics::counter!("tidemark_records_read_total").increment(3);
+        });
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let ready = Arc::new(Readiness::default());
+        let shutdown = CancellationToken::new();
+        let server = tokio::spawn(serve(listener, handle, ready.clone(), shutdown.clone()));
+
+        let t = Duration::from_secs(5);
+        check(addr, "/healthz", t).await.unwrap();
+        let err = check(addr, "/readyz", t).await.unwrap_err();
+        assert!(err.contains("503"), "{err}");
+        ready.source_running.store(true, Ordering::Relaxed);
+        ready.dynamodb_reachable.store(true, Ordering::Relaxed);
+        check(addr, "/readyz", t).await.unwrap();
+        assert!(check(addr, "/nope", t).await.unwrap_err().contains("404"));
+
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").await.unwrap();
+        let mut body = String::new();
+        s.read_to_string(&mut body).await.unwrap();
+        assert!(body.contains("tidemark_records_read_total 3"), "{body}");
+
+        shutdown.cancel();
+        server.await.unwrap();
+    }
+}

@@ -1,0 +1,286 @@
+//! The real `tidemark` binary against the local stack: a run stopped by
+//! SIGTERM mid-stream and started again loses nothing and stores nothing
+//! twice; `key` names exactly the item `run` wrote; `query` returns exactly
+//! the stored events of a range, in time order. Skipped unless TIDEMARK_IT=1.
+
+// Helpers outside #[test] fns: a panic there is a failed assertion too.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use aws_sdk_dynamodb::types::{AttributeValue, Select};
+use aws_sdk_kinesis::types::StreamStatus;
+use serde_json::Value;
+use tidemark_tests::{LocalStack, integration, unique_name, wait_until};
+
+const BIN: &str = env!("CARGO_BIN_EXE_tidemark");
+
+struct Env {
+    stack: LocalStack,
+    dir: PathBuf,
+    config: PathBuf,
+    prefix: String,
+    port: u16,
+}
+
+impl Env {
+    fn cmd(&self) -> Command {
+        let mut c = Command::new(BIN);
+        c.env("TIDEMARK_CONFIG", &self.config)
+            .env("AWS_ENDPOINT_URL_KINESIS", &self.stack.kinesis_url)
+            .env("AWS_ENDPOINT_URL_DYNAMODB", &self.stack.dynamodb_url)
+            .env("AWS_ENDPOINT_URL_SQS", &self.stack.sqs_url)
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env_remove("RUST_BACKTRACE")
+            .env("RUST_LOG", "info");
+        c
+    }
+
+    fn output(&self, args: &[&str]) -> String {
+        let out = self.cmd().args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "tidemark {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn spawn_run(&self, log: &Path) -> Child {
+        self.cmd()
+            .arg("run")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap()
+    }
+
+    async fn metric(&self, name: &str) -> u64 {
+        let url = format!("127.0.0.1:{}", self.port);
+        let Ok(mut s) = tokio::net::TcpStream::connect(&url).await else {
+            return 0;
+        };
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        if s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").await.is_err() {
+            return 0;
+        }
+        let mut body = String::new();
+        let _ = s.read_to_string(&mut body).await;
+        body.lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// SIGTERM, then the exit status within `limit`.
+fn terminate(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(start.elapsed() < limit, "worker did not exit within {limit:?} of SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The `stored=N` of the worker's final log line.
+fn stored_in_log(log: &Path) -> u64 {
+    let text = std::fs::read_to_string(log).unwrap();
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.contains("tidemark stopped"))
+        .unwrap_or_else(|| panic!("no final log line in {}:\n{text}", log.display()));
+    let v: Value = serde_json::from_str(line).unwrap();
+    v["fields"]["stored"].as_u64().unwrap()
+}
+
+async fn setup(test: &str) -> Option<Env> {
+    let stack = integration(test).await?;
+    let name = unique_name("e2e");
+    let dir = std::env::temp_dir().join(&name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let prefix = name.clone();
+    let port = free_port();
+    let config = dir.join("tidemark.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[source]
+kind = "kinesis"
+stream = "{name}"
+lease_table = "{name}-leases"
+worker_id = "e2e-worker"
+failover_time = "3s"
+checkpoint_interval = "1s"
+
+[schema]
+table_prefix = "{prefix}"
+period = "day"
+ttl_attribute = "expires_at"
+key = {{ strategy = "time_bucket", shards = 4, bucket = "hour" }}
+tiers = {{ active = {{ read = 300, write = 1000 }}, prebuild = {{ read = 300, write = 1000 }} }}
+
+[dead_letters]
+kind = "file"
+path = "{dl}"
+
+[maintenance]
+coordinator_table = "{name}-coordinator"
+
+[telemetry]
+listen = "127.0.0.1:{port}"
+log_format = "json"
+"#,
+            dl = dir.join("dead.jsonl").display()
+        ),
+    )
+    .unwrap();
+    let kinesis = stack.kinesis();
+    kinesis.create_stream().stream_name(&name).shard_count(2).send().await.unwrap();
+    wait_until("stream ACTIVE", Duration::from_secs(30), || async {
+        let d = kinesis.describe_stream_summary().stream_name(&name).send().await.ok()?;
+        (d.stream_description_summary()?.stream_status() == &StreamStatus::Active).then_some(())
+    })
+    .await;
+    Some(Env {
+        stack,
+        dir,
+        config,
+        prefix,
+        port,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_mid_stream_then_restart_loses_and_duplicates_nothing() {
+    let Some(env) = setup("sigterm_mid_stream_then_restart_loses_and_duplicates_nothing").await else {
+        return;
+    };
+    const EVENTS: u64 = 3000;
+    let manifest = env.dir.join("produced.jsonl");
+    // The producer keeps writing (paced) while the first run is stopped, so
+    // the stop really falls mid-stream.
+    let mut producer = env
+        .cmd()
+        .args(["produce", "--count", &EVENTS.to_string(), "--devices", "20", "--hot-factor", "5"])
+        .args(["--rate", "500", "--concurrency", "1", "--quiet", "--manifest"])
+        .arg(&manifest)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+
+    // First run: stopped once a third is stored.
+    let log1 = env.dir.join("run1.log");
+    let mut run1 = env.spawn_run(&log1);
+    let start = Instant::now();
+    while env.metric("tidemark_writer_items_stored_total").await < EVENTS / 3 {
+        assert!(start.elapsed() < Duration::from_secs(60), "first run stored too little");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let status = terminate(&mut run1, Duration::from_secs(30));
+    assert!(status.success(), "first run exit: {status}");
+    let stored1 = stored_in_log(&log1);
+    assert!(stored1 < EVENTS, "the first run was stopped mid-stream ({stored1} stored)");
+    assert!(producer.wait().unwrap().success(), "producer failed");
+
+    // Second run finishes the stream.
+    let log2 = env.dir.join("run2.log");
+    let mut run2 = env.spawn_run(&log2);
+    let start = Instant::now();
+    while stored1 + env.metric("tidemark_writer_items_stored_total").await < EVENTS {
+        assert!(start.elapsed() < Duration::from_secs(90), "second run did not finish the stream");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let status = terminate(&mut run2, Duration::from_secs(30));
+    assert!(status.success(), "second run exit: {status}");
+    let stored2 = stored_in_log(&log2);
+
+    // Nothing twice: a graceful stop checkpoints every stored record, so the
+    // second run stores exactly the rest.
+    assert_eq!(stored1 + stored2, EVENTS, "run 1 stored {stored1}, run 2 stored {stored2}");
+    // Nothing lost: every event is there, with its content.
+    let out = env.output(&["verify", "--manifest", manifest.to_str().unwrap(), "--json"]);
+    let report: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["found"], EVENTS, "{report}");
+    // And nothing else: the table holds exactly the events.
+    let table = format!("{}_{}", env.prefix, first_event_day(&manifest));
+    let count = env
+        .stack
+        .dynamodb()
+        .scan()
+        .table_name(&table)
+        .select(Select::Count)
+        .send()
+        .await
+        .unwrap()
+        .count();
+    assert_eq!(count as u64, EVENTS);
+    assert!(!env.dir.join("dead.jsonl").exists(), "no dead letters expected");
+
+    // `key` names exactly the item `run` wrote.
+    let line = std::fs::read_to_string(&manifest).unwrap().lines().nth(17).unwrap().to_string();
+    let key: Value = serde_json::from_str(&env.output(&["key", "--event", &line])).unwrap();
+    let got = env
+        .stack
+        .dynamodb()
+        .get_item()
+        .table_name(key["table"].as_str().unwrap())
+        .key("pk", AttributeValue::S(key["pk"].as_str().unwrap().into()))
+        .key("sk", AttributeValue::S(key["sk"].as_str().unwrap().into()))
+        .send()
+        .await
+        .unwrap();
+    let item = got.item().expect("the item `key` names exists");
+    let event: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(item["event_id"].as_s().unwrap(), event["eventId"].as_str().unwrap());
+    assert_eq!(item["temperature"].as_n().unwrap(), &event["temperature"].to_string());
+
+    // `query` returns exactly the stored events of a range, in time order.
+    let events: Vec<Value> = std::fs::read_to_string(&manifest)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|e: &Value| e["deviceId"] == "device-0000")
+        .collect();
+    let mut times: Vec<&str> = events.iter().map(|e| e["timestamp"].as_str().unwrap()).collect();
+    times.sort();
+    let (from, to) = (times[times.len() / 4], times[times.len() * 3 / 4]);
+    let mut expected: Vec<(String, String)> = events
+        .iter()
+        .filter(|e| {
+            let t = e["timestamp"].as_str().unwrap();
+            from <= t && t <= to
+        })
+        .map(|e| (e["timestamp"].as_str().unwrap().to_string(), e["eventId"].as_str().unwrap().to_string()))
+        .collect();
+    expected.sort();
+    let out = env.output(&["query", "--entity", "device-0000", "--from", from, "--to", to]);
+    let got: Vec<(String, String)> = out
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            (v["ts"].as_str().unwrap().to_string(), v["event_id"].as_str().unwrap().to_string())
+        })
+        .collect();
+    assert!(!expected.is_empty());
+    assert_eq!(got, expected, "query returns exactly the range, oldest first");
+}
+
+fn first_event_day(manifest: &Path) -> String {
+    let line = std::fs::read_to_string(manifest).unwrap().lines().next().unwrap().to_string();
+    let v: Value = serde_json::from_str(&line).unwrap();
+    v["timestamp"].as_str().unwrap()[..10].to_string()
+}

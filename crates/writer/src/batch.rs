@@ -1,0 +1,413 @@
+//! A table's pending items and how they become batches: pure, no I/O.
+//!
+//! - Submissions of a key already pending are coalesced into one entry: the
+//!   later item wins and every token rides on it.
+//! - A key that is in flight is never sent again until that call ends, so a
+//!   newer value can never be overtaken by an older one still in flight.
+//! - A batch holds at most 25 distinct keys and at most 16 MB of request body
+//!   (estimated from the JSON wire encoding, which is what DynamoDB receives).
+//! - Items returned for retry go back to the front, ahead of newer work.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::Instant;
+
+use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
+use tidemark_schema::size::{MAX_BATCH_BYTES, MAX_BATCH_ITEMS};
+use tidemark_schema::{Item, ItemKey};
+
+/// One distinct key waiting to be written, with every token it carries.
+#[derive(Debug)]
+pub struct Entry<T> {
+    /// The item's primary key.
+    pub key: ItemKey,
+    /// The item to put (the latest submitted for this key).
+    pub item: Item,
+    /// Estimated bytes of this item in the request body.
+    pub wire_bytes: usize,
+    /// Estimated WCU of one write of this item.
+    pub wcu: u64,
+    /// Everything to acknowledge when this item is stored.
+    pub tokens: Vec<T>,
+    /// When the oldest token was queued (drives `linger`).
+    pub since: Instant,
+}
+
+/// Pending entries of one table, in send order.
+#[derive(Debug)]
+pub struct TableQueue<T> {
+    entries: HashMap<u64, Entry<T>>,
+    order: VecDeque<u64>,
+    by_key: HashMap<ItemKey, u64>,
+    in_flight: HashSet<ItemKey>,
+    next_id: u64,
+    max_items: usize,
+    max_bytes: usize,
+}
+
+impl<T> Default for TableQueue<T> {
+    fn default() -> Self {
+        Self::with_limits(MAX_BATCH_ITEMS, MAX_BATCH_BYTES)
+    }
+}
+
+/// Bytes of request body outside the items (table name, JSON framing, and
+/// ReturnConsumedCapacity), counted generously.
+const REQUEST_OVERHEAD: usize = 1024;
+/// Bytes of `{"PutRequest":{"Item":{...}}},` around each item.
+const PER_ITEM_OVERHEAD: usize = 32;
+
+impl<T> TableQueue<T> {
+    /// A queue whose batches hold at most `max_items` items and
+    /// `max_bytes` of request body.
+    pub fn with_limits(max_items: usize, max_bytes: usize) -> Self {
+        TableQueue {
+            entries: HashMap::new(),
+            order: VecDeque::new(),
+            by_key: HashMap::new(),
+            in_flight: HashSet::new(),
+            next_id: 0,
+            max_items: max_items.max(1),
+            max_bytes,
+        }
+    }
+
+    /// Distinct keys pending (not in flight).
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Nothing pending.
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// Keys currently in flight (taken by [`take_batch`](Self::take_batch)
+    /// and not yet released).
+    pub fn in_flight_keys(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Queues an item; if its key is already pending, the new item replaces
+    /// the pending one and the token joins it.
+    pub fn push(&mut self, key: ItemKey, item: Item, wcu: u64, token: T, now: Instant) {
+        if let Some(id) = self.by_key.get(&key)
+            && let Some(e) = self.entries.get_mut(id)
+        {
+            e.wire_bytes = wire_size(&item);
+            e.item = item;
+            e.wcu = wcu;
+            e.tokens.push(token);
+            return;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let entry = Entry {
+            wire_bytes: wire_size(&item),
+            key: key.clone(),
+            item,
+            wcu,
+            tokens: vec![token],
+            since: now,
+        };
+        self.by_key.insert(key, id);
+        self.entries.insert(id, entry);
+        self.order.push_back(id);
+    }
+
+    /// Puts entries that were in flight back at the front, in their order,
+    /// and releases their keys. If a newer submission of the same key arrived
+    /// meanwhile, the newer item wins and the old tokens join it.
+    pub fn requeue_front(&mut self, batch: Vec<Entry<T>>) {
+        for mut e in batch.into_iter().rev() {
+            self.in_flight.remove(&e.key);
+            if let Some(id) = self.by_key.get(&e.key)
+                && let Some(newer) = self.entries.get_mut(id)
+            {
+                e.tokens.append(&mut newer.tokens);
+                newer.tokens = e.tokens;
+                newer.since = newer.since.min(e.since);
+                continue;
+            }
+            let id = self.next_id;
+            self.next_id += 1;
+            self.by_key.insert(e.key.clone(), id);
+            self.entries.insert(id, e);
+            self.order.push_front(id);
+        }
+    }
+
+    /// Releases the keys of a finished call (stored or rejected).
+    pub fn release<'a>(&mut self, keys: impl IntoIterator<Item = &'a ItemKey>) {
+        for k in keys {
+            self.in_flight.remove(k);
+        }
+    }
+
+    /// Is a batch due: a full one can be made, the oldest entry has waited
+    /// `linger`, or `force` (flush / shutdown) and anything is pending?
+    pub fn due(&self, now: Instant, linger: std::time::Duration, force: bool) -> bool {
+        if self.order.is_empty() {
+            return false;
+        }
+        force
+            || self.order.len() >= self.max_items
+            || self.deadline(linger).is_some_and(|d| d <= now)
+    }
+
+    /// When the oldest pending entry's linger runs out.
+    pub fn deadline(&self, linger: std::time::Duration) -> Option<Instant> {
+        self.order
+            .front()
+            .and_then(|id| self.entries.get(id))
+            .map(|e| e.since + linger)
+    }
+
+    /// Takes the next batch from the front: up to `max_items` entries whose
+    /// keys are not in flight, within `max_bytes`. Their keys become in
+    /// flight. Empty when every pending key is in flight.
+    pub fn take_batch(&mut self) -> Vec<Entry<T>> {
+        let mut batch = Vec::new();
+        let mut deferred = Vec::new();
+        let mut bytes = REQUEST_OVERHEAD;
+        while batch.len() < self.max_items {
+            let Some(id) = self.order.pop_front() else {
+                break;
+            };
+            let Some(e) = self.entries.get(&id) else {
+                continue;
+            };
+            if self.in_flight.contains(&e.key) {
+                deferred.push(id);
+                continue;
+            }
+            let cost = e.wire_bytes + PER_ITEM_OVERHEAD;
+            if !batch.is_empty() && bytes + cost > self.max_bytes {
+                self.order.push_front(id);
+                break;
+            }
+            let Some(e) = self.entries.remove(&id) else {
+                continue;
+            };
+            bytes += cost;
+            self.by_key.remove(&e.key);
+            self.in_flight.insert(e.key.clone());
+            batch.push(e);
+        }
+        for id in deferred.into_iter().rev() {
+            self.order.push_front(id);
+        }
+        batch
+    }
+
+    /// Removes everything pending (for a table that will not come back).
+    pub fn drain(&mut self) -> Vec<Entry<T>> {
+        let mut out = Vec::with_capacity(self.order.len());
+        while let Some(id) = self.order.pop_front() {
+            if let Some(e) = self.entries.remove(&id) {
+                self.by_key.remove(&e.key);
+                out.push(e);
+            }
+        }
+        out
+    }
+}
+
+/// The PutRequests of a batch, as BatchWriteItem takes them. Items are cloned:
+/// the batch keeps them for retries, since a failed call returns nothing.
+pub fn build_requests<T>(
+    batch: &[Entry<T>],
+) -> Result<Vec<WriteRequest>, aws_sdk_dynamodb::error::BuildError> {
+    batch
+        .iter()
+        .map(|e| {
+            PutRequest::builder()
+                .set_item(Some(e.item.clone()))
+                .build()
+                .map(|p| WriteRequest::builder().put_request(p).build())
+        })
+        .collect()
+}
+
+/// Bytes an item takes in a BatchWriteItem JSON body: an upper estimate of
+/// `{"name":{"S":"value"},...}` with JSON escaping and base64 binaries.
+pub fn wire_size(item: &Item) -> usize {
+    2 + item
+        .iter()
+        .map(|(k, v)| json_str_len(k) + 1 + value_wire_size(v) + 1)
+        .sum::<usize>()
+}
+
+fn value_wire_size(v: &AttributeValue) -> usize {
+    // `{"S":` ... `}`: 6 bytes of framing around the typed value.
+    const FRAME: usize = 8;
+    FRAME
+        + match v {
+            AttributeValue::S(s) => json_str_len(s),
+            AttributeValue::N(n) => n.len() + 2,
+            AttributeValue::B(b) => base64_len(b.as_ref().len()) + 2,
+            AttributeValue::Bool(_) | AttributeValue::Null(_) => 5,
+            AttributeValue::Ss(v) => 2 + v.iter().map(|s| json_str_len(s) + 1).sum::<usize>(),
+            AttributeValue::Ns(v) => 2 + v.iter().map(|n| n.len() + 3).sum::<usize>(),
+            AttributeValue::Bs(v) => {
+                2 + v
+                    .iter()
+                    .map(|b| base64_len(b.as_ref().len()) + 3)
+                    .sum::<usize>()
+            }
+            AttributeValue::L(l) => 2 + l.iter().map(|e| value_wire_size(e) + 1).sum::<usize>(),
+            AttributeValue::M(m) => wire_size(m),
+            // A variant from a newer SDK: its debug form errs on the large side.
+            other => format!("{other:?}").len() * 2,
+        }
+}
+
+fn base64_len(n: usize) -> usize {
+    n.div_ceil(3) * 4
+}
+
+/// Length of a string once JSON-quoted and escaped.
+fn json_str_len(s: &str) -> usize {
+    2 + s
+        .bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
+            0..=0x1f => 6,
+            _ => 1,
+        })
+        .sum::<usize>()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn key(i: usize) -> ItemKey {
+        ItemKey {
+            pk: format!("p{i}"),
+            sk: "s".into(),
+        }
+    }
+
+    fn item(i: usize, payload: &str) -> Item {
+        let mut it = Item::new();
+        it.insert("pk".into(), AttributeValue::S(format!("p{i}")));
+        it.insert("sk".into(), AttributeValue::S("s".into()));
+        it.insert("v".into(), AttributeValue::S(payload.into()));
+        it
+    }
+
+    #[test]
+    fn sixty_items_make_batches_of_25_25_10() {
+        let now = Instant::now();
+        let mut q = TableQueue::default();
+        for i in 0..60 {
+            q.push(key(i), item(i, "x"), 1, i, now);
+        }
+        let sizes: Vec<usize> = (0..3).map(|_| q.take_batch().len()).collect();
+        assert_eq!(sizes, vec![25, 25, 10]);
+        assert!(q.is_empty());
+        assert_eq!(q.in_flight_keys(), 60);
+    }
+
+    #[test]
+    fn same_key_coalesces_and_later_item_wins() {
+        let now = Instant::now();
+        let mut q = TableQueue::default();
+        q.push(key(1), item(1, "old"), 1, "a", now);
+        q.push(key(2), item(2, "other"), 1, "b", now);
+        q.push(key(1), item(1, "new"), 1, "c", now);
+        let b = q.take_batch();
+        assert_eq!(b.len(), 2);
+        assert_eq!(b[0].tokens, vec!["a", "c"]);
+        assert_eq!(b[0].item["v"], AttributeValue::S("new".into()));
+    }
+
+    #[test]
+    fn a_key_in_flight_is_held_back_until_released() {
+        let now = Instant::now();
+        let mut q = TableQueue::default();
+        q.push(key(1), item(1, "v1"), 1, 1, now);
+        let first = q.take_batch();
+        q.push(key(1), item(1, "v2"), 1, 2, now);
+        q.push(key(2), item(2, "x"), 1, 3, now);
+        let second = q.take_batch();
+        assert_eq!(second.len(), 1);
+        assert_eq!(second[0].key, key(2));
+        assert!(q.take_batch().is_empty(), "key 1 is in flight");
+        q.release(first.iter().map(|e| &e.key));
+        let third = q.take_batch();
+        assert_eq!(third[0].item["v"], AttributeValue::S("v2".into()));
+    }
+
+    #[test]
+    fn requeued_items_go_first_and_newer_value_absorbs_them() {
+        let now = Instant::now();
+        let mut q = TableQueue::default();
+        for i in 0..3 {
+            q.push(key(i), item(i, "old"), 1, i, now);
+        }
+        let mut b = q.take_batch();
+        q.push(key(9), item(9, "x"), 1, 9, now);
+        q.push(key(1), item(1, "newer"), 1, 10, now);
+        // Items 0 and 1 came back unprocessed.
+        b.truncate(2);
+        q.requeue_front(b);
+        let next = q.take_batch();
+        let keys: Vec<_> = next.iter().map(|e| e.key.pk.clone()).collect();
+        assert_eq!(keys, vec!["p0", "p9", "p1"]);
+        let one = &next[2];
+        assert_eq!(one.item["v"], AttributeValue::S("newer".into()));
+        assert_eq!(one.tokens, vec![1, 10]);
+    }
+
+    #[test]
+    fn request_never_passes_16_mb() {
+        // 390 KB of control characters: about 2.4 MB each once JSON-escaped,
+        // so only 7 fit under 16 MB even though each is a legal item.
+        let now = Instant::now();
+        let payload = "\u{1}".repeat(390 * 1024);
+        let mut q = TableQueue::default();
+        for i in 0..25 {
+            q.push(key(i), item(i, &payload), 390, i, now);
+        }
+        let mut total = 0;
+        while !q.is_empty() {
+            let b = q.take_batch();
+            let bytes: usize = REQUEST_OVERHEAD
+                + b.iter()
+                    .map(|e| e.wire_bytes + PER_ITEM_OVERHEAD)
+                    .sum::<usize>();
+            assert!(bytes <= MAX_BATCH_BYTES, "{bytes}");
+            assert!(b.len() < 25);
+            total += b.len();
+        }
+        assert_eq!(total, 25);
+    }
+
+    #[test]
+    fn wire_size_matches_serialized_json_for_plain_items() {
+        let it = item(3, "hello \"world\"\n");
+        let json = format!(
+            "{{\"pk\":{{\"S\":\"p3\"}},\"sk\":{{\"S\":\"s\"}},\"v\":{{\"S\":{}}}}}",
+            serde_json::to_string("hello \"world\"\n").unwrap()
+        );
+        let est = wire_size(&it);
+        assert!(est >= json.len(), "{est} < {}", json.len());
+        assert!(est <= json.len() + 16, "{est} far above {}", json.len());
+    }
+
+    #[test]
+    fn linger_decides_when_a_partial_batch_is_due() {
+        let t0 = Instant::now();
+        let linger = Duration::from_millis(50);
+        let mut q = TableQueue::default();
+        assert!(!q.due(t0, linger, true));
+        q.push(key(1), item(1, "x"), 1, 1, t0);
+        assert!(!q.due(t0 + Duration::from_millis(49), linger, false));
+        assert!(q.due(t0 + Duration::from_millis(50), linger, false));
+        assert!(q.due(t0, linger, true));
+        assert_eq!(q.deadline(linger), Some(t0 + linger));
+    }
+}

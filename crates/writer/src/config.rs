@@ -1,0 +1,180 @@
+//! Writer configuration: typed, documented, rejecting unknown keys.
+//!
+//! Durations are written as integer **milliseconds** (`linger_ms = 50`), so a
+//! config file never needs a unit parser and the unit is in the key's name.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// How the writer batches, paces and retries. Every field has a default, so an
+/// empty table (`[writer]`) is a valid configuration.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WriterConfig {
+    /// Longest time a submission waits for its batch to fill before the batch
+    /// is sent anyway, in milliseconds. Default 50: long enough to fill 25-item
+    /// batches at a few hundred items/s, short next to DynamoDB's latency budget.
+    #[serde(rename = "linger_ms", with = "millis")]
+    pub linger: Duration,
+    /// Most submissions accepted but not yet completed, across all tables;
+    /// `submit` waits beyond it. Default 20,000 (five seconds at 4,000 items/s).
+    pub max_in_flight_items: usize,
+    /// Most item bytes (DynamoDB sizing) accepted but not yet completed;
+    /// `submit` waits beyond it. Default 64 MiB.
+    pub max_in_flight_bytes: usize,
+    /// Starting write rate, in WCU/s, for an on-demand table that declares no
+    /// warm throughput. Default 4,000: what a new on-demand table serves.
+    pub on_demand_initial_wcu: f64,
+    /// Lowest rate the controller may plan, in WCU/s. Default 5.
+    pub min_rate_wcu: f64,
+    /// Most BatchWriteItem calls in flight to one table; the adaptive limit
+    /// moves between 1 and this. Default 16.
+    pub max_concurrency_per_table: usize,
+    /// First retry delay before jitter, in milliseconds. Default 50 (AWS's
+    /// guidance for DynamoDB back-off starts at tens of milliseconds).
+    #[serde(rename = "backoff_base_ms", with = "millis")]
+    pub backoff_base: Duration,
+    /// Longest retry delay before jitter, in milliseconds. Default 5,000.
+    #[serde(rename = "backoff_cap_ms", with = "millis")]
+    pub backoff_cap: Duration,
+    /// How often each table's provisioned capacity is re-read with
+    /// DescribeTable, in milliseconds. Default 60,000.
+    #[serde(rename = "capacity_refresh_ms", with = "millis")]
+    pub capacity_refresh: Duration,
+    /// Deadline of one BatchWriteItem or DescribeTable call, in milliseconds;
+    /// a call past it counts as a transient error and is retried. Default 10,000.
+    #[serde(rename = "call_timeout_ms", with = "millis")]
+    pub call_timeout: Duration,
+    /// Name of the partition key attribute, used to match UnprocessedItems back
+    /// to submissions. Default `"pk"`.
+    pub pk_attribute: String,
+    /// Name of the sort key attribute. Default `"sk"`.
+    pub sk_attribute: String,
+}
+
+const fn default_linger() -> Duration {
+    Duration::from_millis(50)
+}
+const fn default_max_in_flight_items() -> usize {
+    20_000
+}
+const fn default_max_in_flight_bytes() -> usize {
+    64 * 1024 * 1024
+}
+const fn default_on_demand_initial_wcu() -> f64 {
+    4_000.0
+}
+const fn default_min_rate_wcu() -> f64 {
+    5.0
+}
+const fn default_max_concurrency_per_table() -> usize {
+    16
+}
+const fn default_backoff_base() -> Duration {
+    Duration::from_millis(50)
+}
+const fn default_backoff_cap() -> Duration {
+    Duration::from_secs(5)
+}
+const fn default_capacity_refresh() -> Duration {
+    Duration::from_secs(60)
+}
+const fn default_call_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+impl Default for WriterConfig {
+    fn default() -> Self {
+        WriterConfig {
+            linger: default_linger(),
+            max_in_flight_items: default_max_in_flight_items(),
+            max_in_flight_bytes: default_max_in_flight_bytes(),
+            on_demand_initial_wcu: default_on_demand_initial_wcu(),
+            min_rate_wcu: default_min_rate_wcu(),
+            max_concurrency_per_table: default_max_concurrency_per_table(),
+            backoff_base: default_backoff_base(),
+            backoff_cap: default_backoff_cap(),
+            capacity_refresh: default_capacity_refresh(),
+            call_timeout: default_call_timeout(),
+            pk_attribute: "pk".to_owned(),
+            sk_attribute: "sk".to_owned(),
+        }
+    }
+}
+
+impl WriterConfig {
+    /// Checks the values that would make the writer stall or spin, naming the
+    /// key and the fix.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_in_flight_items == 0 {
+            return Err("writer.max_in_flight_items must be at least 1".into());
+        }
+        if self.max_in_flight_bytes < tidemark_schema::size::MAX_ITEM_BYTES {
+            return Err(format!(
+                "writer.max_in_flight_bytes must be at least {} (one maximal item)",
+                tidemark_schema::size::MAX_ITEM_BYTES
+            ));
+        }
+        if self.max_concurrency_per_table == 0 {
+            return Err("writer.max_concurrency_per_table must be at least 1".into());
+        }
+        if !(self.min_rate_wcu > 0.0 && self.on_demand_initial_wcu >= self.min_rate_wcu) {
+            return Err(
+                "writer.min_rate_wcu must be > 0 and <= writer.on_demand_initial_wcu".into(),
+            );
+        }
+        if self.backoff_base.is_zero() || self.backoff_cap < self.backoff_base {
+            return Err("writer.backoff_base_ms must be > 0 and <= writer.backoff_cap_ms".into());
+        }
+        if self.call_timeout.is_zero() || self.capacity_refresh.is_zero() {
+            return Err("writer.call_timeout_ms and writer.capacity_refresh_ms must be > 0".into());
+        }
+        if self.pk_attribute.is_empty() {
+            return Err("writer.pk_attribute must name the partition key attribute".into());
+        }
+        Ok(())
+    }
+}
+
+/// Serde adapter: a `Duration` as integer milliseconds.
+mod millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_millis)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_config_takes_defaults_and_keys_are_milliseconds() {
+        let c: WriterConfig = toml::from_str("").unwrap();
+        assert_eq!(c, WriterConfig::default());
+        let c: WriterConfig = toml::from_str("linger_ms = 7\nbackoff_cap_ms = 900").unwrap();
+        assert_eq!(c.linger, Duration::from_millis(7));
+        assert_eq!(c.backoff_cap, Duration::from_millis(900));
+        assert_eq!(c.max_in_flight_items, 20_000);
+        assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected_by_name() {
+        let err = toml::from_str::<WriterConfig>("lingr_ms = 7").unwrap_err();
+        assert!(err.to_string().contains("lingr_ms"), "{err}");
+    }
+
+    #[test]
+    fn validate_names_the_bad_key() {
+        let c = WriterConfig {
+            max_in_flight_bytes: 10,
+            ..WriterConfig::default()
+        };
+        assert!(c.validate().unwrap_err().contains("max_in_flight_bytes"));
+    }
+}

@@ -1,0 +1,604 @@
+//! The per-table rate control law: pure, no I/O, driven by `now` and events.
+//!
+//! Three mechanisms work together:
+//! - **Pacing**: a token bucket filled at `rate` WCU/s. A call may start when
+//!   the balance is not negative; its estimated WCU are then taken (the balance
+//!   may go below zero, so a 25-item batch never starves behind a small bucket).
+//!   This is what keeps a table at its capacity without bursts: AIMD on
+//!   concurrency alone would still fire calls in bursts.
+//! - **AIMD on the rate**: while calls succeed cleanly *and* the pacer is what
+//!   limits us, the rate grows additively (fast far below the last throttle
+//!   level, slowly in a band around it). Throttling (an exception or any
+//!   UnprocessedItems) cuts it multiplicatively, or straight to the throughput
+//!   the table actually accepted over the last window when that is lower (this
+//!   is how an over-estimated start, e.g. an on-demand guess, converges in one
+//!   step). Feedback from calls sent before the last cut is ignored, so one
+//!   overshoot costs one cut, not one per call in flight.
+//! - **Adaptive concurrency**: a limit on calls in flight, +1 per round trip
+//!   while saturated, x0.75 on throttles and errors.
+//!
+//! For provisioned tables the rate is never planned above the provisioned WCU
+//! (burst credit would otherwise make the first minutes look better than the
+//! steady state and then throttle); on-demand tables are capped only by their
+//! declared maximum, if any.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// What DescribeTable said about a table's write capacity.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Capacity {
+    /// Provisioned mode: the smallest write capacity of the table and its
+    /// global secondary indexes, in WCU/s.
+    Provisioned {
+        /// Provisioned WCU/s.
+        wcu: f64,
+    },
+    /// On-demand mode.
+    OnDemand {
+        /// `OnDemandThroughput.MaxWriteRequestUnits`, if the table sets one.
+        max_wcu: Option<f64>,
+        /// `WarmThroughput.WriteUnitsPerSecond`, if DynamoDB reports it.
+        warm_wcu: Option<f64>,
+    },
+}
+
+/// Tuning of the control law. The defaults are what the simulations in this
+/// module's tests are run with.
+#[derive(Debug, Clone)]
+pub struct RateParams {
+    /// Starting rate of an on-demand table without warm throughput (WCU/s).
+    pub on_demand_initial: f64,
+    /// Floor of the rate (WCU/s).
+    pub min_rate: f64,
+    /// Ceiling of the concurrency limit.
+    pub max_concurrency: usize,
+    /// Multiplicative decrease on throttling.
+    pub decrease_factor: f64,
+    /// Additive increase far from the last throttle level, as a fraction of
+    /// the reference capacity per second.
+    pub fast_increase: f64,
+    /// Additive increase near the last throttle level (probing), same unit.
+    pub slow_increase: f64,
+    /// The probing band starts at this fraction of the last throttle level.
+    pub probe_band: f64,
+    /// Token bucket depth, as seconds of the current rate.
+    pub burst: Duration,
+    /// Window over which the accepted throughput is measured.
+    pub accept_window: Duration,
+}
+
+impl Default for RateParams {
+    fn default() -> Self {
+        RateParams {
+            on_demand_initial: 4_000.0,
+            min_rate: 5.0,
+            max_concurrency: 16,
+            decrease_factor: 0.9,
+            fast_increase: 0.10,
+            slow_increase: 0.01,
+            probe_band: 0.97,
+            burst: Duration::from_millis(100),
+            accept_window: Duration::from_secs(1),
+        }
+    }
+}
+
+/// May a call start now?
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admit {
+    /// Yes: call [`RateController::on_send`] with its WCU.
+    Go,
+    /// The pacer's balance is negative; retry after this long.
+    Wait(Duration),
+    /// Too many calls in flight; retry when one completes.
+    AtConcurrencyLimit,
+}
+
+/// How one BatchWriteItem call ended, as the controller needs to know it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CallFeedback {
+    /// When the call was sent (from [`RateController::on_send`]'s caller).
+    pub sent_at: Instant,
+    /// WCU the table consumed (ConsumedCapacity, or the stored items' estimate).
+    pub consumed_wcu: f64,
+    /// The call was throttled: ProvisionedThroughputExceeded (or another
+    /// throttling error), or it returned any UnprocessedItems.
+    pub throttled: bool,
+    /// The call failed for another transient reason (5xx, timeout, connection).
+    pub failed: bool,
+}
+
+/// The control state of one table. See the module documentation for the law.
+#[derive(Debug, Clone)]
+pub struct RateController {
+    p: RateParams,
+    capacity: Option<Capacity>,
+    cap: Option<f64>,
+    rate: f64,
+    ceiling: Option<f64>,
+    tokens: f64,
+    last_refill: Instant,
+    last_increase: Instant,
+    last_decrease: Option<Instant>,
+    last_paced: Option<Instant>,
+    limit: f64,
+    in_flight: usize,
+    accepted: VecDeque<(Instant, f64)>,
+    accepted_sum: f64,
+    started: Instant,
+}
+
+impl RateController {
+    /// A controller for a table whose capacity is not known yet: it plans the
+    /// on-demand initial rate until [`on_capacity`](Self::on_capacity).
+    pub fn new(p: RateParams, now: Instant) -> Self {
+        let rate = p.on_demand_initial.max(p.min_rate);
+        let limit = 4.0_f64.min(p.max_concurrency as f64).max(1.0);
+        RateController {
+            capacity: None,
+            cap: None,
+            rate,
+            ceiling: None,
+            tokens: 0.0,
+            last_refill: now,
+            last_increase: now,
+            last_decrease: None,
+            last_paced: None,
+            limit,
+            in_flight: 0,
+            accepted: VecDeque::new(),
+            accepted_sum: 0.0,
+            started: now,
+            p,
+        }
+    }
+
+    /// The planned rate, WCU/s.
+    pub fn rate(&self) -> f64 {
+        self.rate
+    }
+
+    /// The current limit on calls in flight.
+    pub fn concurrency_limit(&self) -> usize {
+        self.limit.floor().max(1.0) as usize
+    }
+
+    /// Calls in flight, as counted by `on_send` / `on_result`.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// The capacity last reported, if any.
+    pub fn capacity(&self) -> Option<Capacity> {
+        self.capacity
+    }
+
+    /// New capacity information (first DescribeTable, or a later change).
+    /// A provisioned table starts at (or is re-targeted to) its provisioned
+    /// WCU; a change of capacity forgets the old throttle level.
+    pub fn on_capacity(&mut self, capacity: Capacity, now: Instant) {
+        self.refill(now);
+        if self.capacity == Some(capacity) {
+            return;
+        }
+        self.capacity = Some(capacity);
+        self.ceiling = None;
+        match capacity {
+            Capacity::Provisioned { wcu } => {
+                self.cap = Some(wcu.max(self.p.min_rate));
+                self.rate = wcu;
+            }
+            Capacity::OnDemand { max_wcu, warm_wcu } => {
+                self.cap = max_wcu;
+                self.rate = warm_wcu.unwrap_or(self.p.on_demand_initial);
+            }
+        }
+        self.clamp();
+    }
+
+    /// May a call start now?
+    pub fn poll_send(&mut self, now: Instant) -> Admit {
+        self.refill(now);
+        if self.in_flight >= self.concurrency_limit() {
+            return Admit::AtConcurrencyLimit;
+        }
+        if self.tokens < 0.0 {
+            self.last_paced = Some(now);
+            // At least 1 ms: timers are that coarse, and a zero wait would
+            // spin without letting the clock move.
+            let wait = Duration::from_secs_f64(-self.tokens / self.rate);
+            return Admit::Wait(wait.max(Duration::from_millis(1)));
+        }
+        Admit::Go
+    }
+
+    /// A call carrying `wcu` estimated units was sent at `now`.
+    pub fn on_send(&mut self, wcu: f64, now: Instant) {
+        self.refill(now);
+        self.tokens -= wcu;
+        self.in_flight += 1;
+    }
+
+    /// A call ended.
+    pub fn on_result(&mut self, fb: CallFeedback, now: Instant) {
+        self.refill(now);
+        let saturated = self.in_flight >= self.concurrency_limit();
+        self.in_flight = self.in_flight.saturating_sub(1);
+        self.record_accepted(fb.consumed_wcu, now);
+        if fb.throttled {
+            self.decrease(fb.sent_at, now);
+        } else if fb.failed {
+            self.limit = (self.limit * 0.75).max(1.0);
+        } else {
+            self.increase(saturated, now);
+        }
+    }
+
+    /// Throughput the table accepted over the last window (WCU/s), once a
+    /// full window has passed since the controller started.
+    pub fn accepted_rate(&self, now: Instant) -> Option<f64> {
+        let w = self.p.accept_window;
+        (now.duration_since(self.started) >= w).then(|| self.accepted_sum / w.as_secs_f64())
+    }
+
+    fn refill(&mut self, now: Instant) {
+        let dt = now
+            .saturating_duration_since(self.last_refill)
+            .as_secs_f64();
+        self.last_refill = now;
+        let depth = (self.rate * self.p.burst.as_secs_f64()).max(1.0);
+        self.tokens = (self.tokens + self.rate * dt).min(depth);
+    }
+
+    fn record_accepted(&mut self, wcu: f64, now: Instant) {
+        if wcu > 0.0 {
+            self.accepted.push_back((now, wcu));
+            self.accepted_sum += wcu;
+        }
+        while let Some(&(t, w)) = self.accepted.front() {
+            if now.duration_since(t) <= self.p.accept_window {
+                break;
+            }
+            self.accepted.pop_front();
+            self.accepted_sum -= w;
+        }
+    }
+
+    fn increase(&mut self, saturated: bool, now: Instant) {
+        let dt = now
+            .saturating_duration_since(self.last_increase)
+            .min(Duration::from_secs(1))
+            .as_secs_f64();
+        self.last_increase = now;
+        // Only grow while the pacer is what holds us back: a rate nobody uses
+        // proves nothing about the table (TCP's congestion-window validation).
+        let pacer_bound = self
+            .last_paced
+            .is_some_and(|t| now.saturating_duration_since(t) <= Duration::from_secs(1));
+        if pacer_bound {
+            let reference = self.cap.or(self.ceiling).unwrap_or(self.rate);
+            let probing = self
+                .ceiling
+                .is_some_and(|c| self.rate >= self.p.probe_band * c && self.rate <= 1.1 * c);
+            let speed = if probing {
+                self.p.slow_increase
+            } else {
+                self.p.fast_increase
+            };
+            self.rate += speed * reference * dt;
+            self.clamp();
+        }
+        if saturated {
+            self.limit = (self.limit + 1.0 / self.limit).min(self.p.max_concurrency as f64);
+        }
+    }
+
+    fn decrease(&mut self, sent_at: Instant, now: Instant) {
+        self.limit = (self.limit * 0.75).max(1.0);
+        if self.last_decrease.is_some_and(|d| sent_at < d) {
+            return;
+        }
+        let before = self.rate;
+        let mut next = before * self.p.decrease_factor;
+        let mut level = before;
+        if let Some(accepted) = self.accepted_rate(now) {
+            next = next.min(accepted);
+            level = level.min(accepted.max(next));
+        }
+        self.ceiling = Some(level);
+        self.rate = next;
+        self.clamp();
+        // Stop any saved-up burst: the table just said it is full.
+        self.tokens = self.tokens.min(0.0);
+        self.last_decrease = Some(now);
+        self.last_increase = now;
+    }
+
+    fn clamp(&mut self) {
+        if let Some(cap) = self.cap {
+            self.rate = self.rate.min(cap);
+        }
+        self.rate = self.rate.max(self.p.min_rate);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+
+    use super::*;
+
+    /// A simulated DynamoDB table: one partition capped at 1,000 WCU/s (one
+    /// second of bucket), and the table's 300 s burst bucket refilled at the
+    /// provisioned rate. Items of 1 WCU, 25 per call.
+    struct SimTable {
+        provisioned: f64,
+        partition_cap: f64,
+        partition_tokens: f64,
+        burst_tokens: f64,
+        last: Duration,
+    }
+
+    impl SimTable {
+        fn new(provisioned: f64, burst_full: bool) -> Self {
+            SimTable {
+                provisioned,
+                partition_cap: 1_000.0,
+                partition_tokens: 1_000.0,
+                burst_tokens: if burst_full { provisioned * 300.0 } else { 0.0 },
+                last: Duration::ZERO,
+            }
+        }
+
+        /// Writes up to `items` 1-WCU items at time `t`; returns how many stored.
+        fn write(&mut self, t: Duration, items: u32) -> u32 {
+            let dt = (t - self.last).as_secs_f64();
+            self.last = t;
+            self.partition_tokens =
+                (self.partition_tokens + self.partition_cap * dt).min(self.partition_cap);
+            self.burst_tokens =
+                (self.burst_tokens + self.provisioned * dt).min(self.provisioned * 300.0);
+            let mut stored = 0;
+            while stored < items && self.partition_tokens >= 1.0 && self.burst_tokens >= 1.0 {
+                self.partition_tokens -= 1.0;
+                self.burst_tokens -= 1.0;
+                stored += 1;
+            }
+            stored
+        }
+    }
+
+    struct SimResult {
+        /// Stored WCU per whole second of simulated time.
+        per_second: Vec<f64>,
+        calls: u64,
+        throttled_calls: u64,
+        final_rate: f64,
+    }
+
+    /// Unlimited demand, 10 ms latency, `secs` of simulated time.
+    fn simulate(
+        ctl: &mut RateController,
+        table: &mut SimTable,
+        secs: u64,
+        mut on_tick: impl FnMut(Duration, &mut RateController, &mut SimTable, Instant),
+    ) -> SimResult {
+        let t0 = Instant::now();
+        let latency = Duration::from_millis(10);
+        let end = Duration::from_secs(secs);
+        let mut t = Duration::ZERO;
+        let mut completions: BinaryHeap<Reverse<(Duration, Duration)>> = BinaryHeap::new();
+        let mut per_second = vec![0.0; secs as usize];
+        let (mut calls, mut throttled_calls) = (0, 0);
+        let mut pending_retry = 0u32; // unprocessed items, re-sent first
+        let mut last_tick = 0;
+        while t < end {
+            if t.as_secs() != last_tick {
+                last_tick = t.as_secs();
+                on_tick(t, ctl, table, t0 + t);
+            }
+            // Start every call the controller admits now.
+            let mut wait = Duration::from_millis(1);
+            loop {
+                match ctl.poll_send(t0 + t) {
+                    Admit::Go => {
+                        let items = 25;
+                        pending_retry = pending_retry.saturating_sub(items);
+                        ctl.on_send(f64::from(items), t0 + t);
+                        completions.push(Reverse((t + latency, t)));
+                        calls += 1;
+                    }
+                    Admit::Wait(d) => {
+                        wait = d.max(Duration::from_micros(100));
+                        break;
+                    }
+                    Admit::AtConcurrencyLimit => break,
+                }
+            }
+            let next_done = completions.peek().map(|Reverse((d, _))| *d);
+            let next = match next_done {
+                Some(d) if d <= t + wait => d,
+                _ => t + wait,
+            };
+            t = next;
+            while let Some(Reverse((done, sent))) = completions.peek().copied() {
+                if done > t {
+                    break;
+                }
+                completions.pop();
+                // The table judges the call when it arrives (half-way).
+                let stored = table.write(sent + latency / 2, 25);
+                let s = (sent + latency / 2).as_secs() as usize;
+                if s < per_second.len() {
+                    per_second[s] += f64::from(stored);
+                }
+                let throttled = stored < 25;
+                if throttled {
+                    throttled_calls += 1;
+                    pending_retry += 25 - stored;
+                }
+                ctl.on_result(
+                    CallFeedback {
+                        sent_at: t0 + sent,
+                        consumed_wcu: f64::from(stored),
+                        throttled,
+                        failed: false,
+                    },
+                    t0 + done,
+                );
+            }
+        }
+        SimResult {
+            per_second,
+            calls,
+            throttled_calls,
+            final_rate: ctl.rate(),
+        }
+    }
+
+    fn window_means(per_second: &[f64], from: usize, window: usize) -> Vec<f64> {
+        per_second[from..]
+            .chunks(window)
+            .map(|c| c.iter().sum::<f64>() / c.len() as f64)
+            .collect()
+    }
+
+    #[test]
+    fn provisioned_1000_wcu_table_runs_within_5_percent_of_capacity() {
+        let now = Instant::now();
+        let mut ctl = RateController::new(RateParams::default(), now);
+        ctl.on_capacity(Capacity::Provisioned { wcu: 1_000.0 }, now);
+        // Full burst bucket: the cap must keep us from living on credit.
+        let mut table = SimTable::new(1_000.0, true);
+        let r = simulate(&mut ctl, &mut table, 600, |_, _, _, _| {});
+        for (i, m) in window_means(&r.per_second, 10, 10).iter().enumerate() {
+            assert!(
+                (950.0..=1_050.0).contains(m),
+                "window {i}: {m} WCU/s is not within 5% of 1,000"
+            );
+        }
+        let share = r.throttled_calls as f64 / r.calls as f64;
+        assert!(share <= 0.01, "throttled share {share}");
+    }
+
+    #[test]
+    fn unknown_capacity_converges_from_an_on_demand_guess_and_stays() {
+        // The controller believes 4,000 WCU/s (on-demand default); the table
+        // really serves 1,000, with an empty burst bucket.
+        let now = Instant::now();
+        let mut ctl = RateController::new(RateParams::default(), now);
+        let mut table = SimTable::new(1_000.0, false);
+        let r = simulate(&mut ctl, &mut table, 600, |_, _, _, _| {});
+        let means = window_means(&r.per_second, 30, 10);
+        let share = r.throttled_calls as f64 / r.calls as f64;
+        println!("10 s means after 30 s: {means:?}; throttled share {share}");
+        for (i, m) in means.iter().enumerate() {
+            assert!(
+                (950.0..=1_050.0).contains(m),
+                "window {i} after 30 s: {m} WCU/s is not within 5% of 1,000"
+            );
+        }
+        let share = r.throttled_calls as f64 / r.calls as f64;
+        assert!(share <= 0.05, "throttled share {share} over 5%");
+        assert!(
+            (900.0..=1_100.0).contains(&r.final_rate),
+            "rate {}",
+            r.final_rate
+        );
+    }
+
+    #[test]
+    fn a_capacity_increase_is_followed() {
+        let now = Instant::now();
+        let mut ctl = RateController::new(RateParams::default(), now);
+        ctl.on_capacity(Capacity::Provisioned { wcu: 500.0 }, now);
+        let mut table = SimTable::new(500.0, false);
+        table.partition_cap = 2_000.0;
+        // At 60 s the table is raised to 1,500 WCU and DescribeTable says so.
+        let r = simulate(&mut ctl, &mut table, 120, |t, c, tab, at| {
+            if t >= Duration::from_secs(60) {
+                tab.provisioned = 1_500.0;
+                c.on_capacity(Capacity::Provisioned { wcu: 1_500.0 }, at);
+            }
+        });
+        let first = window_means(&r.per_second[..60], 5, 10);
+        assert!(
+            first.iter().all(|m| (475.0..=525.0).contains(m)),
+            "{first:?}"
+        );
+        let second = window_means(&r.per_second, 70, 10);
+        assert!(
+            second.iter().all(|m| (1_425.0..=1_575.0).contains(m)),
+            "{second:?}"
+        );
+        assert!(ctl.rate() >= 1_425.0, "rate {}", ctl.rate());
+    }
+
+    #[test]
+    fn one_overshoot_costs_one_cut() {
+        let t0 = Instant::now();
+        let mut ctl = RateController::new(RateParams::default(), t0);
+        ctl.on_capacity(Capacity::Provisioned { wcu: 1_000.0 }, t0);
+        for _ in 0..3 {
+            ctl.on_send(25.0, t0);
+        }
+        let fb = CallFeedback {
+            sent_at: t0,
+            consumed_wcu: 0.0,
+            throttled: true,
+            failed: false,
+        };
+        let t1 = t0 + Duration::from_millis(20);
+        ctl.on_result(fb, t1);
+        let after_first = ctl.rate();
+        ctl.on_result(fb, t1 + Duration::from_millis(1));
+        ctl.on_result(fb, t1 + Duration::from_millis(2));
+        assert!(after_first < 1_000.0);
+        assert_eq!(ctl.rate(), after_first, "stale feedback cut the rate again");
+        // A call sent after the cut that is throttled cuts again.
+        let t2 = t1 + Duration::from_millis(50);
+        ctl.on_send(25.0, t2);
+        ctl.on_result(
+            CallFeedback { sent_at: t2, ..fb },
+            t2 + Duration::from_millis(10),
+        );
+        assert!(ctl.rate() < after_first);
+    }
+
+    #[test]
+    fn pacing_holds_the_average_at_the_rate() {
+        let t0 = Instant::now();
+        let mut ctl = RateController::new(RateParams::default(), t0);
+        ctl.on_capacity(Capacity::Provisioned { wcu: 200.0 }, t0);
+        let mut t = t0;
+        let mut sent = 0.0;
+        let end = t0 + Duration::from_secs(10);
+        while t < end {
+            match ctl.poll_send(t) {
+                Admit::Go => {
+                    ctl.on_send(25.0, t);
+                    sent += 25.0;
+                    // Complete immediately so concurrency never binds.
+                    ctl.on_result(
+                        CallFeedback {
+                            sent_at: t,
+                            consumed_wcu: 25.0,
+                            throttled: false,
+                            failed: false,
+                        },
+                        t,
+                    );
+                }
+                Admit::Wait(d) => t += d,
+                Admit::AtConcurrencyLimit => unreachable!("calls complete at once"),
+            }
+        }
+        let per_sec = sent / 10.0;
+        assert!(
+            (190.0..=215.0).contains(&per_sec),
+            "{per_sec} WCU/s paced at 200"
+        );
+    }
+}

@@ -1,0 +1,652 @@
+//! One table's batching and sending loop: feeds the pure [`TableQueue`] and
+//! [`RateController`] with arrivals, timers and call results, and turns call
+//! results into completions, requeues, bisections or a fatal error.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::Arc;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::batch_write_item::{BatchWriteItemError, BatchWriteItemOutput};
+use aws_sdk_dynamodb::operation::describe_table::{DescribeTableError, DescribeTableOutput};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, BillingMode, ReturnConsumedCapacity, TableDescription,
+};
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use futures::stream::{FuturesUnordered, StreamExt};
+use tidemark_schema::{Item, ItemKey, Reason};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use crate::batch::{Entry, TableQueue};
+use crate::config::WriterConfig;
+use crate::error::{ErrorClass, WriterError, classify_batch, classify_describe};
+use crate::rate::{Admit, CallFeedback, Capacity, RateController, RateParams};
+use crate::stats::{SharedStats, TableStats};
+use crate::writer::{MissingTableAction, MissingTableHandler, Token, WriteOutcome};
+
+type HttpResponse = aws_smithy_runtime_api::http::Response;
+type Batch = Vec<Entry<Token>>;
+type CallResult = Result<
+    Result<BatchWriteItemOutput, SdkError<BatchWriteItemError, HttpResponse>>,
+    tokio::time::error::Elapsed,
+>;
+type DescribeResult = Result<
+    Result<DescribeTableOutput, SdkError<DescribeTableError, HttpResponse>>,
+    tokio::time::error::Elapsed,
+>;
+
+/// Messages from the dispatcher.
+#[derive(Debug)]
+pub(crate) enum TableMsg {
+    Item {
+        key: ItemKey,
+        item: Item,
+        wcu: u64,
+        token: Token,
+    },
+    Flush(oneshot::Sender<()>),
+}
+
+enum Event {
+    Call {
+        batch: Batch,
+        isolated: bool,
+        sent_at: Instant,
+        result: Box<CallResult>,
+    },
+    Described(Box<DescribeResult>),
+    Missing(MissingTableAction),
+}
+
+pub(crate) struct TableTask {
+    table: String,
+    client: Client,
+    cfg: Arc<WriterConfig>,
+    missing: Arc<dyn MissingTableHandler>,
+    rx: mpsc::UnboundedReceiver<TableMsg>,
+    rx_open: bool,
+    queue: TableQueue<Token>,
+    /// Halves of a batch DynamoDB refused as invalid: sent alone, first.
+    isolated: VecDeque<Batch>,
+    /// Batches that found the table missing, waiting for the handler.
+    missing_wait: Vec<Batch>,
+    handler_running: bool,
+    ctl: RateController,
+    events: FuturesUnordered<BoxFuture<'static, Event>>,
+    calls_in_flight: usize,
+    hold_until: Option<Instant>,
+    backoff: ExponentialBackoff,
+    backoff_used: bool,
+    rng: fastrand::Rng,
+    capacity_known: bool,
+    describe_pending: bool,
+    next_describe: Instant,
+    next_seq: u64,
+    outstanding: BTreeSet<u64>,
+    flush_waiters: Vec<(u64, oneshot::Sender<()>)>,
+    stats: TableStats,
+}
+
+impl TableTask {
+    pub(crate) fn new(
+        table: String,
+        client: Client,
+        cfg: Arc<WriterConfig>,
+        missing: Arc<dyn MissingTableHandler>,
+        shared: Arc<SharedStats>,
+        rx: mpsc::UnboundedReceiver<TableMsg>,
+    ) -> Self {
+        let now = Instant::now();
+        let params = RateParams {
+            on_demand_initial: cfg.on_demand_initial_wcu,
+            min_rate: cfg.min_rate_wcu,
+            max_concurrency: cfg.max_concurrency_per_table,
+            ..RateParams::default()
+        };
+        TableTask {
+            stats: TableStats::new(&table, shared),
+            ctl: RateController::new(params, now.into_std()),
+            backoff: backoff_schedule(&cfg),
+            table,
+            client,
+            missing,
+            rx,
+            rx_open: true,
+            queue: TableQueue::default(),
+            isolated: VecDeque::new(),
+            missing_wait: Vec::new(),
+            handler_running: false,
+            events: FuturesUnordered::new(),
+            calls_in_flight: 0,
+            hold_until: None,
+            backoff_used: false,
+            rng: fastrand::Rng::new(),
+            capacity_known: false,
+            describe_pending: false,
+            next_describe: now,
+            next_seq: 0,
+            outstanding: BTreeSet::new(),
+            flush_waiters: Vec::new(),
+            cfg,
+        }
+    }
+
+    pub(crate) async fn run(mut self) -> Result<(), WriterError> {
+        loop {
+            let now = Instant::now();
+            if !self.describe_pending && now >= self.next_describe {
+                self.start_describe();
+            }
+            let wake = self.dispatch(now)?;
+            self.resolve_flushes();
+            if !self.rx_open && self.idle() {
+                return Ok(());
+            }
+            let deadline = wake.map_or(self.next_describe, |w| w.min(self.next_describe));
+            tokio::select! {
+                biased;
+                Some(ev) = self.events.next(), if !self.events.is_empty() => self.on_event(ev)?,
+                msg = self.rx.recv(), if self.rx_open => match msg {
+                    Some(m) => {
+                        self.on_msg(m);
+                        // Take what else is queued in one go: one pass of the
+                        // loop per item would cost more than the batching.
+                        for _ in 0..1024 {
+                            match self.rx.try_recv() {
+                                Ok(m) => self.on_msg(m),
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                    None => self.rx_open = false,
+                },
+                _ = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+    }
+
+    fn idle(&self) -> bool {
+        self.queue.is_empty()
+            && self.isolated.is_empty()
+            && self.missing_wait.is_empty()
+            && self.calls_in_flight == 0
+            && !self.handler_running
+    }
+
+    fn on_msg(&mut self, m: TableMsg) {
+        match m {
+            TableMsg::Item {
+                key,
+                item,
+                wcu,
+                mut token,
+            } => {
+                token.seq = self.next_seq;
+                self.next_seq += 1;
+                self.outstanding.insert(token.seq);
+                self.queue
+                    .push(key, item, wcu, token, Instant::now().into_std());
+            }
+            TableMsg::Flush(reply) => self.flush_waiters.push((self.next_seq, reply)),
+        }
+    }
+
+    fn resolve_flushes(&mut self) {
+        if self.flush_waiters.is_empty() {
+            return;
+        }
+        let oldest = self.outstanding.first().copied().unwrap_or(u64::MAX);
+        let waiters = std::mem::take(&mut self.flush_waiters);
+        for (threshold, reply) in waiters {
+            if oldest >= threshold {
+                let _ = reply.send(());
+            } else {
+                self.flush_waiters.push((threshold, reply));
+            }
+        }
+    }
+
+    /// Sends every batch that is due and admitted; returns when to look again
+    /// (None: only an event or a message can change anything).
+    fn dispatch(&mut self, now: Instant) -> Result<Option<Instant>, WriterError> {
+        if !self.capacity_known || self.handler_running {
+            return Ok(None);
+        }
+        if let Some(h) = self.hold_until {
+            if now < h {
+                return Ok(Some(h));
+            }
+            self.hold_until = None;
+        }
+        let force = !self.rx_open || !self.flush_waiters.is_empty();
+        let std_now = now.into_std();
+        loop {
+            let isolated = !self.isolated.is_empty();
+            if !isolated && !self.queue.due(std_now, self.cfg.linger, force) {
+                let next = self
+                    .queue
+                    .deadline(self.cfg.linger)
+                    .map(|d| now + d.saturating_duration_since(std_now));
+                return Ok(next);
+            }
+            match self.ctl.poll_send(std_now) {
+                Admit::Go => {}
+                Admit::Wait(d) => return Ok(Some(now + d)),
+                Admit::AtConcurrencyLimit => return Ok(None),
+            }
+            let batch = if isolated {
+                self.isolated.pop_front().unwrap_or_default()
+            } else {
+                self.queue.take_batch()
+            };
+            if batch.is_empty() {
+                // Every due key is in flight: a call result will wake us.
+                return Ok(None);
+            }
+            self.send(batch, isolated, now)?;
+        }
+    }
+
+    fn send(&mut self, batch: Batch, isolated: bool, now: Instant) -> Result<(), WriterError> {
+        let wcu: u64 = batch.iter().map(|e| e.wcu).sum();
+        let requests = crate::batch::build_requests(&batch).map_err(|e| WriterError::Fatal {
+            table: self.table.clone(),
+            code: "RequestBuild".into(),
+            message: e.to_string(),
+        })?;
+        self.ctl.on_send(wcu as f64, now.into_std());
+        self.calls_in_flight += 1;
+        let call = self
+            .client
+            .batch_write_item()
+            .request_items(self.table.clone(), requests)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send();
+        let timeout = self.cfg.call_timeout;
+        self.events.push(
+            async move {
+                let result = Box::new(tokio::time::timeout(timeout, call).await);
+                Event::Call {
+                    batch,
+                    isolated,
+                    sent_at: now,
+                    result,
+                }
+            }
+            .boxed(),
+        );
+        Ok(())
+    }
+
+    fn start_describe(&mut self) {
+        self.describe_pending = true;
+        let call = self
+            .client
+            .describe_table()
+            .table_name(self.table.clone())
+            .send();
+        let timeout = self.cfg.call_timeout;
+        self.events.push(
+            async move { Event::Described(Box::new(tokio::time::timeout(timeout, call).await)) }
+                .boxed(),
+        );
+    }
+
+    fn on_event(&mut self, ev: Event) -> Result<(), WriterError> {
+        match ev {
+            Event::Call {
+                batch,
+                isolated,
+                sent_at,
+                result,
+            } => self.on_call(batch, isolated, sent_at, *result),
+            Event::Described(result) => self.on_described(*result),
+            Event::Missing(action) => {
+                self.on_missing_answer(action);
+                Ok(())
+            }
+        }
+    }
+
+    fn on_described(&mut self, result: DescribeResult) -> Result<(), WriterError> {
+        let now = Instant::now();
+        self.describe_pending = false;
+        self.capacity_known = true;
+        self.next_describe = now + self.cfg.capacity_refresh;
+        match result {
+            Ok(Ok(out)) => {
+                if let Some(cap) = out.table().and_then(capacity_of) {
+                    self.ctl.on_capacity(cap, now.into_std());
+                    self.stats.rate(self.ctl.rate());
+                }
+            }
+            Ok(Err(e)) => match classify_describe(&e) {
+                ErrorClass::Fatal { code, message } => {
+                    return Err(WriterError::Fatal {
+                        table: self.table.clone(),
+                        code,
+                        message,
+                    });
+                }
+                // Writes will meet it and ask the handler.
+                ErrorClass::TableMissing(_) => self.next_describe = now + self.cfg.backoff_cap,
+                other => {
+                    tracing::warn!(table = %self.table, error = ?other, "DescribeTable failed; pacing at the initial rate");
+                    self.next_describe = now + self.cfg.backoff_cap;
+                }
+            },
+            Err(_) => {
+                tracing::warn!(table = %self.table, "DescribeTable timed out");
+                self.next_describe = now + self.cfg.backoff_cap;
+            }
+        }
+        Ok(())
+    }
+
+    fn on_call(
+        &mut self,
+        batch: Batch,
+        isolated: bool,
+        sent_at: Instant,
+        result: CallResult,
+    ) -> Result<(), WriterError> {
+        let now = Instant::now();
+        self.calls_in_flight = self.calls_in_flight.saturating_sub(1);
+        self.stats
+            .call(now.saturating_duration_since(sent_at).as_secs_f64());
+        let mut fb = CallFeedback {
+            sent_at: sent_at.into_std(),
+            consumed_wcu: 0.0,
+            throttled: false,
+            failed: false,
+        };
+        let class = match result {
+            Err(_) => ErrorClass::Transient("call timed out".into()),
+            Ok(Ok(out)) => {
+                // Unprocessed items of a bisected half rejoin the normal
+                // queue: the half was valid, so they cannot poison a batch.
+                self.on_output(batch, &out, &mut fb, now);
+                self.ctl.on_result(fb, now.into_std());
+                self.stats.rate(self.ctl.rate());
+                return Ok(());
+            }
+            Ok(Err(e)) => classify_batch(&e),
+        };
+        match class {
+            ErrorClass::Throttled => {
+                fb.throttled = true;
+                self.stats.throttled(0);
+                self.retry(batch, isolated, now);
+            }
+            ErrorClass::Transient(msg) => {
+                tracing::debug!(table = %self.table, error = %msg, "transient BatchWriteItem failure");
+                fb.failed = true;
+                self.stats.transient();
+                self.retry(batch, isolated, now);
+            }
+            ErrorClass::Invalid(msg) => self.bisect(batch, msg),
+            ErrorClass::TableMissing(msg) => {
+                tracing::info!(table = %self.table, message = %msg, "table missing; asking the handler");
+                self.missing_wait.push(batch);
+                if !self.handler_running {
+                    self.handler_running = true;
+                    let fut = self.missing.on_missing(&self.table);
+                    self.events
+                        .push(async move { Event::Missing(fut.await) }.boxed());
+                }
+            }
+            ErrorClass::Fatal { code, message } => {
+                return Err(WriterError::Fatal {
+                    table: self.table.clone(),
+                    code,
+                    message,
+                });
+            }
+        }
+        self.ctl.on_result(fb, now.into_std());
+        self.stats.rate(self.ctl.rate());
+        Ok(())
+    }
+
+    fn on_output(
+        &mut self,
+        batch: Batch,
+        out: &BatchWriteItemOutput,
+        fb: &mut CallFeedback,
+        now: Instant,
+    ) {
+        let reported: Option<f64> = {
+            let units: Vec<f64> = out
+                .consumed_capacity()
+                .iter()
+                .filter(|c| c.table_name().is_none_or(|t| t == self.table))
+                .filter_map(|c| c.capacity_units())
+                .collect();
+            (!units.is_empty()).then(|| units.iter().sum())
+        };
+        if let Some(wcu) = reported {
+            self.stats.consumed(wcu);
+        }
+        let unprocessed: Vec<&Item> = out
+            .unprocessed_items()
+            .and_then(|m| m.get(&self.table))
+            .map(|reqs| {
+                reqs.iter()
+                    .filter_map(|r| r.put_request().map(|p| p.item()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let (stored, again) = if unprocessed.is_empty() {
+            (batch, Vec::new())
+        } else {
+            match split_unprocessed(
+                batch,
+                &unprocessed,
+                &self.cfg.pk_attribute,
+                &self.cfg.sk_attribute,
+            ) {
+                Ok(split) => split,
+                // Cannot tell which were written: send them all again (puts
+                // are idempotent); never acknowledge what was not confirmed.
+                Err(all) => (Vec::new(), all),
+            }
+        };
+        let stored_wcu: u64 = stored.iter().map(|e| e.wcu).sum();
+        // Some emulators report 1 unit per call; never feed the controller
+        // less than the stored items' own cost.
+        fb.consumed_wcu = reported.unwrap_or(0.0).max(stored_wcu as f64);
+        if !again.is_empty() {
+            fb.throttled = true;
+            self.stats.throttled(unprocessed.len() as u64);
+            self.retry(again, false, now);
+        } else if self.backoff_used {
+            self.backoff = backoff_schedule(&self.cfg);
+            self.backoff_used = false;
+        }
+        self.complete(stored, &WriteOutcome::Stored);
+    }
+
+    /// Back to the front of the queue after a back-off with full jitter.
+    fn retry(&mut self, batch: Batch, isolated: bool, now: Instant) {
+        self.stats.retried(batch.len() as u64);
+        if isolated {
+            // Keep a bisected half apart from other items until it is settled.
+            self.isolated.push_front(batch);
+        } else {
+            self.queue.requeue_front(batch);
+        }
+        let cap = self.backoff.next().unwrap_or(self.cfg.backoff_cap);
+        self.backoff_used = true;
+        let delay = cap.mul_f64(self.rng.f64());
+        let until = now + delay;
+        self.hold_until = Some(self.hold_until.map_or(until, |h| h.max(until)));
+    }
+
+    /// A batch DynamoDB refused: halves are tried alone until single items
+    /// are left; those are rejected with DynamoDB's message.
+    fn bisect(&mut self, mut batch: Batch, msg: String) {
+        if batch.len() <= 1 {
+            tracing::warn!(table = %self.table, message = %msg, "item rejected by DynamoDB");
+            self.complete(
+                batch,
+                &WriteOutcome::Rejected {
+                    reason: Reason::DynamodbRejected,
+                    message: msg,
+                },
+            );
+            return;
+        }
+        let second = batch.split_off(batch.len() / 2);
+        self.isolated.push_front(second);
+        self.isolated.push_front(batch);
+    }
+
+    fn on_missing_answer(&mut self, action: MissingTableAction) {
+        self.handler_running = false;
+        let waiting = std::mem::take(&mut self.missing_wait);
+        match action {
+            MissingTableAction::Retry => {
+                for b in waiting.into_iter().rev() {
+                    self.queue.requeue_front(b);
+                }
+                // The table may have been created with new capacity.
+                if !self.describe_pending {
+                    self.start_describe();
+                }
+                self.retry(Vec::new(), false, Instant::now());
+            }
+            MissingTableAction::Reject(msg) => {
+                let outcome = WriteOutcome::Rejected {
+                    reason: Reason::TableMissing,
+                    message: msg,
+                };
+                let mut all: Batch = waiting.into_iter().flatten().collect();
+                all.extend(self.isolated.drain(..).flatten());
+                all.extend(self.queue.drain());
+                self.complete(all, &outcome);
+            }
+        }
+    }
+
+    fn complete(&mut self, entries: Batch, outcome: &WriteOutcome) {
+        if entries.is_empty() {
+            return;
+        }
+        self.queue.release(entries.iter().map(|e| &e.key));
+        let items = entries.len() as u64;
+        let mut tokens = 0u64;
+        for e in entries {
+            for t in e.tokens {
+                tokens += 1;
+                self.outstanding.remove(&t.seq);
+                (t.done)(outcome.clone());
+            }
+        }
+        match outcome {
+            WriteOutcome::Stored => self.stats.stored(items, tokens),
+            WriteOutcome::Rejected { reason, .. } => self.stats.dead_letter(*reason, tokens),
+        }
+    }
+}
+
+fn backoff_schedule(cfg: &WriterConfig) -> ExponentialBackoff {
+    // backon gives the capped exponential schedule; full jitter (a uniform
+    // draw below it, as AWS recommends) is applied by the caller, because
+    // backon's own jitter only ever adds to the delay.
+    ExponentialBuilder::default()
+        .with_min_delay(cfg.backoff_base)
+        .with_max_delay(cfg.backoff_cap)
+        .with_factor(2.0)
+        .without_max_times()
+        .build()
+}
+
+fn key_of<'a>(
+    item: &'a Item,
+    pk: &str,
+    sk: &str,
+) -> (Option<&'a AttributeValue>, Option<&'a AttributeValue>) {
+    (item.get(pk), item.get(sk))
+}
+
+/// Splits a batch into (stored, unprocessed) by matching the returned items
+/// to entries on their key attributes (or whole item). `Err(batch)` if any
+/// returned item matches nothing.
+fn split_unprocessed(
+    batch: Batch,
+    unprocessed: &[&Item],
+    pk: &str,
+    sk: &str,
+) -> Result<(Batch, Batch), Batch> {
+    let mut again_idx = vec![false; batch.len()];
+    for u in unprocessed {
+        let uk = key_of(u, pk, sk);
+        let found = batch
+            .iter()
+            .enumerate()
+            .position(|(i, e)| !again_idx[i] && uk.0.is_some() && key_of(&e.item, pk, sk) == uk);
+        let found = found.or_else(|| {
+            batch
+                .iter()
+                .enumerate()
+                .position(|(i, e)| !again_idx[i] && &e.item == *u)
+        });
+        match found {
+            Some(i) => again_idx[i] = true,
+            None => return Err(batch),
+        }
+    }
+    let mut stored = Vec::new();
+    let mut again = Vec::new();
+    for (e, a) in batch.into_iter().zip(again_idx) {
+        if a {
+            again.push(e);
+        } else {
+            stored.push(e);
+        }
+    }
+    Ok((stored, again))
+}
+
+/// The write capacity DescribeTable reports; `None` if it says nothing usable.
+pub(crate) fn capacity_of(t: &TableDescription) -> Option<Capacity> {
+    let on_demand = t
+        .billing_mode_summary()
+        .and_then(|b| b.billing_mode())
+        .is_some_and(|m| *m == BillingMode::PayPerRequest);
+    let table_wcu = t
+        .provisioned_throughput()
+        .and_then(|p| p.write_capacity_units())
+        .filter(|w| *w > 0);
+    match (on_demand, table_wcu) {
+        (false, Some(wcu)) => {
+            // A GSI with less write capacity throttles the table's writes.
+            let gsi_min = t
+                .global_secondary_indexes()
+                .iter()
+                .filter_map(|g| {
+                    g.provisioned_throughput()
+                        .and_then(|p| p.write_capacity_units())
+                })
+                .filter(|w| *w > 0)
+                .min();
+            let wcu = gsi_min.map_or(wcu, |g| g.min(wcu));
+            Some(Capacity::Provisioned { wcu: wcu as f64 })
+        }
+        _ => Some(Capacity::OnDemand {
+            max_wcu: t
+                .on_demand_throughput()
+                .and_then(|o| o.max_write_request_units())
+                .filter(|w| *w > 0)
+                .map(|w| w as f64),
+            warm_wcu: t
+                .warm_throughput()
+                .and_then(|w| w.write_units_per_second())
+                .filter(|w| *w > 0)
+                .map(|w| w as f64),
+        }),
+    }
+}

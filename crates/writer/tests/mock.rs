@@ -1,0 +1,701 @@
+//! The writer against a fake DynamoDB built with aws-smithy-mocks: a store,
+//! plus a script of faults for the next calls. Completions check, when they
+//! run, that the fake really holds the item (acknowledge-after-store).
+
+// Test code: a panic in a helper is a failed assertion (clippy.toml allows
+// this in #[test] functions only).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::operation::batch_write_item::BatchWriteItemOutput;
+use aws_sdk_dynamodb::operation::describe_table::DescribeTableOutput;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, BillingMode, BillingModeSummary, ConsumedCapacity,
+    ProvisionedThroughputDescription, PutRequest, TableDescription, WriteRequest,
+};
+use aws_smithy_mocks::{MockResponse, RuleMode, mock, mock_client};
+use aws_smithy_runtime_api::http::{Response as HttpResponse, StatusCode};
+use aws_smithy_types::body::SdkBody;
+use futures::future::BoxFuture;
+use tidemark_schema::{Item, ItemKey, Reason};
+use tidemark_writer::{
+    MissingTableAction, MissingTableHandler, RejectMissing, Submission, WriteOutcome, Writer,
+    WriterConfig, WriterError, WriterHandle,
+};
+use tokio::sync::mpsc;
+
+/// What the fake does with the next call.
+#[derive(Debug, Clone)]
+enum Fault {
+    /// HTTP 400 ProvisionedThroughputExceededException, as DynamoDB sends it.
+    Throttle,
+    /// HTTP 500.
+    ServerError,
+    /// Store all but these partition keys, return them as UnprocessedItems.
+    Unprocessed(Vec<String>),
+    /// A fatal error code.
+    Fatal(&'static str),
+}
+
+#[derive(Default)]
+struct State {
+    store: HashMap<(String, String, String), Item>,
+    /// Partition keys of every call, in order.
+    calls: Vec<(String, Vec<String>)>,
+    script: VecDeque<Fault>,
+    /// Items with this attribute make the whole call fail validation.
+    poison_attr: Option<String>,
+    /// Tables that do not exist.
+    missing: Vec<String>,
+    /// While set, every call is throttled.
+    throttle_all: bool,
+    /// Tables whose every call is throttled.
+    throttle_tables: Vec<String>,
+}
+
+#[derive(Clone, Default)]
+struct Fake(Arc<Mutex<State>>);
+
+fn raw(status: u16, type_: &str, message: &str) -> HttpResponse {
+    let body =
+        format!(r#"{{"__type":"com.amazonaws.dynamodb.v20120810#{type_}","message":"{message}"}}"#);
+    HttpResponse::new(StatusCode::try_from(status).unwrap(), SdkBody::from(body))
+}
+
+fn s(item: &Item, k: &str) -> String {
+    match item.get(k) {
+        Some(AttributeValue::S(v)) => v.clone(),
+        _ => String::new(),
+    }
+}
+
+impl Fake {
+    fn client(&self, on_demand: bool) -> Client {
+        let st = self.clone();
+        let write = mock!(Client::batch_write_item).then_compute_response(move |req| {
+            let mut g = st.0.lock().unwrap();
+            let (table, reqs) = req.request_items().unwrap().iter().next().unwrap();
+            let items: Vec<Item> = reqs
+                .iter()
+                .map(|r| r.put_request().unwrap().item().clone())
+                .collect();
+            g.calls
+                .push((table.clone(), items.iter().map(|i| s(i, "pk")).collect()));
+            assert!(items.len() <= 25, "a call of {} items", items.len());
+            if g.missing.contains(table) {
+                return MockResponse::Http(raw(
+                    400,
+                    "ResourceNotFoundException",
+                    "Requested resource not found",
+                ));
+            }
+            if g.throttle_all || g.throttle_tables.contains(table) {
+                return MockResponse::Http(raw(
+                    400,
+                    "ProvisionedThroughputExceededException",
+                    "slow down",
+                ));
+            }
+            if let Some(p) = &g.poison_attr
+                && items.iter().any(|i| i.contains_key(p))
+            {
+                return MockResponse::Http(raw(
+                    400,
+                    "ValidationException",
+                    "One or more parameter values were invalid: poisoned",
+                ));
+            }
+            let mut unprocessed = Vec::new();
+            match g.script.pop_front() {
+                Some(Fault::Throttle) => {
+                    return MockResponse::Http(raw(
+                        400,
+                        "ProvisionedThroughputExceededException",
+                        "slow down",
+                    ));
+                }
+                Some(Fault::ServerError) => {
+                    return MockResponse::Http(raw(500, "InternalServerError", "oops"));
+                }
+                Some(Fault::Fatal(code)) => return MockResponse::Http(raw(400, code, "no")),
+                Some(Fault::Unprocessed(keys)) => unprocessed = keys,
+                None => {}
+            }
+            let mut back = Vec::new();
+            let mut wcu = 0.0;
+            for it in items {
+                if unprocessed.contains(&s(&it, "pk")) {
+                    back.push(
+                        WriteRequest::builder()
+                            .put_request(PutRequest::builder().set_item(Some(it)).build().unwrap())
+                            .build(),
+                    );
+                } else {
+                    wcu += 1.0;
+                    g.store
+                        .insert((table.clone(), s(&it, "pk"), s(&it, "sk")), it);
+                }
+            }
+            let mut out = BatchWriteItemOutput::builder().consumed_capacity(
+                ConsumedCapacity::builder()
+                    .table_name(table.clone())
+                    .capacity_units(wcu)
+                    .build(),
+            );
+            if !back.is_empty() {
+                out = out.unprocessed_items(table.clone(), back);
+            }
+            MockResponse::Output(out.build())
+        });
+        let describe = mock!(Client::describe_table).then_compute_output(move |req| {
+            let mut t = TableDescription::builder().table_name(req.table_name().unwrap());
+            t = if on_demand {
+                t.billing_mode_summary(
+                    BillingModeSummary::builder()
+                        .billing_mode(BillingMode::PayPerRequest)
+                        .build(),
+                )
+            } else {
+                t.provisioned_throughput(
+                    ProvisionedThroughputDescription::builder()
+                        .write_capacity_units(1_000)
+                        .read_capacity_units(100)
+                        .build(),
+                )
+            };
+            DescribeTableOutput::builder().table(t.build()).build()
+        });
+        mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&write, &describe])
+    }
+
+    fn script(&self, f: Fault) {
+        self.0.lock().unwrap().script.push_back(f);
+    }
+    fn calls(&self) -> Vec<(String, Vec<String>)> {
+        self.0.lock().unwrap().calls.clone()
+    }
+    fn stored(&self, table: &str, pk: &str) -> Option<Item> {
+        self.0
+            .lock()
+            .unwrap()
+            .store
+            .get(&(table.to_owned(), pk.to_owned(), "s".to_owned()))
+            .cloned()
+    }
+}
+
+fn item(pk: &str, v: &str) -> Item {
+    let mut it = Item::new();
+    it.insert("pk".into(), AttributeValue::S(pk.into()));
+    it.insert("sk".into(), AttributeValue::S("s".into()));
+    it.insert("v".into(), AttributeValue::S(v.into()));
+    it
+}
+
+type Outcomes = mpsc::UnboundedReceiver<(String, WriteOutcome)>;
+
+/// Submits an item whose completion reports (tag, outcome), and asserts a
+/// Stored outcome only arrives once the fake holds exactly this value.
+async fn submit(
+    h: &WriterHandle,
+    fake: &Fake,
+    tx: &mpsc::UnboundedSender<(String, WriteOutcome)>,
+    table: &str,
+    it: Item,
+    tag: &str,
+) -> Result<(), WriterError> {
+    let (fake, tx, tag2) = (fake.clone(), tx.clone(), tag.to_owned());
+    let pk = s(&it, "pk");
+    let table2 = table.to_owned();
+    h.submit(Submission {
+        table: table.into(),
+        key: ItemKey {
+            pk: pk.clone(),
+            sk: "s".into(),
+        },
+        item: it,
+        done: Box::new(move |o| {
+            if o == WriteOutcome::Stored {
+                assert!(
+                    fake.stored(&table2, &pk).is_some(),
+                    "{tag2} acknowledged before DynamoDB stored it"
+                );
+            }
+            tx.send((tag2, o)).unwrap();
+        }),
+    })
+    .await
+}
+
+fn config() -> WriterConfig {
+    WriterConfig {
+        linger: Duration::from_secs(10),
+        ..WriterConfig::default()
+    }
+}
+
+fn drain(rx: &mut Outcomes) -> HashMap<String, Vec<WriteOutcome>> {
+    let mut m: HashMap<String, Vec<WriteOutcome>> = HashMap::new();
+    while let Ok((tag, o)) = rx.try_recv() {
+        m.entry(tag).or_default().push(o);
+    }
+    m
+}
+
+fn start(
+    fake: &Fake,
+    cfg: WriterConfig,
+) -> (
+    WriterHandle,
+    tokio::task::JoinHandle<Result<(), WriterError>>,
+) {
+    Writer::start(fake.client(false), cfg, Arc::new(RejectMissing))
+}
+
+#[tokio::test(start_paused = true)]
+async fn throttled_then_success() {
+    let fake = Fake::default();
+    fake.script(Fault::Throttle);
+    let (h, task) = start(&fake, config());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    for i in 0..3 {
+        submit(
+            &h,
+            &fake,
+            &tx,
+            "t",
+            item(&format!("k{i}"), "v"),
+            &format!("k{i}"),
+        )
+        .await
+        .unwrap();
+    }
+    h.flush().await;
+    let out = drain(&mut rx);
+    assert_eq!(out.len(), 3);
+    assert!(out.values().all(|v| v == &vec![WriteOutcome::Stored]));
+    assert_eq!(fake.calls().len(), 2, "one throttled call, one retry");
+    let st = h.stats();
+    assert_eq!(
+        (st.stored, st.calls, st.throttled_calls, st.retries),
+        (3, 2, 1, 3)
+    );
+    h.close();
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn server_errors_are_retried_not_dropped() {
+    let fake = Fake::default();
+    for _ in 0..4 {
+        fake.script(Fault::ServerError);
+    }
+    let (h, task) = start(&fake, config());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    submit(&h, &fake, &tx, "t", item("a", "v"), "a")
+        .await
+        .unwrap();
+    h.flush().await;
+    assert_eq!(drain(&mut rx)["a"], vec![WriteOutcome::Stored]);
+    assert_eq!(fake.calls().len(), 5);
+    assert_eq!(h.stats().transient_errors, 4);
+    h.close();
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn partial_unprocessed_items_are_resent_alone() {
+    let fake = Fake::default();
+    fake.script(Fault::Unprocessed(vec![
+        "k3".into(),
+        "k17".into(),
+        "k20".into(),
+    ]));
+    let (h, task) = start(&fake, config());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    for i in 0..25 {
+        submit(
+            &h,
+            &fake,
+            &tx,
+            "t",
+            item(&format!("k{i}"), "v"),
+            &format!("k{i}"),
+        )
+        .await
+        .unwrap();
+    }
+    h.flush().await;
+    let calls = fake.calls();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[0].1.len(), 25);
+    assert_eq!(calls[1].1, vec!["k3", "k17", "k20"]);
+    let out = drain(&mut rx);
+    assert_eq!(out.len(), 25);
+    assert!(out.values().all(|v| v == &vec![WriteOutcome::Stored]));
+    assert_eq!(h.stats().unprocessed, 3);
+    h.close();
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_poisoned_item_among_25_is_dead_lettered_alone() {
+    let fake = Fake::default();
+    fake.0.lock().unwrap().poison_attr = Some("poison".into());
+    let (h, task) = start(&fake, config());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    for i in 0..25 {
+        let mut it = item(&format!("k{i}"), "v");
+        if i == 13 {
+            it.insert("poison".into(), AttributeValue::Bool(true));
+        }
+        submit(&h, &fake, &tx, "t", it, &format!("k{i}"))
+            .await
+            .unwrap();
+    }
+    h.flush().await;
+    let out = drain(&mut rx);
+    assert_eq!(out.len(), 25);
+    for (tag, o) in &out {
+        if tag == "k13" {
+            assert_eq!(
+                o,
+                &vec![WriteOutcome::Rejected {
+                    reason: Reason::DynamodbRejected,
+                    message: "One or more parameter values were invalid: poisoned".into()
+                }]
+            );
+        } else {
+            assert_eq!(o, &vec![WriteOutcome::Stored], "{tag}");
+        }
+    }
+    assert!(fake.stored("t", "k13").is_none());
+    // Bisection: 1 + 2 per level down to the single item (25 -> 13 -> 7 -> 4 -> 2 -> 1).
+    assert!(fake.calls().len() <= 11, "{} calls", fake.calls().len());
+    assert_eq!(h.stats().dead_lettered, 1);
+    h.close();
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn sixty_submissions_make_calls_of_25_25_10() {
+    let fake = Fake::default();
+    let (h, task) = start(&fake, config());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    for i in 0..60 {
+        submit(
+            &h,
+            &fake,
+            &tx,
+            "t",
+            item(&format!("k{i}"), "v"),
+            &format!("k{i}"),
+        )
+        .await
+        .unwrap();
+    }
+    h.flush().await;
+    let sizes: Vec<usize> = fake.calls().iter().map(|c| c.1.len()).collect();
+    assert_eq!(sizes, vec![25, 25, 10]);
+    assert_eq!(drain(&mut rx).len(), 60);
+    h.close();
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn linger_sends_a_partial_batch() {
+    let fake = Fake::default();
+    let cfg = WriterConfig {
+        linger: Duration::from_millis(50),
+        ..WriterConfig::default()
+    };
+    let (h, task) = start(&fake, cfg);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    submit(&h, &fake, &tx, "t", item("a", "v"), "a")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(fake.calls().is_empty(), "sent before linger");
+    let got = tokio::time::timeout(Duration::from_millis(100), rx.recv()).await;
+    assert_eq!(got.unwrap().unwrap().1, WriteOutcome::Stored);
+    h.close();
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn duplicate_keys_are_coalesced_and_every_token_acknowledged() {
+    let fake = Fake::default();
+    let (h, task) = start(&fake, config());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    submit(&h, &fake, &tx, "t", item("dup", "first"), "d1")
+        .await
+        .unwrap();
+    submit(&h, &fake, &tx, "t", item("other", "x"), "o")
+        .await
+        .unwrap();
+    submit(&h, &fake, &tx, "t", item("dup", "second"), "d2")
+        .await
+        .unwrap();
+    submit(&h, &fake, &tx, "t", item("dup", "third"), "d3")
+        .await
+        .unwrap();
+    h.flush().await;
+    let calls = fake.calls();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].1, vec!["dup", "other"]);
+    assert_eq!(
+        fake.stored("t", "dup").unwrap()["v"],
+        AttributeValue::S("third".into())
+    );
+    let out = drain(&mut rx);
+    for tag in ["d1", "d2", "d3", "o"] {
+        assert_eq!(out[tag], vec![WriteOutcome::Stored], "{tag}");
+    }
+    assert_eq!(h.stats().stored, 4);
+    h.close();
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn item_over_400_kb_is_refused_before_any_call() {
+    let fake = Fake::default();
+    let (h, task) = start(&fake, config());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let big = item("big", &"x".repeat(400 * 1024));
+    submit(&h, &fake, &tx, "t", big, "big").await.unwrap();
+    let (_, o) = rx.try_recv().expect("completed at once");
+    assert!(matches!(
+        o,
+        WriteOutcome::Rejected {
+            reason: Reason::ItemTooLarge,
+            ..
+        }
+    ));
+    // Just under the limit is written.
+    let ok = item("ok", &"x".repeat(400 * 1024 - 20));
+    submit(&h, &fake, &tx, "t", ok, "ok").await.unwrap();
+    h.flush().await;
+    assert_eq!(drain(&mut rx)["ok"], vec![WriteOutcome::Stored]);
+    assert_eq!(fake.calls().len(), 1);
+    h.close();
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn requests_stay_under_16_mb() {
+    let fake = Fake::default();
+    let (h, task) = start(&fake, config());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    // 390 KB of control characters: ~2.3 MB each once JSON-escaped.
+    let payload = "\u{1}".repeat(390 * 1024);
+    for i in 0..25 {
+        submit(
+            &h,
+            &fake,
+            &tx,
+            "t",
+            item(&format!("k{i}"), &payload),
+            &format!("k{i}"),
+        )
+        .await
+        .unwrap();
+    }
+    h.flush().await;
+    let sizes: Vec<usize> = fake.calls().iter().map(|c| c.1.len()).collect();
+    assert_eq!(sizes.iter().sum::<usize>(), 25);
+    // Each is 6 x 390 KB = 2.4 MB once escaped: 7 fit in 16 MiB, 8 would not.
+    assert!(sizes.iter().all(|n| *n <= 7), "{sizes:?}");
+    assert!(sizes.len() >= 4, "{sizes:?}");
+    assert_eq!(drain(&mut rx).len(), 25);
+    h.close();
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn submit_waits_at_the_in_flight_bound() {
+    let fake = Fake::default();
+    fake.0.lock().unwrap().throttle_all = true;
+    let cfg = WriterConfig {
+        max_in_flight_items: 10,
+        linger: Duration::from_millis(5),
+        ..WriterConfig::default()
+    };
+    let (h, task) = start(&fake, cfg);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let producer = {
+        let (h, fake, tx, accepted) = (h.clone(), fake.clone(), tx.clone(), accepted.clone());
+        tokio::spawn(async move {
+            for i in 0..20 {
+                submit(
+                    &h,
+                    &fake,
+                    &tx,
+                    "t",
+                    item(&format!("k{i}"), "v"),
+                    &format!("k{i}"),
+                )
+                .await
+                .unwrap();
+                accepted.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(accepted.load(Ordering::SeqCst), 10, "backpressure bound");
+    assert!(
+        rx.try_recv().is_err(),
+        "nothing acknowledged while throttled"
+    );
+    assert!(h.stats().throttled_calls > 3, "kept retrying");
+    fake.0.lock().unwrap().throttle_all = false;
+    producer.await.unwrap();
+    h.flush().await;
+    assert_eq!(drain(&mut rx).len(), 20);
+    h.close();
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_throttled_table_does_not_hold_back_another() {
+    let fake = Fake::default();
+    fake.0.lock().unwrap().throttle_tables.push("slow".into());
+    let (h, task) = start(&fake, config());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    submit(&h, &fake, &tx, "slow", item("a", "v"), "slow")
+        .await
+        .unwrap();
+    submit(&h, &fake, &tx, "fast", item("b", "v"), "fast")
+        .await
+        .unwrap();
+    let h2 = h.clone();
+    // Flushing waits for both; "fast" must complete while "slow" is stuck.
+    let flushing = tokio::spawn(async move { h2.flush().await });
+    let (tag, o) = tokio::time::timeout(Duration::from_secs(1), rx.recv())
+        .await
+        .expect("fast table completed while the other is throttled")
+        .unwrap();
+    assert_eq!((tag.as_str(), o), ("fast", WriteOutcome::Stored));
+    assert!(fake.stored("slow", "a").is_none());
+    fake.0.lock().unwrap().throttle_tables.clear();
+    flushing.await.unwrap();
+    assert_eq!(drain(&mut rx)["slow"], vec![WriteOutcome::Stored]);
+    h.close();
+    task.await.unwrap().unwrap();
+}
+
+struct CreateOnMissing(Fake, Arc<AtomicUsize>);
+
+impl MissingTableHandler for CreateOnMissing {
+    fn on_missing(&self, table: &str) -> BoxFuture<'static, MissingTableAction> {
+        self.1.fetch_add(1, Ordering::SeqCst);
+        self.0.0.lock().unwrap().missing.retain(|t| t != table);
+        Box::pin(async { MissingTableAction::Retry })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn missing_table_handler_can_create_and_retry() {
+    let fake = Fake::default();
+    fake.0.lock().unwrap().missing.push("period_2025_11".into());
+    let asked = Arc::new(AtomicUsize::new(0));
+    let (h, task) = Writer::start(
+        fake.client(false),
+        config(),
+        Arc::new(CreateOnMissing(fake.clone(), asked.clone())),
+    );
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    for i in 0..30 {
+        submit(
+            &h,
+            &fake,
+            &tx,
+            "period_2025_11",
+            item(&format!("k{i}"), "v"),
+            &format!("k{i}"),
+        )
+        .await
+        .unwrap();
+    }
+    h.flush().await;
+    let out = drain(&mut rx);
+    assert_eq!(out.len(), 30);
+    assert!(out.values().all(|v| v == &vec![WriteOutcome::Stored]));
+    assert_eq!(asked.load(Ordering::SeqCst), 1);
+    h.close();
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn missing_table_rejected_by_handler_dead_letters_with_reason() {
+    let fake = Fake::default();
+    fake.0.lock().unwrap().missing.push("gone".into());
+    let (h, task) = start(&fake, config());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    submit(&h, &fake, &tx, "gone", item("a", "v"), "a")
+        .await
+        .unwrap();
+    h.flush().await;
+    let out = drain(&mut rx);
+    assert!(matches!(
+        &out["a"][..],
+        [WriteOutcome::Rejected { reason: Reason::TableMissing, message }] if message.contains("gone")
+    ));
+    h.close();
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn access_denied_is_fatal_and_completes_nothing() {
+    let fake = Fake::default();
+    fake.script(Fault::Fatal("AccessDeniedException"));
+    let (h, task) = start(&fake, config());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    submit(&h, &fake, &tx, "t", item("a", "v"), "a")
+        .await
+        .unwrap();
+    h.flush().await;
+    let err = task.await.unwrap().unwrap_err();
+    assert!(
+        matches!(&err, WriterError::Fatal { code, table, .. } if code == "AccessDeniedException" && table == "t"),
+        "{err}"
+    );
+    assert!(rx.try_recv().is_err(), "an in-flight item was completed");
+    let late = submit(&h, &fake, &tx, "t", item("b", "v"), "b").await;
+    assert!(matches!(late, Err(WriterError::Closed)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn close_writes_everything_then_ends_ok() {
+    let fake = Fake::default();
+    let (h, task) = Writer::start(fake.client(true), config(), Arc::new(RejectMissing));
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    for i in 0..40 {
+        submit(
+            &h,
+            &fake,
+            &tx,
+            "t",
+            item(&format!("k{i}"), "v"),
+            &format!("k{i}"),
+        )
+        .await
+        .unwrap();
+    }
+    let h2 = h.clone();
+    h.close();
+    task.await.unwrap().unwrap();
+    assert_eq!(drain(&mut rx).len(), 40);
+    assert!(matches!(
+        submit(&h2, &fake, &tx, "t", item("late", "v"), "late").await,
+        Err(WriterError::Closed)
+    ));
+    // On-demand table: rate starts at the configured initial rate.
+    let rate = h2.stats().rate_wcu["t"];
+    assert!((4_000.0..4_100.0).contains(&rate), "{rate}");
+}
