@@ -198,6 +198,9 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
             Ok(leases) => {
                 let now = Instant::now();
                 obs.observe(&leases, now);
+                // Published before any reader starts: a new reader checks its
+                // parents against this pass's table, never an older one.
+                ctx.snapshot.send_replace(Arc::new(leases.clone()));
                 let held_keys: HashSet<String> = held.keys().cloned().collect();
                 let plan = lease::plan(BalanceInput {
                     me: &cfg.worker_id,
@@ -239,7 +242,6 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
                 if let Some(t) = obs.next_expiry(&leases, &cfg.worker_id, now, cfg.failover_time) {
                     wake = wake.min(t + Duration::from_millis(5));
                 }
-                ctx.snapshot.send_replace(Arc::new(leases));
             }
             Err(e) => warn!(error = %e, "listing leases failed"),
         }

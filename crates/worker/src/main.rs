@@ -78,6 +78,21 @@ enum Command {
         after_help = "Examples:\n  tidemark query --config localstack/tidemark.toml --entity device-0000 --latest\n  tidemark query --config localstack/tidemark.toml --entity device-0007 --from 2026-11-22T05:00:00Z --to 2026-11-22T06:00:00Z --format csv"
     )]
     Query(QueryArgs),
+    /// Per shard: owner, checkpoint and lag; per table: period, state, capacity.
+    #[command(after_help = "Example:\n  tidemark status --config localstack/tidemark.toml")]
+    Status(StatusArgs),
+    /// Record a stream's raw records (all shards, from the oldest record to
+    /// the current end) into a fixture file (JSON lines).
+    #[command(
+        after_help = "Example:\n  tidemark record --config localstack/tidemark.toml --out tests/fixtures/my-stream.jsonl"
+    )]
+    Record(RecordArgs),
+    /// Replay a fixture through the same pipeline `run` uses (route, write,
+    /// dead letters), with no Kinesis at all.
+    #[command(
+        after_help = "Example:\n  tidemark replay --config localstack/tidemark.toml --fixture tests/fixtures/iot_plain.jsonl"
+    )]
+    Replay(ReplayArgs),
     /// Exit 0 when the local worker's /healthz answers (container health check).
     #[command(after_help = "Example:\n  tidemark healthcheck --addr 127.0.0.1:9102")]
     Healthcheck(HealthcheckArgs),
@@ -158,6 +173,36 @@ enum OutputFormat {
     Csv,
     /// Aligned columns.
     Table,
+}
+
+#[derive(Debug, Args)]
+struct StatusArgs {
+    #[command(flatten)]
+    config: ConfigArg,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct RecordArgs {
+    #[command(flatten)]
+    config: ConfigArg,
+    /// Fixture file to write.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+#[derive(Debug, Args)]
+struct ReplayArgs {
+    #[command(flatten)]
+    config: ConfigArg,
+    /// Fixture file to replay.
+    #[arg(long)]
+    fixture: PathBuf,
+    /// Hide the progress bar.
+    #[arg(long)]
+    quiet: bool,
 }
 
 #[derive(Debug, Args)]
@@ -289,6 +334,18 @@ fn real_main() -> Result<()> {
         Command::Query(args) => {
             let config = load(&args.config)?;
             runtime()?.block_on(cmd_query(&config, &args))
+        }
+        Command::Status(args) => {
+            let config = load(&args.config)?;
+            runtime()?.block_on(cmd_status(&config, &args))
+        }
+        Command::Record(args) => {
+            let config = load(&args.config)?;
+            runtime()?.block_on(cmd_record(&config, &args))
+        }
+        Command::Replay(args) => {
+            let config = load(&args.config)?;
+            runtime()?.block_on(cmd_replay(&config, &args))
         }
         Command::Tables(args) => {
             let config = load(&args.config)?;
@@ -657,6 +714,203 @@ fn print_rows(
     Ok(())
 }
 
+fn kinesis_source(config: &Config) -> Result<&tidemark_consumer::KinesisConfig> {
+    match &config.source {
+        SourceConfig::Kinesis(k) => Ok(k),
+        SourceConfig::Sqs(_) => {
+            bail!("this command needs a Kinesis source (source.kind = \"kinesis\")")
+        }
+    }
+}
+
+fn spinner(message: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_message(message.to_string());
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    bar
+}
+
+async fn cmd_record(config: &Config, args: &RecordArgs) -> Result<()> {
+    let k = kinesis_source(config)?;
+    let sdk = aws_config::load_defaults(BehaviorVersion::latest()).await;
+    let bar = spinner(&format!("recording {}", k.stream));
+    let n = tidemark_consumer::fixture::Recorder::new(aws_sdk_kinesis::Client::new(&sdk))
+        .record(&stream_name(&k.stream), &args.out)
+        .await?;
+    bar.finish_and_clear();
+    println!(
+        "recorded {n} records of {} into {}",
+        k.stream,
+        args.out.display()
+    );
+    Ok(())
+}
+
+async fn cmd_replay(config: &Config, args: &ReplayArgs) -> Result<()> {
+    let records = tidemark_consumer::fixture::read_fixture(&args.fixture)?;
+    let total = records.len() as u64;
+    let sdk = aws_config::load_defaults(BehaviorVersion::latest()).await;
+    let Wiring {
+        writer,
+        writer_task,
+        dead_task,
+        pipeline,
+        ..
+    } = wire(config, &sdk).await?;
+    let bar = if args.quiet {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new(total)
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} records {per_sec}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    // The replay delivers into a relay that counts what passes, for the bar.
+    let (tx, mut relay_rx) = mpsc::channel::<Vec<tidemark_consumer::Record>>(16);
+    let (pipe_tx, pipe_rx) = mpsc::channel(16);
+    let relay_bar = bar.clone();
+    let relay = tokio::spawn(async move {
+        while let Some(batch) = relay_rx.recv().await {
+            relay_bar.inc(batch.len() as u64);
+            if pipe_tx.send(batch).await.is_err() {
+                break;
+            }
+        }
+    });
+    let pipe = tokio::spawn(async move { pipeline.run(pipe_rx).await });
+    let summary = tidemark_consumer::fixture::ReplaySource::from_records(records)
+        .replay(tx, CancellationToken::new())
+        .await?;
+    relay.await.context("relay task")?;
+    let counts = pipe.await.context("pipeline task")??;
+    let stats_handle = writer.clone();
+    writer.close();
+    writer_task.await.context("writer task")??;
+    dead_task.await.context("dead-letter task")?;
+    bar.finish_and_clear();
+    println!(
+        "replayed {} records from {} shards: {} stored, {} dead-lettered ({} corrupt aggregates)",
+        counts.records,
+        summary.per_shard.len(),
+        stats_handle.stats().stored,
+        counts.dead_lettered + stats_handle.stats().dead_lettered,
+        summary.corrupt_aggregates
+    );
+    Ok(())
+}
+
+#[derive(Debug, serde::Serialize)]
+struct ShardRow {
+    shard: String,
+    owner: Option<String>,
+    checkpoint: String,
+    parents: Vec<String>,
+    millis_behind_latest: Option<i64>,
+}
+
+async fn cmd_status(config: &Config, args: &StatusArgs) -> Result<()> {
+    use tidemark_consumer::lease::{Checkpoint, LeaseTable};
+    let sdk = aws_config::load_defaults(BehaviorVersion::latest()).await;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
+    let mut shards = Vec::new();
+    if let SourceConfig::Kinesis(k) = &config.source {
+        let kinesis = aws_sdk_kinesis::Client::new(&sdk);
+        let stream = stream_name(&k.stream);
+        let leases = LeaseTable::new(dynamodb.clone(), k.lease_table.clone())
+            .list()
+            .await?;
+        for l in leases {
+            let (checkpoint, lag) = match &l.checkpoint {
+                Checkpoint::At(p) => (
+                    format!("{}.{}", p.sequence, p.sub_sequence),
+                    lag_after(&kinesis, &stream, &l.key, p.sequence.as_str()).await,
+                ),
+                other => (format!("{other:?}").to_uppercase(), None),
+            };
+            shards.push(ShardRow {
+                shard: l.key,
+                owner: l.owner,
+                checkpoint,
+                parents: l.parents,
+                millis_behind_latest: lag,
+            });
+        }
+    }
+    let tables = table_manager(config, dynamodb).list(Utc::now()).await?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({ "shards": shards, "tables": tables })
+        );
+        return Ok(());
+    }
+    if !shards.is_empty() {
+        println!(
+            "{:<24} {:<22} {:>12}  CHECKPOINT",
+            "SHARD", "OWNER", "LAG (ms)"
+        );
+        for r in &shards {
+            println!(
+                "{:<24} {:<22} {:>12}  {}",
+                r.shard,
+                r.owner.as_deref().unwrap_or("-"),
+                r.millis_behind_latest.map_or("-".into(), |m| m.to_string()),
+                r.checkpoint
+            );
+        }
+        println!();
+    }
+    println!(
+        "{:<40} {:<14} {:<9} {:>6} {:>6}",
+        "TABLE", "PERIOD", "STATE", "RCU", "WCU"
+    );
+    for t in &tables {
+        let state = serde_json::to_value(t.state)?;
+        let (r, w) = t
+            .capacity
+            .map_or(("-".to_string(), "on-demand".to_string()), |c| {
+                (c.read.to_string(), c.write.to_string())
+            });
+        println!(
+            "{:<40} {:<14} {:<9} {:>6} {:>6}",
+            t.name,
+            t.period,
+            state.as_str().unwrap_or_default(),
+            r,
+            w
+        );
+    }
+    Ok(())
+}
+
+/// MillisBehindLatest just after `sequence` (one GetRecords of one record).
+async fn lag_after(
+    kinesis: &aws_sdk_kinesis::Client,
+    stream: &str,
+    shard: &str,
+    sequence: &str,
+) -> Option<i64> {
+    let it = kinesis
+        .get_shard_iterator()
+        .stream_name(stream)
+        .shard_id(shard)
+        .shard_iterator_type(aws_sdk_kinesis::types::ShardIteratorType::AfterSequenceNumber)
+        .starting_sequence_number(sequence)
+        .send()
+        .await
+        .ok()?
+        .shard_iterator?;
+    kinesis
+        .get_records()
+        .shard_iterator(it)
+        .limit(1)
+        .send()
+        .await
+        .ok()?
+        .millis_behind_latest
+}
+
 fn load(args: &ConfigArg) -> Result<Config> {
     Ok(Config::load(args.config.as_deref(), &process_env())?)
 }
@@ -767,21 +1021,20 @@ fn cmd_key(args: &KeyArgs) -> Result<()> {
     Ok(())
 }
 
-async fn cmd_run(config: Config) -> Result<()> {
-    let prometheus = telemetry::install_recorder().context("installing the metrics recorder")?;
-    let listener = tokio::net::TcpListener::bind(&config.telemetry.listen)
-        .await
-        .with_context(|| {
-            format!(
-                "telemetry.listen: cannot listen on {}",
-                config.telemetry.listen
-            )
-        })?;
-    let readiness = Arc::new(Readiness::default());
-    let sdk = aws_config::load_defaults(BehaviorVersion::latest()).await;
-    let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
+/// The data path shared by `run` and `replay`: router, writer (creating
+/// missing tables), dead letters, pipeline.
+struct Wiring {
+    manager: TableManager,
+    writer: tidemark_writer::WriterHandle,
+    writer_task: tokio::task::JoinHandle<Result<(), tidemark_writer::WriterError>>,
+    dead_task: tokio::task::JoinHandle<()>,
+    pipeline: Pipeline,
+}
+
+async fn wire(config: &Config, sdk: &aws_config::SdkConfig) -> Result<Wiring> {
+    let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
     let router = Arc::new(Router::new(config.schema.clone())?);
-    let manager = table_manager(&config, dynamodb.clone());
+    let manager = table_manager(config, dynamodb.clone());
     // Tables for now are created before reading starts, so the first events
     // do not wait on a creation.
     if let Err(e) = manager.round(Utc::now(), RoundKind::Ensure, false).await {
@@ -795,7 +1048,7 @@ async fn cmd_run(config: Config) -> Result<()> {
     let sink: Arc<dyn DeadLetterSink> = match &config.dead_letters {
         DeadLetterConfig::File { path } => Arc::new(FileSink::new(path.clone())),
         DeadLetterConfig::Sqs { queue_url } => Arc::new(SqsSink::new(
-            aws_sdk_sqs::Client::new(&sdk),
+            aws_sdk_sqs::Client::new(sdk),
             queue_url.clone(),
         )),
         DeadLetterConfig::Dynamodb { table } => {
@@ -804,6 +1057,35 @@ async fn cmd_run(config: Config) -> Result<()> {
     };
     let (dead_letters, dead_task) = DeadLetters::start(sink);
     let pipeline = Pipeline::new(router, writer.clone(), dead_letters, system_clock());
+    Ok(Wiring {
+        manager,
+        writer,
+        writer_task,
+        dead_task,
+        pipeline,
+    })
+}
+
+async fn cmd_run(config: Config) -> Result<()> {
+    let prometheus = telemetry::install_recorder().context("installing the metrics recorder")?;
+    let listener = tokio::net::TcpListener::bind(&config.telemetry.listen)
+        .await
+        .with_context(|| {
+            format!(
+                "telemetry.listen: cannot listen on {}",
+                config.telemetry.listen
+            )
+        })?;
+    let readiness = Arc::new(Readiness::default());
+    let sdk = aws_config::load_defaults(BehaviorVersion::latest()).await;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
+    let Wiring {
+        manager,
+        writer,
+        writer_task,
+        dead_task,
+        pipeline,
+    } = wire(&config, &sdk).await?;
 
     let shutdown = CancellationToken::new();
     tokio::spawn(watch_signals(shutdown.clone()));

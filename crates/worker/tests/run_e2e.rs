@@ -78,18 +78,29 @@ impl Env {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// SIGTERM, then the exit status within `limit`.
 fn terminate(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
-    Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
+    Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
     let start = Instant::now();
     loop {
         if let Some(status) = child.try_wait().unwrap() {
             return status;
         }
-        assert!(start.elapsed() < limit, "worker did not exit within {limit:?} of SIGTERM");
+        assert!(
+            start.elapsed() < limit,
+            "worker did not exit within {limit:?} of SIGTERM"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -149,9 +160,20 @@ log_format = "json"
     )
     .unwrap();
     let kinesis = stack.kinesis();
-    kinesis.create_stream().stream_name(&name).shard_count(2).send().await.unwrap();
+    kinesis
+        .create_stream()
+        .stream_name(&name)
+        .shard_count(2)
+        .send()
+        .await
+        .unwrap();
     wait_until("stream ACTIVE", Duration::from_secs(30), || async {
-        let d = kinesis.describe_stream_summary().stream_name(&name).send().await.ok()?;
+        let d = kinesis
+            .describe_stream_summary()
+            .stream_name(&name)
+            .send()
+            .await
+            .ok()?;
         (d.stream_description_summary()?.stream_status() == &StreamStatus::Active).then_some(())
     })
     .await;
@@ -166,7 +188,8 @@ log_format = "json"
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_mid_stream_then_restart_loses_and_duplicates_nothing() {
-    let Some(env) = setup("sigterm_mid_stream_then_restart_loses_and_duplicates_nothing").await else {
+    let Some(env) = setup("sigterm_mid_stream_then_restart_loses_and_duplicates_nothing").await
+    else {
         return;
     };
     const EVENTS: u64 = 3000;
@@ -175,8 +198,23 @@ async fn sigterm_mid_stream_then_restart_loses_and_duplicates_nothing() {
     // the stop really falls mid-stream.
     let mut producer = env
         .cmd()
-        .args(["produce", "--count", &EVENTS.to_string(), "--devices", "20", "--hot-factor", "5"])
-        .args(["--rate", "500", "--concurrency", "1", "--quiet", "--manifest"])
+        .args([
+            "produce",
+            "--count",
+            &EVENTS.to_string(),
+            "--devices",
+            "20",
+            "--hot-factor",
+            "5",
+        ])
+        .args([
+            "--rate",
+            "500",
+            "--concurrency",
+            "1",
+            "--quiet",
+            "--manifest",
+        ])
         .arg(&manifest)
         .stdout(Stdio::null())
         .spawn()
@@ -187,13 +225,19 @@ async fn sigterm_mid_stream_then_restart_loses_and_duplicates_nothing() {
     let mut run1 = env.spawn_run(&log1);
     let start = Instant::now();
     while env.metric("tidemark_writer_items_stored_total").await < EVENTS / 3 {
-        assert!(start.elapsed() < Duration::from_secs(60), "first run stored too little");
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "first run stored too little"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let status = terminate(&mut run1, Duration::from_secs(30));
     assert!(status.success(), "first run exit: {status}");
     let stored1 = stored_in_log(&log1);
-    assert!(stored1 < EVENTS, "the first run was stopped mid-stream ({stored1} stored)");
+    assert!(
+        stored1 < EVENTS,
+        "the first run was stopped mid-stream ({stored1} stored)"
+    );
     assert!(producer.wait().unwrap().success(), "producer failed");
 
     // Second run finishes the stream.
@@ -201,7 +245,10 @@ async fn sigterm_mid_stream_then_restart_loses_and_duplicates_nothing() {
     let mut run2 = env.spawn_run(&log2);
     let start = Instant::now();
     while stored1 + env.metric("tidemark_writer_items_stored_total").await < EVENTS {
-        assert!(start.elapsed() < Duration::from_secs(90), "second run did not finish the stream");
+        assert!(
+            start.elapsed() < Duration::from_secs(90),
+            "second run did not finish the stream"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let status = terminate(&mut run2, Duration::from_secs(30));
@@ -210,7 +257,11 @@ async fn sigterm_mid_stream_then_restart_loses_and_duplicates_nothing() {
 
     // Nothing twice: a graceful stop checkpoints every stored record, so the
     // second run stores exactly the rest.
-    assert_eq!(stored1 + stored2, EVENTS, "run 1 stored {stored1}, run 2 stored {stored2}");
+    assert_eq!(
+        stored1 + stored2,
+        EVENTS,
+        "run 1 stored {stored1}, run 2 stored {stored2}"
+    );
     // Nothing lost: every event is there, with its content.
     let out = env.output(&["verify", "--manifest", manifest.to_str().unwrap(), "--json"]);
     let report: Value = serde_json::from_str(&out).unwrap();
@@ -228,10 +279,18 @@ async fn sigterm_mid_stream_then_restart_loses_and_duplicates_nothing() {
         .unwrap()
         .count();
     assert_eq!(count as u64, EVENTS);
-    assert!(!env.dir.join("dead.jsonl").exists(), "no dead letters expected");
+    assert!(
+        !env.dir.join("dead.jsonl").exists(),
+        "no dead letters expected"
+    );
 
     // `key` names exactly the item `run` wrote.
-    let line = std::fs::read_to_string(&manifest).unwrap().lines().nth(17).unwrap().to_string();
+    let line = std::fs::read_to_string(&manifest)
+        .unwrap()
+        .lines()
+        .nth(17)
+        .unwrap()
+        .to_string();
     let key: Value = serde_json::from_str(&env.output(&["key", "--event", &line])).unwrap();
     let got = env
         .stack
@@ -245,8 +304,14 @@ async fn sigterm_mid_stream_then_restart_loses_and_duplicates_nothing() {
         .unwrap();
     let item = got.item().expect("the item `key` names exists");
     let event: Value = serde_json::from_str(&line).unwrap();
-    assert_eq!(item["event_id"].as_s().unwrap(), event["eventId"].as_str().unwrap());
-    assert_eq!(item["temperature"].as_n().unwrap(), &event["temperature"].to_string());
+    assert_eq!(
+        item["event_id"].as_s().unwrap(),
+        event["eventId"].as_str().unwrap()
+    );
+    assert_eq!(
+        item["temperature"].as_n().unwrap(),
+        &event["temperature"].to_string()
+    );
 
     // `query` returns exactly the stored events of a range, in time order.
     let events: Vec<Value> = std::fs::read_to_string(&manifest)
@@ -255,7 +320,10 @@ async fn sigterm_mid_stream_then_restart_loses_and_duplicates_nothing() {
         .map(|l| serde_json::from_str(l).unwrap())
         .filter(|e: &Value| e["deviceId"] == "device-0000")
         .collect();
-    let mut times: Vec<&str> = events.iter().map(|e| e["timestamp"].as_str().unwrap()).collect();
+    let mut times: Vec<&str> = events
+        .iter()
+        .map(|e| e["timestamp"].as_str().unwrap())
+        .collect();
     times.sort();
     let (from, to) = (times[times.len() / 4], times[times.len() * 3 / 4]);
     let mut expected: Vec<(String, String)> = events
@@ -264,23 +332,47 @@ async fn sigterm_mid_stream_then_restart_loses_and_duplicates_nothing() {
             let t = e["timestamp"].as_str().unwrap();
             from <= t && t <= to
         })
-        .map(|e| (e["timestamp"].as_str().unwrap().to_string(), e["eventId"].as_str().unwrap().to_string()))
+        .map(|e| {
+            (
+                e["timestamp"].as_str().unwrap().to_string(),
+                e["eventId"].as_str().unwrap().to_string(),
+            )
+        })
         .collect();
     expected.sort();
-    let out = env.output(&["query", "--entity", "device-0000", "--from", from, "--to", to]);
+    let out = env.output(&[
+        "query",
+        "--entity",
+        "device-0000",
+        "--from",
+        from,
+        "--to",
+        to,
+    ]);
     let got: Vec<(String, String)> = out
         .lines()
         .map(|l| {
             let v: Value = serde_json::from_str(l).unwrap();
-            (v["ts"].as_str().unwrap().to_string(), v["event_id"].as_str().unwrap().to_string())
+            (
+                v["ts"].as_str().unwrap().to_string(),
+                v["event_id"].as_str().unwrap().to_string(),
+            )
         })
         .collect();
     assert!(!expected.is_empty());
-    assert_eq!(got, expected, "query returns exactly the range, oldest first");
+    assert_eq!(
+        got, expected,
+        "query returns exactly the range, oldest first"
+    );
 }
 
 fn first_event_day(manifest: &Path) -> String {
-    let line = std::fs::read_to_string(manifest).unwrap().lines().next().unwrap().to_string();
+    let line = std::fs::read_to_string(manifest)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .to_string();
     let v: Value = serde_json::from_str(&line).unwrap();
     v["timestamp"].as_str().unwrap()[..10].to_string()
 }
