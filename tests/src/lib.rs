@@ -7,6 +7,9 @@
 //! `localstack/.env` when those are unset), and must be loopback addresses: a
 //! test never talks to real AWS.
 
+// Test support: a panic here is a failed test, with the message saying why.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -176,6 +179,103 @@ pub fn unique_name(prefix: &str) -> String {
         nanos,
         COUNTER.fetch_add(1, Ordering::Relaxed)
     )
+}
+
+/// Capacity of a table created by [`create_table`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableCapacity {
+    /// PAY_PER_REQUEST.
+    OnDemand,
+    /// Provisioned read and write units.
+    Provisioned {
+        /// RCU.
+        read: i64,
+        /// WCU.
+        write: i64,
+    },
+}
+
+/// Creates a table keyed by string `pk` (and string `sk` when `sort_key`),
+/// as every Tidemark table is, and waits until it is ACTIVE.
+pub async fn create_table(
+    client: &aws_sdk_dynamodb::Client,
+    name: &str,
+    sort_key: bool,
+    capacity: TableCapacity,
+) {
+    use aws_sdk_dynamodb::types::{
+        AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ProvisionedThroughput,
+        ScalarAttributeType, TableStatus,
+    };
+    let key = |n: &str, t| {
+        KeySchemaElement::builder()
+            .attribute_name(n)
+            .key_type(t)
+            .build()
+            .expect("key schema")
+    };
+    let attr = |n: &str| {
+        AttributeDefinition::builder()
+            .attribute_name(n)
+            .attribute_type(ScalarAttributeType::S)
+            .build()
+            .expect("attribute definition")
+    };
+    let mut req = client
+        .create_table()
+        .table_name(name)
+        .key_schema(key("pk", KeyType::Hash))
+        .attribute_definitions(attr("pk"));
+    if sort_key {
+        req = req
+            .key_schema(key("sk", KeyType::Range))
+            .attribute_definitions(attr("sk"));
+    }
+    req = match capacity {
+        TableCapacity::OnDemand => req.billing_mode(BillingMode::PayPerRequest),
+        TableCapacity::Provisioned { read, write } => req.provisioned_throughput(
+            ProvisionedThroughput::builder()
+                .read_capacity_units(read)
+                .write_capacity_units(write)
+                .build()
+                .expect("throughput"),
+        ),
+    };
+    req.send()
+        .await
+        .unwrap_or_else(|e| panic!("CreateTable {name} failed (is the local stack up?): {e:?}"));
+    wait_until("table ACTIVE", Duration::from_secs(30), || async {
+        let d = client.describe_table().table_name(name).send().await.ok()?;
+        (d.table()?.table_status() == Some(&TableStatus::Active)).then_some(())
+    })
+    .await;
+}
+
+/// Creates a stream with `shards` shards and waits until it is ACTIVE.
+pub async fn create_stream(client: &aws_sdk_kinesis::Client, name: &str, shards: i32) {
+    client
+        .create_stream()
+        .stream_name(name)
+        .shard_count(shards)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("CreateStream {name} failed (is the local stack up?): {e:?}"));
+    wait_stream_active(client, name).await;
+}
+
+/// Waits until a stream (after a create, split or merge) is ACTIVE again.
+pub async fn wait_stream_active(client: &aws_sdk_kinesis::Client, name: &str) {
+    use aws_sdk_kinesis::types::StreamStatus;
+    wait_until("stream ACTIVE", Duration::from_secs(30), || async {
+        let d = client
+            .describe_stream_summary()
+            .stream_name(name)
+            .send()
+            .await
+            .ok()?;
+        (d.stream_description_summary()?.stream_status() == &StreamStatus::Active).then_some(())
+    })
+    .await;
 }
 
 /// Polls `check` until it returns `Some`, or panics with `what` after `deadline`.

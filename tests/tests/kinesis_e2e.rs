@@ -21,12 +21,14 @@ use aws_sdk_dynamodb::types::{
     ScalarAttributeType, Select, WriteRequest,
 };
 use aws_sdk_kinesis::primitives::Blob;
-use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ShardIteratorType, StreamStatus};
+use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ShardIteratorType};
 use futures::StreamExt;
 use tidemark_consumer::fixture::{ReplaySource, read_fixture};
 use tidemark_consumer::{KinesisConfig, KinesisSource, Record, StatusHandle};
 use tidemark_schema::{Origin, Reason};
-use tidemark_tests::{LocalStack, integration, repo_root, unique_name, wait_until};
+use tidemark_tests::{
+    LocalStack, TableCapacity, integration, repo_root, unique_name, wait_stream_active, wait_until,
+};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -45,30 +47,13 @@ fn init_logs() {
 }
 
 async fn create_stream(stack: &LocalStack, shards: i32) -> String {
-    let k = stack.kinesis();
     let name = unique_name("kin");
-    k.create_stream()
-        .stream_name(&name)
-        .shard_count(shards)
-        .send()
-        .await
-        .expect("CreateStream");
-    wait_active(stack, &name).await;
+    tidemark_tests::create_stream(&stack.kinesis(), &name, shards).await;
     name
 }
 
 async fn wait_active(stack: &LocalStack, name: &str) {
-    let k = stack.kinesis();
-    wait_until("stream ACTIVE", Duration::from_secs(30), || async {
-        let d = k
-            .describe_stream_summary()
-            .stream_name(name)
-            .send()
-            .await
-            .ok()?;
-        (d.stream_description_summary()?.stream_status() == &StreamStatus::Active).then_some(())
-    })
-    .await;
+    wait_stream_active(&stack.kinesis(), name).await;
 }
 
 /// Puts `(partition key, data)` records in calls of 500, in order, retrying
@@ -125,28 +110,8 @@ fn events(keys: usize, count: usize, offset: usize) -> Vec<(String, Vec<u8>)> {
 }
 
 async fn create_item_table(stack: &LocalStack) -> String {
-    let ddb = stack.dynamodb();
     let name = unique_name("items");
-    ddb.create_table()
-        .table_name(&name)
-        .billing_mode(BillingMode::PayPerRequest)
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("pk")
-                .key_type(KeyType::Hash)
-                .build()
-                .unwrap(),
-        )
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("pk")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        )
-        .send()
-        .await
-        .expect("CreateTable");
+    tidemark_tests::create_table(&stack.dynamodb(), &name, false, TableCapacity::OnDemand).await;
     name
 }
 
@@ -967,4 +932,70 @@ async fn kinesis_unacked_limit_pauses_reading() {
     assert_eq!(total, 1_000);
     w.stop.cancel();
     w.task.await.unwrap().unwrap();
+}
+
+/// A stream resharded before the first worker ever starts: on its very first
+/// pass the worker must still read the parent to its end before the children.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kinesis_resharded_before_start_reads_parent_first() {
+    let Some(stack) = integration("kinesis_resharded_before_start_reads_parent_first").await else {
+        return;
+    };
+    init_logs();
+    let k = stack.kinesis();
+    let stream = create_stream(&stack, 1).await;
+    let mut all = events(10, 300, 0);
+    put(&stack, &stream, &all).await;
+    let shards = k.list_shards().stream_name(&stream).send().await.unwrap();
+    let s0 = &shards.shards()[0];
+    let r = s0.hash_key_range().unwrap();
+    let (lo, hi): (u128, u128) = (
+        r.starting_hash_key().parse().unwrap(),
+        r.ending_hash_key().parse().unwrap(),
+    );
+    k.split_shard()
+        .stream_name(&stream)
+        .shard_to_split(s0.shard_id())
+        .new_starting_hash_key((lo + (hi - lo) / 2).to_string())
+        .send()
+        .await
+        .expect("SplitShard");
+    wait_active(&stack, &stream).await;
+    let more = events(10, 300, 300);
+    put(&stack, &stream, &more).await;
+    all.extend(more);
+    let table = create_item_table(&stack).await;
+    let (sink, log, store) = spawn_store(&stack, &table);
+    // Small calls make the parent take a dozen paced GetRecords: a child
+    // started too early would interleave with it.
+    let mut cfg = config(&stream, &unique_name("leases"), "worker", 2);
+    cfg.max_records_per_call = 25;
+    let w = start_worker(&stack, cfg, sink);
+    wait_acked(&log, all.len(), Duration::from_secs(30)).await;
+    let log = std::mem::take(&mut *log.lock().unwrap());
+    let parent = s0.shard_id();
+    let last_parent = log
+        .deliveries
+        .iter()
+        .rposition(|d| d.shard == parent)
+        .unwrap();
+    let first_child = log
+        .deliveries
+        .iter()
+        .position(|d| d.shard != parent)
+        .unwrap();
+    assert!(
+        last_parent < first_child,
+        "a child was read before its parent ended"
+    );
+    let mut last_n: HashMap<String, i64> = HashMap::new();
+    for d in &log.deliveries {
+        let v: serde_json::Value = serde_json::from_slice(&d.data).unwrap();
+        let n = v["n"].as_i64().unwrap();
+        let prev = last_n.insert(d.pk.clone(), n);
+        assert!(prev.is_none_or(|p| p < n), "key {} out of order", d.pk);
+    }
+    w.stop.cancel();
+    w.task.await.unwrap().unwrap();
+    store.await.unwrap();
 }

@@ -3,18 +3,14 @@
 //! stands on. Skipped unless TIDEMARK_IT=1.
 
 use std::collections::{BTreeSet, HashMap};
-use std::time::Duration;
 
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, PutRequest,
-    ScalarAttributeType, WriteRequest,
-};
+use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use aws_sdk_kinesis::primitives::Blob;
-use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ShardIteratorType, StreamStatus};
+use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ShardIteratorType};
 use aws_sdk_sqs::types::{
     DeleteMessageBatchRequestEntry, QueueAttributeName, SendMessageBatchRequestEntry,
 };
-use tidemark_tests::{integration, unique_name, wait_until};
+use tidemark_tests::{TableCapacity, integration, unique_name};
 
 #[tokio::test]
 async fn kinesis_two_shards_round_trip() {
@@ -23,24 +19,7 @@ async fn kinesis_two_shards_round_trip() {
     };
     let kinesis = stack.kinesis();
     let stream = unique_name("smoke");
-    kinesis
-        .create_stream()
-        .stream_name(&stream)
-        .shard_count(2)
-        .send()
-        .await
-        .expect("CreateStream");
-    wait_until("stream ACTIVE", Duration::from_secs(30), || async {
-        let d = kinesis
-            .describe_stream_summary()
-            .stream_name(&stream)
-            .send()
-            .await
-            .ok()?;
-        let status = d.stream_description_summary()?.stream_status().clone();
-        (status == StreamStatus::Active).then_some(())
-    })
-    .await;
+    tidemark_tests::create_stream(&kinesis, &stream, 2).await;
 
     let entries: Vec<_> = (0..100)
         .map(|i| {
@@ -125,40 +104,7 @@ async fn dynamodb_batch_write_then_query() {
     };
     let ddb = stack.dynamodb();
     let table = unique_name("smoke");
-    ddb.create_table()
-        .table_name(&table)
-        .billing_mode(BillingMode::PayPerRequest)
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("pk")
-                .key_type(KeyType::Hash)
-                .build()
-                .unwrap(),
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("sk")
-                .key_type(KeyType::Range)
-                .build()
-                .unwrap(),
-        )
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("pk")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        )
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("sk")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        )
-        .send()
-        .await
-        .expect("CreateTable");
+    tidemark_tests::create_table(&ddb, &table, true, TableCapacity::OnDemand).await;
 
     let writes: Vec<_> = (0..25)
         .map(|i| {

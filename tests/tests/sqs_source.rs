@@ -12,17 +12,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ProvisionedThroughput,
-    ScalarAttributeType, Select,
-};
+use aws_sdk_dynamodb::types::Select;
 use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
 use bytes::Bytes;
 use serde_json::json;
 use tidemark_consumer::Record;
 use tidemark_consumer::sqs::{SqsConfig, SqsSource};
 use tidemark_schema::{Origin, Reason, Router, RouterConfig};
-use tidemark_tests::{integration, unique_name, wait_until};
+use tidemark_tests::{TableCapacity, integration, unique_name, wait_until};
 use tidemark_writer::{
     RejectMissing, Submission, WriteOutcome, Writer, WriterConfig, WriterHandle,
 };
@@ -127,38 +124,11 @@ async fn glue(
 }
 
 async fn create_table(ddb: &aws_sdk_dynamodb::Client, name: &str, wcu: Option<i64>) {
-    let key = |n: &str, t| {
-        KeySchemaElement::builder()
-            .attribute_name(n)
-            .key_type(t)
-            .build()
-            .unwrap()
+    let capacity = match wcu {
+        Some(write) => TableCapacity::Provisioned { read: 100, write },
+        None => TableCapacity::OnDemand,
     };
-    let attr = |n: &str| {
-        AttributeDefinition::builder()
-            .attribute_name(n)
-            .attribute_type(ScalarAttributeType::S)
-            .build()
-            .unwrap()
-    };
-    let mut req = ddb
-        .create_table()
-        .table_name(name)
-        .key_schema(key("pk", KeyType::Hash))
-        .key_schema(key("sk", KeyType::Range))
-        .attribute_definitions(attr("pk"))
-        .attribute_definitions(attr("sk"));
-    req = match wcu {
-        Some(w) => req.provisioned_throughput(
-            ProvisionedThroughput::builder()
-                .read_capacity_units(100)
-                .write_capacity_units(w)
-                .build()
-                .unwrap(),
-        ),
-        None => req.billing_mode(BillingMode::PayPerRequest),
-    };
-    req.send().await.expect("CreateTable");
+    tidemark_tests::create_table(ddb, name, true, capacity).await;
 }
 
 async fn count_items(ddb: &aws_sdk_dynamodb::Client, table: &str) -> usize {
@@ -344,8 +314,14 @@ async fn wait_queue_empty(sqs: &aws_sdk_sqs::Client, url: &str, within: Duration
     .await;
 }
 
+/// Serializes the tests of this file against the shared emulator.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqs_thousand_messages_of_all_shapes_are_stored_and_deleted() {
+    // One at a time: moto is one Python process, and its ReceiveMessage
+    // hands a message out twice under concurrent load (see module docs).
+    let _serial = SERIAL.lock().await;
     let Some(stack) =
         integration("sqs_thousand_messages_of_all_shapes_are_stored_and_deleted").await
     else {
@@ -414,6 +390,9 @@ async fn sqs_thousand_messages_of_all_shapes_are_stored_and_deleted() {
 /// invisible, so none is received twice and none is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqs_throttled_table_causes_no_redelivery() {
+    // One at a time: moto is one Python process, and its ReceiveMessage
+    // hands a message out twice under concurrent load (see module docs).
+    let _serial = SERIAL.lock().await;
     let Some(stack) = integration("sqs_throttled_table_causes_no_redelivery").await else {
         return;
     };
@@ -489,6 +468,9 @@ async fn sqs_throttled_table_causes_no_redelivery() {
 /// acknowledgement for 3x the visibility timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqs_slow_acknowledgements_cause_no_redelivery() {
+    // One at a time: moto is one Python process, and its ReceiveMessage
+    // hands a message out twice under concurrent load (see module docs).
+    let _serial = SERIAL.lock().await;
     let Some(stack) = integration("sqs_slow_acknowledgements_cause_no_redelivery").await else {
         return;
     };
@@ -527,6 +509,9 @@ async fn sqs_slow_acknowledgements_cause_no_redelivery() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqs_poison_message_is_dead_lettered_and_deleted() {
+    // One at a time: moto is one Python process, and its ReceiveMessage
+    // hands a message out twice under concurrent load (see module docs).
+    let _serial = SERIAL.lock().await;
     let Some(stack) = integration("sqs_poison_message_is_dead_lettered_and_deleted").await else {
         return;
     };
@@ -581,6 +566,9 @@ async fn sqs_poison_message_is_dead_lettered_and_deleted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqs_fifo_groups_are_stored_in_order() {
+    // One at a time: moto is one Python process, and its ReceiveMessage
+    // hands a message out twice under concurrent load (see module docs).
+    let _serial = SERIAL.lock().await;
     let Some(stack) = integration("sqs_fifo_groups_are_stored_in_order").await else {
         return;
     };
@@ -654,6 +642,9 @@ async fn sqs_fifo_groups_are_stored_in_order() {
 /// visible again at once, not after their 30 s visibility timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqs_shutdown_makes_unfinished_messages_visible_at_once() {
+    // One at a time: moto is one Python process, and its ReceiveMessage
+    // hands a message out twice under concurrent load (see module docs).
+    let _serial = SERIAL.lock().await;
     let Some(stack) = integration("sqs_shutdown_makes_unfinished_messages_visible_at_once").await
     else {
         return;

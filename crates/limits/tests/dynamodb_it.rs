@@ -9,52 +9,15 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::ProvideErrorMetadata as _;
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, KeySchemaElement, KeyType, ProvisionedThroughput,
-    PutRequest, ScalarAttributeType, WriteRequest,
-};
+use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
+use tidemark_tests::TableCapacity;
 
 async fn create_table(c: &Client, name: &str, wcu: i64) {
-    c.create_table()
-        .table_name(name)
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("pk")
-                .key_type(KeyType::Hash)
-                .build()
-                .unwrap(),
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("sk")
-                .key_type(KeyType::Range)
-                .build()
-                .unwrap(),
-        )
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("pk")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        )
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("sk")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        )
-        .provisioned_throughput(
-            ProvisionedThroughput::builder()
-                .read_capacity_units(10)
-                .write_capacity_units(wcu)
-                .build()
-                .unwrap(),
-        )
-        .send()
-        .await
-        .expect("create table");
+    let capacity = TableCapacity::Provisioned {
+        read: 10,
+        write: wcu,
+    };
+    tidemark_tests::create_table(c, name, true, capacity).await;
 }
 
 fn put(pk: &str, sk: &str, pad: usize) -> WriteRequest {

@@ -817,9 +817,21 @@ async fn cmd_status(config: &Config, args: &StatusArgs) -> Result<()> {
     if let SourceConfig::Kinesis(k) = &config.source {
         let kinesis = aws_sdk_kinesis::Client::new(&sdk);
         let stream = stream_name(&k.stream);
-        let leases = LeaseTable::new(dynamodb.clone(), k.lease_table.clone())
+        let leases = match LeaseTable::new(dynamodb.clone(), k.lease_table.clone())
             .list()
-            .await?;
+            .await
+        {
+            Ok(l) => l,
+            // No worker has run yet: no lease table, no shard to report.
+            Err(e) if e.to_string().contains("ResourceNotFoundException") => {
+                eprintln!(
+                    "lease table {} does not exist yet (no worker has run)",
+                    k.lease_table
+                );
+                Vec::new()
+            }
+            Err(e) => return Err(e.into()),
+        };
         for l in leases {
             let (checkpoint, lag) = match &l.checkpoint {
                 Checkpoint::At(p) => (

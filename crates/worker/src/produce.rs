@@ -111,109 +111,87 @@ impl Target {
             target: self.name(),
             message,
         };
-        if let Target::KinesisAggregated(client, stream, n) = self {
-            let records: Vec<(String, Vec<u8>)> = events
-                .chunks((*n).max(1))
-                .map(|chunk| {
-                    let users: Vec<(String, Vec<u8>)> = chunk
+        let json = |e: &IotEvent| serde_json::to_vec(e).map_err(|e| err(e.to_string()));
+        match self {
+            Target::Kinesis(client, stream) => {
+                let records = events
+                    .iter()
+                    .map(|e| Ok((e.device_id.clone(), json(e)?)))
+                    .collect::<Result<Vec<_>, ProduceError>>()?;
+                put_kinesis(client, stream, records).await.map_err(err)
+            }
+            Target::KinesisAggregated(client, stream, n) => {
+                let mut records = Vec::new();
+                for chunk in events.chunks((*n).max(1)) {
+                    let users = chunk
                         .iter()
-                        .map(|e| Ok((e.device_id.clone(), serde_json::to_vec(e)?)))
-                        .collect::<Result<_, serde_json::Error>>()
-                        .map_err(|e| err(e.to_string()))?;
+                        .map(|e| Ok((e.device_id.clone(), json(e)?)))
+                        .collect::<Result<Vec<_>, ProduceError>>()?;
                     // The KPL puts an aggregate under its first user record's key.
-                    Ok((
-                        users[0].0.clone(),
-                        tidemark_consumer::kpl::aggregate(&users),
-                    ))
-                })
-                .collect::<Result<_, ProduceError>>()?;
-            return put_kinesis(client, stream, records).await.map_err(err);
-        }
-        let mut pending: Vec<&IotEvent> = events.iter().collect();
-        let mut delay = Duration::from_millis(50);
-        for _attempt in 0..50 {
-            if pending.is_empty() {
-                return Ok(());
-            }
-            let bodies: Vec<String> = pending
-                .iter()
-                .map(|e| serde_json::to_string(e).map_err(|e| err(e.to_string())))
-                .collect::<Result<_, _>>()?;
-            let failed: Vec<usize> = match self {
-                Target::KinesisAggregated(..) => Vec::new(),
-                Target::Kinesis(client, stream) => {
-                    let entries = pending
-                        .iter()
-                        .zip(&bodies)
-                        .map(|(e, b)| {
-                            PutRecordsRequestEntry::builder()
-                                .partition_key(&e.device_id)
-                                .data(Blob::new(b.as_bytes()))
-                                .build()
-                                .map_err(|e| err(e.to_string()))
-                        })
-                        .collect::<Result<Vec<_>, _>>()?;
-                    let out = client
-                        .put_records()
-                        .stream_name(stream)
-                        .set_records(Some(entries))
-                        .send()
-                        .await
-                        .map_err(|e| {
-                            err(aws_sdk_kinesis::error::DisplayErrorContext(e).to_string())
-                        })?;
-                    out.records()
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, r)| r.error_code().is_some())
-                        .map(|(i, _)| i)
-                        .collect()
+                    let key = users.first().map(|u| u.0.clone()).unwrap_or_default();
+                    records.push((key, tidemark_consumer::kpl::aggregate(&users)));
                 }
-                Target::Sqs(client, queue) => {
-                    let fifo = queue.ends_with(".fifo");
-                    let entries = pending
-                        .iter()
-                        .zip(&bodies)
-                        .enumerate()
-                        .map(|(i, (e, b))| {
-                            let mut m = SendMessageBatchRequestEntry::builder()
-                                .id(i.to_string())
-                                .message_body(b);
-                            if fifo {
-                                m = m
-                                    .message_group_id(&e.device_id)
-                                    .message_deduplication_id(&e.event_id);
-                            }
-                            m.build().map_err(|e| err(e.to_string()))
-                        })
-                        .collect::<Result<Vec<_>, _>>()?;
-                    let out = client
-                        .send_message_batch()
-                        .queue_url(queue)
-                        .set_entries(Some(entries))
-                        .send()
-                        .await
-                        .map_err(|e| err(aws_sdk_sqs::error::DisplayErrorContext(e).to_string()))?;
-                    out.failed()
-                        .iter()
-                        .filter_map(|f| f.id().parse().ok())
-                        .collect()
-                }
-            };
-            pending = failed
-                .into_iter()
-                .filter_map(|i| pending.get(i).copied())
-                .collect();
-            if !pending.is_empty() {
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(2));
+                put_kinesis(client, stream, records).await.map_err(err)
             }
+            Target::Sqs(client, queue) => send_sqs(client, queue, events).await.map_err(err),
         }
-        Err(err(format!(
-            "{} entries still refused after 50 attempts",
-            pending.len()
-        )))
     }
+}
+
+/// SendMessageBatch of events (at most 10), retrying refused entries.
+async fn send_sqs(
+    client: &aws_sdk_sqs::Client,
+    queue: &str,
+    events: &[IotEvent],
+) -> Result<(), String> {
+    let fifo = queue.ends_with(".fifo");
+    let mut pending: Vec<&IotEvent> = events.iter().collect();
+    let mut delay = Duration::from_millis(50);
+    for _attempt in 0..50 {
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let entries = pending
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let body = serde_json::to_string(e).map_err(|e| e.to_string())?;
+                let mut m = SendMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .message_body(body);
+                if fifo {
+                    m = m
+                        .message_group_id(&e.device_id)
+                        .message_deduplication_id(&e.event_id);
+                }
+                m.build().map_err(|e| e.to_string())
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let out = client
+            .send_message_batch()
+            .queue_url(queue)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())?;
+        let refused: Vec<usize> = out
+            .failed()
+            .iter()
+            .filter_map(|f| f.id().parse().ok())
+            .collect();
+        pending = refused
+            .into_iter()
+            .filter_map(|i| pending.get(i).copied())
+            .collect();
+        if !pending.is_empty() {
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(2));
+        }
+    }
+    Err(format!(
+        "{} messages still refused after 50 attempts",
+        pending.len()
+    ))
 }
 
 /// PutRecords of raw `(partition key, data)` records, retrying refused ones.

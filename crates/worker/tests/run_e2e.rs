@@ -11,9 +11,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::{AttributeValue, Select};
-use aws_sdk_kinesis::types::StreamStatus;
 use serde_json::Value;
-use tidemark_tests::{LocalStack, integration, unique_name, wait_until};
+use tidemark_tests::{LocalStack, integration, unique_name};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tidemark");
 
@@ -159,24 +158,7 @@ log_format = "json"
         ),
     )
     .unwrap();
-    let kinesis = stack.kinesis();
-    kinesis
-        .create_stream()
-        .stream_name(&name)
-        .shard_count(2)
-        .send()
-        .await
-        .unwrap();
-    wait_until("stream ACTIVE", Duration::from_secs(30), || async {
-        let d = kinesis
-            .describe_stream_summary()
-            .stream_name(&name)
-            .send()
-            .await
-            .ok()?;
-        (d.stream_description_summary()?.stream_status() == &StreamStatus::Active).then_some(())
-    })
-    .await;
+    tidemark_tests::create_stream(&stack.kinesis(), &name, 2).await;
     Some(Env {
         stack,
         dir,
@@ -375,4 +357,62 @@ fn first_event_day(manifest: &Path) -> String {
         .to_string();
     let v: Value = serde_json::from_str(&line).unwrap();
     v["timestamp"].as_str().unwrap()[..10].to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_stores_a_fixture_and_status_lists_its_table() {
+    let Some(env) = setup("replay_stores_a_fixture_and_status_lists_its_table").await else {
+        return;
+    };
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/iot_plain.jsonl");
+    let records = std::fs::read_to_string(&fixture).unwrap().lines().count();
+    let out = env
+        .cmd()
+        .args(["replay", "--quiet", "--fixture"])
+        .arg(&fixture)
+        // The fixture's own field names, and a retention that covers its dates.
+        .env("TIDEMARK__EVENT__ENTITY_FIELD", "device_id")
+        .env("TIDEMARK__EVENT__TIMESTAMP_FIELD", "ts")
+        .env("TIDEMARK__SCHEMA__RETENTION", "3650d")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains(&format!("{records} stored, 0 dead-lettered")),
+        "{text}"
+    );
+
+    let status: Value = serde_json::from_str(
+        &env.cmd()
+            .args(["status", "--json"])
+            .env("TIDEMARK__SCHEMA__RETENTION", "3650d")
+            .output()
+            .map(|o| String::from_utf8(o.stdout).unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    let tables = status["tables"].as_array().unwrap();
+    assert!(!tables.is_empty(), "{status}");
+    let mut total = 0;
+    for t in tables {
+        assert!(t["name"].as_str().unwrap().starts_with(&env.prefix));
+        let count = env
+            .stack
+            .dynamodb()
+            .scan()
+            .table_name(t["name"].as_str().unwrap())
+            .select(Select::Count)
+            .send()
+            .await
+            .unwrap()
+            .count();
+        total += count as usize;
+    }
+    assert_eq!(total, records, "every fixture record stored once");
 }

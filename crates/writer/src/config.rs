@@ -1,7 +1,7 @@
 //! Writer configuration: typed, documented, rejecting unknown keys.
 //!
-//! Durations are written as integer **milliseconds** (`linger_ms = 50`), so a
-//! config file never needs a unit parser and the unit is in the key's name.
+//! Durations are written as strings with a unit (`linger = "50ms"`,
+//! `capacity_refresh = "1m"`), as everywhere else in Tidemark's config.
 
 use std::time::Duration;
 
@@ -13,9 +13,9 @@ use serde::Deserialize;
 #[serde(deny_unknown_fields, default)]
 pub struct WriterConfig {
     /// Longest time a submission waits for its batch to fill before the batch
-    /// is sent anyway, in milliseconds. Default 50: long enough to fill 25-item
+    /// is sent anyway. Default `50ms`: long enough to fill 25-item
     /// batches at a few hundred items/s, short next to DynamoDB's latency budget.
-    #[serde(rename = "linger_ms", with = "millis")]
+    #[serde(with = "humantime_serde")]
     pub linger: Duration,
     /// Most submissions accepted but not yet completed, across all tables;
     /// `submit` waits beyond it. Default 20,000 (five seconds at 4,000 items/s).
@@ -31,20 +31,20 @@ pub struct WriterConfig {
     /// Most BatchWriteItem calls in flight to one table; the adaptive limit
     /// moves between 1 and this. Default 16.
     pub max_concurrency_per_table: usize,
-    /// First retry delay before jitter, in milliseconds. Default 50 (AWS's
+    /// First retry delay before jitter. Default `50ms` (AWS's
     /// guidance for DynamoDB back-off starts at tens of milliseconds).
-    #[serde(rename = "backoff_base_ms", with = "millis")]
+    #[serde(with = "humantime_serde")]
     pub backoff_base: Duration,
-    /// Longest retry delay before jitter, in milliseconds. Default 5,000.
-    #[serde(rename = "backoff_cap_ms", with = "millis")]
+    /// Longest retry delay before jitter. Default `5s`.
+    #[serde(with = "humantime_serde")]
     pub backoff_cap: Duration,
     /// How often each table's provisioned capacity is re-read with
-    /// DescribeTable, in milliseconds. Default 60,000.
-    #[serde(rename = "capacity_refresh_ms", with = "millis")]
+    /// DescribeTable. Default `1m`.
+    #[serde(with = "humantime_serde")]
     pub capacity_refresh: Duration,
-    /// Deadline of one BatchWriteItem or DescribeTable call, in milliseconds;
-    /// a call past it counts as a transient error and is retried. Default 10,000.
-    #[serde(rename = "call_timeout_ms", with = "millis")]
+    /// Deadline of one BatchWriteItem or DescribeTable call;
+    /// a call past it counts as a transient error and is retried. Default `10s`.
+    #[serde(with = "humantime_serde")]
     pub call_timeout: Duration,
     /// Name of the partition key attribute, used to match UnprocessedItems back
     /// to submissions. Default `"pk"`.
@@ -125,10 +125,10 @@ impl WriterConfig {
             );
         }
         if self.backoff_base.is_zero() || self.backoff_cap < self.backoff_base {
-            return Err("writer.backoff_base_ms must be > 0 and <= writer.backoff_cap_ms".into());
+            return Err("writer.backoff_base must be > 0 and <= writer.backoff_cap".into());
         }
         if self.call_timeout.is_zero() || self.capacity_refresh.is_zero() {
-            return Err("writer.call_timeout_ms and writer.capacity_refresh_ms must be > 0".into());
+            return Err("writer.call_timeout and writer.capacity_refresh must be > 0".into());
         }
         if self.pk_attribute.is_empty() {
             return Err("writer.pk_attribute must name the partition key attribute".into());
@@ -137,26 +137,15 @@ impl WriterConfig {
     }
 }
 
-/// Serde adapter: a `Duration` as integer milliseconds.
-mod millis {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer};
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        u64::deserialize(d).map(Duration::from_millis)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn empty_config_takes_defaults_and_keys_are_milliseconds() {
+    fn empty_config_takes_defaults_and_durations_take_units() {
         let c: WriterConfig = toml::from_str("").unwrap();
         assert_eq!(c, WriterConfig::default());
-        let c: WriterConfig = toml::from_str("linger_ms = 7\nbackoff_cap_ms = 900").unwrap();
+        let c: WriterConfig = toml::from_str("linger = \"7ms\"\nbackoff_cap = \"900ms\"").unwrap();
         assert_eq!(c.linger, Duration::from_millis(7));
         assert_eq!(c.backoff_cap, Duration::from_millis(900));
         assert_eq!(c.max_in_flight_items, 20_000);
@@ -165,8 +154,8 @@ mod tests {
 
     #[test]
     fn unknown_keys_are_rejected_by_name() {
-        let err = toml::from_str::<WriterConfig>("lingr_ms = 7").unwrap_err();
-        assert!(err.to_string().contains("lingr_ms"), "{err}");
+        let err = toml::from_str::<WriterConfig>("lingr = \"7ms\"").unwrap_err();
+        assert!(err.to_string().contains("lingr"), "{err}");
     }
 
     #[test]

@@ -16,11 +16,9 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, KeySchemaElement, KeyType, ProvisionedThroughput,
-    ScalarAttributeType,
-};
+use aws_sdk_dynamodb::types::AttributeValue;
 use tidemark_schema::{Item, ItemKey};
+use tidemark_tests::TableCapacity;
 use tidemark_writer::{RejectMissing, Submission, WriteOutcome, Writer, WriterConfig};
 
 const ITEMS: usize = 10_000;
@@ -55,46 +53,11 @@ async fn client(ep: &str) -> Client {
 }
 
 async fn create_table(c: &Client, name: &str) {
-    c.create_table()
-        .table_name(name)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("pk")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        )
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("sk")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("pk")
-                .key_type(KeyType::Hash)
-                .build()
-                .unwrap(),
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("sk")
-                .key_type(KeyType::Range)
-                .build()
-                .unwrap(),
-        )
-        .provisioned_throughput(
-            ProvisionedThroughput::builder()
-                .read_capacity_units(1_000)
-                .write_capacity_units(1_000)
-                .build()
-                .unwrap(),
-        )
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("CreateTable {name} failed (is the local stack up?): {e:?}"));
+    let capacity = TableCapacity::Provisioned {
+        read: 1_000,
+        write: 1_000,
+    };
+    tidemark_tests::create_table(c, name, true, capacity).await;
 }
 
 async fn read_back(c: &Client, table: &str) -> HashSet<(String, String)> {
