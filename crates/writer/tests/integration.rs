@@ -1,9 +1,10 @@
 //! 10,000 items across 3 provisioned tables, written through the writer and
-//! read back, against the local stack (moto) or, when TIDEMARK_LIMITS_DYNAMODB
-//! is set, through the limits proxy that throttles like AWS.
+//! read back, through an in-process limits proxy in front of the local stack
+//! (moto) that throttles like AWS: each table's single partition serves only
+//! 300 WCU/s, though the table says 1,000, so the writer starts too fast, is
+//! throttled, and must adapt without losing anything.
 //!
 //! Skipped unless TIDEMARK_IT=1; then it fails loudly if the stack is down.
-//! Start the stack with `localstack/up` and load `localstack/.env`.
 
 // Test code: a panic in a helper is a failed assertion (clippy.toml allows
 // this in #[test] functions only).
@@ -15,7 +16,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_dynamodb::types::AttributeValue;
 use tidemark_schema::{Item, ItemKey};
 use tidemark_tests::TableCapacity;
@@ -24,32 +24,27 @@ use tidemark_writer::{RejectMissing, Submission, WriteOutcome, Writer, WriterCon
 const ITEMS: usize = 10_000;
 const TABLES: usize = 3;
 
-fn endpoint() -> Option<String> {
-    if std::env::var("TIDEMARK_IT").ok().as_deref() != Some("1") {
-        println!(
-            "skipped: set TIDEMARK_IT=1 (and load localstack/.env) to run against the local stack"
-        );
-        return None;
-    }
-    let ep = std::env::var("TIDEMARK_LIMITS_DYNAMODB")
-        .or_else(|_| std::env::var("AWS_ENDPOINT_URL_DYNAMODB"))
-        .expect("TIDEMARK_IT=1 needs AWS_ENDPOINT_URL_DYNAMODB (source localstack/.env) or TIDEMARK_LIMITS_DYNAMODB");
-    assert!(
-        ep.contains("127.0.0.1") || ep.contains("localhost"),
-        "integration tests only talk to 127.0.0.1, not {ep}"
+/// Starts a limits proxy in front of `stack`'s emulators; returns its URL.
+async fn start_proxy(stack: &tidemark_tests::LocalStack) -> (String, Arc<tidemark_limits::Proxy>) {
+    let mut limits = tidemark_limits::Config::with_upstreams(
+        &stack.dynamodb_url,
+        &stack.kinesis_url,
+        &stack.sqs_url,
     );
-    Some(ep)
-}
-
-async fn client(ep: &str) -> Client {
-    let region = std::env::var("AWS_REGION").unwrap_or_else(|_| "us-east-1".into());
-    let conf = aws_sdk_dynamodb::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .endpoint_url(ep)
-        .region(Region::new(region))
-        .credentials_provider(Credentials::new("test", "test", None, None, "tidemark-it"))
-        .build();
-    Client::from_conf(conf)
+    limits.partition_wcu = 300.0;
+    limits.initial_credit_secs = 0.0;
+    limits.burst_secs = 0.0;
+    limits.validate().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let proxy = Arc::new(tidemark_limits::Proxy::new(limits).unwrap());
+    // The proxy lives as long as the test's runtime.
+    tokio::spawn(tidemark_limits::serve(
+        listener,
+        proxy.clone(),
+        std::future::pending::<()>(),
+    ));
+    (url, proxy)
 }
 
 async fn create_table(c: &Client, name: &str) {
@@ -87,8 +82,13 @@ async fn read_back(c: &Client, table: &str) -> HashSet<(String, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_items_across_three_tables_are_all_stored() {
-    let Some(ep) = endpoint() else { return };
-    let c = client(&ep).await;
+    let Some(stack) =
+        tidemark_tests::integration("ten_thousand_items_across_three_tables_are_all_stored").await
+    else {
+        return;
+    };
+    let (ep, proxy) = start_proxy(&stack).await;
+    let c = stack.dynamodb_at(&ep);
     let run = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -141,10 +141,19 @@ async fn ten_thousand_items_across_three_tables_are_all_stored() {
         elapsed.as_secs_f64(),
         ITEMS as f64 / elapsed.as_secs_f64()
     );
+    // The proxy did throttle, and accepted every item at least once.
+    let counters = proxy.stats().dynamodb.counters;
+    assert!(
+        counters.requests_throttled + counters.requests_partial > 0,
+        "the proxy never throttled: {counters:?}"
+    );
+    assert!(counters.items_accepted >= ITEMS as u64, "{counters:?}");
+    // Read back from the emulator itself, past the proxy.
+    let direct = stack.dynamodb();
     for (t, want) in tables.iter().zip(&expected) {
-        let got = read_back(&c, t).await;
+        let got = read_back(&direct, t).await;
         assert_eq!(got.len(), want.len(), "{t}");
         assert_eq!(&got, want, "{t}");
-        let _ = c.delete_table().table_name(t).send().await;
+        let _ = direct.delete_table().table_name(t).send().await;
     }
 }

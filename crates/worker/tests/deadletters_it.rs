@@ -1,0 +1,147 @@
+//! Dead-letter destinations against the local stack: entries written to an
+//! SQS queue and to a DynamoDB table come back exactly, and an entry too large
+//! for SQS keeps its digest and size with a truncated payload.
+//! Skipped unless TIDEMARK_IT=1.
+
+// Helpers outside #[test] fns: a panic there is a failed assertion too.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+
+use chrono::Utc;
+use tidemark_schema::{Origin, Reason};
+use tidemark_tests::{TableCapacity, integration, unique_name};
+use tidemark_worker::deadletter::{DeadLetter, DeadLetterSink, DynamoDbSink, SqsSink};
+
+fn entries() -> Vec<DeadLetter> {
+    let origin = |n: u32| Origin::Kinesis {
+        stream: "events".into(),
+        shard_id: "shardId-000000000003".into(),
+        sequence_number: format!("4968045226{n:04}"),
+        sub_sequence_number: 0,
+    };
+    vec![
+        DeadLetter::new(
+            origin(1),
+            Reason::InvalidJson,
+            "not JSON".into(),
+            b"{oops",
+            Utc::now(),
+        ),
+        DeadLetter::new(
+            origin(2),
+            Reason::MissingField,
+            "field `deviceId` is missing".into(),
+            b"{}",
+            Utc::now(),
+        ),
+        // Over SQS's 256 KiB message limit once base64-encoded.
+        DeadLetter::new(
+            origin(3),
+            Reason::ItemTooLarge,
+            "item is 500000 bytes".into(),
+            &vec![b'z'; 500_000],
+            Utc::now(),
+        ),
+    ]
+}
+
+/// Compares what came back with what was written (truncation allowed only
+/// where marked, and then the kept bytes are a prefix of the original).
+fn check(written: &[DeadLetter], read: Vec<DeadLetter>) {
+    let by_source: BTreeMap<String, DeadLetter> = read
+        .into_iter()
+        .map(|e| (e.source.to_string(), e))
+        .collect();
+    assert_eq!(by_source.len(), written.len(), "{by_source:?}");
+    for w in written {
+        let r = &by_source[&w.source.to_string()];
+        assert_eq!(
+            (r.reason, &r.error, r.payload_bytes, &r.payload_sha256),
+            (w.reason, &w.error, w.payload_bytes, &w.payload_sha256)
+        );
+        if r.payload_truncated {
+            assert!(w.payload().unwrap().starts_with(&r.payload().unwrap()));
+        } else {
+            assert_eq!(r.payload().unwrap(), w.payload().unwrap());
+        }
+    }
+    let big = &by_source[&written[2].source.to_string()];
+    assert!(
+        big.payload_truncated,
+        "the 500 KB payload cannot fit an SQS message whole"
+    );
+}
+
+#[tokio::test]
+async fn sqs_destination_keeps_every_entry() {
+    let Some(stack) = integration("sqs_destination_keeps_every_entry").await else {
+        return;
+    };
+    let sqs = stack.sqs();
+    let url = sqs
+        .create_queue()
+        .queue_name(unique_name("dlq"))
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let written = entries();
+    SqsSink::new(sqs.clone(), url.clone())
+        .write(&written)
+        .await
+        .unwrap();
+    let mut read = Vec::new();
+    while read.len() < written.len() {
+        let got = sqs
+            .receive_message()
+            .queue_url(&url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            !got.messages().is_empty(),
+            "queue ran dry after {} entries",
+            read.len()
+        );
+        for m in got.messages() {
+            assert!(m.body().unwrap().len() <= 256 * 1024);
+            read.push(serde_json::from_str(m.body().unwrap()).unwrap());
+        }
+    }
+    check(&written, read);
+}
+
+#[tokio::test]
+async fn dynamodb_destination_keeps_every_entry() {
+    let Some(stack) = integration("dynamodb_destination_keeps_every_entry").await else {
+        return;
+    };
+    let ddb = stack.dynamodb();
+    let table = unique_name("dead-letters");
+    tidemark_tests::create_table(&ddb, &table, true, TableCapacity::OnDemand).await;
+    let written = entries();
+    DynamoDbSink::new(ddb.clone(), table.clone())
+        .write(&written)
+        .await
+        .unwrap();
+    let scan = ddb.scan().table_name(&table).send().await.unwrap();
+    let read = scan
+        .items()
+        .iter()
+        .map(|it| {
+            assert_eq!(
+                it["pk"].as_s().unwrap(),
+                &serde_json::from_str::<DeadLetter>(it["entry"].as_s().unwrap())
+                    .unwrap()
+                    .source
+                    .to_string()
+            );
+            serde_json::from_str(it["entry"].as_s().unwrap()).unwrap()
+        })
+        .collect();
+    check(&written, read);
+}
