@@ -1,0 +1,144 @@
+"""pipeline-cpu: a fixture of N IoT events (about 200 bytes each) replayed
+through consumer -> router -> writer (`tidemark replay`, release build) into
+the limits proxy in sink mode with unconstrained capacity, then the same
+fixture through a boto3 batch_writer loop (the baseline), both on the same
+proxy. Each client runs as its own process and is measured with wait4():
+CPU time (user + system) per record and peak RSS of that process alone.
+Goodput over time comes from the proxy's counters, as in the other benches.
+
+Usage: bench/pipeline-cpu   (BENCH_EVENTS=1000000 by default)"""
+
+import base64
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+import harness  # noqa: E402
+
+EVENTS = int(os.environ.get("BENCH_EVENTS", "1000000"))
+SHARDS = 4
+TABLE_PREFIX = "pipecpu"
+
+
+def fixture(path, n):
+    """Writes n records in the fixture format (docs: "Fixtures"), 4 shards."""
+    rnd = random.Random(7)
+    now = datetime.now(timezone.utc)
+    base_ms = int(now.timestamp() * 1000) - 60_000
+    seqs = [0] * SHARDS
+    with open(path, "w") as f:
+        for i in range(n):
+            dev = f"device-{rnd.randrange(2000):04d}"
+            shard = hash(dev) % SHARDS
+            ts = datetime.fromtimestamp((base_ms + i % 60_000) / 1000, timezone.utc)
+            event = {
+                "deviceId": dev,
+                "timestamp": ts.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z",
+                "eventId": f"evt-{i:010d}",
+                "temperature": round(15 + rnd.random() * 15, 2),
+                "humidity": round(30 + rnd.random() * 50, 2),
+                "pressure": round(990 + rnd.random() * 40, 2),
+                "firmware": "v2.4.1-stable",
+            }
+            data = json.dumps(event, separators=(",", ":")).encode()
+            seqs[shard] += 1
+            f.write(json.dumps({
+                "stream": "bench", "shard_id": f"shardId-{shard:012d}", "parent_shard_ids": [],
+                "sequence_number": f"4968{shard:04d}{seqs[shard]:048d}", "partition_key": dev,
+                "arrival_ms": base_ms, "data": base64.b64encode(data).decode(),
+            }) + "\n")
+
+
+def measured(cmd, env):
+    """Runs cmd, returns (seconds, cpu seconds, peak RSS MB, stdout)."""
+    start = time.time()
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out = p.stdout.read()
+    err = p.stderr.read()
+    _, status, ru = os.wait4(p.pid, 0)
+    secs = time.time() - start
+    if status != 0:
+        raise SystemExit(f"{cmd[0]} failed ({status}): {err.decode()[-2000:]}")
+    return secs, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024, out.decode()
+
+
+def main():
+    os.makedirs(harness.OUT, exist_ok=True)
+    fx = os.path.join(harness.OUT, f"pipeline-cpu-{EVENTS}.jsonl")
+    if not os.path.exists(fx):
+        t = time.time()
+        fixture(fx, EVENTS)
+        print(f"fixture: {EVENTS} records in {time.time() - t:.0f}s -> {fx}")
+    avg = sum(len(json.loads(l)["data"]) * 3 // 4 for l, _ in zip(open(fx), range(1000))) / 1000
+    print(f"fixture: {EVENTS} records, about {avg:.0f} bytes of event each")
+
+    # Unconstrained: the proxy's limits far above what a client can send.
+    proxy = harness.Proxy(["--partition-wcu", "1000000000", "--on-demand-wcu", "1000000000"])
+    tidemark = os.path.join(harness.target_dir(), "release", "tidemark")
+    results = {}
+    try:
+        conf = tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False)
+        conf.write(f"""
+[source]
+kind = "kinesis"
+stream = "bench"
+lease_table = "bench-leases"
+worker_id = "bench"
+[schema]
+table_prefix = "{TABLE_PREFIX}"
+key = {{ strategy = "time_bucket", shards = 10, bucket = "hour" }}
+tiers = {{ active = {{ read = 1000, write = 1000000 }}, prebuild = {{ read = 1000, write = 1000000 }} }}
+[writer]
+max_in_flight_items = 20000
+[dead_letters]
+kind = "file"
+path = "{harness.OUT}/pipeline-cpu-dead-letters.jsonl"
+[maintenance]
+enabled = false
+""")
+        conf.close()
+        env = dict(os.environ, AWS_ENDPOINT_URL_DYNAMODB=proxy.url, RUST_LOG="warn")
+        env.pop("RUST_BACKTRACE", None)
+        table = f"{TABLE_PREFIX}_{datetime.now(timezone.utc).strftime('%Y-%m-%d')}"
+        series = {}
+        for name, cmd in [
+            ("tidemark", [tidemark, "replay", "--quiet", "--config", conf.name, "--fixture", fx]),
+            ("boto3", [sys.executable, os.path.join(os.path.dirname(__file__), "lib", "boto3_replay.py"), fx, proxy.url, table]),
+        ]:
+            proxy.reset()
+            sampler = harness.Sampler(proxy, table)
+            sampler.start()
+            secs, cpu, rss, out = measured(cmd, env)
+            sampler.stop.set()
+            sampler.join()
+            stored = proxy.sink_count(table)
+            series[name] = sampler.rows
+            results[name] = {
+                "records": EVENTS, "seconds": secs, "records_per_s": EVENTS / secs,
+                "cpu_s": cpu, "cpu_us_per_record": cpu * 1e6 / EVENTS, "peak_rss_mb": rss,
+                "stored_in_sink": stored,
+            }
+            print(f"{name:9} {EVENTS / secs:9.0f} records/s  {cpu * 1e6 / EVENTS:6.2f} CPU-us/record  "
+                  f"peak RSS {rss:7.1f} MB  stored {stored}  ({out.strip()[:120]})")
+        t, b = results["tidemark"], results["boto3"]
+        print(f"ratio    tidemark uses {b['cpu_us_per_record'] / t['cpu_us_per_record']:.1f}x less CPU per record "
+              f"and runs {t['records_per_s'] / b['records_per_s']:.1f}x faster than the boto3 loop")
+        print(f"targets  <= 5 CPU-us/record: {'met' if t['cpu_us_per_record'] <= 5 else 'NOT met'}; "
+              f"peak RSS <= 150 MB: {'met' if t['peak_rss_mb'] <= 150 else 'NOT met'}")
+        rows = [dict(client=k, **v) for k, v in results.items()]
+        harness.write_csv(os.path.join(harness.OUT, "pipeline-cpu.csv"), rows)
+        harness.plot(os.path.join(harness.OUT, "pipeline-cpu.png"), series, "pipeline-cpu: replay into sink mode")
+        with open(os.path.join(harness.OUT, "pipeline-cpu.json"), "w") as f:
+            json.dump(results, f, indent=2)
+    finally:
+        proxy.close()
+
+
+if __name__ == "__main__":
+    main()
