@@ -45,6 +45,7 @@ def fixture(path, n):
                 "humidity": round(30 + rnd.random() * 50, 2),
                 "pressure": round(990 + rnd.random() * 40, 2),
                 "firmware": "v2.4.1-stable",
+                "site": "plant-north-04/line-2",
             }
             data = json.dumps(event, separators=(",", ":")).encode()
             seqs[shard] += 1
