@@ -145,12 +145,7 @@ async fn send_sqs(
     events: &[IotEvent],
 ) -> Result<(), String> {
     let fifo = queue.ends_with(".fifo");
-    let mut pending: Vec<&IotEvent> = events.iter().collect();
-    let mut delay = Duration::from_millis(50);
-    for _attempt in 0..50 {
-        if pending.is_empty() {
-            return Ok(());
-        }
+    until_accepted(events.to_vec(), async |pending: &[IotEvent]| {
         let entries = pending
             .iter()
             .enumerate()
@@ -174,37 +169,58 @@ async fn send_sqs(
             .send()
             .await
             .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())?;
-        let refused: Vec<usize> = out
+        Ok(out
             .failed()
             .iter()
             .filter_map(|f| f.id().parse().ok())
-            .collect();
+            .collect())
+    })
+    .await
+}
+
+/// Sends `pending` with `call`, which returns the indexes of the entries the
+/// service refused (throttled), and sends those again after a back-off with
+/// jitter, until none is refused or 50 attempts have failed.
+async fn until_accepted<T: Clone>(
+    mut pending: Vec<T>,
+    mut call: impl AsyncFnMut(&[T]) -> Result<Vec<usize>, String>,
+) -> Result<(), String> {
+    use backon::BackoffBuilder;
+    let mut delays = backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(50))
+        .with_max_delay(Duration::from_secs(2))
+        .with_jitter()
+        .with_max_times(50)
+        .build();
+    while !pending.is_empty() {
+        let refused = call(&pending).await?;
         pending = refused
             .into_iter()
-            .filter_map(|i| pending.get(i).copied())
+            .filter_map(|i| pending.get(i).cloned())
             .collect();
-        if !pending.is_empty() {
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(2));
+        if pending.is_empty() {
+            break;
+        }
+        match delays.next() {
+            Some(d) => tokio::time::sleep(d).await,
+            None => {
+                return Err(format!(
+                    "{} entries still refused after 50 attempts",
+                    pending.len()
+                ));
+            }
         }
     }
-    Err(format!(
-        "{} messages still refused after 50 attempts",
-        pending.len()
-    ))
+    Ok(())
 }
 
 /// PutRecords of raw `(partition key, data)` records, retrying refused ones.
 async fn put_kinesis(
     client: &aws_sdk_kinesis::Client,
     stream: &str,
-    mut pending: Vec<(String, Vec<u8>)>,
+    records: Vec<(String, Vec<u8>)>,
 ) -> Result<(), String> {
-    let mut delay = Duration::from_millis(50);
-    for _attempt in 0..50 {
-        if pending.is_empty() {
-            return Ok(());
-        }
+    until_accepted(records, async |pending: &[(String, Vec<u8>)]| {
         let entries = pending
             .iter()
             .map(|(k, d)| {
@@ -222,31 +238,59 @@ async fn put_kinesis(
             .send()
             .await
             .map_err(|e| aws_sdk_kinesis::error::DisplayErrorContext(e).to_string())?;
-        let refused: Vec<usize> = out
+        Ok(out
             .records()
             .iter()
             .enumerate()
             .filter(|(_, r)| r.error_code().is_some())
             .map(|(i, _)| i)
-            .collect();
-        pending = refused
-            .into_iter()
-            .filter_map(|i| pending.get(i).cloned())
-            .collect();
-        if !pending.is_empty() {
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(2));
-        }
-    }
-    Err(format!(
-        "{} records still refused after 50 attempts",
-        pending.len()
-    ))
+            .collect())
+    })
+    .await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn refused_entries_alone_are_sent_again_until_accepted() {
+        let mut calls: Vec<Vec<u32>> = Vec::new();
+        // The service refuses entry 7 twice and entry 3 once.
+        let mut refusals = std::collections::HashMap::from([(7, 2), (3, 1)]);
+        let result = until_accepted((0..10u32).collect(), async |pending: &[u32]| {
+            calls.push(pending.to_vec());
+            let mut refused = Vec::new();
+            for (i, e) in pending.iter().enumerate() {
+                if let Some(n) = refusals.get_mut(e).filter(|n| **n > 0) {
+                    *n -= 1;
+                    refused.push(i);
+                }
+            }
+            Ok(refused)
+        })
+        .await;
+        assert_eq!(result, Ok(()));
+        assert_eq!(
+            calls,
+            vec![(0..10).collect::<Vec<_>>(), vec![3, 7], vec![7]]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn gives_up_after_fifty_attempts_and_says_how_many() {
+        let mut attempts = 0;
+        let result = until_accepted(vec![1, 2], async |pending: &[i32]| {
+            attempts += 1;
+            Ok((0..pending.len()).collect())
+        })
+        .await;
+        assert_eq!(attempts, 51, "the first call and 50 retries");
+        assert_eq!(
+            result,
+            Err("2 entries still refused after 50 attempts".to_string())
+        );
+    }
 
     #[test]
     fn events_are_deterministic_and_the_hot_device_is_hot() {

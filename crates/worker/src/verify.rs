@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
+use backon::BackoffBuilder;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use serde::Serialize;
@@ -215,7 +216,13 @@ async fn fetch(
         })
         .collect();
     let mut stored = HashMap::new();
-    let mut delay = Duration::from_millis(20);
+    // Unprocessed keys are read again after a back-off with jitter.
+    let mut delays = backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(20))
+        .with_max_delay(Duration::from_secs(1))
+        .with_jitter()
+        .without_max_times()
+        .build();
     while !request.is_empty() {
         let ka = KeysAndAttributes::builder()
             .set_keys(Some(request))
@@ -256,8 +263,7 @@ async fn fetch(
             .map(|k| k.keys().to_vec())
             .unwrap_or_default();
         if !request.is_empty() {
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(1));
+            tokio::time::sleep(delays.next().unwrap_or(Duration::from_secs(1))).await;
         }
     }
     Ok(stored)
