@@ -21,7 +21,7 @@ use aws_sdk_dynamodb::types::{
     ScalarAttributeType, Select, WriteRequest,
 };
 use aws_sdk_kinesis::primitives::Blob;
-use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ShardIteratorType};
+use aws_sdk_kinesis::types::{PutRecordsRequestEntry, Shard, ShardIteratorType};
 use futures::StreamExt;
 use tidemark_consumer::fixture::{ReplaySource, read_fixture};
 use tidemark_consumer::{KinesisConfig, KinesisSource, Record, StatusHandle};
@@ -50,6 +50,30 @@ async fn create_stream(stack: &LocalStack, shards: i32) -> String {
     let name = unique_name("kin");
     tidemark_tests::create_stream(&stack.kinesis(), &name, shards).await;
     name
+}
+
+/// Splits the stream's first shard at the middle of its hash-key range, waits
+/// until the stream is ACTIVE again, and returns the shards as listed before
+/// the split.
+async fn split_first_shard(stack: &LocalStack, stream: &str) -> Vec<Shard> {
+    let k = stack.kinesis();
+    let shards = k.list_shards().stream_name(stream).send().await.unwrap();
+    let shards = shards.shards().to_vec();
+    let s0 = &shards[0];
+    let r = s0.hash_key_range().unwrap();
+    let (lo, hi): (u128, u128) = (
+        r.starting_hash_key().parse().unwrap(),
+        r.ending_hash_key().parse().unwrap(),
+    );
+    k.split_shard()
+        .stream_name(stream)
+        .shard_to_split(s0.shard_id())
+        .new_starting_hash_key((lo + (hi - lo) / 2).to_string())
+        .send()
+        .await
+        .expect("SplitShard");
+    wait_active(stack, stream).await;
+    shards
 }
 
 async fn wait_active(stack: &LocalStack, name: &str) {
@@ -660,28 +684,14 @@ async fn kinesis_split_and_merge_mid_stream() {
     let mut all = events(30, 600, 0);
     put(&stack, &stream, &all).await;
     // Split shard 0 at the middle of its range; merge shards 1 and 2.
-    let shards = k.list_shards().stream_name(&stream).send().await.unwrap();
-    let s0 = &shards.shards()[0];
-    let r = s0.hash_key_range().unwrap();
-    let (lo, hi): (u128, u128) = (
-        r.starting_hash_key().parse().unwrap(),
-        r.ending_hash_key().parse().unwrap(),
-    );
-    k.split_shard()
-        .stream_name(&stream)
-        .shard_to_split(s0.shard_id())
-        .new_starting_hash_key((lo + (hi - lo) / 2).to_string())
-        .send()
-        .await
-        .expect("SplitShard");
-    wait_active(&stack, &stream).await;
+    let shards = split_first_shard(&stack, &stream).await;
     let more = events(30, 600, 600);
     put(&stack, &stream, &more).await;
     all.extend(more);
     k.merge_shards()
         .stream_name(&stream)
-        .shard_to_merge(shards.shards()[1].shard_id())
-        .adjacent_shard_to_merge(shards.shards()[2].shard_id())
+        .shard_to_merge(shards[1].shard_id())
+        .adjacent_shard_to_merge(shards[2].shard_id())
         .send()
         .await
         .expect("MergeShards");
@@ -942,25 +952,10 @@ async fn kinesis_resharded_before_start_reads_parent_first() {
         return;
     };
     init_logs();
-    let k = stack.kinesis();
     let stream = create_stream(&stack, 1).await;
     let mut all = events(10, 300, 0);
     put(&stack, &stream, &all).await;
-    let shards = k.list_shards().stream_name(&stream).send().await.unwrap();
-    let s0 = &shards.shards()[0];
-    let r = s0.hash_key_range().unwrap();
-    let (lo, hi): (u128, u128) = (
-        r.starting_hash_key().parse().unwrap(),
-        r.ending_hash_key().parse().unwrap(),
-    );
-    k.split_shard()
-        .stream_name(&stream)
-        .shard_to_split(s0.shard_id())
-        .new_starting_hash_key((lo + (hi - lo) / 2).to_string())
-        .send()
-        .await
-        .expect("SplitShard");
-    wait_active(&stack, &stream).await;
+    let shards = split_first_shard(&stack, &stream).await;
     let more = events(10, 300, 300);
     put(&stack, &stream, &more).await;
     all.extend(more);
@@ -973,7 +968,7 @@ async fn kinesis_resharded_before_start_reads_parent_first() {
     let w = start_worker(&stack, cfg, sink);
     wait_acked(&log, all.len(), Duration::from_secs(30)).await;
     let log = std::mem::take(&mut *log.lock().unwrap());
-    let parent = s0.shard_id();
+    let parent = shards[0].shard_id();
     let last_parent = log
         .deliveries
         .iter()
