@@ -81,7 +81,9 @@ def main():
 
     # Unconstrained: the proxy's limits far above what a client can send.
     proxy = harness.Proxy(["--partition-wcu", "1000000000", "--on-demand-wcu", "1000000000"])
-    tidemark = os.path.join(harness.target_dir(), "release", "tidemark")
+    # TIDEMARK_BIN measures a given binary (e.g. a copy, while other
+    # checkouts sharing the target directory rebuild release/tidemark).
+    tidemark = os.environ.get("TIDEMARK_BIN") or os.path.join(harness.target_dir(), "release", "tidemark")
     results = {}
     try:
         conf = tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False)

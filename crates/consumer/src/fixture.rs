@@ -21,8 +21,11 @@
 //! starts a shard only when every parent present in the file is fully
 //! acknowledged.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use aws_sdk_kinesis::types::ShardIteratorType;
@@ -227,23 +230,120 @@ pub struct ReplaySummary {
     pub corrupt_aggregates: usize,
 }
 
-/// Replays a fixture file through the pipeline.
+/// One fixture line, borrowed from the read buffer: parsing it allocates only
+/// what the record keeps (sequence number, partition key, data).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LineRef<'a> {
+    #[serde(borrow)]
+    stream: Cow<'a, str>,
+    #[serde(borrow)]
+    shard_id: Cow<'a, str>,
+    #[serde(default, borrow)]
+    parent_shard_ids: Vec<Cow<'a, str>>,
+    #[serde(borrow)]
+    sequence_number: Cow<'a, str>,
+    #[serde(borrow)]
+    partition_key: Cow<'a, str>,
+    arrival_ms: i64,
+    #[serde(borrow)]
+    data: Cow<'a, str>,
+}
+
+/// The lines of one shard in a fixture file: where each starts.
+#[derive(Debug, Clone)]
+struct ShardLines {
+    stream: String,
+    parents: Vec<String>,
+    offsets: Vec<u64>,
+}
+
+/// Where a replay's lines are.
+#[derive(Debug, Clone)]
+enum Lines {
+    /// Parsed lines in memory, per shard (tests, small fixtures).
+    Memory(BTreeMap<String, (Vec<String>, Vec<FixtureRecord>)>),
+    /// A file and the offsets of each shard's lines: only the lines of the
+    /// batches in flight are ever in memory.
+    File {
+        path: PathBuf,
+        shards: BTreeMap<String, ShardLines>,
+    },
+}
+
+/// Replays a fixture through the pipeline.
+///
+/// A file is scanned once up front (every line is checked, its offset kept:
+/// 8 bytes per line), then each shard is read back from the file as the
+/// pipeline takes its batches, so memory stays bounded by the channel and the
+/// writer's in-flight limit, not by the fixture's size.
 #[derive(Debug, Clone)]
 pub struct ReplaySource {
-    records: Vec<FixtureRecord>,
+    lines: Lines,
+    len: usize,
     batch_size: usize,
 }
 
 impl ReplaySource {
-    /// Loads `path`.
+    /// Scans `path`: checks every line and indexes it by shard.
     pub fn open(path: &Path) -> Result<Self, ConsumerError> {
-        Ok(Self::from_records(read_fixture(path)?))
+        let file = File::open(path).map_err(|e| fixture_err(path, e))?;
+        let mut reader = BufReader::with_capacity(1 << 16, file);
+        let mut shards: BTreeMap<String, ShardLines> = BTreeMap::new();
+        let (mut buf, mut offset, mut line_no, mut len) = (Vec::new(), 0u64, 0usize, 0usize);
+        loop {
+            buf.clear();
+            let n = reader
+                .read_until(b'\n', &mut buf)
+                .map_err(|e| fixture_err(path, e))?;
+            if n == 0 {
+                break;
+            }
+            line_no += 1;
+            let start = offset;
+            offset += n as u64;
+            if buf.trim_ascii().is_empty() {
+                continue;
+            }
+            let line: LineRef<'_> = serde_json::from_slice(&buf)
+                .map_err(|e| fixture_err(path, format!("line {line_no}: {e}")))?;
+            let shard = shards
+                .entry(line.shard_id.into_owned())
+                .or_insert_with(|| ShardLines {
+                    stream: line.stream.into_owned(),
+                    parents: line
+                        .parent_shard_ids
+                        .iter()
+                        .map(|p| p.to_string())
+                        .collect(),
+                    offsets: Vec::new(),
+                });
+            shard.offsets.push(start);
+            len += 1;
+        }
+        Ok(Self {
+            lines: Lines::File {
+                path: path.to_path_buf(),
+                shards,
+            },
+            len,
+            batch_size: 500,
+        })
     }
 
     /// A replay of records already in memory.
     pub fn from_records(records: Vec<FixtureRecord>) -> Self {
+        let len = records.len();
+        let mut shards: BTreeMap<String, (Vec<String>, Vec<FixtureRecord>)> = BTreeMap::new();
+        for r in records {
+            let entry = shards
+                .entry(r.shard_id.clone())
+                .or_insert_with(|| (r.parent_shard_ids.clone(), Vec::new()));
+            entry.1.push(r);
+        }
         Self {
-            records,
+            lines: Lines::Memory(shards),
+            len,
             batch_size: 500,
         }
     }
@@ -252,6 +352,17 @@ impl ReplaySource {
     pub fn with_batch_size(mut self, n: usize) -> Self {
         self.batch_size = n.max(1);
         self
+    }
+
+    /// Kinesis records (fixture lines) in the replay; a KPL aggregate
+    /// delivers several user records.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the fixture has no record.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     /// Loads `path` and replays it; see [`ReplaySource::replay`].
@@ -271,59 +382,53 @@ impl ReplaySource {
         sink: mpsc::Sender<Vec<Record>>,
         shutdown: CancellationToken,
     ) -> Result<ReplaySummary, ConsumerError> {
-        let mut shards: BTreeMap<String, (Vec<String>, Vec<FixtureRecord>)> = BTreeMap::new();
-        for r in self.records {
-            let entry = shards
-                .entry(r.shard_id.clone())
-                .or_insert_with(|| (r.parent_shard_ids.clone(), Vec::new()));
-            entry.1.push(r);
-        }
+        let readers: Vec<(String, Vec<String>, ShardReader)> = match self.lines {
+            Lines::Memory(shards) => shards
+                .into_iter()
+                .map(|(shard, (parents, records))| {
+                    (shard, parents, ShardReader::Memory(records.into_iter()))
+                })
+                .collect(),
+            Lines::File { path, shards } => shards
+                .into_iter()
+                .map(|(shard, lines)| {
+                    let reader = ShardReader::File(FileLines {
+                        path: path.clone(),
+                        stream: lines.stream,
+                        offsets: lines.offsets.into_iter(),
+                        reader: None,
+                        pos: 0,
+                        buf: Vec::new(),
+                    });
+                    (shard, lines.parents, reader)
+                })
+                .collect(),
+        };
         let mut done: HashMap<String, watch::Sender<bool>> = HashMap::new();
-        for k in shards.keys() {
+        for (k, _, _) in &readers {
             done.insert(k.clone(), watch::Sender::new(false));
         }
+        let runtime = tokio::runtime::Handle::current();
         let mut tasks = tokio::task::JoinSet::new();
-        for (shard, (parents, records)) in shards {
+        for (shard, parents, reader) in readers {
             let waits: Vec<watch::Receiver<bool>> = parents
                 .iter()
                 .filter_map(|p| done.get(p).map(watch::Sender::subscribe))
                 .collect();
             let finished = done.get(&shard).cloned();
-            let sink = sink.clone();
-            let shutdown = shutdown.clone();
-            let batch_size = self.batch_size;
-            tasks.spawn(async move {
-                for mut w in waits {
-                    tokio::select! {
-                        r = w.wait_for(|d| *d) => { if r.is_err() { return Ok((shard, 0, 0)); } }
-                        _ = shutdown.cancelled() => return Ok((shard, 0, 0)),
-                    }
-                }
-                let tracker = Arc::new(AckTracker::new());
-                let (mut delivered, mut corrupt) = (0, 0);
-                for chunk in records.chunks(batch_size) {
-                    let mut batch = Vec::with_capacity(chunk.len());
-                    for r in chunk {
-                        let raw = r.to_raw().map_err(|e| ConsumerError::Fixture {
-                            path: format!("{shard}/{}", r.sequence_number),
-                            problem: e.to_string(),
-                        })?;
-                        corrupt += push_user_records(&r.stream, &shard, raw, None, &tracker, &mut batch)?;
-                    }
-                    delivered += batch.len();
-                    tokio::select! {
-                        r = sink.send(batch) => { if r.is_err() { return Ok((shard, delivered, corrupt)); } }
-                        _ = shutdown.cancelled() => return Ok((shard, delivered, corrupt)),
-                    }
-                }
-                tokio::select! {
-                    _ = tracker.wait_for(|w| w.in_flight() == 0) => {
-                        if let Some(f) = finished { f.send_replace(true); }
-                    }
-                    _ = shutdown.cancelled() => {}
-                }
-                Ok::<_, ConsumerError>((shard, delivered, corrupt))
-            });
+            let replay = ShardReplay {
+                shard,
+                waits,
+                finished,
+                reader,
+                sink: sink.clone(),
+                shutdown: shutdown.clone(),
+                batch_size: self.batch_size,
+                runtime: runtime.clone(),
+            };
+            // Reading the file blocks, so each shard runs on a blocking
+            // thread and enters the runtime only to wait.
+            tasks.spawn_blocking(move || replay.run());
         }
         drop(done);
         let mut summary = ReplaySummary::default();
@@ -336,6 +441,152 @@ impl ReplaySource {
             summary.corrupt_aggregates += c;
         }
         Ok(summary)
+    }
+}
+/// The records of one shard, in order.
+enum ShardReader {
+    Memory(std::vec::IntoIter<FixtureRecord>),
+    File(FileLines),
+}
+
+impl ShardReader {
+    /// The next record as Kinesis returned it, with its stream name.
+    fn next_raw(&mut self) -> Option<Result<(String, RawRecord), ConsumerError>> {
+        match self {
+            ShardReader::Memory(it) => {
+                let r = it.next()?;
+                Some(r.to_raw().map(|raw| (r.stream.clone(), raw)).map_err(|e| {
+                    ConsumerError::Fixture {
+                        path: format!("{}/{}", r.shard_id, r.sequence_number),
+                        problem: e.to_string(),
+                    }
+                }))
+            }
+            ShardReader::File(f) => f.next_raw(),
+        }
+    }
+}
+
+/// Reads one shard's lines back from the fixture file by offset. Offsets
+/// only grow, so short skips stay inside the read buffer.
+struct FileLines {
+    path: PathBuf,
+    stream: String,
+    offsets: std::vec::IntoIter<u64>,
+    reader: Option<BufReader<File>>,
+    pos: u64,
+    buf: Vec<u8>,
+}
+
+impl FileLines {
+    fn next_raw(&mut self) -> Option<Result<(String, RawRecord), ConsumerError>> {
+        let offset = self.offsets.next()?;
+        Some(self.read_at(offset))
+    }
+
+    fn read_at(&mut self, offset: u64) -> Result<(String, RawRecord), ConsumerError> {
+        let path = self.path.clone();
+        let err = |e: &dyn std::fmt::Display| fixture_err(&path, format!("offset {offset}: {e}"));
+        let reader = match &mut self.reader {
+            Some(r) => r,
+            None => {
+                let file = File::open(&self.path).map_err(|e| err(&e))?;
+                self.reader.insert(BufReader::with_capacity(1 << 16, file))
+            }
+        };
+        if offset != self.pos {
+            let skip = i64::try_from(offset - self.pos).map_err(|e| err(&e))?;
+            reader.seek_relative(skip).map_err(|e| err(&e))?;
+            self.pos = offset;
+        }
+        self.buf.clear();
+        let n = reader
+            .read_until(b'\n', &mut self.buf)
+            .map_err(|e| err(&e))?;
+        self.pos += n as u64;
+        let line: LineRef<'_> = serde_json::from_slice(&self.buf).map_err(|e| err(&e))?;
+        let data = STANDARD.decode(line.data.as_bytes()).map_err(|e| err(&e))?;
+        let raw = RawRecord {
+            sequence_number: line.sequence_number.into_owned(),
+            partition_key: line.partition_key.into_owned(),
+            data: Bytes::from(data),
+            arrival_ms: line.arrival_ms,
+        };
+        // Most lines carry the shard's own stream name: reuse it.
+        let stream = if line.stream == self.stream {
+            self.stream.clone()
+        } else {
+            line.stream.into_owned()
+        };
+        Ok((stream, raw))
+    }
+}
+
+/// One shard's replay, run on a blocking thread.
+struct ShardReplay {
+    shard: String,
+    waits: Vec<watch::Receiver<bool>>,
+    finished: Option<watch::Sender<bool>>,
+    reader: ShardReader,
+    sink: mpsc::Sender<Vec<Record>>,
+    shutdown: CancellationToken,
+    batch_size: usize,
+    runtime: tokio::runtime::Handle,
+}
+
+impl ShardReplay {
+    /// Returns (shard, user records delivered, corrupt aggregates).
+    fn run(mut self) -> Result<(String, usize, usize), ConsumerError> {
+        let shutdown = self.shutdown.clone();
+        for mut w in std::mem::take(&mut self.waits) {
+            let parent_done = self.runtime.block_on(async {
+                tokio::select! {
+                    r = w.wait_for(|d| *d) => r.is_ok(),
+                    _ = shutdown.cancelled() => false,
+                }
+            });
+            if !parent_done {
+                return Ok((self.shard, 0, 0));
+            }
+        }
+        let tracker = Arc::new(AckTracker::new());
+        let (mut delivered, mut corrupt) = (0, 0);
+        loop {
+            let mut batch = Vec::with_capacity(self.batch_size);
+            let mut lines = 0;
+            while lines < self.batch_size {
+                let Some(next) = self.reader.next_raw() else {
+                    break;
+                };
+                let (stream, raw) = next?;
+                corrupt +=
+                    push_user_records(&stream, &self.shard, raw, None, &tracker, &mut batch)?;
+                lines += 1;
+            }
+            if lines == 0 {
+                break;
+            }
+            delivered += batch.len();
+            let sink = &self.sink;
+            let sent = self.runtime.block_on(async {
+                tokio::select! {
+                    r = sink.send(batch) => r.is_ok(),
+                    _ = shutdown.cancelled() => false,
+                }
+            });
+            if !sent {
+                return Ok((self.shard, delivered, corrupt));
+            }
+        }
+        self.runtime.block_on(async {
+            tokio::select! {
+                _ = tracker.wait_for(|w| w.in_flight() == 0) => {
+                    if let Some(f) = &self.finished { f.send_replace(true); }
+                }
+                _ = shutdown.cancelled() => {}
+            }
+        });
+        Ok((self.shard, delivered, corrupt))
     }
 }
 
@@ -376,11 +627,7 @@ mod tests {
         assert!(read_fixture(&path).is_err(), "unknown fields are rejected");
     }
 
-    /// Parents before children, per-shard order, and completion only when
-    /// everything is acknowledged: the consumer side acks with a delay and
-    /// records every delivery.
-    #[tokio::test]
-    async fn replay_orders_parents_before_children() {
+    fn lineage_records() -> Vec<FixtureRecord> {
         let mut recs = Vec::new();
         for i in 0..50 {
             recs.push(line("p1", &[], 10 + i, &format!("k{}", i % 3), b"x"));
@@ -391,9 +638,45 @@ mod tests {
         }
         let agg = crate::kpl::aggregate(&[("u1", b"1"), ("u2", b"2")]);
         recs.push(line("child", &["p1", "p2"], 500, "agg", &agg));
+        recs
+    }
+
+    /// Parents before children, per-shard order, and completion only when
+    /// everything is acknowledged, from memory.
+    #[tokio::test]
+    async fn replay_orders_parents_before_children() {
+        check_lineage_order(ReplaySource::from_records(lineage_records())).await;
+    }
+
+    /// The same from a file whose child lines come first and whose shards
+    /// are interleaved: the streaming reader must neither deadlock on the
+    /// waiting child nor mix up lines.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn file_replay_streams_each_shard_in_order() {
+        let mut recs = lineage_records();
+        recs.rotate_left(100);
+        let dir = std::env::temp_dir().join(format!("tm-fixture-stream-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("f.jsonl");
+        write_fixture(&path, &recs).unwrap();
+        // A blank line is skipped, not counted.
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, format!("\n{text}\n")).unwrap();
+        let source = ReplaySource::open(&path).unwrap();
+        assert_eq!(source.len(), recs.len());
+        check_lineage_order(source).await;
+        // A bad line is reported with its number before anything replays.
+        std::fs::write(&path, format!("{text}{{\"stream\":1}}\n")).unwrap();
+        let err = ReplaySource::open(&path).unwrap_err().to_string();
+        assert!(err.contains(&format!("line {}", recs.len() + 1)), "{err}");
+    }
+
+    /// Acknowledges lazily, out of order, a batch late, and records every
+    /// delivery; checks parents come before children and per-shard order.
+    async fn check_lineage_order(source: ReplaySource) {
         let (tx, mut rx) = mpsc::channel::<Vec<Record>>(4);
         let replay = tokio::spawn(
-            ReplaySource::from_records(recs)
+            source
                 .with_batch_size(7)
                 .replay(tx, CancellationToken::new()),
         );
