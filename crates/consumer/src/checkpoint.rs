@@ -307,6 +307,13 @@ mod tests {
             .unwrap();
     }
 
+    #[derive(Debug, Clone)]
+    enum Op {
+        Push(u64),
+        Ack(prop::sample::Index),
+        Unknown(u64),
+    }
+
     proptest! {
         /// Acks in any order: the checkpoint is always exactly the last
         /// position of the longest fully-acked prefix, never past a gap.
@@ -340,6 +347,55 @@ mod tests {
                     }
                 }
             }
+        }
+
+        /// Records keep arriving while others are acknowledged (as a live
+        /// shard does), acks repeat and name unknown serials: the checkpoint
+        /// only moves forward, never reaches an unacknowledged record, and
+        /// covers everything once all is acknowledged.
+        #[test]
+        fn interleaved_pushes_and_acks_never_pass_a_gap(
+            ops in proptest::collection::vec(
+                prop_oneof![
+                    2 => (0u64..3).prop_map(Op::Push),
+                    3 => any::<prop::sample::Index>().prop_map(Op::Ack),
+                    1 => (1000u64..2000).prop_map(Op::Unknown),
+                ],
+                0..400,
+            ),
+        ) {
+            let mut w = Watermark::new();
+            let mut positions: Vec<(Position, u64, bool)> = Vec::new();
+            let mut seq = 500u64;
+            let mut last: Option<Position> = None;
+            for op in ops {
+                match op {
+                    Op::Push(sub) => {
+                        seq += 1 + sub;
+                        let p = Position::new(seq.to_string(), sub);
+                        let serial = w.push(p.clone()).unwrap();
+                        positions.push((p, serial, false));
+                    }
+                    Op::Ack(idx) if !positions.is_empty() => {
+                        let i = idx.index(positions.len());
+                        w.ack(positions[i].1);
+                        positions[i].2 = true;
+                    }
+                    Op::Ack(_) => {}
+                    Op::Unknown(serial) => { w.ack(serial); }
+                }
+                let cp = w.checkpoint().cloned();
+                if let Some(cp) = &cp {
+                    for (p, _, acked) in &positions {
+                        if !acked { prop_assert!(p > cp, "checkpoint {cp:?} passed unacked {p:?}"); }
+                    }
+                }
+                prop_assert!(cp >= last, "checkpoint went back from {last:?} to {cp:?}");
+                last = cp;
+            }
+            for (_, serial, _) in &positions { w.ack(*serial); }
+            prop_assert_eq!(w.checkpoint(), positions.last().map(|(p, _, _)| p));
+            prop_assert_eq!(w.in_flight(), 0);
         }
     }
 }

@@ -8,7 +8,12 @@
 //!   (estimated from the JSON wire encoding, which is what DynamoDB receives).
 //! - Items returned for retry go back to the front, ahead of newer work.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
+
+// foldhash: several lookups per item on this path; SipHash showed in
+// profiles. Its per-process random seed keeps keys from being chosen to
+// collide.
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::time::Instant;
 
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
