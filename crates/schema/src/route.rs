@@ -409,7 +409,7 @@ impl Router {
                     problem: "has an empty name, which DynamoDB rejects".into(),
                 });
             }
-            let value = node_to_attribute(&node, &name)?;
+            let value = node_to_attribute(&node, &name, 1)?;
             item.insert(name, value);
         }
 
@@ -437,17 +437,42 @@ fn bad(field: &str, problem: impl Into<String>) -> RouteError {
     }
 }
 
-fn node_to_attribute(node: &Node<'_>, path: &str) -> Result<AttributeValue, RouteError> {
+/// `level` is the value's nesting level (1 for a top-level attribute). The
+/// raw parse does not limit nesting, so this check also bounds the recursion:
+/// a record of deeply nested brackets must be dead-lettered, not overflow the
+/// stack.
+fn node_to_attribute(
+    node: &Node<'_>,
+    path: &str,
+    level: usize,
+) -> Result<AttributeValue, RouteError> {
     match node {
-        Node::Object(members) => object_to_attribute(members, path),
-        Node::Raw(raw) => raw_to_attribute(raw, path),
+        Node::Object(members) => object_to_attribute(members, path, level),
+        Node::Raw(raw) => raw_to_attribute(raw, path, level),
     }
+}
+
+/// A map or list at `level` is refused when its elements would lie below
+/// DynamoDB's deepest level.
+fn check_nesting(path: &str, level: usize) -> Result<(), RouteError> {
+    if level >= size::MAX_NESTING_LEVELS {
+        return Err(bad(
+            path,
+            format!(
+                "nests maps and lists deeper than DynamoDB's {} levels",
+                size::MAX_NESTING_LEVELS
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn object_to_attribute(
     members: &[(String, Node<'_>)],
     path: &str,
+    level: usize,
 ) -> Result<AttributeValue, RouteError> {
+    check_nesting(path, level)?;
     let mut map = std::collections::HashMap::with_capacity(members.len());
     for (k, v) in members {
         let child = format!("{path}.{k}");
@@ -455,24 +480,30 @@ fn object_to_attribute(
             return Err(bad(&child, "has an empty name, which DynamoDB rejects"));
         }
         // Duplicate keys: the last wins, as in serde_json.
-        map.insert(k.clone(), node_to_attribute(v, &child)?);
+        map.insert(k.clone(), node_to_attribute(v, &child, level + 1)?);
     }
     Ok(AttributeValue::M(map))
 }
 
-fn raw_to_attribute(raw: &RawValue, path: &str) -> Result<AttributeValue, RouteError> {
+fn raw_to_attribute(
+    raw: &RawValue,
+    path: &str,
+    level: usize,
+) -> Result<AttributeValue, RouteError> {
     let text = raw.get().trim();
     let parse_err = |e: serde_json::Error| bad(path, format!("cannot be read: {e}"));
     match event::json_kind(raw) {
         "object" => {
+            check_nesting(path, level)?;
             let members = event::open_object(raw).map_err(parse_err)?;
-            object_to_attribute(&members, path)
+            object_to_attribute(&members, path, level)
         }
         "array" => {
+            check_nesting(path, level)?;
             let elems: Vec<&RawValue> = serde_json::from_str(text).map_err(parse_err)?;
             let mut list = Vec::with_capacity(elems.len());
             for (i, e) in elems.iter().enumerate() {
-                list.push(raw_to_attribute(e, &format!("{path}[{i}]"))?);
+                list.push(raw_to_attribute(e, &format!("{path}[{i}]"), level + 1)?);
             }
             Ok(AttributeValue::L(list))
         }
@@ -808,6 +839,51 @@ bucket = "hour"
         assert!(
             toml::from_str::<RouterConfig>("table_prefix = \"m\"\nperiodd = \"hour\"").is_err()
         );
+    }
+
+    #[test]
+    fn nesting_is_limited_to_dynamodb_levels_without_recursing_deeper() {
+        let r = router(|_| {});
+        let now = at("2026-11-22T05:00:00Z");
+        let rec = |open: &str, close: &str, n: usize| {
+            format!(
+                r#"{{"deviceId":"d","timestamp":1795323600,"a":{}1{}}}"#,
+                open.repeat(n),
+                close.repeat(n)
+            )
+        };
+        // 31 containers around a scalar: the scalar is at level 32, stored.
+        assert!(
+            r.route(rec("[", "]", 31).as_bytes(), &origin(), now)
+                .is_ok()
+        );
+        assert!(
+            r.route(rec(r#"{"b":"#, "}", 31).as_bytes(), &origin(), now)
+                .is_ok()
+        );
+        // 32: DynamoDB would reject the item, so it is dead-lettered here.
+        for (open, close) in [("[", "]"), (r#"{"b":"#, "}")] {
+            let e = r
+                .route(rec(open, close, 32).as_bytes(), &origin(), now)
+                .unwrap_err();
+            assert_eq!(e.reason(), Reason::InvalidField, "{e}");
+            assert!(e.to_string().contains("32 levels"), "{e}");
+        }
+        // Found by fuzzing: 200,000 levels overflowed the stack (the raw
+        // parse has no depth limit); now it is refused at level 32.
+        let e = r
+            .route(rec("[", "]", 200_000).as_bytes(), &origin(), now)
+            .unwrap_err();
+        assert_eq!(e.reason(), Reason::InvalidField);
+        // A dotted path opens objects on the way; the levels still count.
+        let dotted = router(|c| c.event.entity_field = "m.id".into());
+        let deep = format!(
+            r#"{{"m":{{"id":"d","x":{}1{}}},"timestamp":1795323600}}"#,
+            "[".repeat(31),
+            "]".repeat(31)
+        );
+        let e = dotted.route(deep.as_bytes(), &origin(), now).unwrap_err();
+        assert!(e.to_string().contains("`m.x"), "{e}");
     }
 
     #[test]

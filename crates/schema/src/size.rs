@@ -21,6 +21,11 @@ pub const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024;
 /// Most put/delete requests in one BatchWriteItem.
 pub const MAX_BATCH_ITEMS: usize = 25;
 
+/// Deepest level of an attribute value DynamoDB stores: a top-level
+/// attribute is level 1 and each enclosing map or list adds one, so at most
+/// 31 containers nest (a 32nd is a ValidationException).
+pub const MAX_NESTING_LEVELS: usize = 32;
+
 /// One WCU writes up to this many bytes of one item per second.
 pub const WCU_BYTES: usize = 1024;
 

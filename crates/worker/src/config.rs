@@ -237,8 +237,10 @@ impl Config {
         Ok(config)
     }
 
-    /// Cross-field checks the types cannot express.
-    fn validate(&self) -> Result<(), ConfigError> {
+    /// Cross-field checks the types cannot express. [`Config::from_toml`]
+    /// runs them; public so a config changed after loading (or a fuzzer) can
+    /// run them again.
+    pub fn validate(&self) -> Result<(), ConfigError> {
         Router::new(self.schema.clone()).map_err(|e| ConfigError::Key {
             key: "schema".into(),
             message: e.to_string(),
@@ -247,11 +249,22 @@ impl Config {
             key: "writer".into(),
             message,
         })?;
-        if let SourceConfig::Sqs(sqs) = &self.source {
-            sqs.validate().map_err(|e| ConfigError::Key {
-                key: format!("source.{}", e.key),
-                message: e.to_string(),
-            })?;
+        // The same checks each source runs when it starts, so every command
+        // (not only `run`, and before any AWS call) refuses a bad source
+        // section, naming the key as it is written in the file.
+        match &self.source {
+            SourceConfig::Kinesis(kinesis) => {
+                kinesis.validate().map_err(|e| ConfigError::Key {
+                    key: format!("source.{}", e.key),
+                    message: e.problem,
+                })?;
+            }
+            SourceConfig::Sqs(sqs) => {
+                sqs.validate().map_err(|e| ConfigError::Key {
+                    key: format!("source.{}", e.key),
+                    message: e.to_string(),
+                })?;
+            }
         }
         if self.maintenance.interval < Duration::from_secs(1) {
             return Err(ConfigError::Key {
@@ -521,6 +534,29 @@ path = "dead-letters.jsonl"
             m.contains("TIDEMARK__SOURCE__STREAM__X") && m.contains("source.stream"),
             "{m}"
         );
+    }
+
+    #[test]
+    fn kinesis_source_is_checked_at_load() {
+        // Found by fuzzing: these loaded, and only the Kinesis source's own
+        // start-up check refused them, under the key `kinesis.*`.
+        for (text, key) in [
+            (
+                MINIMAL.replace("stream = \"events\"", "stream = \"\""),
+                "source.stream",
+            ),
+            (
+                MINIMAL.replace("lease_table = ", "failover_time = \"1ms\"\nlease_table = "),
+                "source.failover_time",
+            ),
+            (
+                MINIMAL.replace("lease_table = ", "max_leases = 0\nlease_table = "),
+                "source.max_leases",
+            ),
+        ] {
+            let m = err(&text, &[]);
+            assert!(m.contains(&format!("config key `{key}`")), "{m}");
+        }
     }
 
     #[test]

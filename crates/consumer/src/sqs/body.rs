@@ -41,14 +41,44 @@ pub struct Decoded {
 /// Only the fields that tell an SNS envelope apart; the rest is skipped (but
 /// still checked to be JSON). Raw values, so an event that happens to have a
 /// non-string `Type` field is not mistaken for a broken envelope.
-#[derive(Deserialize)]
+#[derive(Default)]
 struct Probe<'a> {
-    #[serde(rename = "Type", borrow, default)]
     kind: Option<&'a RawValue>,
-    #[serde(rename = "TopicArn", borrow, default)]
     topic_arn: Option<&'a RawValue>,
-    #[serde(rename = "Message", borrow, default)]
     message: Option<&'a RawValue>,
+}
+
+/// By hand rather than derived: a derived struct refuses duplicate keys,
+/// which would dead-letter an event such as `{"Message":1,"Message":2}` as "not
+/// valid JSON". JSON allows them and the router keeps the last one, so the
+/// probe keeps the last one too.
+impl<'de> Deserialize<'de> for Probe<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Probe<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut probe = Probe::default();
+                // Keys as owned strings: an escaped key cannot be borrowed.
+                while let Some((key, value)) = map.next_entry::<String, &'de RawValue>()? {
+                    match key.as_str() {
+                        "Type" => probe.kind = Some(value),
+                        "TopicArn" => probe.topic_arn = Some(value),
+                        "Message" => probe.message = Some(value),
+                        _ => {}
+                    }
+                }
+                Ok(probe)
+            }
+        }
+        d.deserialize_map(V)
+    }
 }
 
 /// A body that is none of the accepted shapes: given back whole, with why.
@@ -241,6 +271,28 @@ mod tests {
         let e = decode(r#"{"Type":"Notification","TopicArn":"t","Message":{"id":1}}"#.to_string())
             .unwrap_err();
         assert!(e.reason.contains("not a string"), "{}", e.reason);
+    }
+
+    #[test]
+    fn duplicate_keys_are_json_and_the_last_one_counts() {
+        // Found by fuzzing: the derived probe refused duplicate keys, so
+        // this valid event was dead-lettered as "not valid JSON".
+        let body = r#"{"Type":"Notification","Message":"a","Message":"b","deviceId":"d"}"#;
+        let d = decode(body.to_string()).unwrap();
+        assert_eq!(d.format, Format::Single);
+        assert_eq!(texts(&d), vec![body]);
+        // The last Type / Message decide, as in the router.
+        let body = r#"{"Type":"Alarm","TopicArn":"t","Message":"x","Type":"Notification","Message":"{\"id\":1}"}"#;
+        let d = decode(body.to_string()).unwrap();
+        assert_eq!(d.format, Format::Sns);
+        assert_eq!(texts(&d), vec![r#"{"id":1}"#]);
+        let body = r#"{"Type":"Notification","TopicArn":"t","Type":"Alarm","Message":"x"}"#;
+        assert_eq!(decode(body.to_string()).unwrap().format, Format::Single);
+        // Escaped keys are the same keys.
+        let body = r#"{"\u0054ype":"Notification","TopicArn":"t","Message":"[]"}"#;
+        let d = decode(body.to_string()).unwrap();
+        assert_eq!(d.format, Format::Sns);
+        assert!(d.events.is_empty());
     }
 
     proptest::proptest! {
