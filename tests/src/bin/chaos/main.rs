@@ -104,6 +104,14 @@ struct Args {
     /// Seed of the event generator and the faults (random by default).
     #[arg(long)]
     seed: Option<u64>,
+    /// Self-test of the verifier: delete one stored event before checking,
+    /// so the run must fail with exactly one lost event.
+    #[arg(long, hide = true)]
+    sabotage: bool,
+    /// Keep the stream and tables after a passing run (a failing run always
+    /// keeps them, for inspection).
+    #[arg(long)]
+    keep: bool,
     /// Directory for the config, the workers' logs and the summary
     /// (default: localstack/.run/<run id>).
     #[arg(long)]
@@ -522,6 +530,12 @@ async fn run(args: Args) -> Result<bool> {
     // Stop the workers gracefully, then check everything.
     let unclean = fleet.stop_all(Duration::from_secs(60)).await?;
     let final_ends = check::checkpoints(&kinesis, &leases, &run_id, &produced.last).await?;
+    if args.sabotage {
+        let victim = check::sabotage(&dynamodb, &router, &produced.valid).await?;
+        say(format!(
+            "sabotage: deleted {victim}; the verifier must report it lost"
+        ));
+    }
     let items = check::items(&dynamodb, &router, &produced.valid).await?;
     let dead = check::dead_letters(&dynamodb, &dead_table, &produced.poison).await?;
     let stats = proxy.stats();
@@ -741,5 +755,16 @@ async fn run(args: Args) -> Result<bool> {
         "  summary             {}",
         dir.join("summary.json").display()
     );
+    if passed && !args.keep {
+        // Repeated runs on one stack: do not let the emulators grow.
+        let mut names = items.tables.clone();
+        names.extend([dead_table, lease_table, format!("{run_id}-coordinator")]);
+        for t in names {
+            let _ = dynamodb.delete_table().table_name(t).send().await;
+        }
+        let _ = kinesis.delete_stream().stream_name(&run_id).send().await;
+    } else {
+        println!("  kept                stream and tables named {run_id}*");
+    }
     Ok(passed)
 }
