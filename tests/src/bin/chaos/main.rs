@@ -104,8 +104,9 @@ struct Args {
     /// Seed of the event generator and the faults (random by default).
     #[arg(long)]
     seed: Option<u64>,
-    /// Self-test of the verifier: delete one stored event before checking,
-    /// so the run must fail with exactly one lost event.
+    /// Self-test of the verifier: delete one stored event and copy another
+    /// under a second key before checking, so the run must fail with one
+    /// lost event, one extra item and one duplicate.
     #[arg(long, hide = true)]
     sabotage: bool,
     /// Keep the stream and tables after a passing run (a failing run always
@@ -533,7 +534,7 @@ async fn run(args: Args) -> Result<bool> {
     if args.sabotage {
         let victim = check::sabotage(&dynamodb, &router, &produced.valid).await?;
         say(format!(
-            "sabotage: deleted {victim}; the verifier must report it lost"
+            "sabotage: deleted {victim}; the verifier must report them"
         ));
     }
     let items = check::items(&dynamodb, &router, &produced.valid).await?;
