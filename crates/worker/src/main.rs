@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
-use aws_config::BehaviorVersion;
 use chrono::{DateTime, Utc};
 use clap::{Args, Parser, Subcommand};
 use tidemark_consumer::KinesisSource;
@@ -377,7 +376,7 @@ fn table_manager(config: &Config, dynamodb: aws_sdk_dynamodb::Client) -> TableMa
 }
 
 async fn cmd_tables(config: &Config, args: &TablesArgs) -> Result<()> {
-    let sdk = aws_config::load_defaults(BehaviorVersion::latest()).await;
+    let sdk = tidemark_worker::sdk::load().await;
     let manager = table_manager(config, aws_sdk_dynamodb::Client::new(&sdk));
     let now = args.now.unwrap_or_else(Utc::now);
     let kind = match args.action {
@@ -470,7 +469,7 @@ async fn maintain(
 
 async fn cmd_produce(config: &Config, args: &ProduceArgs) -> Result<()> {
     use std::io::Write as _;
-    let sdk = aws_config::load_defaults(BehaviorVersion::latest()).await;
+    let sdk = tidemark_worker::sdk::load().await;
     let target = match &config.source {
         SourceConfig::Kinesis(k) if args.aggregate > 1 => Target::KinesisAggregated(
             aws_sdk_kinesis::Client::new(&sdk),
@@ -562,7 +561,7 @@ fn stream_name(stream: &str) -> String {
 }
 
 async fn cmd_verify(config: &Config, args: &VerifyArgs) -> Result<()> {
-    let sdk = aws_config::load_defaults(BehaviorVersion::latest()).await;
+    let sdk = tidemark_worker::sdk::load().await;
     let router = Router::new(config.schema.clone())?;
     let text = std::fs::read_to_string(&args.manifest)
         .with_context(|| format!("reading {}", args.manifest.display()))?;
@@ -595,7 +594,7 @@ async fn cmd_verify(config: &Config, args: &VerifyArgs) -> Result<()> {
 
 async fn cmd_query(config: &Config, args: &QueryArgs) -> Result<()> {
     use tidemark_schema::query::TimeRange;
-    let sdk = aws_config::load_defaults(BehaviorVersion::latest()).await;
+    let sdk = tidemark_worker::sdk::load().await;
     let client = aws_sdk_dynamodb::Client::new(&sdk);
     let items = if args.latest {
         let now = Utc::now();
@@ -732,7 +731,7 @@ fn spinner(message: &str) -> indicatif::ProgressBar {
 
 async fn cmd_record(config: &Config, args: &RecordArgs) -> Result<()> {
     let k = kinesis_source(config)?;
-    let sdk = aws_config::load_defaults(BehaviorVersion::latest()).await;
+    let sdk = tidemark_worker::sdk::load().await;
     let bar = spinner(&format!("recording {}", k.stream));
     let n = tidemark_consumer::fixture::Recorder::new(aws_sdk_kinesis::Client::new(&sdk))
         .record(&stream_name(&k.stream), &args.out)
@@ -749,7 +748,7 @@ async fn cmd_record(config: &Config, args: &RecordArgs) -> Result<()> {
 async fn cmd_replay(config: &Config, args: &ReplayArgs) -> Result<()> {
     let records = tidemark_consumer::fixture::read_fixture(&args.fixture)?;
     let total = records.len() as u64;
-    let sdk = aws_config::load_defaults(BehaviorVersion::latest()).await;
+    let sdk = tidemark_worker::sdk::load().await;
     let Wiring {
         writer,
         writer_task,
@@ -811,7 +810,7 @@ struct ShardRow {
 
 async fn cmd_status(config: &Config, args: &StatusArgs) -> Result<()> {
     use tidemark_consumer::lease::{Checkpoint, LeaseTable};
-    let sdk = aws_config::load_defaults(BehaviorVersion::latest()).await;
+    let sdk = tidemark_worker::sdk::load().await;
     let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
     let mut shards = Vec::new();
     if let SourceConfig::Kinesis(k) = &config.source {
@@ -1089,7 +1088,7 @@ async fn cmd_run(config: Config) -> Result<()> {
             )
         })?;
     let readiness = Arc::new(Readiness::default());
-    let sdk = aws_config::load_defaults(BehaviorVersion::latest()).await;
+    let sdk = tidemark_worker::sdk::load().await;
     let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
     let Wiring {
         manager,
