@@ -101,3 +101,12 @@ stop_pidfile() {
   fi
   rm -f "$file"
 }
+
+# stack_running: the stack `up` started (this checkout's pid files) still runs.
+stack_running() {
+  case "$(cat "$RUN_DIR/mode" 2>/dev/null)" in
+    native) pid_alive "$RUN_DIR/kinesis.pid" kinesis-local && pid_alive "$RUN_DIR/moto.pid" moto_server ;;
+    docker) dynamodb_ok http://127.0.0.1:4566 ;;
+    *) return 1 ;;
+  esac
+}

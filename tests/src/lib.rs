@@ -51,12 +51,17 @@ pub struct LocalStack {
 }
 
 impl LocalStack {
-    /// A Kinesis client for the local stack.
-    pub fn kinesis(&self) -> aws_sdk_kinesis::Client {
+    /// A Kinesis client for the local stack (or `url` instead, e.g. a proxy).
+    pub fn kinesis_at(&self, url: &str) -> aws_sdk_kinesis::Client {
         let conf = aws_sdk_kinesis::config::Builder::from(&self.sdk)
-            .endpoint_url(&self.kinesis_url)
+            .endpoint_url(url)
             .build();
         aws_sdk_kinesis::Client::from_conf(conf)
+    }
+
+    /// A Kinesis client for the local stack.
+    pub fn kinesis(&self) -> aws_sdk_kinesis::Client {
+        self.kinesis_at(&self.kinesis_url)
     }
 
     /// A DynamoDB client for the local stack (or `url` instead, e.g. a proxy).
@@ -94,43 +99,59 @@ pub async fn integration(test: &str) -> Option<LocalStack> {
         );
         return None;
     }
-    let file = env_file();
-    let get = |var: &str| {
-        std::env::var(var)
-            .ok()
-            .or_else(|| file.iter().find(|(k, _)| k == var).map(|(_, v)| v.clone()))
-    };
-    let endpoint = |var: &str| {
-        let value = get(var).unwrap_or_else(|| {
-            panic!("TIDEMARK_IT=1 but {var} is not set and localstack/.env is missing: run localstack/up first")
-        });
-        assert!(
-            is_loopback_url(&value),
-            "{var}={value}: integration tests only talk to 127.0.0.1/localhost"
+    match LocalStack::from_env().await {
+        Ok(stack) => Some(stack),
+        Err(e) => panic!("TIDEMARK_IT=1 but {e}"),
+    }
+}
+
+impl LocalStack {
+    /// The local stack's endpoints from the `AWS_ENDPOINT_URL_*` variables
+    /// (or `localstack/.env` when unset), with dummy credentials. Fails,
+    /// saying what to do, when an endpoint is missing or not on loopback.
+    pub async fn from_env() -> Result<LocalStack, String> {
+        let file = env_file();
+        let get = |var: &str| {
+            std::env::var(var)
+                .ok()
+                .or_else(|| file.iter().find(|(k, _)| k == var).map(|(_, v)| v.clone()))
+        };
+        let endpoint = |var: &str| -> Result<String, String> {
+            let value = get(var).ok_or_else(|| {
+                format!("{var} is not set and localstack/.env is missing: run localstack/up first")
+            })?;
+            if !is_loopback_url(&value) {
+                return Err(format!(
+                    "{var}={value}: the tests only talk to 127.0.0.1/localhost"
+                ));
+            }
+            Ok(value)
+        };
+        let kinesis_url = endpoint(ENDPOINT_VARS[0])?;
+        let dynamodb_url = endpoint(ENDPOINT_VARS[1])?;
+        let sqs_url = endpoint(ENDPOINT_VARS[2])?;
+        let region = get("AWS_REGION").unwrap_or_else(|| "us-east-1".into());
+        // Dummy credentials: the emulators accept any, and a developer's real
+        // ones must never be picked up by a test.
+        let creds = aws_sdk_dynamodb::config::Credentials::new(
+            "test",
+            "test",
+            None,
+            None,
+            "tidemark-tests",
         );
-        value
-    };
-    let (kinesis_url, dynamodb_url, sqs_url) = (
-        endpoint(ENDPOINT_VARS[0]),
-        endpoint(ENDPOINT_VARS[1]),
-        endpoint(ENDPOINT_VARS[2]),
-    );
-    let region = get("AWS_REGION").unwrap_or_else(|| "us-east-1".into());
-    // Dummy credentials: the emulators accept any, and a developer's real ones
-    // must never be picked up by a test.
-    let creds =
-        aws_sdk_dynamodb::config::Credentials::new("test", "test", None, None, "tidemark-tests");
-    let sdk = aws_config::defaults(BehaviorVersion::latest())
-        .region(aws_config::Region::new(region))
-        .credentials_provider(creds)
-        .load()
-        .await;
-    Some(LocalStack {
-        sdk,
-        kinesis_url,
-        dynamodb_url,
-        sqs_url,
-    })
+        let sdk = aws_config::defaults(BehaviorVersion::latest())
+            .region(aws_config::Region::new(region))
+            .credentials_provider(creds)
+            .load()
+            .await;
+        Ok(LocalStack {
+            sdk,
+            kinesis_url,
+            dynamodb_url,
+            sqs_url,
+        })
+    }
 }
 
 /// `KEY=value` pairs of `localstack/.env`, if it exists.

@@ -796,6 +796,8 @@ impl Reader {
         st.gone = true;
         match self.ctx.table.release(&self.shard, me, st.counter).await {
             Ok(Some(_)) => {
+                // Logged so lease hand-overs can be reconstructed from logs.
+                info!(shard = %self.shard, "lease released");
                 metrics::counter!(metric::LEASE_CHANGES, "kind" => "release").increment(1);
             }
             Ok(None) => {}

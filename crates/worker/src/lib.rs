@@ -10,6 +10,7 @@
 //!   DynamoDB, JSON-lines file); written with unlimited retries before the ack.
 //! - [`produce`]: deterministic synthetic IoT events (with a hot device).
 //! - [`query`]: reads an entity's events back through the query plans.
+//! - [`sdk`]: the AWS SDK configuration (standard chain plus timeouts).
 //! - [`tables`]: period table maintenance (create, resize by lifecycle tier,
 //!   delete or tag when expired) and creation of missing tables on demand.
 //! - [`telemetry`]: `/metrics` (Prometheus), `/healthz`, `/readyz`, and the
@@ -22,6 +23,7 @@ pub mod deadletter;
 pub mod pipeline;
 pub mod produce;
 pub mod query;
+pub mod sdk;
 pub mod tables;
 pub mod telemetry;
 pub mod verify;

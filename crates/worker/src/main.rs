@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
-use aws_config::BehaviorVersion;
 use chrono::{DateTime, Utc};
 use clap::{Args, Parser, Subcommand};
 use tidemark_consumer::KinesisSource;
@@ -383,7 +382,7 @@ fn table_manager(config: &Config, dynamodb: aws_sdk_dynamodb::Client) -> TableMa
 }
 
 async fn cmd_tables(config: &Config, args: &TablesArgs) -> Result<()> {
-    let sdk = aws_config::load_defaults(BehaviorVersion::latest()).await;
+    let sdk = tidemark_worker::sdk::load().await;
     let manager = table_manager(config, aws_sdk_dynamodb::Client::new(&sdk));
     let now = args.now.unwrap_or_else(Utc::now);
     let kind = match args.action {
@@ -476,7 +475,7 @@ async fn maintain(
 
 async fn cmd_produce(config: &Config, args: &ProduceArgs) -> Result<()> {
     use std::io::Write as _;
-    let sdk = aws_config::load_defaults(BehaviorVersion::latest()).await;
+    let sdk = tidemark_worker::sdk::load().await;
     let target = match &config.source {
         SourceConfig::Kinesis(k) if args.aggregate > 1 => Target::KinesisAggregated(
             aws_sdk_kinesis::Client::new(&sdk),
@@ -568,7 +567,7 @@ fn stream_name(stream: &str) -> String {
 }
 
 async fn cmd_verify(config: &Config, args: &VerifyArgs) -> Result<()> {
-    let sdk = aws_config::load_defaults(BehaviorVersion::latest()).await;
+    let sdk = tidemark_worker::sdk::load().await;
     let router = Router::new(config.schema.clone())?;
     let text = std::fs::read_to_string(&args.manifest)
         .with_context(|| format!("reading {}", args.manifest.display()))?;
@@ -601,7 +600,7 @@ async fn cmd_verify(config: &Config, args: &VerifyArgs) -> Result<()> {
 
 async fn cmd_query(config: &Config, args: &QueryArgs) -> Result<()> {
     use tidemark_schema::query::TimeRange;
-    let sdk = aws_config::load_defaults(BehaviorVersion::latest()).await;
+    let sdk = tidemark_worker::sdk::load().await;
     let client = aws_sdk_dynamodb::Client::new(&sdk);
     let items = if args.latest {
         let now = Utc::now();
@@ -738,7 +737,7 @@ fn spinner(message: &str) -> indicatif::ProgressBar {
 
 async fn cmd_record(config: &Config, args: &RecordArgs) -> Result<()> {
     let k = kinesis_source(config)?;
-    let sdk = aws_config::load_defaults(BehaviorVersion::latest()).await;
+    let sdk = tidemark_worker::sdk::load().await;
     let bar = spinner(&format!("recording {}", k.stream));
     let n = tidemark_consumer::fixture::Recorder::new(aws_sdk_kinesis::Client::new(&sdk))
         .record(&stream_name(&k.stream), &args.out)
@@ -756,7 +755,7 @@ async fn cmd_replay(config: &Config, args: &ReplayArgs) -> Result<()> {
     // Scanned and checked up front; replayed from the file shard by shard.
     let replay = tidemark_consumer::fixture::ReplaySource::open(&args.fixture)?;
     let total = replay.len() as u64;
-    let sdk = aws_config::load_defaults(BehaviorVersion::latest()).await;
+    let sdk = tidemark_worker::sdk::load().await;
     let Wiring {
         writer,
         writer_task,
@@ -816,7 +815,7 @@ struct ShardRow {
 
 async fn cmd_status(config: &Config, args: &StatusArgs) -> Result<()> {
     use tidemark_consumer::lease::{Checkpoint, LeaseTable};
-    let sdk = aws_config::load_defaults(BehaviorVersion::latest()).await;
+    let sdk = tidemark_worker::sdk::load().await;
     let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
     let mut shards = Vec::new();
     if let SourceConfig::Kinesis(k) = &config.source {
@@ -1094,7 +1093,7 @@ async fn cmd_run(config: Config) -> Result<()> {
             )
         })?;
     let readiness = Arc::new(Readiness::default());
-    let sdk = aws_config::load_defaults(BehaviorVersion::latest()).await;
+    let sdk = tidemark_worker::sdk::load().await;
     let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
     let Wiring {
         manager,

@@ -199,7 +199,7 @@ async fn query_partition(
 
 /// Reads the items of `keys` in `table` (BatchGetItem, unprocessed keys
 /// retried); a missing table holds nothing.
-async fn fetch(
+pub async fn fetch(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
     keys: &[(String, String)],

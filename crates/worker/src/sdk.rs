@@ -1,0 +1,105 @@
+//! The AWS SDK configuration every command uses: the standard chain
+//! (credentials, region, `AWS_ENDPOINT_URL_*`) plus timeouts.
+//!
+//! By default the SDK bounds only connecting: a request whose response never
+//! comes (a half-open connection, a stuck server) waits forever. In `run`
+//! that would stall a shard's reader while its lease is still renewed, or
+//! stall the renewals that fence a lost lease. With an attempt timeout, such
+//! an attempt fails and is retried like a 5xx.
+
+use std::time::Duration;
+
+use aws_config::timeout::TimeoutConfig;
+use aws_config::{BehaviorVersion, SdkConfig};
+
+/// Longest wait for one attempt of an AWS call (the KCL's default failover
+/// time: a lease call stuck longer than this is as good as lost anyway).
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Longest wait to connect (the SDK's own default).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(3100);
+
+/// Timeouts with `attempt` as the per-attempt limit.
+pub fn timeouts(attempt: Duration) -> TimeoutConfig {
+    TimeoutConfig::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .operation_attempt_timeout(attempt)
+        .build()
+}
+
+/// The SDK configuration: the standard chain with [`ATTEMPT_TIMEOUT`].
+pub async fn load() -> SdkConfig {
+    aws_config::defaults(BehaviorVersion::latest())
+        .timeout_config(timeouts(ATTEMPT_TIMEOUT))
+        .load()
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use aws_config::Region;
+    use aws_config::retry::RetryConfig;
+    use std::time::Instant;
+
+    /// A server that accepts connections and never answers.
+    async fn silent_server() -> (String, tokio::task::JoinHandle<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((conn, _)) = listener.accept().await {
+                held.push(conn);
+            }
+        });
+        (url, task)
+    }
+
+    async fn client(url: &str, timeouts: Option<TimeoutConfig>) -> aws_sdk_dynamodb::Client {
+        let mut loader = aws_config::defaults(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+                "test", "test", None, None, "test",
+            ))
+            .retry_config(RetryConfig::standard().with_max_attempts(2));
+        if let Some(t) = timeouts {
+            loader = loader.timeout_config(t);
+        }
+        let sdk = loader.load().await;
+        aws_sdk_dynamodb::Client::from_conf(
+            aws_sdk_dynamodb::config::Builder::from(&sdk)
+                .endpoint_url(url)
+                .build(),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_silent_server_fails_the_call_instead_of_hanging_it() {
+        let (url, server) = silent_server().await;
+        // Without an attempt timeout the call is still waiting after 2 s.
+        let plain = client(&url, None).await;
+        let hung = tokio::time::timeout(Duration::from_secs(2), plain.list_tables().send()).await;
+        assert!(hung.is_err(), "expected the SDK's default to wait");
+        // With one, both attempts time out and the call fails.
+        let bounded = client(&url, Some(timeouts(Duration::from_millis(300)))).await;
+        let started = Instant::now();
+        let result = tokio::time::timeout(Duration::from_secs(20), bounded.list_tables().send())
+            .await
+            .expect("the call hung despite the attempt timeout");
+        assert!(result.is_err());
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        server.abort();
+    }
+
+    #[test]
+    fn production_timeouts() {
+        let t = timeouts(ATTEMPT_TIMEOUT);
+        assert_eq!(t.operation_attempt_timeout(), Some(ATTEMPT_TIMEOUT));
+        assert_eq!(t.connect_timeout(), Some(CONNECT_TIMEOUT));
+    }
+}

@@ -1,0 +1,771 @@
+//! `chaos`: proves, with the real `tidemark` binary, that nothing is lost
+//! or stalled under crashes, resharding, faults, throttling and poison.
+//!
+//! Run through `scripts/chaos` (which starts the local stack and builds the
+//! binaries). It starts the limits proxy in-process (5xx faults and added
+//! latency on), a 4-shard stream, and three `tidemark run` workers behind the
+//! proxy; produces events (1% poison of six kinds) while it kills -9 a random
+//! worker every 15 s and restarts it, splits a shard, merges two, and lowers
+//! the active table's WCU for a while. Then it waits until every shard's
+//! checkpoint is at its end, stops the workers with SIGTERM, and checks:
+//! every valid event stored exactly once by key with its content, no other
+//! items, every poison record dead-lettered with its reason, checkpoints at
+//! the end, and no two workers holding one shard for more than one failover
+//! time. Prints the figures; exits non-zero on any failure.
+
+mod check;
+mod events;
+mod overlap;
+mod producer;
+mod workers;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use aws_sdk_dynamodb::types::ProvisionedThroughput;
+use chrono::Utc;
+use clap::Parser;
+use tidemark_consumer::lease::LeaseTable;
+use tidemark_schema::Router;
+use tidemark_tests::{LocalStack, TableCapacity, create_table, repo_root};
+use tidemark_worker::config::Config;
+use tidemark_worker::produce::ProduceSpec;
+use tokio_util::sync::CancellationToken;
+
+use crate::workers::{Ending, Fleet, Launch};
+
+fn duration(s: &str) -> Result<Duration, String> {
+    humantime_serde::re::humantime::parse_duration(s).map_err(|e| e.to_string())
+}
+
+/// Chaos run: three workers, faults, kills, reshards, throttling, poison.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "chaos", about)]
+struct Args {
+    /// The `tidemark` binary to run as workers.
+    #[arg(long)]
+    tidemark: PathBuf,
+    /// Records to produce (valid events and poison).
+    #[arg(long, default_value_t = 100_000)]
+    events: u64,
+    /// Share of poison records.
+    #[arg(long, default_value_t = 0.01)]
+    poison_rate: f64,
+    /// Worker processes.
+    #[arg(long, default_value_t = 3)]
+    workers: usize,
+    /// Shards the stream starts with.
+    #[arg(long, default_value_t = 4)]
+    shards: i32,
+    /// Kill -9 a random worker this often (0s: never).
+    #[arg(long, default_value = "15s", value_parser = duration)]
+    kill_every: Duration,
+    /// Keep killing this long after production ended.
+    #[arg(long, default_value = "45s", value_parser = duration)]
+    kill_after: Duration,
+    /// How long production lasts (paced).
+    #[arg(long, default_value = "150s", value_parser = duration)]
+    produce_for: Duration,
+    /// Devices sending events (device-0000 is hot).
+    #[arg(long, default_value_t = 300)]
+    devices: u32,
+    /// How many times the hot device's rate is the others'.
+    #[arg(long, default_value_t = 20)]
+    hot_factor: u32,
+    /// Events per KPL aggregate record.
+    #[arg(long, default_value_t = 50)]
+    aggregate: usize,
+    /// Probability of an injected 5xx on each DynamoDB and Kinesis request.
+    #[arg(long, default_value_t = 0.02)]
+    fault_rate: f64,
+    /// Latency added to every request through the proxy, ms.
+    #[arg(long, default_value_t = 5)]
+    latency_ms: u64,
+    /// Extra random latency, 0..=this ms.
+    #[arg(long, default_value_t = 10)]
+    jitter_ms: u64,
+    /// The workers' lease failover time.
+    #[arg(long, default_value = "6s", value_parser = duration)]
+    failover: Duration,
+    /// WCU the active table is lowered to (0: no throttling phase).
+    #[arg(long, default_value_t = 100)]
+    throttle_wcu: i64,
+    /// How long the table stays lowered.
+    #[arg(long, default_value = "20s", value_parser = duration)]
+    throttle_for: Duration,
+    /// After production (and the kills after it), how long the workers get
+    /// to bring every checkpoint to its shard's end.
+    #[arg(long, default_value = "600s", value_parser = duration)]
+    timeout: Duration,
+    /// Seed of the event generator and the faults (random by default).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Self-test of the verifier: delete one stored event and copy another
+    /// under a second key before checking, so the run must fail with one
+    /// lost event, one extra item and one duplicate.
+    #[arg(long, hide = true)]
+    sabotage: bool,
+    /// Keep the stream and tables after a passing run (a failing run always
+    /// keeps them, for inspection).
+    #[arg(long)]
+    keep: bool,
+    /// Directory for the config, the workers' logs and the summary
+    /// (default: localstack/.run/<run id>).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// Provisioned write capacity of the active tier (the config's default).
+const ACTIVE_WCU: i64 = 1000;
+/// Provisioned read capacity of the active tier.
+const ACTIVE_RCU: i64 = 300;
+
+fn say(msg: impl AsRef<str>) {
+    eprintln!("chaos: {}", msg.as_ref());
+}
+
+fn config_toml(run: &str, args: &Args) -> String {
+    let failover = humantime_serde::re::humantime::format_duration(args.failover);
+    format!(
+        r#"# Generated by the chaos run {run}.
+[source]
+kind = "kinesis"
+stream = "{run}"
+lease_table = "{run}-leases"
+worker_id = "set-by-environment"
+initial_position = {{ type = "trim_horizon" }}
+failover_time = "{failover}"
+checkpoint_interval = "2s"
+shutdown_grace = "15s"
+
+[event]
+entity_field = "deviceId"
+timestamp_field = "timestamp"
+event_id_field = "eventId"
+
+[schema]
+table_prefix = "{run}"
+period = "hour"
+retention = "7d"
+late_arrival_grace = "15m"
+prebuild_ahead = "15m"
+max_future_skew = "5m"
+key = {{ strategy = "time_bucket", shards = 10, bucket = "hour" }}
+billing = {{ mode = "provisioned" }}
+
+[writer]
+linger = "50ms"
+max_in_flight_items = 20000
+
+[dead_letters]
+kind = "dynamodb"
+table = "{run}-dead-letters"
+
+[maintenance]
+enabled = true
+# Long: the one round at start must not undo the lowered WCU mid-run.
+interval = "1h"
+coordinator_table = "{run}-coordinator"
+
+[telemetry]
+listen = "127.0.0.1:0"
+log_format = "json"
+log_level = "info"
+"#
+    )
+}
+
+/// Splits the open shard with the widest hash range at its middle.
+async fn split(k: &aws_sdk_kinesis::Client, stream: &str) -> Result<String> {
+    let shards = open_shards(k, stream).await?;
+    let (id, lo, hi) = shards
+        .iter()
+        .max_by_key(|(_, lo, hi)| hi - lo)
+        .cloned()
+        .context("no open shard")?;
+    k.split_shard()
+        .stream_name(stream)
+        .shard_to_split(&id)
+        .new_starting_hash_key((lo + (hi - lo) / 2).to_string())
+        .send()
+        .await
+        .map_err(|e| anyhow!(aws_sdk_kinesis::error::DisplayErrorContext(e).to_string()))
+        .context("SplitShard")?;
+    wait_active(k, stream).await?;
+    Ok(format!("split {id}"))
+}
+
+/// Merges the first two adjacent open shards.
+async fn merge(k: &aws_sdk_kinesis::Client, stream: &str) -> Result<String> {
+    let mut shards = open_shards(k, stream).await?;
+    shards.sort_by_key(|s| s.1);
+    let (a, b) = shards
+        .windows(2)
+        .find(|w| w[0].2 + 1 == w[1].1)
+        .map(|w| (w[0].0.clone(), w[1].0.clone()))
+        .context("no two adjacent open shards")?;
+    k.merge_shards()
+        .stream_name(stream)
+        .shard_to_merge(&a)
+        .adjacent_shard_to_merge(&b)
+        .send()
+        .await
+        .map_err(|e| anyhow!(aws_sdk_kinesis::error::DisplayErrorContext(e).to_string()))
+        .context("MergeShards")?;
+    wait_active(k, stream).await?;
+    Ok(format!("merge {a} + {b}"))
+}
+
+/// Open shards with their hash ranges.
+async fn open_shards(
+    k: &aws_sdk_kinesis::Client,
+    stream: &str,
+) -> Result<Vec<(String, u128, u128)>> {
+    let out = k
+        .list_shards()
+        .stream_name(stream)
+        .send()
+        .await
+        .map_err(|e| anyhow!(aws_sdk_kinesis::error::DisplayErrorContext(e).to_string()))
+        .context("ListShards")?;
+    let mut open = Vec::new();
+    for s in out.shards() {
+        if s.sequence_number_range()
+            .is_some_and(|r| r.ending_sequence_number().is_some())
+        {
+            continue;
+        }
+        let r = s.hash_key_range().context("shard without hash range")?;
+        open.push((
+            s.shard_id().to_string(),
+            r.starting_hash_key().parse()?,
+            r.ending_hash_key().parse()?,
+        ));
+    }
+    Ok(open)
+}
+
+async fn wait_active(k: &aws_sdk_kinesis::Client, stream: &str) -> Result<()> {
+    use aws_sdk_kinesis::types::StreamStatus;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let d = k.describe_stream_summary().stream_name(stream).send().await;
+        if let Ok(d) = d
+            && d.stream_description_summary()
+                .is_some_and(|s| s.stream_status() == &StreamStatus::Active)
+        {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            bail!("stream {stream} not ACTIVE within 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn set_wcu(client: &aws_sdk_dynamodb::Client, table: &str, wcu: i64) -> Result<()> {
+    client
+        .update_table()
+        .table_name(table)
+        .provisioned_throughput(
+            ProvisionedThroughput::builder()
+                .read_capacity_units(ACTIVE_RCU)
+                .write_capacity_units(wcu)
+                .build()?,
+        )
+        .send()
+        .await
+        .map_err(|e| anyhow!(aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string()))
+        .with_context(|| format!("UpdateTable {table} to {wcu} WCU"))?;
+    Ok(())
+}
+
+/// Chaos events, as they happened.
+#[derive(Debug, Default)]
+struct Timeline {
+    reshards: Vec<String>,
+    throttle: Option<(String, Duration)>,
+    kills_during: u64,
+    kills_after: u64,
+    crashed: Vec<String>,
+    notes: Vec<String>,
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    let ok = run(args).await?;
+    if !ok {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+async fn run(args: Args) -> Result<bool> {
+    let began = Instant::now();
+    let seed = args.seed.unwrap_or_else(|| fastrand::u64(..));
+    let run_id = format!(
+        "chaos-{}-{}",
+        Utc::now().format("%H%M%S"),
+        std::process::id()
+    );
+    let dir = args
+        .out
+        .clone()
+        .unwrap_or_else(|| repo_root().join("localstack/.run").join(&run_id));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let stack = LocalStack::from_env().await.map_err(|e| anyhow!(e))?;
+
+    // The limits proxy, in-process, faults on.
+    let mut lcfg = tidemark_limits::Config::with_upstreams(
+        &stack.dynamodb_url,
+        &stack.kinesis_url,
+        &stack.sqs_url,
+    );
+    // Short burst credit: a lowered table throttles within seconds.
+    lcfg.burst_secs = 10.0;
+    lcfg.faults.fault_dynamodb_errors = args.fault_rate;
+    lcfg.faults.fault_kinesis_errors = args.fault_rate;
+    lcfg.faults.fault_latency_ms = args.latency_ms;
+    lcfg.faults.fault_jitter_ms = args.jitter_ms;
+    lcfg.faults.fault_seed = Some(seed);
+    lcfg.validate().map_err(|e| anyhow!(e))?;
+    let proxy = Arc::new(tidemark_limits::Proxy::new(lcfg)?);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let proxy_url = format!("http://{}", listener.local_addr()?);
+    let stop_proxy = CancellationToken::new();
+    let proxy_task = tokio::spawn(tidemark_limits::serve(
+        listener,
+        proxy.clone(),
+        stop_proxy.clone().cancelled_owned(),
+    ));
+
+    // Config, shared by every worker.
+    let toml = config_toml(&run_id, &args);
+    let config_path = dir.join("tidemark.toml");
+    std::fs::write(&config_path, &toml)?;
+    let config = Config::from_toml(&toml, &config_path.display().to_string(), &BTreeMap::new())
+        .map_err(|e| anyhow!("generated config: {e}"))?;
+    let router = Router::new(config.schema.clone())?;
+    let dead_table = format!("{run_id}-dead-letters");
+    let lease_table = format!("{run_id}-leases");
+
+    say(format!(
+        "run {run_id}: {} records ({}% poison), {} workers, {} shards, kill every {:?}, faults {}% 5xx + {}..{} ms, seed {seed}",
+        args.events,
+        args.poison_rate * 100.0,
+        args.workers,
+        args.shards,
+        args.kill_every,
+        args.fault_rate * 100.0,
+        args.latency_ms,
+        args.latency_ms + args.jitter_ms
+    ));
+    say(format!("logs, config and summary in {}", dir.display()));
+
+    // Control plane straight to the emulators: the set-up is not under test.
+    let kinesis = stack.kinesis();
+    let dynamodb = stack.dynamodb();
+    tidemark_tests::create_stream(&kinesis, &run_id, args.shards).await;
+    create_table(&dynamodb, &dead_table, true, TableCapacity::OnDemand).await;
+
+    let mut fleet = Fleet::start(
+        Launch {
+            tidemark: args.tidemark.clone(),
+            config: config_path.clone(),
+            dir: dir.clone(),
+            endpoint: proxy_url.clone(),
+            region: stack
+                .sdk
+                .region()
+                .map_or_else(|| "us-east-1".to_string(), ToString::to_string),
+        },
+        args.workers,
+    )?;
+
+    // Producer.
+    let retention = chrono::Duration::from_std(config.schema.retention)?;
+    let spec = producer::ProducerSpec {
+        events: ProduceSpec {
+            devices: args.devices,
+            count: args.events,
+            hot_factor: args.hot_factor,
+            seed,
+        },
+        plan: events::plan(args.events, args.poison_rate, seed),
+        aggregate: args.aggregate,
+        duration: args.produce_for,
+        retention,
+    };
+    let progress = Arc::new(AtomicU64::new(0));
+    let produce_task = tokio::spawn(producer::produce(
+        stack.kinesis_at(&proxy_url),
+        run_id.clone(),
+        spec,
+        progress.clone(),
+    ));
+    let proxied_ddb = stack.dynamodb_at(&proxy_url);
+
+    // Chaos while producing, and for `kill_after` after.
+    let mut tl = Timeline::default();
+    let total = args.events.max(1);
+    let mut next_kill = Instant::now() + args.kill_every;
+    let mut produced = None;
+    let mut produce_end: Option<Instant> = None;
+    let mut throttled_at: Option<(Instant, String)> = None;
+    let mut restored = false;
+    let mut produce_task = Some(produce_task);
+    loop {
+        let done = progress.load(Ordering::Relaxed) as f64 / total as f64;
+        if let Some(t) = produce_task.as_mut()
+            && t.is_finished()
+        {
+            let p = t.await.context("producer task")??;
+            say(format!(
+                "produced {} records ({} Kinesis records) in {:.0} s",
+                args.events,
+                p.records,
+                began.elapsed().as_secs_f64()
+            ));
+            produced = Some(p);
+            produce_end = Some(Instant::now());
+            produce_task = None;
+        }
+        let killing = match produce_end {
+            None => true,
+            Some(end) => end.elapsed() < args.kill_after,
+        };
+        if !args.kill_every.is_zero() && killing && Instant::now() >= next_kill {
+            let slot = fastrand::usize(..fleet.slots());
+            let killed = fleet.kill_and_restart(slot)?;
+            if produce_end.is_some() {
+                tl.kills_after += 1;
+            } else {
+                tl.kills_during += 1;
+            }
+            say(format!("kill -9 {killed} ({:.0}% produced)", done * 100.0));
+            next_kill += args.kill_every;
+        }
+        for id in fleet.reap_crashed()? {
+            say(format!("worker {id} exited on its own; restarted"));
+            tl.crashed.push(id);
+        }
+        if tl.reshards.is_empty() && done >= 0.3 {
+            let what = split(&kinesis, &run_id).await?;
+            say(format!("{what} ({:.0}% produced)", done * 100.0));
+            tl.reshards.push(what);
+        }
+        if tl.reshards.len() == 1 && done >= 0.6 {
+            let what = merge(&kinesis, &run_id).await?;
+            say(format!("{what} ({:.0}% produced)", done * 100.0));
+            tl.reshards.push(what);
+        }
+        if args.throttle_wcu > 0 && throttled_at.is_none() && done >= 0.4 {
+            let table = router.naming().table_for(Utc::now().timestamp_millis());
+            match set_wcu(&proxied_ddb, &table, args.throttle_wcu).await {
+                Ok(()) => {
+                    say(format!("{table} lowered to {} WCU", args.throttle_wcu));
+                    throttled_at = Some((Instant::now(), table));
+                }
+                Err(e) => tl
+                    .notes
+                    .push(format!("lowering WCU failed, retrying: {e:#}")),
+            }
+        }
+        if let Some((at, table)) = &throttled_at
+            && !restored
+            && at.elapsed() >= args.throttle_for
+        {
+            match set_wcu(&proxied_ddb, table, ACTIVE_WCU).await {
+                Ok(()) => {
+                    say(format!("{table} back to {ACTIVE_WCU} WCU"));
+                    tl.throttle = Some((table.clone(), at.elapsed()));
+                    restored = true;
+                }
+                Err(e) => tl
+                    .notes
+                    .push(format!("restoring WCU failed, retrying: {e:#}")),
+            }
+        }
+        if produce_task.is_none() && !killing && (restored || args.throttle_wcu <= 0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let Some(produced) = produced else {
+        bail!("producer ended without a result");
+    };
+    let production_s = produce_end.map_or(0.0, |e| (e - began).as_secs_f64());
+
+    // Converge: every checkpoint at its shard's end, within the deadline.
+    say("waiting until every shard's checkpoint is at its end");
+    let leases = LeaseTable::new(dynamodb.clone(), lease_table.clone());
+    let deadline = Instant::now() + args.timeout;
+    let converge_start = Instant::now();
+    let mut ends;
+    loop {
+        for id in fleet.reap_crashed()? {
+            say(format!("worker {id} exited on its own; restarted"));
+            tl.crashed.push(id);
+        }
+        ends = check::checkpoints(&kinesis, &leases, &run_id, &produced.last).await?;
+        if ends.iter().all(|e| e.at_end) {
+            break;
+        }
+        if Instant::now() >= deadline {
+            say("deadline passed with checkpoints short of their shard's end:");
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let converged = ends.iter().all(|e| e.at_end);
+    let converge_s = converge_start.elapsed().as_secs_f64();
+    say(format!(
+        "checkpoints at end after {converge_s:.0} s more: {converged}"
+    ));
+
+    // Stop the workers gracefully, then check everything.
+    let unclean = fleet.stop_all(Duration::from_secs(60)).await?;
+    let final_ends = check::checkpoints(&kinesis, &leases, &run_id, &produced.last).await?;
+    if args.sabotage {
+        let victim = check::sabotage(&dynamodb, &router, &produced.valid).await?;
+        say(format!(
+            "sabotage: deleted {victim}; the verifier must report them"
+        ));
+    }
+    let items = check::items(&dynamodb, &router, &produced.valid).await?;
+    let dead = check::dead_letters(&dynamodb, &dead_table, &produced.poison).await?;
+    let stats = proxy.stats();
+    stop_proxy.cancel();
+    let _ = proxy_task.await;
+
+    // Lease overlap from the logs.
+    let mut intervals = Vec::new();
+    for inc in &fleet.history {
+        let text = std::fs::read_to_string(&inc.log).unwrap_or_default();
+        let ended = inc.ended.as_ref().map_or_else(Utc::now, |(t, _)| *t);
+        intervals.extend(overlap::intervals(&inc.id, &text, ended));
+    }
+    let limit_ms = i64::try_from(args.failover.as_millis()).unwrap_or(i64::MAX);
+    let ov = overlap::overlaps(&intervals, limit_ms);
+
+    // Figures.
+    let accepted_in_tables: u64 = stats
+        .dynamodb
+        .tables
+        .iter()
+        .filter(|(name, _)| items.tables.contains(name))
+        .map(|(_, t)| t.stats.accepted_items)
+        .sum();
+    let throttled_items = stats.dynamodb.counters.items_throttled;
+    let mut failures = Vec::new();
+    if items.lost > 0 {
+        failures.push(format!("{} valid events lost", items.lost));
+    }
+    if items.mismatched > 0 {
+        failures.push(format!("{} items with wrong content", items.mismatched));
+    }
+    if items.extra > 0 {
+        failures.push(format!("{} extra items", items.extra));
+    }
+    if items.duplicates > 0 {
+        failures.push(format!("{} events stored under two keys", items.duplicates));
+    }
+    if dead.missing > 0 || dead.wrong_reason > 0 || dead.unexpected > 0 {
+        failures.push(format!(
+            "dead letters: {} poison missing, {} with a wrong reason, {} unexpected entries",
+            dead.missing, dead.wrong_reason, dead.unexpected
+        ));
+    }
+    if !converged || !final_ends.iter().all(|e| e.at_end) {
+        failures.push("a checkpoint is not at its shard's end".into());
+    }
+    if !ov.over_limit.is_empty() {
+        failures.push(format!(
+            "{} lease overlaps longer than the failover time",
+            ov.over_limit.len()
+        ));
+    }
+    if !tl.crashed.is_empty() {
+        failures.push(format!("workers exited on their own: {:?}", tl.crashed));
+    }
+    if !unclean.is_empty() {
+        failures.push(format!(
+            "workers not stopped cleanly by SIGTERM: {unclean:?}"
+        ));
+    }
+    if args.throttle_wcu > 0 && throttled_items == 0 {
+        failures.push("the lowered table never throttled a write".into());
+    }
+    if tl.reshards.len() < 2 {
+        failures.push("the split and the merge did not both happen".into());
+    }
+
+    let valid = produced.valid.len() as u64;
+    let poison = produced.poison.len() as u64;
+    let kills = fleet.kills;
+    let redeliveries = accepted_in_tables.saturating_sub(items.found + items.mismatched);
+    let total_s = began.elapsed().as_secs_f64();
+    let passed = failures.is_empty();
+    let closed = final_ends.iter().filter(|e| e.closed).count();
+    println!();
+    println!(
+        "chaos run {run_id}: {}",
+        if passed { "PASS" } else { "FAIL" }
+    );
+    println!(
+        "  events              {} ({valid} valid, {poison} poison)",
+        args.events
+    );
+    println!(
+        "  duration            {total_s:.0} s (production {production_s:.0} s, then checkpoints at end in {converge_s:.0} s)"
+    );
+    println!(
+        "  workers             {} slots, {} incarnations; kills {kills} ({} during production, {} after)",
+        args.workers,
+        fleet.history.len(),
+        tl.kills_during,
+        tl.kills_after
+    );
+    println!(
+        "  reshards            {}: {}",
+        tl.reshards.len(),
+        tl.reshards.join("; ")
+    );
+    println!(
+        "  faults injected     {} 5xx (each DynamoDB and Kinesis request at {}%), latency {}..{} ms",
+        stats.faults.errors_injected,
+        args.fault_rate * 100.0,
+        args.latency_ms,
+        args.latency_ms + args.jitter_ms
+    );
+    match &tl.throttle {
+        Some((t, d)) => println!(
+            "  throttled           {throttled_items} items refused by the proxy; {t} at {} WCU for {:.0} s",
+            args.throttle_wcu,
+            d.as_secs_f64()
+        ),
+        None => println!("  throttled           {throttled_items} items refused by the proxy"),
+    }
+    println!(
+        "  stored              {} of {valid} found with their content; lost {}, mismatched {}, extra {}, duplicates {}",
+        items.found, items.lost, items.mismatched, items.extra, items.duplicates
+    );
+    println!(
+        "  writes accepted     {accepted_in_tables} into {} period table(s): {redeliveries} redeliveries (at-least-once, same keys overwritten)",
+        items.tables.len()
+    );
+    let by_reason: Vec<String> = dead
+        .by_reason
+        .iter()
+        .map(|(r, n)| format!("{r} {n}"))
+        .collect();
+    println!(
+        "  dead letters        {} entries ({}); poison {}/{poison} matched, {} missing, {} wrong reason, {} unexpected",
+        dead.entries,
+        by_reason.join(", "),
+        dead.matched,
+        dead.missing,
+        dead.wrong_reason,
+        dead.unexpected
+    );
+    println!(
+        "  checkpoints         {} shards ({closed} closed at SHARD_END, {} open at their last record): {}",
+        final_ends.len(),
+        final_ends.len() - closed,
+        if final_ends.iter().all(|e| e.at_end) {
+            "all at end"
+        } else {
+            "NOT all at end"
+        }
+    );
+    for e in final_ends.iter().filter(|e| !e.at_end) {
+        println!(
+            "    {} (closed: {}) checkpoint {}",
+            e.shard, e.closed, e.checkpoint
+        );
+    }
+    println!(
+        "  lease overlap       max {:.2} s (limit {:.0} s) over {} holding intervals",
+        ov.max_ms as f64 / 1000.0,
+        args.failover.as_secs_f64(),
+        ov.intervals
+    );
+    if let Some((a, b)) = &ov.worst {
+        println!(
+            "    worst: {} on {} {}..{} and {} {}..{}",
+            a.shard,
+            a.worker,
+            a.start.format("%H:%M:%S%.3f"),
+            a.end.format("%H:%M:%S%.3f"),
+            b.worker,
+            b.start.format("%H:%M:%S%.3f"),
+            b.end.format("%H:%M:%S%.3f")
+        );
+    }
+    println!(
+        "  producer            {} Kinesis records, {} entries refused and re-sent, {} calls failed and re-sent",
+        produced.records, produced.refused_entries, produced.failed_calls
+    );
+    for e in items.examples.iter().chain(&dead.examples) {
+        println!("    {e}");
+    }
+    for n in &tl.notes {
+        println!("  note: {n}");
+    }
+    for f in &failures {
+        println!("  FAILED: {f}");
+    }
+    let crashed_any = fleet
+        .history
+        .iter()
+        .any(|i| matches!(i.ended, Some((_, Ending::Crashed(_)))));
+    let summary = serde_json::json!({
+        "run": run_id,
+        "passed": passed,
+        "events": args.events, "valid": valid, "poison": poison,
+        "duration_s": total_s, "production_s": production_s, "converge_s": converge_s,
+        "kills": kills, "kills_during": tl.kills_during, "kills_after": tl.kills_after,
+        "incarnations": fleet.history.len(), "crashed": crashed_any,
+        "reshards": tl.reshards,
+        "faults_injected": stats.faults.errors_injected,
+        "throttled_items": throttled_items,
+        "found": items.found, "lost": items.lost, "mismatched": items.mismatched,
+        "extra": items.extra, "duplicates": items.duplicates,
+        "writes_accepted": accepted_in_tables, "redeliveries": redeliveries,
+        "dead_letters": dead.by_reason, "dead_letter_entries": dead.entries,
+        "poison_matched": dead.matched, "poison_missing": dead.missing,
+        "poison_wrong_reason": dead.wrong_reason, "dead_letters_unexpected": dead.unexpected,
+        "max_overlap_ms": ov.max_ms, "failover_ms": limit_ms,
+        "failures": failures,
+        "incarnations_detail": fleet.history.iter().map(|i| serde_json::json!({
+            "id": i.id,
+            "started": i.started.to_rfc3339(),
+            "ended": i.ended.as_ref().map(|(t, e)| format!("{} {e:?}", t.to_rfc3339())),
+        })).collect::<Vec<_>>(),
+    });
+    std::fs::write(
+        dir.join("summary.json"),
+        serde_json::to_string_pretty(&summary)?,
+    )?;
+    println!(
+        "  summary             {}",
+        dir.join("summary.json").display()
+    );
+    if passed && !args.keep {
+        // Repeated runs on one stack: do not let the emulators grow.
+        let mut names = items.tables.clone();
+        names.extend([dead_table, lease_table, format!("{run_id}-coordinator")]);
+        for t in names {
+            let _ = dynamodb.delete_table().table_name(t).send().await;
+        }
+        let _ = kinesis.delete_stream().stream_name(&run_id).send().await;
+    } else {
+        println!("  kept                stream and tables named {run_id}*");
+    }
+    Ok(passed)
+}
