@@ -451,16 +451,17 @@ enum ShardReader {
 
 impl ShardReader {
     /// The next record as Kinesis returned it, with its stream name.
-    fn next_raw(&mut self) -> Option<Result<(String, RawRecord), ConsumerError>> {
+    fn next_raw(&mut self) -> Option<Result<(Cow<'_, str>, RawRecord), ConsumerError>> {
         match self {
             ShardReader::Memory(it) => {
                 let r = it.next()?;
-                Some(r.to_raw().map(|raw| (r.stream.clone(), raw)).map_err(|e| {
-                    ConsumerError::Fixture {
+                Some(match r.to_raw() {
+                    Ok(raw) => Ok((Cow::Owned(r.stream), raw)),
+                    Err(e) => Err(ConsumerError::Fixture {
                         path: format!("{}/{}", r.shard_id, r.sequence_number),
                         problem: e.to_string(),
-                    }
-                }))
+                    }),
+                })
             }
             ShardReader::File(f) => f.next_raw(),
         }
@@ -479,32 +480,39 @@ struct FileLines {
 }
 
 impl FileLines {
-    fn next_raw(&mut self) -> Option<Result<(String, RawRecord), ConsumerError>> {
+    fn next_raw(&mut self) -> Option<Result<(Cow<'_, str>, RawRecord), ConsumerError>> {
         let offset = self.offsets.next()?;
         Some(self.read_at(offset))
     }
 
-    fn read_at(&mut self, offset: u64) -> Result<(String, RawRecord), ConsumerError> {
-        let path = self.path.clone();
-        let err = |e: &dyn std::fmt::Display| fixture_err(&path, format!("offset {offset}: {e}"));
-        let reader = match &mut self.reader {
+    fn read_at(&mut self, offset: u64) -> Result<(Cow<'_, str>, RawRecord), ConsumerError> {
+        // Split borrows: the error builder reads `path` while the reader,
+        // position and buffer change, with no per-record copy of the path.
+        let FileLines {
+            path,
+            stream,
+            reader,
+            pos,
+            buf,
+            ..
+        } = self;
+        let err = |e: &dyn std::fmt::Display| fixture_err(path, format!("offset {offset}: {e}"));
+        let reader = match reader {
             Some(r) => r,
             None => {
-                let file = File::open(&self.path).map_err(|e| err(&e))?;
-                self.reader.insert(BufReader::with_capacity(1 << 16, file))
+                let file = File::open(&*path).map_err(|e| err(&e))?;
+                reader.insert(BufReader::with_capacity(1 << 16, file))
             }
         };
-        if offset != self.pos {
-            let skip = i64::try_from(offset - self.pos).map_err(|e| err(&e))?;
+        if offset != *pos {
+            let skip = i64::try_from(offset - *pos).map_err(|e| err(&e))?;
             reader.seek_relative(skip).map_err(|e| err(&e))?;
-            self.pos = offset;
+            *pos = offset;
         }
-        self.buf.clear();
-        let n = reader
-            .read_until(b'\n', &mut self.buf)
-            .map_err(|e| err(&e))?;
-        self.pos += n as u64;
-        let line: LineRef<'_> = serde_json::from_slice(&self.buf).map_err(|e| err(&e))?;
+        buf.clear();
+        let n = reader.read_until(b'\n', buf).map_err(|e| err(&e))?;
+        *pos += n as u64;
+        let line: LineRef<'_> = serde_json::from_slice(buf).map_err(|e| err(&e))?;
         let data = STANDARD.decode(line.data.as_bytes()).map_err(|e| err(&e))?;
         let raw = RawRecord {
             sequence_number: line.sequence_number.into_owned(),
@@ -512,11 +520,11 @@ impl FileLines {
             data: Bytes::from(data),
             arrival_ms: line.arrival_ms,
         };
-        // Most lines carry the shard's own stream name: reuse it.
-        let stream = if line.stream == self.stream {
-            self.stream.clone()
+        // Lines carry their shard's stream name: lend it, copy only a stray one.
+        let stream = if line.stream == stream.as_str() {
+            Cow::Borrowed(stream.as_str())
         } else {
-            line.stream.into_owned()
+            Cow::Owned(line.stream.into_owned())
         };
         Ok((stream, raw))
     }
