@@ -18,6 +18,8 @@
 //! - [`origin`], [`key`], [`reason`], [`size`]: shared types: source
 //!   positions, item keys, dead-letter reasons, DynamoDB item sizing.
 //! - [`timefmt`]: fixed-width UTC rendering and the accepted time range.
+//! - [`wire`]: [`WireItem`], an item encoded once as DynamoDB JSON (what the
+//!   writer sends), with its size; encode from and decode to SDK maps.
 //!
 //! Guarantees:
 //! - Determinism: every function here is pure. The same record, config and
@@ -45,6 +47,7 @@ pub mod route;
 pub mod size;
 pub mod strategy;
 pub mod timefmt;
+pub mod wire;
 
 pub use event::{Event, EventConfig, EventError, Extractor};
 pub use key::ItemKey;
@@ -53,3 +56,4 @@ pub use reason::Reason;
 pub use route::{RouteError, Routed, Router, RouterConfig};
 pub use size::Item;
 pub use strategy::{KeyAttributes, KeyStrategy, shard_of};
+pub use wire::WireItem;

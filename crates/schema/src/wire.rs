@@ -1,0 +1,324 @@
+//! Items already encoded as DynamoDB JSON, the form BatchWriteItem sends.
+//!
+//! The hot path encodes each item once, while routing, into the bytes of its
+//! `Item` object (`{"pk":{"S":"..."},...}`). The writer then only copies those
+//! bytes into request bodies, and a retry reuses them (a [`Bytes`] clone is a
+//! reference count): no attribute map is built, cloned, or serialized again.
+//! [`WireItem::encode`] turns an SDK [`Item`] into one (for callers that build
+//! maps); [`WireItem::to_item`] decodes one back (tests, verification).
+
+use std::collections::HashMap;
+use std::fmt;
+
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::AttributeValue;
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use bytes::Bytes;
+use serde_json::Value;
+use thiserror::Error;
+
+use crate::size::{self, Item};
+
+/// One item as DynamoDB JSON, with its DynamoDB size.
+#[derive(Clone, PartialEq, Eq)]
+pub struct WireItem {
+    json: Bytes,
+    size: usize,
+}
+
+/// The bytes are not an item in DynamoDB JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("not a DynamoDB JSON item: {0}")]
+pub struct WireError(pub String);
+
+impl WireItem {
+    /// An item from its encoded object and its size by DynamoDB's rules. The
+    /// caller guarantees both (the router computes them as it encodes).
+    pub fn from_parts(json: impl Into<Bytes>, size: usize) -> WireItem {
+        WireItem {
+            json: json.into(),
+            size,
+        }
+    }
+
+    /// Encodes an SDK item.
+    pub fn encode(item: &Item) -> WireItem {
+        let mut out = Vec::with_capacity(64 * item.len().max(1));
+        write_map(&mut out, item);
+        WireItem {
+            json: out.into(),
+            size: size::item_size(item),
+        }
+    }
+
+    /// The `Item` object's bytes.
+    pub fn json(&self) -> &[u8] {
+        &self.json
+    }
+
+    /// The item's size by DynamoDB's rules (names plus values).
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// WCUs one write of the item costs.
+    pub fn wcu(&self) -> u64 {
+        size::wcu_for_size(self.size)
+    }
+
+    /// Decodes the item back into SDK values.
+    pub fn to_item(&self) -> Result<Item, WireError> {
+        decode_item(&self.json)
+    }
+}
+
+impl fmt::Debug for WireItem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WireItem")
+            .field("json", &String::from_utf8_lossy(&self.json))
+            .field("size", &self.size)
+            .finish()
+    }
+}
+
+impl From<&Item> for WireItem {
+    fn from(item: &Item) -> WireItem {
+        WireItem::encode(item)
+    }
+}
+
+/// Appends `s` as a JSON string (quotes and escapes included).
+pub fn write_str(out: &mut Vec<u8>, s: &str) {
+    out.push(b'"');
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let esc: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0..=0x1f => b"",
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[start..i]);
+        if esc.is_empty() {
+            out.extend_from_slice(format!("\\u{b:04x}").as_bytes());
+        } else {
+            out.extend_from_slice(esc);
+        }
+        start = i + 1;
+    }
+    out.extend_from_slice(&bytes[start..]);
+    out.push(b'"');
+}
+
+/// Appends `{"name":<value>,...}`.
+fn write_map(out: &mut Vec<u8>, m: &HashMap<String, AttributeValue>) {
+    out.push(b'{');
+    for (i, (k, v)) in m.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_str(out, k);
+        out.push(b':');
+        write_value(out, v);
+    }
+    out.push(b'}');
+}
+
+fn write_list<T>(out: &mut Vec<u8>, tag: &str, xs: &[T], mut each: impl FnMut(&mut Vec<u8>, &T)) {
+    out.extend_from_slice(b"{\"");
+    out.extend_from_slice(tag.as_bytes());
+    out.extend_from_slice(b"\":[");
+    for (i, x) in xs.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        each(out, x);
+    }
+    out.extend_from_slice(b"]}");
+}
+
+fn write_tagged_str(out: &mut Vec<u8>, tag: &str, s: &str) {
+    out.extend_from_slice(b"{\"");
+    out.extend_from_slice(tag.as_bytes());
+    out.extend_from_slice(b"\":");
+    write_str(out, s);
+    out.push(b'}');
+}
+
+fn blob(out: &mut Vec<u8>, b: &Blob) {
+    write_str(out, &BASE64.encode(b.as_ref()));
+}
+
+/// Appends one attribute value in DynamoDB JSON.
+pub fn write_value(out: &mut Vec<u8>, v: &AttributeValue) {
+    match v {
+        AttributeValue::S(s) => write_tagged_str(out, "S", s),
+        AttributeValue::N(n) => write_tagged_str(out, "N", n),
+        AttributeValue::B(b) => {
+            out.extend_from_slice(b"{\"B\":");
+            blob(out, b);
+            out.push(b'}');
+        }
+        AttributeValue::Bool(b) => {
+            out.extend_from_slice(if *b {
+                b"{\"BOOL\":true}"
+            } else {
+                b"{\"BOOL\":false}"
+            });
+        }
+        AttributeValue::Null(_) => out.extend_from_slice(b"{\"NULL\":true}"),
+        AttributeValue::Ss(v) => write_list(out, "SS", v, |o, s| write_str(o, s)),
+        AttributeValue::Ns(v) => write_list(out, "NS", v, |o, s| write_str(o, s)),
+        AttributeValue::Bs(v) => write_list(out, "BS", v, blob),
+        AttributeValue::L(v) => write_list(out, "L", v, write_value),
+        AttributeValue::M(m) => {
+            out.extend_from_slice(b"{\"M\":");
+            write_map(out, m);
+            out.push(b'}');
+        }
+        // A variant added by a future SDK: NULL keeps the JSON valid; the
+        // router never produces one.
+        _ => out.extend_from_slice(b"{\"NULL\":true}"),
+    }
+}
+
+/// Decodes an `Item` object of DynamoDB JSON.
+pub fn decode_item(json: &[u8]) -> Result<Item, WireError> {
+    let v: Value = serde_json::from_slice(json).map_err(|e| WireError(e.to_string()))?;
+    decode_map(&v)
+}
+
+/// Decodes a JSON object of attribute values.
+pub fn decode_map(v: &Value) -> Result<Item, WireError> {
+    let obj = v
+        .as_object()
+        .ok_or_else(|| WireError("an item must be an object".into()))?;
+    obj.iter()
+        .map(|(k, v)| Ok((k.clone(), decode_value(v)?)))
+        .collect()
+}
+
+fn strings(v: &Value) -> Result<Vec<String>, WireError> {
+    v.as_array()
+        .ok_or_else(|| WireError("a set must be an array".into()))?
+        .iter()
+        .map(|s| {
+            s.as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| WireError("a set member must be a string".into()))
+        })
+        .collect()
+}
+
+fn unblob(s: &str) -> Result<Blob, WireError> {
+    BASE64
+        .decode(s)
+        .map(Blob::new)
+        .map_err(|e| WireError(format!("binary value: {e}")))
+}
+
+/// Decodes one attribute value (`{"S":"..."}`, `{"M":{...}}`, ...).
+pub fn decode_value(v: &Value) -> Result<AttributeValue, WireError> {
+    let obj = v
+        .as_object()
+        .filter(|o| o.len() == 1)
+        .ok_or_else(|| WireError(format!("{v} is not a tagged attribute value")))?;
+    let Some((tag, inner)) = obj.iter().next() else {
+        return Err(WireError("empty attribute value".into()));
+    };
+    let text = || {
+        inner
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| WireError(format!("{tag} must hold a string")))
+    };
+    Ok(match tag.as_str() {
+        "S" => AttributeValue::S(text()?),
+        "N" => AttributeValue::N(text()?),
+        "B" => AttributeValue::B(unblob(&text()?)?),
+        "BOOL" => AttributeValue::Bool(
+            inner
+                .as_bool()
+                .ok_or_else(|| WireError("BOOL must hold a boolean".into()))?,
+        ),
+        "NULL" => AttributeValue::Null(true),
+        "SS" => AttributeValue::Ss(strings(inner)?),
+        "NS" => AttributeValue::Ns(strings(inner)?),
+        "BS" => AttributeValue::Bs(
+            strings(inner)?
+                .iter()
+                .map(|s| unblob(s))
+                .collect::<Result<_, _>>()?,
+        ),
+        "L" => AttributeValue::L(
+            inner
+                .as_array()
+                .ok_or_else(|| WireError("L must hold an array".into()))?
+                .iter()
+                .map(decode_value)
+                .collect::<Result<_, _>>()?,
+        ),
+        "M" => AttributeValue::M(decode_map(inner)?),
+        other => return Err(WireError(format!("unknown attribute type {other}"))),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn sample() -> Item {
+        let mut m = HashMap::new();
+        m.insert("a\"b".to_owned(), AttributeValue::S("x\ny\u{1}é".into()));
+        m.insert("n".to_owned(), AttributeValue::N("-12.50".into()));
+        m.insert("t".to_owned(), AttributeValue::Bool(false));
+        m.insert("z".to_owned(), AttributeValue::Null(true));
+        m.insert(
+            "bin".to_owned(),
+            AttributeValue::B(Blob::new(vec![0, 1, 255])),
+        );
+        m.insert(
+            "ss".to_owned(),
+            AttributeValue::Ss(vec!["p".into(), "q".into()]),
+        );
+        m.insert("ns".to_owned(), AttributeValue::Ns(vec!["1".into()]));
+        m.insert(
+            "bs".to_owned(),
+            AttributeValue::Bs(vec![Blob::new(b"hi".to_vec())]),
+        );
+        let mut inner = HashMap::new();
+        inner.insert(
+            "k".to_owned(),
+            AttributeValue::L(vec![AttributeValue::Bool(true)]),
+        );
+        m.insert("m".to_owned(), AttributeValue::M(inner));
+        m
+    }
+
+    #[test]
+    fn encode_then_decode_gives_the_same_item_and_size() {
+        let item = sample();
+        let w = WireItem::encode(&item);
+        assert_eq!(w.to_item().unwrap(), item);
+        assert_eq!(w.size(), size::item_size(&item));
+        // Valid JSON that serde_json reads as an object.
+        let v: Value = serde_json::from_slice(w.json()).unwrap();
+        assert_eq!(v["n"]["N"], "-12.50");
+        assert_eq!(v["a\"b"]["S"], "x\ny\u{1}é");
+    }
+
+    #[test]
+    fn decode_refuses_what_is_not_an_item() {
+        assert!(decode_item(b"[]").is_err());
+        assert!(decode_item(br#"{"a":{"S":1}}"#).is_err());
+        assert!(decode_item(br#"{"a":{"X":"1"}}"#).is_err());
+        assert!(decode_item(br#"{"a":{"S":"1","N":"2"}}"#).is_err());
+        assert!(decode_item(b"{").is_err());
+    }
+}
