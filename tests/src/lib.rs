@@ -72,6 +72,28 @@ impl LocalStack {
         aws_sdk_dynamodb::Client::from_conf(conf)
     }
 
+    /// The writer's BatchWriteItem transport to `url` (the local stack's
+    /// DynamoDB, or a proxy), with the stack's region and credentials.
+    pub fn dynamodb_transport_at(
+        &self,
+        url: &str,
+    ) -> std::sync::Arc<dyn tidemark_writer::Transport> {
+        let t = tidemark_writer::HttpTransport::new(tidemark_writer::HttpSettings {
+            endpoint: url.to_owned(),
+            region: self
+                .sdk
+                .region()
+                .map_or_else(|| "us-east-1".to_owned(), |r| r.as_ref().to_owned()),
+            credentials: self
+                .sdk
+                .credentials_provider()
+                .expect("the local stack's SDK config has credentials"),
+            connect_timeout: std::time::Duration::from_secs(3),
+        })
+        .expect("a valid local endpoint");
+        std::sync::Arc::new(t)
+    }
+
     /// A DynamoDB client for the local stack.
     pub fn dynamodb(&self) -> aws_sdk_dynamodb::Client {
         self.dynamodb_at(&self.dynamodb_url)

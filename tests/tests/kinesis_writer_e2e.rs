@@ -98,7 +98,7 @@ fn spawn_pipeline(
                             .submit(Submission {
                                 table: routed.table,
                                 key: routed.key,
-                                item: routed.item,
+                                item: tidemark_schema::WireItem::encode(&routed.item),
                                 done: Box::new(move |outcome| {
                                     let mut o = out2.lock().unwrap();
                                     match outcome {
@@ -180,6 +180,7 @@ async fn kinesis_through_router_and_writer() {
     let router = Router::new(RouterConfig::with_prefix(&prefix)).expect("router config");
     let (writer, writer_task) = Writer::start(
         stack.dynamodb(),
+        stack.dynamodb_transport_at(&stack.dynamodb_url),
         WriterConfig::default(),
         Arc::new(CreateTables(stack.dynamodb())),
     );

@@ -114,7 +114,7 @@ async fn glue(
                 .submit(Submission {
                     table: routed.table,
                     key: routed.key,
-                    item: routed.item,
+                    item: tidemark_schema::WireItem::encode(&routed.item),
                     done,
                 })
                 .await
@@ -238,6 +238,7 @@ impl Harness {
     fn start(
         sqs: aws_sdk_sqs::Client,
         ddb: aws_sdk_dynamodb::Client,
+        writes: Arc<dyn tidemark_writer::Transport>,
         router: Arc<Router>,
         cfg: SqsConfig,
         hold: Option<Duration>,
@@ -251,7 +252,8 @@ impl Harness {
             linger: Duration::from_millis(10),
             ..WriterConfig::default()
         };
-        let (writer, _writer_task) = Writer::start(ddb, writer_cfg, Arc::new(RejectMissing));
+        let (writer, _writer_task) =
+            Writer::start(ddb, writes, writer_cfg, Arc::new(RejectMissing));
         let (tx, rx) = mpsc::channel(16);
         let seen = Shared::default();
         let shutdown = CancellationToken::new();
@@ -328,6 +330,7 @@ async fn sqs_thousand_messages_of_all_shapes_are_stored_and_deleted() {
         return;
     };
     let (sqs, ddb) = (stack.sqs(), stack.dynamodb());
+    let writes = stack.dynamodb_transport_at(&stack.dynamodb_url);
     let ts = chrono::Utc::now().timestamp_millis();
     let (router, table) = router_and_table(&ddb, ts, None).await;
     let url = create_queue(&sqs, false).await;
@@ -361,7 +364,7 @@ async fn sqs_thousand_messages_of_all_shapes_are_stored_and_deleted() {
     cfg.visibility_timeout = Duration::from_secs(30);
     cfg.heartbeat_margin = Duration::from_secs(10);
     let started = Instant::now();
-    let h = Harness::start(sqs.clone(), ddb.clone(), router, cfg, None);
+    let h = Harness::start(sqs.clone(), ddb.clone(), writes, router, cfg, None);
     wait_until("5,000 events stored", Duration::from_secs(120), || async {
         (h.seen.lock().unwrap().stored.len() >= 5000).then_some(())
     })
@@ -414,6 +417,7 @@ async fn sqs_throttled_table_causes_no_redelivery() {
     }));
 
     let (sqs, ddb) = (stack.sqs(), stack.dynamodb_at(&proxy_url));
+    let writes = stack.dynamodb_transport_at(&proxy_url);
     let ts = chrono::Utc::now().timestamp_millis();
     // 5 WCU/s, 20 one-WCU events: seconds of writing under throttling.
     let (router, table) = router_and_table(&ddb, ts, Some(5)).await;
@@ -436,7 +440,7 @@ async fn sqs_throttled_table_causes_no_redelivery() {
     // on their own (see the FIFO test), which is not what this test is about.
     cfg.max_receivers = 1;
     let started = Instant::now();
-    let h = Harness::start(sqs.clone(), ddb.clone(), router, cfg, None);
+    let h = Harness::start(sqs.clone(), ddb.clone(), writes, router, cfg, None);
     wait_until("20 events stored", Duration::from_secs(90), || async {
         (h.seen.lock().unwrap().stored.len() >= 20).then_some(())
     })
@@ -475,6 +479,7 @@ async fn sqs_slow_acknowledgements_cause_no_redelivery() {
         return;
     };
     let (sqs, ddb) = (stack.sqs(), stack.dynamodb());
+    let writes = stack.dynamodb_transport_at(&stack.dynamodb_url);
     let ts = chrono::Utc::now().timestamp_millis();
     let (router, table) = router_and_table(&ddb, ts, None).await;
     let url = create_queue(&sqs, false).await;
@@ -491,6 +496,7 @@ async fn sqs_slow_acknowledgements_cause_no_redelivery() {
     let h = Harness::start(
         sqs.clone(),
         ddb.clone(),
+        writes,
         router,
         cfg,
         Some(Duration::from_secs(6)),
@@ -516,6 +522,7 @@ async fn sqs_poison_message_is_dead_lettered_and_deleted() {
         return;
     };
     let (sqs, ddb) = (stack.sqs(), stack.dynamodb());
+    let writes = stack.dynamodb_transport_at(&stack.dynamodb_url);
     let ts = chrono::Utc::now().timestamp_millis();
     let (router, table) = router_and_table(&ddb, ts, None).await;
     let url = create_queue(&sqs, false).await;
@@ -531,7 +538,14 @@ async fn sqs_poison_message_is_dead_lettered_and_deleted() {
         bodies.insert(5 + 6 * i, (None, p.clone()));
     }
     send_all(&sqs, &url, &bodies).await;
-    let h = Harness::start(sqs.clone(), ddb.clone(), router, test_config(&url), None);
+    let h = Harness::start(
+        sqs.clone(),
+        ddb.clone(),
+        writes,
+        router,
+        test_config(&url),
+        None,
+    );
     wait_until(
         "20 stored and 3 dead-lettered",
         Duration::from_secs(60),
@@ -573,6 +587,7 @@ async fn sqs_fifo_groups_are_stored_in_order() {
         return;
     };
     let (sqs, ddb) = (stack.sqs(), stack.dynamodb());
+    let writes = stack.dynamodb_transport_at(&stack.dynamodb_url);
     let ts = chrono::Utc::now().timestamp_millis();
     let (router, table) = router_and_table(&ddb, ts, None).await;
     let url = create_queue(&sqs, true).await;
@@ -609,7 +624,7 @@ async fn sqs_fifo_groups_are_stored_in_order() {
     cfg.visibility_timeout = Duration::from_secs(30);
     cfg.heartbeat_margin = Duration::from_secs(10);
     let started = Instant::now();
-    let h = Harness::start(sqs.clone(), ddb.clone(), router, cfg, None);
+    let h = Harness::start(sqs.clone(), ddb.clone(), writes, router, cfg, None);
     let total = usize::try_from(10 * per_group).unwrap();
     wait_until(
         "all FIFO events stored",

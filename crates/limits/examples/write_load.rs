@@ -53,7 +53,14 @@ async fn main() {
         .load()
         .await;
     let client = aws_sdk_dynamodb::Client::new(&conf);
-    let (handle, task) = Writer::start(client, WriterConfig::default(), Arc::new(RejectMissing));
+    // Start-up: a bad endpoint is a usage error of this example.
+    let transport = tidemark_writer::HttpTransport::from_sdk(&conf).expect("a usable endpoint");
+    let (handle, task) = Writer::start(
+        client,
+        Arc::new(transport),
+        WriterConfig::default(),
+        Arc::new(RejectMissing),
+    );
     let stored = Arc::new(AtomicU64::new(0));
     let rejected = Arc::new(AtomicU64::new(0));
 
@@ -83,7 +90,7 @@ async fn main() {
             let sub = Submission {
                 table: table.clone(),
                 key: ItemKey { pk, sk },
-                item,
+                item: tidemark_schema::WireItem::encode(&item),
                 done: Box::new(move |o| match o {
                     WriteOutcome::Stored => {
                         s.fetch_add(1, Ordering::Relaxed);

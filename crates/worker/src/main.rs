@@ -1056,8 +1056,12 @@ async fn wire(config: &Config, sdk: &aws_config::SdkConfig) -> Result<Wiring> {
     if let Err(e) = manager.round(Utc::now(), RoundKind::Ensure, false).await {
         warn!(error = %e, "creating the current tables failed; they are created on first write");
     }
+    // Writes bypass the SDK's operation layer (see tidemark_writer::transport)
+    // but use the same region, credentials and endpoint.
+    let transport = tidemark_writer::HttpTransport::from_sdk(sdk)?;
     let (writer, writer_task) = Writer::start(
         dynamodb.clone(),
+        Arc::new(transport),
         config.writer.clone(),
         Arc::new(CreateMissingTables::new(manager.clone())),
     );

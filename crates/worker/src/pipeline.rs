@@ -124,7 +124,7 @@ impl Pipeline {
                     .submit(Submission {
                         table: routed.table,
                         key: routed.key,
-                        item: routed.item,
+                        item: tidemark_schema::WireItem::encode(&routed.item),
                         done,
                     })
                     .await?;

@@ -35,6 +35,7 @@ async fn a_write_to_a_missing_period_table_creates_it() {
     let manager = TableManager::new(ddb.clone(), policy);
     let (writer, task) = Writer::start(
         ddb.clone(),
+        stack.dynamodb_transport_at(&stack.dynamodb_url),
         WriterConfig::default(),
         Arc::new(CreateMissingTables::new(manager)),
     );
@@ -65,7 +66,7 @@ async fn a_write_to_a_missing_period_table_creates_it() {
         .submit(Submission {
             table: routed.table.clone(),
             key: routed.key.clone(),
-            item: routed.item.clone(),
+            item: tidemark_schema::WireItem::encode(&routed.item),
             done: Box::new(move |o| {
                 let _ = tx.send(o);
             }),
@@ -102,7 +103,7 @@ async fn a_write_to_a_missing_period_table_creates_it() {
                 pk: "p".into(),
                 sk: "s".into(),
             },
-            item: routed.item.clone(),
+            item: tidemark_schema::WireItem::encode(&routed.item),
             done: Box::new(move |o| {
                 let _ = tx.send(o);
             }),

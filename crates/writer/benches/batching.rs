@@ -1,6 +1,6 @@
 //! Batching and request building for 200-byte items: how many items per
 //! second one core can coalesce into 25-item batches and turn into
-//! BatchWriteItem PutRequests (the CPU work the writer adds per item).
+//! BatchWriteItem request bodies (the CPU work the writer adds per item).
 
 // Test code: a panic in a helper is a failed assertion (clippy.toml allows
 // this in #[test] functions only).
@@ -11,13 +11,13 @@ use std::time::Instant;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use tidemark_schema::size::{item_size, wcu_for_size};
-use tidemark_schema::{Item, ItemKey};
-use tidemark_writer::batch::{TableQueue, build_requests};
+use tidemark_schema::size::item_size;
+use tidemark_schema::{Item, ItemKey, WireItem};
+use tidemark_writer::batch::{TableQueue, request_body};
 
 const ITEMS: usize = 10_000;
 
-fn items() -> Vec<(ItemKey, Item)> {
+fn items() -> Vec<(ItemKey, WireItem)> {
     (0..ITEMS)
         .map(|i| {
             let key = ItemKey {
@@ -40,14 +40,14 @@ fn items() -> Vec<(ItemKey, Item)> {
                 "payload".into(),
                 AttributeValue::S("x".repeat(200 - used - 7)),
             );
-            (key, it)
+            (key, WireItem::encode(&it))
         })
         .collect()
 }
 
 fn bench(c: &mut Criterion) {
     let data = items();
-    assert_eq!(item_size(&data[0].1), 200);
+    assert_eq!(data[0].1.size(), 200);
     let mut g = c.benchmark_group("batching");
     g.throughput(Throughput::Elements(ITEMS as u64));
     g.bench_function("queue_batch_build_200B", |b| {
@@ -57,7 +57,7 @@ fn bench(c: &mut Criterion) {
                 let now = Instant::now();
                 let mut q: TableQueue<usize> = TableQueue::default();
                 for (i, (k, it)) in data.into_iter().enumerate() {
-                    let wcu = wcu_for_size(item_size(&it));
+                    let wcu = it.wcu();
                     q.push(k, it, wcu, i, now);
                 }
                 let mut requests = 0;
@@ -66,10 +66,10 @@ fn bench(c: &mut Criterion) {
                     if batch.is_empty() {
                         break;
                     }
-                    let reqs = build_requests(&batch).expect("items are set");
-                    requests += reqs.len();
+                    let body = request_body("events_2025-11-22", &batch);
+                    requests += batch.len();
                     q.release(batch.iter().map(|e| &e.key));
-                    black_box(reqs);
+                    black_box(body);
                 }
                 assert_eq!(requests, ITEMS);
             },

@@ -5,7 +5,7 @@
 //! - A key that is in flight is never sent again until that call ends, so a
 //!   newer value can never be overtaken by an older one still in flight.
 //! - A batch holds at most 25 distinct keys and at most 16 MB of request body
-//!   (estimated from the JSON wire encoding, which is what DynamoDB receives).
+//!   (counted on the items' JSON encoding, which is what DynamoDB receives).
 //! - Items returned for retry go back to the front, ahead of newer work.
 
 use std::collections::VecDeque;
@@ -16,9 +16,9 @@ use std::collections::VecDeque;
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::time::Instant;
 
-use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use tidemark_schema::size::{MAX_BATCH_BYTES, MAX_BATCH_ITEMS};
-use tidemark_schema::{Item, ItemKey};
+use tidemark_schema::wire::write_str;
+use tidemark_schema::{ItemKey, WireItem};
 
 /// One distinct key waiting to be written, with every token it carries.
 #[derive(Debug)]
@@ -26,8 +26,8 @@ pub struct Entry<T> {
     /// The item's primary key.
     pub key: ItemKey,
     /// The item to put (the latest submitted for this key).
-    pub item: Item,
-    /// Estimated bytes of this item in the request body.
+    pub item: WireItem,
+    /// Bytes of this item in the request body.
     pub wire_bytes: usize,
     /// Estimated WCU of one write of this item.
     pub wcu: u64,
@@ -94,11 +94,11 @@ impl<T> TableQueue<T> {
 
     /// Queues an item; if its key is already pending, the new item replaces
     /// the pending one and the token joins it.
-    pub fn push(&mut self, key: ItemKey, item: Item, wcu: u64, token: T, now: Instant) {
+    pub fn push(&mut self, key: ItemKey, item: WireItem, wcu: u64, token: T, now: Instant) {
         if let Some(id) = self.by_key.get(&key)
             && let Some(e) = self.entries.get_mut(id)
         {
-            e.wire_bytes = wire_size(&item);
+            e.wire_bytes = item.json().len();
             e.item = item;
             e.wcu = wcu;
             e.tokens.push(token);
@@ -107,7 +107,7 @@ impl<T> TableQueue<T> {
         let id = self.next_id;
         self.next_id += 1;
         let entry = Entry {
-            wire_bytes: wire_size(&item),
+            wire_bytes: item.json().len(),
             key: key.clone(),
             item,
             wcu,
@@ -217,69 +217,25 @@ impl<T> TableQueue<T> {
     }
 }
 
-/// The PutRequests of a batch, as BatchWriteItem takes them. Items are cloned:
-/// the batch keeps them for retries, since a failed call returns nothing.
-pub fn build_requests<T>(
-    batch: &[Entry<T>],
-) -> Result<Vec<WriteRequest>, aws_sdk_dynamodb::error::BuildError> {
-    batch
-        .iter()
-        .map(|e| {
-            PutRequest::builder()
-                .set_item(Some(e.item.clone()))
-                .build()
-                .map(|p| WriteRequest::builder().put_request(p).build())
-        })
-        .collect()
-}
-
-/// Bytes an item takes in a BatchWriteItem JSON body: an upper estimate of
-/// `{"name":{"S":"value"},...}` with JSON escaping and base64 binaries.
-pub fn wire_size(item: &Item) -> usize {
-    2 + item
-        .iter()
-        .map(|(k, v)| json_str_len(k) + 1 + value_wire_size(v) + 1)
-        .sum::<usize>()
-}
-
-fn value_wire_size(v: &AttributeValue) -> usize {
-    // `{"S":` ... `}`: 6 bytes of framing around the typed value.
-    const FRAME: usize = 8;
-    FRAME
-        + match v {
-            AttributeValue::S(s) => json_str_len(s),
-            AttributeValue::N(n) => n.len() + 2,
-            AttributeValue::B(b) => base64_len(b.as_ref().len()) + 2,
-            AttributeValue::Bool(_) | AttributeValue::Null(_) => 5,
-            AttributeValue::Ss(v) => 2 + v.iter().map(|s| json_str_len(s) + 1).sum::<usize>(),
-            AttributeValue::Ns(v) => 2 + v.iter().map(|n| n.len() + 3).sum::<usize>(),
-            AttributeValue::Bs(v) => {
-                2 + v
-                    .iter()
-                    .map(|b| base64_len(b.as_ref().len()) + 3)
-                    .sum::<usize>()
-            }
-            AttributeValue::L(l) => 2 + l.iter().map(|e| value_wire_size(e) + 1).sum::<usize>(),
-            AttributeValue::M(m) => wire_size(m),
-            // A variant from a newer SDK: its debug form errs on the large side.
-            other => format!("{other:?}").len() * 2,
+/// The BatchWriteItem request body of a batch for `table`, asking for the
+/// consumed capacity. The items' encoded bytes are copied in; the batch keeps
+/// its items (shared bytes) for a retry, since a failed call returns nothing.
+pub fn request_body<T>(table: &str, batch: &[Entry<T>]) -> Vec<u8> {
+    let items: usize = batch.iter().map(|e| e.wire_bytes + PER_ITEM_OVERHEAD).sum();
+    let mut out = Vec::with_capacity(REQUEST_OVERHEAD + table.len() + items);
+    out.extend_from_slice(b"{\"RequestItems\":{");
+    write_str(&mut out, table);
+    out.extend_from_slice(b":[");
+    for (i, e) in batch.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
         }
-}
-
-fn base64_len(n: usize) -> usize {
-    n.div_ceil(3) * 4
-}
-
-/// Length of a string once JSON-quoted and escaped.
-fn json_str_len(s: &str) -> usize {
-    2 + s
-        .bytes()
-        .map(|b| match b {
-            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
-            0..=0x1f => 6,
-            _ => 1,
-        })
-        .sum::<usize>()
+        out.extend_from_slice(b"{\"PutRequest\":{\"Item\":");
+        out.extend_from_slice(e.item.json());
+        out.extend_from_slice(b"}}");
+    }
+    out.extend_from_slice(b"]},\"ReturnConsumedCapacity\":\"TOTAL\"}");
+    out
 }
 
 #[cfg(test)]
@@ -287,6 +243,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use tidemark_schema::Item;
 
     fn key(i: usize) -> ItemKey {
         ItemKey {
@@ -295,12 +253,16 @@ mod tests {
         }
     }
 
-    fn item(i: usize, payload: &str) -> Item {
+    fn item(i: usize, payload: &str) -> WireItem {
         let mut it = Item::new();
         it.insert("pk".into(), AttributeValue::S(format!("p{i}")));
         it.insert("sk".into(), AttributeValue::S("s".into()));
         it.insert("v".into(), AttributeValue::S(payload.into()));
-        it
+        WireItem::encode(&it)
+    }
+
+    fn v(e: &Entry<impl Sized>) -> AttributeValue {
+        e.item.to_item().unwrap()["v"].clone()
     }
 
     #[test]
@@ -326,7 +288,7 @@ mod tests {
         let b = q.take_batch();
         assert_eq!(b.len(), 2);
         assert_eq!(b[0].tokens, vec!["a", "c"]);
-        assert_eq!(b[0].item["v"], AttributeValue::S("new".into()));
+        assert_eq!(v(&b[0]), AttributeValue::S("new".into()));
     }
 
     #[test]
@@ -343,7 +305,7 @@ mod tests {
         assert!(q.take_batch().is_empty(), "key 1 is in flight");
         q.release(first.iter().map(|e| &e.key));
         let third = q.take_batch();
-        assert_eq!(third[0].item["v"], AttributeValue::S("v2".into()));
+        assert_eq!(v(&third[0]), AttributeValue::S("v2".into()));
     }
 
     #[test]
@@ -363,7 +325,7 @@ mod tests {
         let keys: Vec<_> = next.iter().map(|e| e.key.pk.clone()).collect();
         assert_eq!(keys, vec!["p0", "p9", "p1"]);
         let one = &next[2];
-        assert_eq!(one.item["v"], AttributeValue::S("newer".into()));
+        assert_eq!(v(one), AttributeValue::S("newer".into()));
         assert_eq!(one.tokens, vec![1, 10]);
     }
 
@@ -392,15 +354,21 @@ mod tests {
     }
 
     #[test]
-    fn wire_size_matches_serialized_json_for_plain_items() {
-        let it = item(3, "hello \"world\"\n");
-        let json = format!(
-            "{{\"pk\":{{\"S\":\"p3\"}},\"sk\":{{\"S\":\"s\"}},\"v\":{{\"S\":{}}}}}",
-            serde_json::to_string("hello \"world\"\n").unwrap()
-        );
-        let est = wire_size(&it);
-        assert!(est >= json.len(), "{est} < {}", json.len());
-        assert!(est <= json.len() + 16, "{est} far above {}", json.len());
+    fn request_body_is_the_json_dynamodb_takes() {
+        let now = Instant::now();
+        let mut q = TableQueue::default();
+        q.push(key(1), item(1, "a \"b\""), 1, 1, now);
+        q.push(key(2), item(2, "c"), 1, 2, now);
+        let b = q.take_batch();
+        let body = request_body("t\"1", &b);
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["ReturnConsumedCapacity"], "TOTAL");
+        let reqs = v["RequestItems"]["t\"1"].as_array().unwrap();
+        assert_eq!(reqs.len(), 2);
+        assert_eq!(reqs[0]["PutRequest"]["Item"]["v"]["S"], "a \"b\"");
+        assert_eq!(reqs[1]["PutRequest"]["Item"]["pk"]["S"], "p2");
+        let framing: usize = b.iter().map(|e| e.wire_bytes + PER_ITEM_OVERHEAD).sum();
+        assert!(body.len() <= REQUEST_OVERHEAD + framing);
     }
 
     #[test]

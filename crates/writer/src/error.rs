@@ -1,7 +1,6 @@
 //! The writer's error type, and the one place DynamoDB errors are classified.
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
-use aws_sdk_dynamodb::operation::batch_write_item::BatchWriteItemError;
 use aws_sdk_dynamodb::operation::describe_table::DescribeTableError;
 
 /// Why the writer stopped or refused a submission.
@@ -134,28 +133,32 @@ fn classify_sdk<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'sta
     }
 }
 
-/// Classifies a BatchWriteItem failure.
-pub(crate) fn classify_batch(
-    err: &SdkError<BatchWriteItemError, aws_smithy_runtime_api::http::Response>,
-) -> ErrorClass {
-    // Modeled errors built without metadata (as mocks do) still classify.
-    classify_sdk(err, |e| match e {
-        BatchWriteItemError::ProvisionedThroughputExceededException(_) => {
-            Some("ProvisionedThroughputExceededException")
+/// Classifies a BatchWriteItem answer that is not HTTP 200 from its status
+/// and JSON body (`{"__type":"...#Code","message":"..."}`, as DynamoDB sends
+/// errors; some services spell it `Message`).
+pub(crate) fn classify_raw(status: u16, body: &[u8]) -> ErrorClass {
+    #[derive(serde::Deserialize)]
+    struct Body {
+        #[serde(rename = "__type")]
+        kind: Option<String>,
+        #[serde(alias = "Message")]
+        message: Option<String>,
+    }
+    let parsed: Option<Body> = serde_json::from_slice(body).ok();
+    let code = parsed
+        .as_ref()
+        .and_then(|b| b.kind.as_deref())
+        .map(|t| t.rsplit('#').next().unwrap_or(t));
+    let message = parsed.as_ref().and_then(|b| b.message.as_deref());
+    let fallback;
+    let message = match (code, message) {
+        (None, None) => {
+            fallback = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
+            Some(fallback.as_str())
         }
-        BatchWriteItemError::ThrottlingException(_) => Some("ThrottlingException"),
-        BatchWriteItemError::RequestLimitExceeded(_) => Some("RequestLimitExceeded"),
-        BatchWriteItemError::InternalServerError(_) => Some("InternalServerError"),
-        BatchWriteItemError::ReplicatedWriteConflictException(_) => {
-            Some("ReplicatedWriteConflictException")
-        }
-        BatchWriteItemError::InvalidEndpointException(_) => Some("InvalidEndpointException"),
-        BatchWriteItemError::ResourceNotFoundException(_) => Some("ResourceNotFoundException"),
-        BatchWriteItemError::ItemCollectionSizeLimitExceededException(_) => {
-            Some("ItemCollectionSizeLimitExceededException")
-        }
-        _ => None,
-    })
+        _ => message,
+    };
+    classify_code(code, message, Some(status))
 }
 
 /// Classifies a DescribeTable failure.
@@ -200,5 +203,38 @@ mod tests {
         ));
         assert!(matches!(c("InternalServerError"), ErrorClass::Transient(_)));
         assert_eq!(classify_code(None, None, Some(429)), ErrorClass::Throttled);
+    }
+
+    #[test]
+    fn raw_answers_classify_by_type_and_status() {
+        let throttled = br#"{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException","message":"slow"}"#;
+        assert_eq!(classify_raw(400, throttled), ErrorClass::Throttled);
+        assert_eq!(
+            classify_raw(
+                400,
+                br#"{"__type":"com.amazon.coral.validate#ValidationException","Message":"bad item"}"#
+            ),
+            ErrorClass::Invalid("bad item".into())
+        );
+        assert_eq!(
+            classify_raw(
+                400,
+                br#"{"__type":"x#ResourceNotFoundException","message":"gone"}"#
+            ),
+            ErrorClass::TableMissing("gone".into())
+        );
+        assert!(matches!(
+            classify_raw(400, br#"{"__type":"x#AccessDeniedException","message":"no"}"#),
+            ErrorClass::Fatal { code, message } if code == "AccessDeniedException" && message == "no"
+        ));
+        // A proxy's HTML error page: the status decides, the text is kept.
+        assert!(matches!(
+            classify_raw(502, b"<html>bad gateway</html>"),
+            ErrorClass::Transient(m) if m.contains("bad gateway")
+        ));
+        assert!(matches!(
+            classify_raw(403, b"denied"),
+            ErrorClass::Fatal { code, .. } if code == "HTTP 403"
+        ));
     }
 }

@@ -12,6 +12,10 @@
 //! - [`rate`]: the pure rate control law (token-bucket pacing, AIMD, adaptive
 //!   concurrency), tested by deterministic simulation.
 //! - [`error`]: [`WriterError`], and the one place DynamoDB errors are classified.
+//! - [`transport`]: [`Transport`] and [`HttpTransport`]: one BatchWriteItem
+//!   body to DynamoDB as a SigV4-signed POST on the SDK's HTTP connector.
+//! - `response` (private): reads a successful answer (consumed capacity,
+//!   keys of unprocessed items).
 //! - [`stats`]: [`WriterStats`] and the metric names.
 //!
 //! Guarantees:
@@ -37,13 +41,16 @@ pub mod batch;
 pub mod config;
 pub mod error;
 pub mod rate;
+mod response;
 pub mod stats;
 mod table;
+pub mod transport;
 pub mod writer;
 
 pub use config::WriterConfig;
 pub use error::WriterError;
 pub use stats::WriterStats;
+pub use transport::{HttpSettings, HttpTransport, RawResponse, Transport, TransportError};
 pub use writer::{
     Completion, MissingTableAction, MissingTableHandler, RejectMissing, Submission, WriteOutcome,
     Writer, WriterHandle,

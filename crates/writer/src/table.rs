@@ -7,32 +7,28 @@ use std::sync::Arc;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
-use aws_sdk_dynamodb::operation::batch_write_item::{BatchWriteItemError, BatchWriteItemOutput};
 use aws_sdk_dynamodb::operation::describe_table::{DescribeTableError, DescribeTableOutput};
-use aws_sdk_dynamodb::types::{
-    AttributeValue, BillingMode, ReturnConsumedCapacity, TableDescription,
-};
+use aws_sdk_dynamodb::types::{BillingMode, TableDescription};
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
-use tidemark_schema::{Item, ItemKey, Reason};
+use tidemark_schema::{ItemKey, Reason, WireItem};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::batch::{Entry, TableQueue};
 use crate::config::WriterConfig;
-use crate::error::{ErrorClass, WriterError, classify_batch, classify_describe};
+use crate::error::{ErrorClass, WriterError, classify_describe, classify_raw};
 use crate::rate::{Admit, CallFeedback, Capacity, RateController, RateParams};
+use crate::response::{self, BatchAnswer};
 use crate::stats::{SharedStats, TableStats};
+use crate::transport::{RawResponse, Transport, TransportError};
 use crate::writer::{MissingTableAction, MissingTableHandler, Token, WriteOutcome};
 
 type HttpResponse = aws_smithy_runtime_api::http::Response;
 type Batch = Vec<Entry<Token>>;
-type CallResult = Result<
-    Result<BatchWriteItemOutput, SdkError<BatchWriteItemError, HttpResponse>>,
-    tokio::time::error::Elapsed,
->;
+type CallResult = Result<Result<RawResponse, TransportError>, tokio::time::error::Elapsed>;
 type DescribeResult = Result<
     Result<DescribeTableOutput, SdkError<DescribeTableError, HttpResponse>>,
     tokio::time::error::Elapsed,
@@ -43,7 +39,7 @@ type DescribeResult = Result<
 pub(crate) enum TableMsg {
     Item {
         key: ItemKey,
-        item: Item,
+        item: WireItem,
         wcu: u64,
         token: Token,
     },
@@ -64,6 +60,7 @@ enum Event {
 pub(crate) struct TableTask {
     table: String,
     client: Client,
+    transport: Arc<dyn Transport>,
     cfg: Arc<WriterConfig>,
     missing: Arc<dyn MissingTableHandler>,
     rx: mpsc::UnboundedReceiver<TableMsg>,
@@ -94,6 +91,7 @@ impl TableTask {
     pub(crate) fn new(
         table: String,
         client: Client,
+        transport: Arc<dyn Transport>,
         cfg: Arc<WriterConfig>,
         missing: Arc<dyn MissingTableHandler>,
         shared: Arc<SharedStats>,
@@ -112,6 +110,7 @@ impl TableTask {
             backoff: backoff_schedule(&cfg),
             table,
             client,
+            transport,
             missing,
             rx,
             rx_open: true,
@@ -252,19 +251,10 @@ impl TableTask {
 
     fn send(&mut self, batch: Batch, isolated: bool, now: Instant) -> Result<(), WriterError> {
         let wcu: u64 = batch.iter().map(|e| e.wcu).sum();
-        let requests = crate::batch::build_requests(&batch).map_err(|e| WriterError::Fatal {
-            table: self.table.clone(),
-            code: "RequestBuild".into(),
-            message: e.to_string(),
-        })?;
+        let body = crate::batch::request_body(&self.table, &batch);
         self.ctl.on_send(wcu as f64, now.into_std());
         self.calls_in_flight += 1;
-        let call = self
-            .client
-            .batch_write_item()
-            .request_items(self.table.clone(), requests)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send();
+        let call = self.transport.batch_write_item(body.into());
         let timeout = self.cfg.call_timeout;
         self.events.push(
             async move {
@@ -365,15 +355,32 @@ impl TableTask {
         };
         let class = match result {
             Err(_) => ErrorClass::Transient("call timed out".into()),
-            Ok(Ok(out)) => {
-                // Unprocessed items of a bisected half rejoin the normal
-                // queue: the half was valid, so they cannot poison a batch.
-                self.on_output(batch, &out, &mut fb, now);
-                self.ctl.on_result(fb, now.into_std());
-                self.stats.rate(self.ctl.rate());
-                return Ok(());
+            Ok(Ok(resp)) if resp.status == 200 => {
+                match response::parse(
+                    &resp.body,
+                    &self.table,
+                    &self.cfg.pk_attribute,
+                    &self.cfg.sk_attribute,
+                ) {
+                    Ok(answer) => {
+                        // Unprocessed items of a bisected half rejoin the normal
+                        // queue: the half was valid, so they cannot poison a batch.
+                        self.on_output(batch, answer, &mut fb, now);
+                        self.ctl.on_result(fb, now.into_std());
+                        self.stats.rate(self.ctl.rate());
+                        return Ok(());
+                    }
+                    // What was stored is unknown: send it all again (puts
+                    // are idempotent); never acknowledge what was not confirmed.
+                    Err(msg) => ErrorClass::Transient(msg),
+                }
             }
-            Ok(Err(e)) => classify_batch(&e),
+            Ok(Ok(resp)) => classify_raw(resp.status, &resp.body),
+            Ok(Err(TransportError::Unavailable(msg))) => ErrorClass::Transient(msg),
+            Ok(Err(TransportError::Invalid(msg))) => ErrorClass::Fatal {
+                code: "RequestBuild".into(),
+                message: msg,
+            },
         };
         match class {
             ErrorClass::Throttled => {
@@ -414,40 +421,18 @@ impl TableTask {
     fn on_output(
         &mut self,
         batch: Batch,
-        out: &BatchWriteItemOutput,
+        answer: BatchAnswer,
         fb: &mut CallFeedback,
         now: Instant,
     ) {
-        let reported: Option<f64> = {
-            let units: Vec<f64> = out
-                .consumed_capacity()
-                .iter()
-                .filter(|c| c.table_name().is_none_or(|t| t == self.table))
-                .filter_map(|c| c.capacity_units())
-                .collect();
-            (!units.is_empty()).then(|| units.iter().sum())
-        };
-        if let Some(wcu) = reported {
+        if let Some(wcu) = answer.consumed {
             self.stats.consumed(wcu);
         }
-        let unprocessed: Vec<&Item> = out
-            .unprocessed_items()
-            .and_then(|m| m.get(&self.table))
-            .map(|reqs| {
-                reqs.iter()
-                    .filter_map(|r| r.put_request().map(|p| p.item()))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let (stored, again) = if unprocessed.is_empty() {
+        let unprocessed = answer.unprocessed.len();
+        let (stored, again) = if unprocessed == 0 {
             (batch, Vec::new())
         } else {
-            match split_unprocessed(
-                batch,
-                &unprocessed,
-                &self.cfg.pk_attribute,
-                &self.cfg.sk_attribute,
-            ) {
+            match split_unprocessed(batch, &answer.unprocessed) {
                 Ok(split) => split,
                 // Cannot tell which were written: send them all again (puts
                 // are idempotent); never acknowledge what was not confirmed.
@@ -457,10 +442,10 @@ impl TableTask {
         let stored_wcu: u64 = stored.iter().map(|e| e.wcu).sum();
         // Some emulators report 1 unit per call; never feed the controller
         // less than the stored items' own cost.
-        fb.consumed_wcu = reported.unwrap_or(0.0).max(stored_wcu as f64);
+        fb.consumed_wcu = answer.consumed.unwrap_or(0.0).max(stored_wcu as f64);
         if !again.is_empty() {
             fb.throttled = true;
-            self.stats.throttled(unprocessed.len() as u64);
+            self.stats.throttled(unprocessed as u64);
             self.retry(again, false, now);
         } else if self.backoff_used {
             self.backoff = backoff_schedule(&self.cfg);
@@ -564,35 +549,20 @@ fn backoff_schedule(cfg: &WriterConfig) -> ExponentialBackoff {
         .build()
 }
 
-fn key_of<'a>(
-    item: &'a Item,
-    pk: &str,
-    sk: &str,
-) -> (Option<&'a AttributeValue>, Option<&'a AttributeValue>) {
-    (item.get(pk), item.get(sk))
-}
-
-/// Splits a batch into (stored, unprocessed) by matching the returned items
-/// to entries on their key attributes (or whole item). `Err(batch)` if any
-/// returned item matches nothing.
+/// Splits a batch into (stored, unprocessed) by matching the returned keys
+/// to entries. `Err(batch)` if any returned key is unreadable or matches
+/// nothing.
 fn split_unprocessed(
     batch: Batch,
-    unprocessed: &[&Item],
-    pk: &str,
-    sk: &str,
+    unprocessed: &[Option<ItemKey>],
 ) -> Result<(Batch, Batch), Batch> {
     let mut again_idx = vec![false; batch.len()];
     for u in unprocessed {
-        let uk = key_of(u, pk, sk);
-        let found = batch
-            .iter()
-            .enumerate()
-            .position(|(i, e)| !again_idx[i] && uk.0.is_some() && key_of(&e.item, pk, sk) == uk);
-        let found = found.or_else(|| {
+        let found = u.as_ref().and_then(|k| {
             batch
                 .iter()
                 .enumerate()
-                .position(|(i, e)| !again_idx[i] && &e.item == *u)
+                .position(|(i, e)| !again_idx[i] && e.key == *k)
         });
         match found {
             Some(i) => again_idx[i] = true,

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
 use futures::future::BoxFuture;
-use tidemark_schema::size::{MAX_ITEM_BYTES, item_size, wcu_for_size};
-use tidemark_schema::{Item, ItemKey, Reason};
+use tidemark_schema::size::MAX_ITEM_BYTES;
+use tidemark_schema::{ItemKey, Reason, WireItem};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
 
@@ -17,6 +17,7 @@ use crate::config::WriterConfig;
 use crate::error::WriterError;
 use crate::stats::{SharedStats, WriterStats};
 use crate::table::{TableMsg, TableTask};
+use crate::transport::Transport;
 
 /// Called exactly once per accepted submission, after DynamoDB confirmed the
 /// write or the item was rejected for good.
@@ -43,8 +44,8 @@ pub struct Submission {
     pub table: String,
     /// The item's primary key values (used to coalesce duplicates).
     pub key: ItemKey,
-    /// The item, key attributes included.
-    pub item: Item,
+    /// The item, key attributes included, encoded once (see [`WireItem`]).
+    pub item: WireItem,
     /// The acknowledgement.
     pub done: Completion,
 }
@@ -54,7 +55,7 @@ impl fmt::Debug for Submission {
         f.debug_struct("Submission")
             .field("table", &self.table)
             .field("key", &self.key)
-            .field("attributes", &self.item.len())
+            .field("bytes", &self.item.json().len())
             .finish_non_exhaustive()
     }
 }
@@ -113,7 +114,7 @@ enum Msg {
     Submit {
         table: String,
         key: ItemKey,
-        item: Item,
+        item: WireItem,
         wcu: u64,
         done: Completion,
         permits: Permits,
@@ -127,12 +128,15 @@ enum Msg {
 pub struct Writer;
 
 impl Writer {
-    /// Starts the writer. The client's own retries are switched off (see
-    /// below); the returned task ends `Ok(())` after [`WriterHandle::close`]
-    /// (or when every handle is dropped) once everything submitted is
-    /// completed, or `Err` on a fatal error.
+    /// Starts the writer. Writes go through `transport` (in production an
+    /// [`HttpTransport`](crate::HttpTransport)); `client` serves only
+    /// DescribeTable, with its own retries switched off (see below). The
+    /// returned task ends `Ok(())` after [`WriterHandle::close`] (or when
+    /// every handle is dropped) once everything submitted is completed, or
+    /// `Err` on a fatal error.
     pub fn start(
         client: Client,
+        transport: Arc<dyn Transport>,
         config: WriterConfig,
         missing: Arc<dyn MissingTableHandler>,
     ) -> (WriterHandle, JoinHandle<Result<(), WriterError>>) {
@@ -169,6 +173,7 @@ impl Writer {
             }
             let d = Dispatcher {
                 client,
+                transport,
                 config: Arc::new(config),
                 missing,
                 stats,
@@ -210,7 +215,7 @@ impl WriterHandle {
         if self.tx.is_closed() {
             return Err(WriterError::Closed);
         }
-        let size = item_size(&s.item);
+        let size = s.item.size();
         if size > MAX_ITEM_BYTES {
             crate::stats::dead_letter(&self.stats, Reason::ItemTooLarge, 1);
             (s.done)(WriteOutcome::Rejected {
@@ -238,7 +243,7 @@ impl WriterHandle {
             .send(Msg::Submit {
                 table: s.table,
                 key: s.key,
-                wcu: wcu_for_size(size),
+                wcu: s.item.wcu(),
                 item: s.item,
                 done: s.done,
                 permits: Permits {
@@ -278,6 +283,7 @@ impl WriterHandle {
 
 struct Dispatcher {
     client: Client,
+    transport: Arc<dyn Transport>,
     config: Arc<WriterConfig>,
     missing: Arc<dyn MissingTableHandler>,
     stats: Arc<SharedStats>,
@@ -306,6 +312,7 @@ impl Dispatcher {
                             let task = TableTask::new(
                                 table.clone(),
                                 self.client.clone(),
+                                self.transport.clone(),
                                 self.config.clone(),
                                 self.missing.clone(),
                                 self.stats.clone(),

@@ -100,7 +100,12 @@ async fn ten_thousand_items_across_three_tables_are_all_stored() {
         create_table(&c, t).await;
     }
 
-    let (h, task) = Writer::start(c.clone(), WriterConfig::default(), Arc::new(RejectMissing));
+    let (h, task) = Writer::start(
+        c.clone(),
+        stack.dynamodb_transport_at(&ep),
+        WriterConfig::default(),
+        Arc::new(RejectMissing),
+    );
     let stored = Arc::new(AtomicU64::new(0));
     let started = std::time::Instant::now();
     let mut expected: Vec<HashSet<(String, String)>> = vec![HashSet::new(); TABLES];
@@ -119,7 +124,7 @@ async fn ten_thousand_items_across_three_tables_are_all_stored() {
         h.submit(Submission {
             table: tables[t].clone(),
             key,
-            item,
+            item: tidemark_schema::WireItem::encode(&item),
             done: Box::new(move |o| {
                 assert_eq!(o, WriteOutcome::Stored);
                 stored.fetch_add(1, Ordering::Relaxed);

@@ -12,20 +12,19 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::operation::batch_write_item::BatchWriteItemOutput;
 use aws_sdk_dynamodb::operation::describe_table::DescribeTableOutput;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, BillingMode, BillingModeSummary, ConsumedCapacity,
-    ProvisionedThroughputDescription, PutRequest, TableDescription, WriteRequest,
+    AttributeValue, BillingMode, BillingModeSummary, ProvisionedThroughputDescription,
+    TableDescription,
 };
-use aws_smithy_mocks::{MockResponse, RuleMode, mock, mock_client};
-use aws_smithy_runtime_api::http::{Response as HttpResponse, StatusCode};
-use aws_smithy_types::body::SdkBody;
+use aws_smithy_mocks::{RuleMode, mock, mock_client};
+use bytes::Bytes;
 use futures::future::BoxFuture;
-use tidemark_schema::{Item, ItemKey, Reason};
+use tidemark_schema::wire::decode_map;
+use tidemark_schema::{Item, ItemKey, Reason, WireItem};
 use tidemark_writer::{
-    MissingTableAction, MissingTableHandler, RejectMissing, Submission, WriteOutcome, Writer,
-    WriterConfig, WriterError, WriterHandle,
+    MissingTableAction, MissingTableHandler, RawResponse, RejectMissing, Submission, Transport,
+    TransportError, WriteOutcome, Writer, WriterConfig, WriterError, WriterHandle,
 };
 use tokio::sync::mpsc;
 
@@ -61,10 +60,13 @@ struct State {
 #[derive(Clone, Default)]
 struct Fake(Arc<Mutex<State>>);
 
-fn raw(status: u16, type_: &str, message: &str) -> HttpResponse {
+fn raw(status: u16, type_: &str, message: &str) -> RawResponse {
     let body =
         format!(r#"{{"__type":"com.amazonaws.dynamodb.v20120810#{type_}","message":"{message}"}}"#);
-    HttpResponse::new(StatusCode::try_from(status).unwrap(), SdkBody::from(body))
+    RawResponse {
+        status,
+        body: body.into(),
+    }
 }
 
 fn s(item: &Item, k: &str) -> String {
@@ -74,84 +76,94 @@ fn s(item: &Item, k: &str) -> String {
     }
 }
 
+/// The fake's BatchWriteItem: reads the JSON body the writer built, and
+/// answers in DynamoDB's JSON.
+impl Transport for Fake {
+    fn batch_write_item(
+        &self,
+        body: Bytes,
+    ) -> BoxFuture<'static, Result<RawResponse, TransportError>> {
+        let answer = self.write(&body);
+        Box::pin(async move { Ok(answer) })
+    }
+}
+
 impl Fake {
-    fn client(&self, on_demand: bool) -> Client {
-        let st = self.clone();
-        let write = mock!(Client::batch_write_item).then_compute_response(move |req| {
-            let mut g = st.0.lock().unwrap();
-            let (table, reqs) = req.request_items().unwrap().iter().next().unwrap();
-            let items: Vec<Item> = reqs
-                .iter()
-                .map(|r| r.put_request().unwrap().item().clone())
-                .collect();
-            g.calls
-                .push((table.clone(), items.iter().map(|i| s(i, "pk")).collect()));
-            assert!(items.len() <= 25, "a call of {} items", items.len());
-            if g.missing.contains(table) {
-                return MockResponse::Http(raw(
-                    400,
-                    "ResourceNotFoundException",
-                    "Requested resource not found",
-                ));
-            }
-            if g.throttle_all || g.throttle_tables.contains(table) {
-                return MockResponse::Http(raw(
-                    400,
-                    "ProvisionedThroughputExceededException",
-                    "slow down",
-                ));
-            }
-            if let Some(p) = &g.poison_attr
-                && items.iter().any(|i| i.contains_key(p))
-            {
-                return MockResponse::Http(raw(
-                    400,
-                    "ValidationException",
-                    "One or more parameter values were invalid: poisoned",
-                ));
-            }
-            let mut unprocessed = Vec::new();
-            match g.script.pop_front() {
-                Some(Fault::Throttle) => {
-                    return MockResponse::Http(raw(
-                        400,
-                        "ProvisionedThroughputExceededException",
-                        "slow down",
-                    ));
-                }
-                Some(Fault::ServerError) => {
-                    return MockResponse::Http(raw(500, "InternalServerError", "oops"));
-                }
-                Some(Fault::Fatal(code)) => return MockResponse::Http(raw(400, code, "no")),
-                Some(Fault::Unprocessed(keys)) => unprocessed = keys,
-                None => {}
-            }
-            let mut back = Vec::new();
-            let mut wcu = 0.0;
-            for it in items {
-                if unprocessed.contains(&s(&it, "pk")) {
-                    back.push(
-                        WriteRequest::builder()
-                            .put_request(PutRequest::builder().set_item(Some(it)).build().unwrap())
-                            .build(),
-                    );
-                } else {
-                    wcu += 1.0;
-                    g.store
-                        .insert((table.clone(), s(&it, "pk"), s(&it, "sk")), it);
-                }
-            }
-            let mut out = BatchWriteItemOutput::builder().consumed_capacity(
-                ConsumedCapacity::builder()
-                    .table_name(table.clone())
-                    .capacity_units(wcu)
-                    .build(),
+    fn write(&self, body: &[u8]) -> RawResponse {
+        let req: serde_json::Value = serde_json::from_slice(body).unwrap();
+        assert_eq!(req["ReturnConsumedCapacity"], "TOTAL");
+        let (table, reqs) = req["RequestItems"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .next()
+            .unwrap();
+        let items: Vec<Item> = reqs
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| decode_map(&r["PutRequest"]["Item"]).unwrap())
+            .collect();
+        let mut g = self.0.lock().unwrap();
+        g.calls
+            .push((table.clone(), items.iter().map(|i| s(i, "pk")).collect()));
+        assert!(items.len() <= 25, "a call of {} items", items.len());
+        if g.missing.contains(table) {
+            return raw(
+                400,
+                "ResourceNotFoundException",
+                "Requested resource not found",
             );
-            if !back.is_empty() {
-                out = out.unprocessed_items(table.clone(), back);
+        }
+        if g.throttle_all || g.throttle_tables.contains(table) {
+            return raw(400, "ProvisionedThroughputExceededException", "slow down");
+        }
+        if let Some(p) = &g.poison_attr
+            && items.iter().any(|i| i.contains_key(p))
+        {
+            return raw(
+                400,
+                "ValidationException",
+                "One or more parameter values were invalid: poisoned",
+            );
+        }
+        let mut unprocessed = Vec::new();
+        match g.script.pop_front() {
+            Some(Fault::Throttle) => {
+                return raw(400, "ProvisionedThroughputExceededException", "slow down");
             }
-            MockResponse::Output(out.build())
+            Some(Fault::ServerError) => return raw(500, "InternalServerError", "oops"),
+            Some(Fault::Fatal(code)) => return raw(400, code, "no"),
+            Some(Fault::Unprocessed(keys)) => unprocessed = keys,
+            None => {}
+        }
+        let mut back = Vec::new();
+        let mut wcu = 0.0;
+        for it in items {
+            if unprocessed.contains(&s(&it, "pk")) {
+                let json: serde_json::Value =
+                    serde_json::from_slice(WireItem::encode(&it).json()).unwrap();
+                back.push(serde_json::json!({"PutRequest": {"Item": json}}));
+            } else {
+                wcu += 1.0;
+                g.store
+                    .insert((table.clone(), s(&it, "pk"), s(&it, "sk")), it);
+            }
+        }
+        let mut out = serde_json::json!({
+            "UnprocessedItems": {},
+            "ConsumedCapacity": [{"TableName": table, "CapacityUnits": wcu}],
         });
+        if !back.is_empty() {
+            out["UnprocessedItems"][table] = serde_json::Value::Array(back);
+        }
+        RawResponse {
+            status: 200,
+            body: serde_json::to_vec(&out).unwrap().into(),
+        }
+    }
+
+    fn client(&self, on_demand: bool) -> Client {
         let describe = mock!(Client::describe_table).then_compute_output(move |req| {
             let mut t = TableDescription::builder().table_name(req.table_name().unwrap());
             t = if on_demand {
@@ -170,7 +182,7 @@ impl Fake {
             };
             DescribeTableOutput::builder().table(t.build()).build()
         });
-        mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&write, &describe])
+        mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&describe])
     }
 
     fn script(&self, f: Fault) {
@@ -218,7 +230,7 @@ async fn submit(
             pk: pk.clone(),
             sk: "s".into(),
         },
-        item: it,
+        item: WireItem::encode(&it),
         done: Box::new(move |o| {
             if o == WriteOutcome::Stored {
                 assert!(
@@ -254,7 +266,12 @@ fn start(
     WriterHandle,
     tokio::task::JoinHandle<Result<(), WriterError>>,
 ) {
-    Writer::start(fake.client(false), cfg, Arc::new(RejectMissing))
+    Writer::start(
+        fake.client(false),
+        Arc::new(fake.clone()),
+        cfg,
+        Arc::new(RejectMissing),
+    )
 }
 
 #[tokio::test(start_paused = true)]
@@ -606,6 +623,7 @@ async fn missing_table_handler_can_create_and_retry() {
     let asked = Arc::new(AtomicUsize::new(0));
     let (h, task) = Writer::start(
         fake.client(false),
+        Arc::new(fake.clone()),
         config(),
         Arc::new(CreateOnMissing(fake.clone(), asked.clone())),
     );
@@ -673,7 +691,12 @@ async fn access_denied_is_fatal_and_completes_nothing() {
 #[tokio::test(start_paused = true)]
 async fn close_writes_everything_then_ends_ok() {
     let fake = Fake::default();
-    let (h, task) = Writer::start(fake.client(true), config(), Arc::new(RejectMissing));
+    let (h, task) = Writer::start(
+        fake.client(true),
+        Arc::new(fake.clone()),
+        config(),
+        Arc::new(RejectMissing),
+    );
     let (tx, mut rx) = mpsc::unbounded_channel();
     for i in 0..40 {
         submit(
