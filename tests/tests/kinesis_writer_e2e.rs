@@ -98,7 +98,8 @@ fn spawn_pipeline(
                             .submit(Submission {
                                 table: routed.table,
                                 key: routed.key,
-                                item: routed.item,
+                                // TODO(lead): Submission.item becomes WireItem
+                                item: routed.item.to_item().unwrap(),
                                 done: Box::new(move |outcome| {
                                     let mut o = out2.lock().unwrap();
                                     match outcome {

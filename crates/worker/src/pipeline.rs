@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use tidemark_consumer::record::Record;
+use tidemark_schema::Reason;
 use tidemark_schema::route::Router;
 use tidemark_writer::{Submission, WriteOutcome, WriterError, WriterHandle};
 use tokio::sync::mpsc;
@@ -109,8 +110,18 @@ impl Pipeline {
             self.dead_letters.send(entry, Some(ack));
             return Ok(false);
         }
-        match self.router.route(&data, &origin, now) {
-            Ok(routed) => {
+        // TODO(lead): Submission.item becomes WireItem; until then the encoded
+        // item is decoded back (it always decodes: the router wrote it).
+        let routed = self
+            .router
+            .route(&data, &origin, now)
+            .map_err(|e| (e.reason(), e.to_string()))
+            .and_then(|r| match r.item.to_item() {
+                Ok(item) => Ok((r.table, r.key, item)),
+                Err(e) => Err((Reason::InvalidField, e.to_string())),
+            });
+        match routed {
+            Ok((table, key, item)) => {
                 let dead_letters = self.dead_letters.clone();
                 let clock = self.clock.clone();
                 let done = Box::new(move |outcome: WriteOutcome| match outcome {
@@ -122,16 +133,16 @@ impl Pipeline {
                 });
                 self.writer
                     .submit(Submission {
-                        table: routed.table,
-                        key: routed.key,
-                        item: routed.item,
+                        table,
+                        key,
+                        item,
                         done,
                     })
                     .await?;
                 Ok(true)
             }
-            Err(e) => {
-                let entry = DeadLetter::new(origin, e.reason(), e.to_string(), &data, now);
+            Err((reason, message)) => {
+                let entry = DeadLetter::new(origin, reason, message, &data, now);
                 self.dead_letters.send(entry, Some(ack));
                 Ok(false)
             }

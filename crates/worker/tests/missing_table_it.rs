@@ -51,6 +51,7 @@ async fn a_write_to_a_missing_period_table_creates_it() {
         index: 0,
     };
     let routed = router.route(event.as_bytes(), &origin, Utc::now()).unwrap();
+    let item = routed.item.to_item().unwrap();
     assert!(
         ddb.describe_table()
             .table_name(&routed.table)
@@ -65,7 +66,8 @@ async fn a_write_to_a_missing_period_table_creates_it() {
         .submit(Submission {
             table: routed.table.clone(),
             key: routed.key.clone(),
-            item: routed.item.clone(),
+            // TODO(lead): Submission.item becomes WireItem
+            item: item.clone(),
             done: Box::new(move |o| {
                 let _ = tx.send(o);
             }),
@@ -91,7 +93,7 @@ async fn a_write_to_a_missing_period_table_creates_it() {
         .send()
         .await
         .unwrap();
-    assert_eq!(got.item(), Some(&routed.item));
+    assert_eq!(got.item(), Some(&item));
 
     // A table that is not one of ours is refused with a reason.
     let (tx, rx) = oneshot::channel();
@@ -102,7 +104,8 @@ async fn a_write_to_a_missing_period_table_creates_it() {
                 pk: "p".into(),
                 sk: "s".into(),
             },
-            item: routed.item.clone(),
+            // TODO(lead): Submission.item becomes WireItem
+            item: item.clone(),
             done: Box::new(move |o| {
                 let _ = tx.send(o);
             }),
