@@ -4,8 +4,9 @@
 //!
 //! Invariants:
 //! - `route` never panics;
-//! - an Ok item is at most 400 KB by the schema's size rules, costs
-//!   `ceil(size / 1 KB)` WCU, holds every key and fixed attribute with the
+//! - an Ok item is valid DynamoDB JSON whose size (summed by the router as
+//!   it encoded) is its size by the schema's rules; it is at most 400 KB,
+//!   costs `ceil(size / 1 KB)` WCU, holds every key and fixed attribute with the
 //!   values of `Routed`, and its key is what the strategy computes and fits
 //!   DynamoDB's key limits; its table parses back to the event's period;
 //! - routing the same input twice gives the same result (determinism);
@@ -133,16 +134,23 @@ fn depth(v: &AttributeValue) -> usize {
     }
 }
 
-fn check_ok(router: &Router, r: &Routed) {
+/// Checks a routed record; returns its item, decoded from its DynamoDB JSON.
+fn check_ok(router: &Router, r: &Routed) -> Item {
     let cfg = router.config();
-    let size = size::item_size(&r.item);
+    let item = r
+        .item
+        .to_item()
+        .expect("a routed item is valid DynamoDB JSON");
+    let size = size::item_size(&item);
+    // The size the router summed while encoding is the size of what it wrote.
+    assert_eq!(r.item.size(), size, "encoded size differs from the item's");
     assert!(
         size <= size::MAX_ITEM_BYTES,
         "item of {size} bytes accepted"
     );
     assert_eq!(r.wcu, size::wcu_for_size(size));
     assert!((1..=400).contains(&r.wcu));
-    for (name, v) in &r.item {
+    for (name, v) in &item {
         assert!(!name.is_empty());
         // A top-level attribute is level 1: at most 31 containers below it.
         assert!(depth(v) < size::MAX_NESTING_LEVELS, "{name} nests too deep");
@@ -150,21 +158,18 @@ fn check_ok(router: &Router, r: &Routed) {
 
     let ka = &cfg.key_attributes;
     let ia = &cfg.attributes;
-    assert_eq!(s(&r.item, &ka.pk), r.key.pk);
-    assert_eq!(s(&r.item, &ka.sk), r.key.sk);
+    assert_eq!(s(&item, &ka.pk), r.key.pk);
+    assert_eq!(s(&item, &ka.sk), r.key.sk);
     assert!(!r.key.pk.is_empty() && r.key.pk.len() <= strategy::MAX_PARTITION_KEY_BYTES);
     assert!(!r.key.sk.is_empty() && r.key.sk.len() <= strategy::MAX_SORT_KEY_BYTES);
-    let entity = s(&r.item, &ia.entity);
-    let event_id = s(&r.item, &ia.event_id);
+    let entity = s(&item, &ia.entity);
+    let event_id = s(&item, &ia.event_id);
     assert!(!entity.is_empty());
     assert!(!event_id.is_empty());
-    assert_eq!(
-        s(&r.item, &ia.timestamp),
-        timefmt::iso_millis(r.timestamp_ms)
-    );
-    assert_eq!(n(&r.item, &ia.timestamp_ms), r.timestamp_ms.to_string());
+    assert_eq!(s(&item, &ia.timestamp), timefmt::iso_millis(r.timestamp_ms));
+    assert_eq!(n(&item, &ia.timestamp_ms), r.timestamp_ms.to_string());
     if let Some(ttl) = &cfg.ttl_attribute {
-        let expires: i64 = n(&r.item, ttl).parse().expect("ttl is an integer");
+        let expires: i64 = n(&item, ttl).parse().expect("ttl is an integer");
         assert!(expires >= r.timestamp_ms.div_euclid(1000));
     }
     assert_eq!(cfg.key.key(entity, r.timestamp_ms, event_id), r.key);
@@ -178,6 +183,7 @@ fn check_ok(router: &Router, r: &Routed) {
     assert!(period.contains(r.timestamp_ms));
     assert_eq!(router.naming().parse(&r.table), Some(period), "{}", r.table);
     assert!(period.end_ms() + tidemark_ms(cfg.retention) > NOW_MS);
+    item
 }
 
 fn tidemark_ms(d: Duration) -> i64 {
@@ -212,7 +218,7 @@ fuzz_target!(|data: &[u8]| {
         match &first {
             Ok(r) => {
                 assert!(lax_object, "routed a record that is not a JSON object");
-                check_ok(router, r);
+                let item = check_ok(router, r);
                 // The extractor (used by `tidemark key` and the planner)
                 // agrees with the router on the event's identity.
                 let ev = router
@@ -220,8 +226,8 @@ fuzz_target!(|data: &[u8]| {
                     .extract(data, &origin)
                     .expect("a routed record extracts");
                 let ia = &router.config().attributes;
-                assert_eq!(ev.entity_id, s(&r.item, &ia.entity));
-                assert_eq!(ev.event_id, s(&r.item, &ia.event_id));
+                assert_eq!(ev.entity_id, s(&item, &ia.entity));
+                assert_eq!(ev.event_id, s(&item, &ia.event_id));
                 assert_eq!(ev.timestamp_ms, r.timestamp_ms);
             }
             Err(e) => {

@@ -98,7 +98,7 @@ fn spawn_pipeline(
                             .submit(Submission {
                                 table: routed.table,
                                 key: routed.key,
-                                item: tidemark_schema::WireItem::encode(&routed.item),
+                                item: routed.item,
                                 done: Box::new(move |outcome| {
                                     let mut o = out2.lock().unwrap();
                                     match outcome {

@@ -114,7 +114,7 @@ async fn glue(
                 .submit(Submission {
                     table: routed.table,
                     key: routed.key,
-                    item: tidemark_schema::WireItem::encode(&routed.item),
+                    item: routed.item,
                     done,
                 })
                 .await

@@ -330,7 +330,7 @@ pub fn item_bytes_of_sample(router: &Router, sample: &[u8]) -> Result<u64, Route
     // Judge the sample at its own time: it is neither expired nor early.
     let now = DateTime::<Utc>::from_timestamp_millis(event.timestamp_ms).unwrap_or_default();
     let routed = router.route(sample, &origin, now)?;
-    Ok(size::item_size(&routed.item) as u64)
+    Ok(routed.item.size() as u64)
 }
 
 #[cfg(test)]

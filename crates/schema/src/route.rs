@@ -1,27 +1,30 @@
 //! Routing: record bytes to (table, key, item), or a dead-letter reason.
 //!
 //! This is the per-event hot path. The record is parsed once; payload values
-//! are converted straight from their JSON text to DynamoDB types, so numbers
-//! keep their exact digits.
+//! go straight from their JSON text into the item's DynamoDB JSON
+//! ([`WireItem`]), so numbers keep their exact digits, and no attribute map
+//! is built: one buffer per item, its size summed while it is written.
 
+use std::collections::HashMap;
+use std::fmt;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use thiserror::Error;
 
-use crate::event::{self, EventConfig, EventConfigError, EventError, Extractor, Node};
+use crate::event::{self, EventConfig, EventConfigError, EventError, Extractor, Node, RawEvent};
 use crate::key::ItemKey;
 use crate::origin::Origin;
 use crate::period::{self, Lifecycle, Period, TableNaming};
 use crate::reason::Reason;
-use crate::size::{self, Item};
+use crate::size;
 use crate::strategy::{
     KeyAttributes, KeyStrategy, MAX_PARTITION_KEY_BYTES, MAX_SORT_KEY_BYTES, StrategyError,
 };
 use crate::timefmt;
+use crate::wire::{WireItem, write_str};
 
 /// Names of the non-key attributes every item carries.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -165,8 +168,8 @@ pub struct Routed {
     pub table: String,
     /// The item's key values (also inside `item`).
     pub key: ItemKey,
-    /// The full item.
-    pub item: Item,
+    /// The full item, encoded as DynamoDB JSON, with its size.
+    pub item: WireItem,
     /// WCUs one write of the item costs.
     pub wcu: u64,
     /// Event time, epoch milliseconds.
@@ -247,6 +250,9 @@ pub struct Router {
     naming: TableNaming,
     retention_ms: i64,
     skew_ms: i64,
+    /// Output bytes of the attributes every item carries, less their values
+    /// taken from the record or key: sizes each item's buffer.
+    fixed_bytes: usize,
 }
 
 impl Router {
@@ -309,7 +315,9 @@ impl Router {
                 "exceeds `prebuild_ahead`: an accepted event could target a table not built yet; raise prebuild_ahead or lower the skew".into(),
             );
         }
+        let fixed_bytes = 64 + names.iter().map(|(_, n)| n.len() + 16).sum::<usize>();
         Ok(Router {
+            fixed_bytes,
             extractor,
             naming: TableNaming {
                 prefix: config.table_prefix.clone(),
@@ -343,6 +351,25 @@ impl Router {
         origin: &Origin,
         now: DateTime<Utc>,
     ) -> Result<Routed, RouteError> {
+        let p = self.prepare(data, origin, now)?;
+        let item = self.encode_item(&p, data.len())?;
+        Ok(Routed {
+            table: p.table,
+            key: p.key,
+            wcu: item.wcu(),
+            item,
+            timestamp_ms: p.ev.timestamp_ms,
+        })
+    }
+
+    /// Everything but the item: the event, its table and its key, or why the
+    /// record cannot be written.
+    fn prepare<'a>(
+        &self,
+        data: &'a [u8],
+        origin: &Origin,
+        now: DateTime<Utc>,
+    ) -> Result<Prepared<'a>, RouteError> {
         let ev = self.extractor.extract_raw(data, origin)?;
         let cfg = &self.config;
         let ts = ev.timestamp_ms;
@@ -382,79 +409,229 @@ impl Router {
                 ),
             });
         }
+        Ok(Prepared {
+            ev,
+            table,
+            key,
+            iso,
+        })
+    }
 
+    /// Whether `name` is one of the attributes every item carries.
+    fn is_fixed_name(&self, name: &str) -> bool {
+        let ka = &self.config.key_attributes;
+        let ia = &self.config.attributes;
+        [
+            &ka.pk,
+            &ka.sk,
+            &ia.entity,
+            &ia.event_id,
+            &ia.timestamp,
+            &ia.timestamp_ms,
+        ]
+        .iter()
+        .any(|n| *n == name)
+            || self.config.ttl_attribute.as_deref() == Some(name)
+    }
+
+    /// Encodes the item as DynamoDB JSON into one buffer and sums its size by
+    /// DynamoDB's rules (those of [`size::item_size`]) on the way: no
+    /// attribute map is built, and payload text is copied where it can be.
+    fn encode_item(&self, p: &Prepared<'_>, data_len: usize) -> Result<WireItem, RouteError> {
+        let cfg = &self.config;
         let ka = &cfg.key_attributes;
         let ia = &cfg.attributes;
-        let mut item = Item::with_capacity(ev.payload.len() + 7);
-        item.insert(ka.pk.clone(), AttributeValue::S(key.pk.clone()));
-        item.insert(ka.sk.clone(), AttributeValue::S(key.sk.clone()));
-        item.insert(ia.entity.clone(), AttributeValue::S(ev.entity_id));
-        item.insert(ia.event_id.clone(), AttributeValue::S(ev.event_id));
-        item.insert(ia.timestamp.clone(), AttributeValue::S(iso));
-        item.insert(ia.timestamp_ms.clone(), AttributeValue::N(ts.to_string()));
+        let ev = &p.ev;
+        let ts = ev.timestamp_ms;
+        // Payload text is at most the record's; this is usually the final size.
+        let mut out = Vec::with_capacity(
+            self.fixed_bytes
+                + data_len
+                + p.key.pk.len()
+                + p.key.sk.len()
+                + ev.event_id.len()
+                + PER_MEMBER_BYTES * ev.payload.len(),
+        );
+        out.push(b'{');
+        let mut size = 0;
+        for (name, value) in [
+            (&ka.pk, &p.key.pk),
+            (&ka.sk, &p.key.sk),
+            (&ia.entity, &ev.entity_id),
+            (&ia.event_id, &ev.event_id),
+            (&ia.timestamp, &p.iso),
+        ] {
+            put_name(&mut out, name);
+            put_s(&mut out, value);
+            size += name.len() + value.len();
+        }
+        put_name(&mut out, &ia.timestamp_ms);
+        size += ia.timestamp_ms.len() + put_int(&mut out, ts);
         if let Some(ttl) = &cfg.ttl_attribute {
             let expires = ts.div_euclid(1000).saturating_add(self.retention_ms / 1000);
-            item.insert(ttl.clone(), AttributeValue::N(expires.to_string()));
+            put_name(&mut out, ttl);
+            size += ttl.len() + put_int(&mut out, expires);
         }
-        for (name, node) in ev.payload {
-            if item.contains_key(&name) {
+
+        let names = Dups::new(&ev.payload);
+        for (i, (name, node)) in ev.payload.iter().enumerate() {
+            // A top-level duplicate meets its earlier copy like a reserved name.
+            if self.is_fixed_name(name) || names.earlier(i) {
                 return Err(RouteError::BadAttribute {
-                    field: name,
+                    field: name.clone(),
                     problem: "has the name of a reserved item attribute; rename it in the producer or change `attributes`".into(),
                 });
             }
             if name.is_empty() {
                 return Err(RouteError::BadAttribute {
-                    field: name,
+                    field: name.clone(),
                     problem: "has an empty name, which DynamoDB rejects".into(),
                 });
             }
-            let value = node_to_attribute(&node, &name, 1)?;
-            item.insert(name, value);
+            put_name(&mut out, name);
+            size += name.len() + write_node(&mut out, node, &Path::Top(name), 1)?;
         }
+        out.push(b'}');
 
-        let item_size = size::item_size(&item);
-        if item_size > size::MAX_ITEM_BYTES {
+        if size > size::MAX_ITEM_BYTES {
             return Err(RouteError::ItemTooLarge {
-                size: item_size,
+                size,
                 limit: size::MAX_ITEM_BYTES,
             });
         }
-        Ok(Routed {
-            table,
-            key,
-            wcu: size::wcu_for_size(item_size),
-            item,
-            timestamp_ms: ts,
-        })
+        Ok(WireItem::from_parts(out, size))
     }
 }
 
-fn bad(field: &str, problem: impl Into<String>) -> RouteError {
+/// Output bytes a payload member adds beyond its text in the record (the
+/// type tag and quotes), for sizing the buffer up front.
+const PER_MEMBER_BYTES: usize = 12;
+
+/// A record past its checks, before its item is built.
+struct Prepared<'a> {
+    ev: RawEvent<'a>,
+    table: String,
+    key: ItemKey,
+    iso: String,
+}
+
+/// Where a payload value sits in the record (`a.b[2]`); rendered only for an
+/// error message, so a route that succeeds formats no paths.
+#[derive(Clone, Copy)]
+enum Path<'a> {
+    Top(&'a str),
+    Key(&'a Path<'a>, &'a str),
+    Index(&'a Path<'a>, usize),
+}
+
+impl fmt::Display for Path<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Path::Top(name) => f.write_str(name),
+            Path::Key(parent, key) => write!(f, "{parent}.{key}"),
+            Path::Index(parent, i) => write!(f, "{parent}[{i}]"),
+        }
+    }
+}
+
+/// Repeated names among an object's members. Small objects (nearly all) are
+/// scanned in place, without allocating; large ones are indexed once, as the
+/// scans would be quadratic in the member count.
+struct Dups<'m> {
+    members: &'m [(String, Node<'m>)],
+    /// First and last position of each name, for large objects.
+    index: Option<HashMap<&'m str, (usize, usize)>>,
+}
+
+/// Up to this many members an object's names are scanned, not indexed.
+const DUPS_SCAN_MAX: usize = 32;
+
+impl<'m> Dups<'m> {
+    fn new(members: &'m [(String, Node<'m>)]) -> Dups<'m> {
+        let index = (members.len() > DUPS_SCAN_MAX).then(|| {
+            let mut index = HashMap::with_capacity(members.len());
+            for (i, (k, _)) in members.iter().enumerate() {
+                index.entry(k.as_str()).or_insert((i, i)).1 = i;
+            }
+            index
+        });
+        Dups { members, index }
+    }
+
+    /// Whether member `i`'s name occurs before it.
+    fn earlier(&self, i: usize) -> bool {
+        let Some((name, _)) = self.members.get(i) else {
+            return false;
+        };
+        match &self.index {
+            None => self.members.iter().take(i).any(|(k, _)| k == name),
+            Some(index) => index
+                .get(name.as_str())
+                .is_some_and(|&(first, _)| first < i),
+        }
+    }
+
+    /// Whether member `i`'s name occurs after it.
+    fn later(&self, i: usize) -> bool {
+        let Some((name, _)) = self.members.get(i) else {
+            return false;
+        };
+        match &self.index {
+            None => self.members.iter().skip(i + 1).any(|(k, _)| k == name),
+            Some(index) => index.get(name.as_str()).is_some_and(|&(_, last)| last > i),
+        }
+    }
+}
+
+/// Appends `"name":`, after a comma unless it opens its object.
+fn put_name(out: &mut Vec<u8>, name: &str) {
+    if out.last() != Some(&b'{') {
+        out.push(b',');
+    }
+    write_str(out, name);
+    out.push(b':');
+}
+
+/// Appends `{"S":"..."}`.
+fn put_s(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(b"{\"S\":");
+    write_str(out, s);
+    out.push(b'}');
+}
+
+/// Appends `{"N":"<n>"}` and returns the number's size.
+fn put_int(out: &mut Vec<u8>, n: i64) -> usize {
+    out.extend_from_slice(b"{\"N\":\"");
+    if n < 0 {
+        out.push(b'-');
+    }
+    // Digits from the right into a stack buffer: no String per number.
+    let mut v = n.unsigned_abs();
+    let mut digits = [0u8; 20];
+    let mut start = digits.len();
+    for d in digits.iter_mut().rev() {
+        *d = b'0' + (v % 10) as u8;
+        start -= 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(digits.get(start..).unwrap_or_default());
+    out.extend_from_slice(b"\"}");
+    size::int_number_size(n)
+}
+
+fn bad(field: impl fmt::Display, problem: impl Into<String>) -> RouteError {
     RouteError::BadAttribute {
-        field: field.to_owned(),
+        field: field.to_string(),
         problem: problem.into(),
-    }
-}
-
-/// `level` is the value's nesting level (1 for a top-level attribute). The
-/// raw parse does not limit nesting, so this check also bounds the recursion:
-/// a record of deeply nested brackets must be dead-lettered, not overflow the
-/// stack.
-fn node_to_attribute(
-    node: &Node<'_>,
-    path: &str,
-    level: usize,
-) -> Result<AttributeValue, RouteError> {
-    match node {
-        Node::Object(members) => object_to_attribute(members, path, level),
-        Node::Raw(raw) => raw_to_attribute(raw, path, level),
     }
 }
 
 /// A map or list at `level` is refused when its elements would lie below
 /// DynamoDB's deepest level.
-fn check_nesting(path: &str, level: usize) -> Result<(), RouteError> {
+fn check_nesting(path: &Path<'_>, level: usize) -> Result<(), RouteError> {
     if level >= size::MAX_NESTING_LEVELS {
         return Err(bad(
             path,
@@ -467,54 +644,113 @@ fn check_nesting(path: &str, level: usize) -> Result<(), RouteError> {
     Ok(())
 }
 
-fn object_to_attribute(
-    members: &[(String, Node<'_>)],
-    path: &str,
+/// Appends one payload value and returns its size. `level` is the value's
+/// nesting level (1 for a top-level attribute). The raw parse does not limit
+/// nesting, so the level check also bounds the recursion: a record of deeply
+/// nested brackets must be dead-lettered, not overflow the stack.
+fn write_node(
+    out: &mut Vec<u8>,
+    node: &Node<'_>,
+    path: &Path<'_>,
     level: usize,
-) -> Result<AttributeValue, RouteError> {
-    check_nesting(path, level)?;
-    let mut map = std::collections::HashMap::with_capacity(members.len());
-    for (k, v) in members {
-        let child = format!("{path}.{k}");
-        if k.is_empty() {
-            return Err(bad(&child, "has an empty name, which DynamoDB rejects"));
-        }
-        // Duplicate keys: the last wins, as in serde_json.
-        map.insert(k.clone(), node_to_attribute(v, &child, level + 1)?);
+) -> Result<usize, RouteError> {
+    match node {
+        Node::Object(members) => write_object(out, members, path, level),
+        Node::Raw(raw) => write_raw(out, raw, path, level),
     }
-    Ok(AttributeValue::M(map))
 }
 
-fn raw_to_attribute(
-    raw: &RawValue,
-    path: &str,
+fn write_object(
+    out: &mut Vec<u8>,
+    members: &[(String, Node<'_>)],
+    path: &Path<'_>,
     level: usize,
-) -> Result<AttributeValue, RouteError> {
+) -> Result<usize, RouteError> {
+    check_nesting(path, level)?;
+    out.extend_from_slice(b"{\"M\":{");
+    let dups = Dups::new(members);
+    let mut size = 3;
+    for (i, (k, v)) in members.iter().enumerate() {
+        let child = Path::Key(path, k);
+        if k.is_empty() {
+            return Err(bad(child, "has an empty name, which DynamoDB rejects"));
+        }
+        let mark = out.len();
+        put_name(out, k);
+        let value_size = write_node(out, v, &child, level + 1)?;
+        // Duplicate keys: the last wins, as in serde_json. An earlier one is
+        // still checked (its error dead-letters the record) but not kept.
+        if dups.later(i) {
+            out.truncate(mark);
+        } else {
+            size += 1 + k.len() + value_size;
+        }
+    }
+    out.extend_from_slice(b"}}");
+    Ok(size)
+}
+
+fn write_raw(
+    out: &mut Vec<u8>,
+    raw: &RawValue,
+    path: &Path<'_>,
+    level: usize,
+) -> Result<usize, RouteError> {
     let text = raw.get().trim();
     let parse_err = |e: serde_json::Error| bad(path, format!("cannot be read: {e}"));
     match event::json_kind(raw) {
         "object" => {
             check_nesting(path, level)?;
             let members = event::open_object(raw).map_err(parse_err)?;
-            object_to_attribute(&members, path, level)
+            write_object(out, &members, path, level)
         }
         "array" => {
             check_nesting(path, level)?;
             let elems: Vec<&RawValue> = serde_json::from_str(text).map_err(parse_err)?;
-            let mut list = Vec::with_capacity(elems.len());
+            out.extend_from_slice(b"{\"L\":[");
+            let mut size = 3;
             for (i, e) in elems.iter().enumerate() {
-                list.push(raw_to_attribute(e, &format!("{path}[{i}]"), level + 1)?);
+                if i > 0 {
+                    out.push(b',');
+                }
+                size += 1 + write_raw(out, e, &Path::Index(path, i), level + 1)?;
             }
-            Ok(AttributeValue::L(list))
+            out.extend_from_slice(b"]}");
+            Ok(size)
         }
-        "string" => Ok(AttributeValue::S(
-            serde_json::from_str(text).map_err(parse_err)?,
-        )),
-        "boolean" => Ok(AttributeValue::Bool(text == "true")),
-        "null" => Ok(AttributeValue::Null(true)),
+        "string" => {
+            out.extend_from_slice(b"{\"S\":");
+            let len = if text.contains('\\') {
+                let s: String = serde_json::from_str(text).map_err(parse_err)?;
+                write_str(out, &s);
+                s.len()
+            } else {
+                // Without escapes the JSON text is the string in quotes (the
+                // parse has already refused raw control characters).
+                out.extend_from_slice(text.as_bytes());
+                text.len().saturating_sub(2)
+            };
+            out.push(b'}');
+            Ok(len)
+        }
+        "boolean" => {
+            out.extend_from_slice(if text == "true" {
+                b"{\"BOOL\":true}"
+            } else {
+                b"{\"BOOL\":false}"
+            });
+            Ok(1)
+        }
+        "null" => {
+            out.extend_from_slice(b"{\"NULL\":true}");
+            Ok(1)
+        }
         _ => {
             check_number(text).map_err(|p| bad(path, p))?;
-            Ok(AttributeValue::N(text.to_owned()))
+            out.extend_from_slice(b"{\"N\":\"");
+            out.extend_from_slice(text.as_bytes());
+            out.extend_from_slice(b"\"}");
+            Ok(size::number_size(text))
         }
     }
 }
@@ -523,6 +759,28 @@ fn raw_to_attribute(
 /// and 9.99...e125 (or zero). Checked here so such an event is dead-lettered
 /// with a reason instead of failing its whole batch.
 fn check_number(text: &str) -> Result<(), String> {
+    check_number_with(text, digit_counts)
+}
+
+/// Leading zeros and significant digits of the digits of `int_part` then
+/// `frac_part`, counted in place (no String joining them: this runs for
+/// every number of every record).
+fn digit_counts(int_part: &str, frac_part: &str) -> (usize, usize) {
+    let digits = || int_part.bytes().chain(frac_part.bytes());
+    let total = int_part.len() + frac_part.len();
+    let lead = digits().take_while(|&b| b == b'0').count();
+    if lead == total {
+        return (lead, 0);
+    }
+    let trail = digits().rev().take_while(|&b| b == b'0').count();
+    (lead, total - lead - trail)
+}
+
+/// [`check_number`] with the digit counting given.
+fn check_number_with(
+    text: &str,
+    counts: impl Fn(&str, &str) -> (usize, usize),
+) -> Result<(), String> {
     let body = text.trim_start_matches('-');
     let (mantissa, exp) = match body.find(['e', 'E']) {
         Some(i) => (
@@ -534,13 +792,11 @@ fn check_number(text: &str) -> Result<(), String> {
         None => (body, 0),
     };
     let (int_part, frac_part) = mantissa.split_once('.').unwrap_or((mantissa, ""));
-    let all: String = format!("{int_part}{frac_part}");
-    let lead = all.len() - all.trim_start_matches('0').len();
-    let significant = all.trim_start_matches('0').trim_end_matches('0');
-    if significant.is_empty() {
+    let (lead, significant) = counts(int_part, frac_part);
+    if significant == 0 {
         return Ok(());
     }
-    if significant.len() > 38 {
+    if significant > 38 {
         return Err(format!(
             "number {text} has more than the 38 significant digits DynamoDB keeps"
         ));
@@ -560,8 +816,152 @@ fn check_number(text: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The attribute-map item building `route` did before it wrote DynamoDB JSON
+/// directly, kept as the oracle of the equivalence tests.
+#[cfg(test)]
+mod reference {
+    use std::collections::HashMap;
+
+    use aws_sdk_dynamodb::types::AttributeValue;
+
+    use super::*;
+    use crate::size::Item;
+
+    /// The item `route` built for a record, or its error.
+    pub(super) fn route_item(
+        router: &Router,
+        data: &[u8],
+        origin: &Origin,
+        now: DateTime<Utc>,
+    ) -> Result<Item, RouteError> {
+        let Prepared { ev, key, iso, .. } = router.prepare(data, origin, now)?;
+        let cfg = &router.config;
+        let ts = ev.timestamp_ms;
+        let ka = &cfg.key_attributes;
+        let ia = &cfg.attributes;
+        let mut item = Item::with_capacity(ev.payload.len() + 7);
+        item.insert(ka.pk.clone(), AttributeValue::S(key.pk.clone()));
+        item.insert(ka.sk.clone(), AttributeValue::S(key.sk.clone()));
+        item.insert(ia.entity.clone(), AttributeValue::S(ev.entity_id));
+        item.insert(ia.event_id.clone(), AttributeValue::S(ev.event_id));
+        item.insert(ia.timestamp.clone(), AttributeValue::S(iso));
+        item.insert(ia.timestamp_ms.clone(), AttributeValue::N(ts.to_string()));
+        if let Some(ttl) = &cfg.ttl_attribute {
+            let expires = ts
+                .div_euclid(1000)
+                .saturating_add(router.retention_ms / 1000);
+            item.insert(ttl.clone(), AttributeValue::N(expires.to_string()));
+        }
+        for (name, node) in ev.payload {
+            if item.contains_key(&name) {
+                return Err(RouteError::BadAttribute {
+                    field: name,
+                    problem: "has the name of a reserved item attribute; rename it in the producer or change `attributes`".into(),
+                });
+            }
+            if name.is_empty() {
+                return Err(RouteError::BadAttribute {
+                    field: name,
+                    problem: "has an empty name, which DynamoDB rejects".into(),
+                });
+            }
+            let value = node_to_attribute(&node, &name, 1)?;
+            item.insert(name, value);
+        }
+        let item_size = size::item_size(&item);
+        if item_size > size::MAX_ITEM_BYTES {
+            return Err(RouteError::ItemTooLarge {
+                size: item_size,
+                limit: size::MAX_ITEM_BYTES,
+            });
+        }
+        Ok(item)
+    }
+
+    fn nesting(path: &str, level: usize) -> Result<(), RouteError> {
+        check_nesting(&Path::Top(path), level)
+    }
+
+    fn node_to_attribute(
+        node: &Node<'_>,
+        path: &str,
+        level: usize,
+    ) -> Result<AttributeValue, RouteError> {
+        match node {
+            Node::Object(members) => object_to_attribute(members, path, level),
+            Node::Raw(raw) => raw_to_attribute(raw, path, level),
+        }
+    }
+
+    fn object_to_attribute(
+        members: &[(String, Node<'_>)],
+        path: &str,
+        level: usize,
+    ) -> Result<AttributeValue, RouteError> {
+        nesting(path, level)?;
+        let mut map = HashMap::with_capacity(members.len());
+        for (k, v) in members {
+            let child = format!("{path}.{k}");
+            if k.is_empty() {
+                return Err(bad(&child, "has an empty name, which DynamoDB rejects"));
+            }
+            map.insert(k.clone(), node_to_attribute(v, &child, level + 1)?);
+        }
+        Ok(AttributeValue::M(map))
+    }
+
+    fn raw_to_attribute(
+        raw: &RawValue,
+        path: &str,
+        level: usize,
+    ) -> Result<AttributeValue, RouteError> {
+        let text = raw.get().trim();
+        let parse_err = |e: serde_json::Error| bad(path, format!("cannot be read: {e}"));
+        match event::json_kind(raw) {
+            "object" => {
+                nesting(path, level)?;
+                let members = event::open_object(raw).map_err(parse_err)?;
+                object_to_attribute(&members, path, level)
+            }
+            "array" => {
+                nesting(path, level)?;
+                let elems: Vec<&RawValue> = serde_json::from_str(text).map_err(parse_err)?;
+                let mut list = Vec::with_capacity(elems.len());
+                for (i, e) in elems.iter().enumerate() {
+                    list.push(raw_to_attribute(e, &format!("{path}[{i}]"), level + 1)?);
+                }
+                Ok(AttributeValue::L(list))
+            }
+            "string" => Ok(AttributeValue::S(
+                serde_json::from_str(text).map_err(parse_err)?,
+            )),
+            "boolean" => Ok(AttributeValue::Bool(text == "true")),
+            "null" => Ok(AttributeValue::Null(true)),
+            _ => {
+                check_number_by_string(text).map_err(|p| bad(path, p))?;
+                Ok(AttributeValue::N(text.to_owned()))
+            }
+        }
+    }
+
+    /// `check_number` as it was, joining the digits into a String.
+    pub(super) fn check_number_by_string(text: &str) -> Result<(), String> {
+        check_number_with(text, |int_part, frac_part| {
+            let all: String = format!("{int_part}{frac_part}");
+            let lead = all.len() - all.trim_start_matches('0').len();
+            (
+                lead,
+                all.trim_start_matches('0').trim_end_matches('0').len(),
+            )
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use proptest::prelude::*;
+
     use super::*;
 
     fn origin() -> Origin {
@@ -595,7 +995,7 @@ mod tests {
         assert_eq!(out.table, "tm_2026-11-22");
         assert_eq!(out.key.pk, "d-1");
         assert_eq!(out.key.sk, "2026-11-22T05:00:00.250Z#e-1");
-        let i = &out.item;
+        let i = &out.item.to_item().unwrap();
         assert_eq!(i["pk"], AttributeValue::S("d-1".into()));
         assert_eq!(i["entity_id"], AttributeValue::S("d-1".into()));
         assert_eq!(i["event_id"], AttributeValue::S("e-1".into()));
@@ -765,7 +1165,8 @@ mod tests {
             )
         };
         let base = r.route(make(0).as_bytes(), &origin(), now).unwrap();
-        let fixed = size::item_size(&base.item);
+        let fixed = base.item.size();
+        assert_eq!(fixed, size::item_size(&base.item.to_item().unwrap()));
         let fits = r
             .route(
                 make(size::MAX_ITEM_BYTES - fixed).as_bytes(),
@@ -773,7 +1174,11 @@ mod tests {
                 now,
             )
             .unwrap();
-        assert_eq!(size::item_size(&fits.item), size::MAX_ITEM_BYTES);
+        assert_eq!(fits.item.size(), size::MAX_ITEM_BYTES);
+        assert_eq!(
+            size::item_size(&fits.item.to_item().unwrap()),
+            size::MAX_ITEM_BYTES
+        );
         assert_eq!(fits.wcu, 400);
         let e = r
             .route(
@@ -898,5 +1303,263 @@ bucket = "hour"
         assert!(check_number(&"1".repeat(38)).is_ok());
         assert!(check_number(&"1".repeat(39)).is_err());
         assert!(check_number(&format!("1{}", "0".repeat(100))).is_ok());
+    }
+
+    /// JSON text of a string: plain and non-ASCII characters written as they
+    /// are, and every kind of escape, including a lone surrogate (which
+    /// cannot be read, and must fail the same way).
+    fn json_string(min_parts: usize) -> impl Strategy<Value = String> {
+        let part = prop_oneof![
+            6 => "[a-z0-9 #.]{1,4}",
+            3 => "[^\"\\\\\\p{C}]",
+            1 => prop::sample::select(vec![
+                "\\\"", "\\\\", "\\/", "\\n", "\\t", "\\r", "\\b", "\\f", "\\u0000",
+                "\\u001f", "\\u00e9", "\\u20ac", "\\ud83d\\ude00", "\\u0022", "\\ud800",
+            ])
+            .prop_map(str::to_owned),
+        ];
+        prop::collection::vec(part, min_parts..5)
+            .prop_map(|parts| format!("\"{}\"", parts.concat()))
+    }
+
+    fn json_number() -> impl Strategy<Value = String> {
+        prop_oneof![
+            12 => any::<i64>().prop_map(|n| n.to_string()),
+            12 => (-1e9..1e9f64).prop_map(|f| f.to_string()),
+            12 => "-?(0|[1-9][0-9]{0,12})(\\.[0-9]{1,12})?([eE][-+]?[0-9]{1,2})?",
+            1 => any::<f64>().prop_map(|f| f.to_string()),
+            1 => "-?(0|[1-9][0-9]{0,44})(\\.[0-9]{1,44})?([eE][-+]?[0-9]{1,3})?",
+            1 => prop::sample::select(vec!["0", "-0", "0.000", "1e2", "1E+2", "1.50", "9.99e125", "1e126", "1e-130", "0.1e-130", "1e99999999999999999999"])
+                .prop_map(str::to_owned),
+        ]
+    }
+
+    /// An entity id: mostly plain, sometimes any string (empty, with `#` or
+    /// escapes).
+    fn entity() -> impl Strategy<Value = String> {
+        prop_oneof![
+            4 => "[a-z0-9-]{1,8}".prop_map(|e| format!("\"{e}\"")),
+            1 => json_string(0),
+        ]
+    }
+
+    /// An object member's name: few distinct names, so duplicates are common.
+    fn member_name() -> impl Strategy<Value = String> {
+        prop_oneof![
+            200 => "[a-d]{1,2}".prop_map(|k| format!("\"{k}\"")),
+            20 => json_string(1),
+            1 => Just("\"\"".to_owned()),
+        ]
+    }
+
+    fn ws() -> impl Strategy<Value = &'static str> {
+        prop::sample::select(vec!["", "", "", " ", "\n\t "])
+    }
+
+    /// JSON text of any value: scalars, nested objects (with duplicate and
+    /// empty keys) and arrays, and now and then a scalar deep in brackets
+    /// around DynamoDB's nesting limit.
+    fn json_value() -> impl Strategy<Value = String> {
+        let leaf = prop_oneof![
+            4 => json_string(0),
+            4 => json_number(),
+            1 => prop::sample::select(vec!["true", "false", "null"]).prop_map(str::to_owned),
+        ];
+        let tree = leaf.clone().prop_recursive(4, 40, 5, |inner| {
+            prop_oneof![
+                prop::collection::vec((inner.clone(), ws()), 0..5).prop_map(|xs| {
+                    let body: Vec<String> =
+                        xs.into_iter().map(|(v, w)| format!("{w}{v}{w}")).collect();
+                    format!("[{}]", body.join(","))
+                }),
+                prop::collection::vec((member_name(), inner, ws()), 0..5).prop_map(|ms| {
+                    let body: Vec<String> = ms
+                        .into_iter()
+                        .map(|(k, v, w)| format!("{w}{k}{w}:{w}{v}"))
+                        .collect();
+                    format!("{{{}}}", body.join(","))
+                }),
+            ]
+        });
+        prop_oneof![
+            60 => tree,
+            1 => (leaf, 28usize..34).prop_map(|(v, n)| format!("{}{v}{}", "[".repeat(n), "]".repeat(n))),
+        ]
+    }
+
+    /// Top-level payload members; some take reserved names (`pk`, `ts`,
+    /// `ttl`) or the empty name, and names repeat.
+    fn payload() -> impl Strategy<Value = Vec<(String, String)>> {
+        let name = prop_oneof![
+            24 => "[a-z]{1,3}".prop_map(|k| format!("\"{k}\"")),
+            4 => member_name(),
+            1 => prop::sample::select(vec!["\"pk\"", "\"ts\"", "\"ttl\"", "\"entity_id\""]).prop_map(str::to_owned),
+        ];
+        prop::collection::vec((name, json_value()), 0..7)
+    }
+
+    /// Routers of different shapes: TTL or not, a time_bucket key, and an
+    /// entity id at a dotted path (whose enclosing object reaches the item
+    /// as an opened `Node::Object`).
+    fn routers() -> Vec<Router> {
+        vec![
+            router(|c| c.ttl_attribute = Some("ttl".into())),
+            router(|c| {
+                c.key = KeyStrategy::TimeBucket {
+                    shards: 4,
+                    bucket: crate::strategy::Bucket::Hour,
+                };
+            }),
+            router(|c| {
+                c.event.entity_field = "meta.id".into();
+                c.key = KeyStrategy::CalculatedSuffix { shards: 3 };
+            }),
+        ]
+    }
+
+    /// Each object in `json` (an item or any part of one) has distinct keys.
+    fn assert_distinct_keys(json: &RawValue) {
+        match event::json_kind(json) {
+            "object" => {
+                let members = event::open_object(json).unwrap();
+                for (i, (k, v)) in members.iter().enumerate() {
+                    assert!(
+                        members[..i].iter().all(|(other, _)| other != k),
+                        "{k} twice in {}",
+                        json.get()
+                    );
+                    let Node::Raw(raw) = v else { panic!() };
+                    assert_distinct_keys(raw);
+                }
+            }
+            "array" => {
+                let elems: Vec<&RawValue> = serde_json::from_str(json.get()).unwrap();
+                elems.into_iter().for_each(assert_distinct_keys);
+            }
+            _ => {}
+        }
+    }
+
+    /// `route` against the attribute-map reference: same item, same size,
+    /// same error; and the JSON is valid with no repeated key.
+    fn check_against_reference(
+        r: &Router,
+        rec: &[u8],
+        now: DateTime<Utc>,
+    ) -> Result<(), TestCaseError> {
+        let ours = r.route(rec, &origin(), now);
+        let theirs = reference::route_item(r, rec, &origin(), now);
+        match (ours, theirs) {
+            (Ok(routed), Ok(item)) => {
+                let raw: &RawValue = serde_json::from_slice(routed.item.json()).map_err(|e| {
+                    TestCaseError::fail(format!("invalid JSON {e}: {:?}", routed.item))
+                })?;
+                assert_distinct_keys(raw);
+                prop_assert_eq!(routed.item.to_item().unwrap(), item.clone());
+                prop_assert_eq!(routed.item.size(), size::item_size(&item));
+                prop_assert_eq!(routed.wcu, size::item_wcu(&item));
+            }
+            (Err(a), Err(b)) => prop_assert_eq!(a, b),
+            (a, b) => prop_assert!(false, "route {a:?}, reference {b:?}"),
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(768))]
+
+        #[test]
+        fn route_builds_the_reference_item(
+            which in 0usize..3,
+            entity in entity(),
+            meta in payload(),
+            members in payload(),
+            ws in ws(),
+        ) {
+            let member = |(k, v): &(String, String)| format!(",{ws}{k}{ws}:{ws}{v}");
+            let meta: String = meta.iter().map(member).collect();
+            let members: String = members.iter().map(member).collect();
+            let rec = format!(
+                r#"{{"deviceId":{entity},"meta":{{"id":{entity}{meta}}},"timestamp":1795323600000{members}}}"#
+            );
+            let r = &routers()[which];
+            check_against_reference(r, rec.as_bytes(), at("2026-11-22T05:00:00Z"))?;
+        }
+
+        #[test]
+        fn check_number_agrees_with_the_string_version(n in json_number(), junk in "[-+.eE0-9x]{0,4}") {
+            prop_assert_eq!(check_number(&n), reference::check_number_by_string(&n));
+            let odd = format!("{n}{junk}");
+            prop_assert_eq!(check_number(&odd), reference::check_number_by_string(&odd));
+        }
+    }
+
+    #[test]
+    fn large_objects_index_their_names_like_small_ones_scan_them() {
+        let now = at("2026-11-22T05:00:00Z");
+        let r = router(|_| {});
+        // Past DUPS_SCAN_MAX members, at the top level and nested, with a
+        // duplicate first, in the middle and last.
+        let names: Vec<String> = (0..DUPS_SCAN_MAX * 2)
+            .map(|i| format!("k{}", i % 50))
+            .collect();
+        let obj: Vec<String> = names
+            .iter()
+            .enumerate()
+            .map(|(i, k)| format!(r#""{k}":{i}"#))
+            .collect();
+        let obj = obj.join(",");
+        let nested = format!(r#"{{"deviceId":"d","timestamp":1795323600,"m":{{{obj}}}}}"#);
+        check_against_reference(&r, nested.as_bytes(), now).unwrap();
+        let routed = r.route(nested.as_bytes(), &origin(), now).unwrap();
+        let AttributeValue::M(m) = &routed.item.to_item().unwrap()["m"] else {
+            panic!()
+        };
+        assert_eq!(m.len(), 50);
+        assert_eq!(m["k0"], AttributeValue::N("50".into()));
+        let top = format!(r#"{{"deviceId":"d","timestamp":1795323600,{obj}}}"#);
+        let e = r.route(top.as_bytes(), &origin(), now).unwrap_err();
+        assert!(
+            e.to_string().contains("`k0`") && e.to_string().contains("reserved"),
+            "{e}"
+        );
+        check_against_reference(&r, top.as_bytes(), now).unwrap();
+        let distinct: Vec<String> = (0..DUPS_SCAN_MAX * 2)
+            .map(|i| format!(r#""k{i}":"v""#))
+            .collect();
+        let top = format!(
+            r#"{{"deviceId":"d","timestamp":1795323600,{}}}"#,
+            distinct.join(",")
+        );
+        check_against_reference(&r, top.as_bytes(), now).unwrap();
+    }
+
+    #[test]
+    fn item_json_is_valid_and_keeps_escaped_strings() {
+        let r = router(|_| {});
+        let rec = r#"{"deviceId":"d\"1","timestamp":1795323600,"eventId":"e\\1","s":"a\"b\\c\nd\u00e9\u0001\/\ud83d\ude00","plain":"héllo €","k\"ey\n":{"x\ty":["\u0041",""]}}"#;
+        let routed = r
+            .route(rec.as_bytes(), &origin(), at("2026-11-22T05:00:00Z"))
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(routed.item.json()).unwrap();
+        assert_eq!(v["s"]["S"], "a\"b\\c\nd\u{e9}\u{1}/\u{1f600}");
+        assert_eq!(v["plain"]["S"], "héllo €");
+        assert_eq!(v["entity_id"]["S"], "d\"1");
+        assert_eq!(v["pk"]["S"], "d\"1");
+        assert_eq!(v["event_id"]["S"], "e\\1");
+        assert_eq!(v["k\"ey\n"]["M"]["x\ty"]["L"][0]["S"], "A");
+        assert_eq!(v["k\"ey\n"]["M"]["x\ty"]["L"][1]["S"], "");
+        // Verbatim copy of unescaped text, escapes re-encoded.
+        let json = std::str::from_utf8(routed.item.json()).unwrap();
+        assert!(json.contains(r#""plain":{"S":"héllo €"}"#), "{json}");
+        assert!(
+            json.contains(r#""s":{"S":"a\"b\\c\ndé\u0001/😀"}"#),
+            "{json}"
+        );
+        check_against_reference(&r, rec.as_bytes(), at("2026-11-22T05:00:00Z")).unwrap();
+        // Sizes count the decoded strings: "a\"b\\c\nd" is 7 bytes, é 2, \u0001 1, / 1, 😀 4.
+        let item = routed.item.to_item().unwrap();
+        assert_eq!(size::value_size(&item["s"]), 15);
+        assert_eq!(routed.item.size(), size::item_size(&item));
     }
 }

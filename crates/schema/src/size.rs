@@ -81,14 +81,80 @@ pub fn number_size(n: &str) -> usize {
         .split(['e', 'E'])
         .next()
         .unwrap_or_default();
-    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
-    let significant = digits.trim_start_matches('0').trim_end_matches('0').len();
+    // Counted in place (no String of the digits): this runs for every number
+    // of every record.
+    let (mut count, mut first, mut last) = (0_usize, None, 0_usize);
+    for b in mantissa.bytes().filter(u8::is_ascii_digit) {
+        if b != b'0' {
+            first.get_or_insert(count);
+            last = count;
+        }
+        count += 1;
+    }
+    let significant = first.map_or(0, |first| last - first + 1);
     significant.max(1).div_ceil(2) + 1
+}
+
+/// [`number_size`] of an integer, without rendering it.
+pub fn int_number_size(n: i64) -> usize {
+    let mut v = n.unsigned_abs();
+    while v != 0 && v.is_multiple_of(10) {
+        v /= 10;
+    }
+    let mut significant = 0;
+    while v != 0 {
+        significant += 1;
+        v /= 10;
+    }
+    significant.max(1_usize).div_ceil(2) + 1
 }
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    /// The first implementation of [`number_size`], which collected the
+    /// digits into a String: the oracle for the one that counts in place.
+    fn number_size_by_string(n: &str) -> usize {
+        let mantissa = n
+            .trim_start_matches(['-', '+'])
+            .split(['e', 'E'])
+            .next()
+            .unwrap_or_default();
+        let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+        let significant = digits.trim_start_matches('0').trim_end_matches('0').len();
+        significant.max(1).div_ceil(2) + 1
+    }
+
+    proptest! {
+        #[test]
+        fn number_size_counts_like_the_string_version(
+            n in "[-+]?[0-9]{0,45}(\\.[0-9]{0,45})?([eE][-+]?[0-9]{1,4})?",
+            junk in "\\PC{0,8}",
+        ) {
+            prop_assert_eq!(number_size(&n), number_size_by_string(&n));
+            let odd = format!("{n}{junk}");
+            prop_assert_eq!(number_size(&odd), number_size_by_string(&odd));
+        }
+
+        #[test]
+        fn int_number_size_is_number_size_of_the_text(n in any::<i64>(), zeros in 0u32..12) {
+            prop_assert_eq!(int_number_size(n), number_size(&n.to_string()));
+            let round = n.checked_div(10_i64.pow(zeros)).and_then(|q| q.checked_mul(10_i64.pow(zeros)));
+            if let Some(r) = round {
+                prop_assert_eq!(int_number_size(r), number_size(&r.to_string()));
+            }
+        }
+    }
+
+    #[test]
+    fn int_number_size_edges() {
+        for n in [0, 1, -1, 10, 100, 1_700_000_000_000, i64::MAX, i64::MIN] {
+            assert_eq!(int_number_size(n), number_size(&n.to_string()), "{n}");
+        }
+    }
 
     fn item(pairs: &[(&str, AttributeValue)]) -> Item {
         pairs

@@ -150,20 +150,21 @@ fn write(
             index: 0,
         };
         let routed = router.route(rec.as_bytes(), &origin, now).unwrap();
+        let item = routed.item.to_item().unwrap();
         let attrs = ItemAttributes::default();
         truth
             .entry(entity.to_owned())
             .or_default()
-            .insert((ts, s(&routed.item, &attrs.event_id)));
+            .insert((ts, s(&item, &attrs.event_id)));
         let table = store.entry(routed.table.clone()).or_default();
         if let Some(old) = extra_key {
-            let k = old.key(entity, ts, &s(&routed.item, &attrs.event_id));
-            let mut copy = routed.item.clone();
+            let k = old.key(entity, ts, &s(&item, &attrs.event_id));
+            let mut copy = item.clone();
             copy.insert("pk".into(), AttributeValue::S(k.pk.clone()));
             copy.insert("sk".into(), AttributeValue::S(k.sk.clone()));
             table.insert((k.pk, k.sk), copy);
         }
-        table.insert((routed.key.pk.clone(), routed.key.sk.clone()), routed.item);
+        table.insert((routed.key.pk.clone(), routed.key.sk.clone()), item);
     }
     (store, truth)
 }

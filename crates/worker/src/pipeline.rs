@@ -124,7 +124,7 @@ impl Pipeline {
                     .submit(Submission {
                         table: routed.table,
                         key: routed.key,
-                        item: tidemark_schema::WireItem::encode(&routed.item),
+                        item: routed.item,
                         done,
                     })
                     .await?;

@@ -57,14 +57,19 @@ pub async fn verify(
         // Route at the event's own time: placement depends only on the event,
         // and neither the future-skew nor the expiry check should apply here.
         let now = event_time(router, raw, &origin);
-        match router.route(raw, &origin, now) {
-            Ok(r) => {
+        // Stored items come back as attribute maps: compare against the
+        // routed item decoded the same way.
+        match router
+            .route(raw, &origin, now)
+            .map(|r| (r.item.to_item(), r))
+        {
+            Ok((Ok(item), r)) => {
                 expected
                     .entry(r.table)
                     .or_default()
-                    .insert((r.key.pk, r.key.sk), r.item);
+                    .insert((r.key.pk, r.key.sk), item);
             }
-            Err(_) => report.unroutable += 1,
+            Ok((Err(_), _)) | Err(_) => report.unroutable += 1,
         }
     }
     // Jobs read in parallel: verification of a large manifest is otherwise

@@ -52,6 +52,7 @@ async fn a_write_to_a_missing_period_table_creates_it() {
         index: 0,
     };
     let routed = router.route(event.as_bytes(), &origin, Utc::now()).unwrap();
+    let item = routed.item.to_item().unwrap();
     assert!(
         ddb.describe_table()
             .table_name(&routed.table)
@@ -66,7 +67,7 @@ async fn a_write_to_a_missing_period_table_creates_it() {
         .submit(Submission {
             table: routed.table.clone(),
             key: routed.key.clone(),
-            item: tidemark_schema::WireItem::encode(&routed.item),
+            item: routed.item.clone(),
             done: Box::new(move |o| {
                 let _ = tx.send(o);
             }),
@@ -92,7 +93,7 @@ async fn a_write_to_a_missing_period_table_creates_it() {
         .send()
         .await
         .unwrap();
-    assert_eq!(got.item(), Some(&routed.item));
+    assert_eq!(got.item(), Some(&item));
 
     // A table that is not one of ours is refused with a reason.
     let (tx, rx) = oneshot::channel();
@@ -103,7 +104,7 @@ async fn a_write_to_a_missing_period_table_creates_it() {
                 pk: "p".into(),
                 sk: "s".into(),
             },
-            item: tidemark_schema::WireItem::encode(&routed.item),
+            item: routed.item.clone(),
             done: Box::new(move |o| {
                 let _ = tx.send(o);
             }),

@@ -130,8 +130,12 @@ pub async fn items(
         let r = router
             .route(raw, &origin, at)
             .map_err(|e| anyhow::anyhow!("a produced valid event does not route: {e}"))?;
+        let item = r
+            .item
+            .to_item()
+            .map_err(|e| anyhow::anyhow!("a routed item does not decode: {e}"))?;
         if expected
-            .insert((r.table, r.key.pk, r.key.sk), r.item)
+            .insert((r.table, r.key.pk, r.key.sk), item)
             .is_some()
         {
             anyhow::bail!("two produced events share a key: the generator is broken");
@@ -259,7 +263,7 @@ pub async fn sabotage(
     let c = router
         .route(copy, &origin, chrono::Utc::now())
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut item = c.item;
+    let mut item = c.item.to_item().map_err(|e| anyhow::anyhow!("{e}"))?;
     item.insert(
         ka.sk.clone(),
         AttributeValue::S(format!("{}#copy", c.key.sk)),
