@@ -68,7 +68,7 @@ fn bench(c: &mut Criterion) {
                     }
                     let body = request_body("events_2025-11-22", &batch);
                     requests += batch.len();
-                    q.release(batch.iter().map(|e| &e.key));
+                    q.release(&batch);
                     black_box(body);
                 }
                 assert_eq!(requests, ITEMS);

@@ -13,7 +13,9 @@ use std::collections::VecDeque;
 // foldhash: several lookups per item on this path; SipHash showed in
 // profiles. Its per-process random seed keeps keys from being chosen to
 // collide.
+use foldhash::fast::RandomState;
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
+use std::hash::BuildHasher;
 use std::time::Instant;
 
 use tidemark_schema::size::{MAX_BATCH_BYTES, MAX_BATCH_ITEMS};
@@ -25,6 +27,8 @@ use tidemark_schema::{ItemKey, WireItem};
 pub struct Entry<T> {
     /// The item's primary key.
     pub key: ItemKey,
+    /// The key's 64-bit hash: what the queue indexes (no key copies).
+    pub key_hash: u64,
     /// The item to put (the latest submitted for this key).
     pub item: WireItem,
     /// Bytes of this item in the request body.
@@ -38,12 +42,20 @@ pub struct Entry<T> {
 }
 
 /// Pending entries of one table, in send order.
+///
+/// Keys are indexed by their 64-bit hash, computed once per push, so no key
+/// is copied or hashed again on the way. Two different keys with the same
+/// hash (about 2^-64 per pair) only lose coalescing and wait for each other's
+/// calls; they are never both in flight, so ordering stays safe.
 #[derive(Debug)]
 pub struct TableQueue<T> {
     entries: HashMap<u64, Entry<T>>,
     order: VecDeque<u64>,
-    by_key: HashMap<ItemKey, u64>,
-    in_flight: HashSet<ItemKey>,
+    /// Key hash → id of the pending entry of that key.
+    by_key: HashMap<u64, u64>,
+    /// Key hashes of the entries in flight.
+    in_flight: HashSet<u64>,
+    hasher: RandomState,
     next_id: u64,
     max_items: usize,
     max_bytes: usize,
@@ -70,6 +82,7 @@ impl<T> TableQueue<T> {
             order: VecDeque::new(),
             by_key: HashMap::new(),
             in_flight: HashSet::new(),
+            hasher: RandomState::default(),
             next_id: 0,
             max_items: max_items.max(1),
             max_bytes,
@@ -95,8 +108,10 @@ impl<T> TableQueue<T> {
     /// Queues an item; if its key is already pending, the new item replaces
     /// the pending one and the token joins it.
     pub fn push(&mut self, key: ItemKey, item: WireItem, wcu: u64, token: T, now: Instant) {
-        if let Some(id) = self.by_key.get(&key)
+        let key_hash = self.hasher.hash_one(&key);
+        if let Some(id) = self.by_key.get(&key_hash)
             && let Some(e) = self.entries.get_mut(id)
+            && e.key == key
         {
             e.wire_bytes = item.json().len();
             e.item = item;
@@ -108,13 +123,15 @@ impl<T> TableQueue<T> {
         self.next_id += 1;
         let entry = Entry {
             wire_bytes: item.json().len(),
-            key: key.clone(),
+            key,
+            key_hash,
             item,
             wcu,
             tokens: vec![token],
             since: now,
         };
-        self.by_key.insert(key, id);
+        // A colliding different key keeps the older mapping (see the type).
+        self.by_key.entry(key_hash).or_insert(id);
         self.entries.insert(id, entry);
         self.order.push_back(id);
     }
@@ -124,9 +141,10 @@ impl<T> TableQueue<T> {
     /// meanwhile, the newer item wins and the old tokens join it.
     pub fn requeue_front(&mut self, batch: Vec<Entry<T>>) {
         for mut e in batch.into_iter().rev() {
-            self.in_flight.remove(&e.key);
-            if let Some(id) = self.by_key.get(&e.key)
+            self.in_flight.remove(&e.key_hash);
+            if let Some(id) = self.by_key.get(&e.key_hash)
                 && let Some(newer) = self.entries.get_mut(id)
+                && newer.key == e.key
             {
                 e.tokens.append(&mut newer.tokens);
                 newer.tokens = e.tokens;
@@ -135,16 +153,19 @@ impl<T> TableQueue<T> {
             }
             let id = self.next_id;
             self.next_id += 1;
-            self.by_key.insert(e.key.clone(), id);
+            self.by_key.entry(e.key_hash).or_insert(id);
             self.entries.insert(id, e);
             self.order.push_front(id);
         }
     }
 
     /// Releases the keys of a finished call (stored or rejected).
-    pub fn release<'a>(&mut self, keys: impl IntoIterator<Item = &'a ItemKey>) {
-        for k in keys {
-            self.in_flight.remove(k);
+    pub fn release<'a>(&mut self, entries: impl IntoIterator<Item = &'a Entry<T>>)
+    where
+        T: 'a,
+    {
+        for e in entries {
+            self.in_flight.remove(&e.key_hash);
         }
     }
 
@@ -167,6 +188,13 @@ impl<T> TableQueue<T> {
             .map(|e| e.since + linger)
     }
 
+    /// Drops the key index of entry `id` (leaving a colliding key's alone).
+    fn unindex(&mut self, e: &Entry<T>, id: u64) {
+        if self.by_key.get(&e.key_hash) == Some(&id) {
+            self.by_key.remove(&e.key_hash);
+        }
+    }
+
     /// Takes the next batch from the front: up to `max_items` entries whose
     /// keys are not in flight, within `max_bytes`. Their keys become in
     /// flight. Empty when every pending key is in flight.
@@ -181,7 +209,7 @@ impl<T> TableQueue<T> {
             let Some(e) = self.entries.get(&id) else {
                 continue;
             };
-            if self.in_flight.contains(&e.key) {
+            if self.in_flight.contains(&e.key_hash) {
                 deferred.push(id);
                 continue;
             }
@@ -194,8 +222,8 @@ impl<T> TableQueue<T> {
                 continue;
             };
             bytes += cost;
-            self.by_key.remove(&e.key);
-            self.in_flight.insert(e.key.clone());
+            self.unindex(&e, id);
+            self.in_flight.insert(e.key_hash);
             batch.push(e);
         }
         for id in deferred.into_iter().rev() {
@@ -209,7 +237,7 @@ impl<T> TableQueue<T> {
         let mut out = Vec::with_capacity(self.order.len());
         while let Some(id) = self.order.pop_front() {
             if let Some(e) = self.entries.remove(&id) {
-                self.by_key.remove(&e.key);
+                self.unindex(&e, id);
                 out.push(e);
             }
         }
@@ -303,7 +331,7 @@ mod tests {
         assert_eq!(second.len(), 1);
         assert_eq!(second[0].key, key(2));
         assert!(q.take_batch().is_empty(), "key 1 is in flight");
-        q.release(first.iter().map(|e| &e.key));
+        q.release(&first);
         let third = q.take_batch();
         assert_eq!(v(&third[0]), AttributeValue::S("v2".into()));
     }

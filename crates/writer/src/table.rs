@@ -2,7 +2,7 @@
 //! [`RateController`] with arrivals, timers and call results, and turns call
 //! results into completions, requeues, bisections or a fatal error.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use aws_sdk_dynamodb::Client;
@@ -24,7 +24,7 @@ use crate::rate::{Admit, CallFeedback, Capacity, RateController, RateParams};
 use crate::response::{self, BatchAnswer};
 use crate::stats::{SharedStats, TableStats};
 use crate::transport::{RawResponse, Transport, TransportError};
-use crate::writer::{MissingTableAction, MissingTableHandler, Token, WriteOutcome};
+use crate::writer::{MissingTableAction, MissingTableHandler, Permits, Token, WriteOutcome};
 
 type HttpResponse = aws_smithy_runtime_api::http::Response;
 type Batch = Vec<Entry<Token>>;
@@ -82,9 +82,21 @@ pub(crate) struct TableTask {
     describe_pending: bool,
     next_describe: Instant,
     next_seq: u64,
-    outstanding: BTreeSet<u64>,
-    flush_waiters: Vec<(u64, oneshot::Sender<()>)>,
+    /// Flushes waiting: the reply, and how many tokens accepted before the
+    /// flush are not completed yet (tokens complete in any order, so each
+    /// completion checks its sequence number against the flush's).
+    flush_waiters: Vec<FlushWait>,
     stats: TableStats,
+    /// Tokens accepted and not completed.
+    pending_tokens: u64,
+}
+
+struct FlushWait {
+    /// Tokens with a lower sequence number were accepted before the flush.
+    before: u64,
+    /// How many of those are not completed yet.
+    remaining: u64,
+    reply: oneshot::Sender<()>,
 }
 
 impl TableTask {
@@ -127,8 +139,8 @@ impl TableTask {
             describe_pending: false,
             next_describe: now,
             next_seq: 0,
-            outstanding: BTreeSet::new(),
             flush_waiters: Vec::new(),
+            pending_tokens: 0,
             cfg,
         }
     }
@@ -150,12 +162,13 @@ impl TableTask {
                 Some(ev) = self.events.next(), if !self.events.is_empty() => self.on_event(ev)?,
                 msg = self.rx.recv(), if self.rx_open => match msg {
                     Some(m) => {
-                        self.on_msg(m);
+                        let now = Instant::now().into_std();
+                        self.on_msg(m, now);
                         // Take what else is queued in one go: one pass of the
                         // loop per item would cost more than the batching.
                         for _ in 0..1024 {
                             match self.rx.try_recv() {
-                                Ok(m) => self.on_msg(m),
+                                Ok(m) => self.on_msg(m, now),
                                 Err(_) => break,
                             }
                         }
@@ -175,7 +188,7 @@ impl TableTask {
             && !self.handler_running
     }
 
-    fn on_msg(&mut self, m: TableMsg) {
+    fn on_msg(&mut self, m: TableMsg, now: std::time::Instant) {
         match m {
             TableMsg::Item {
                 key,
@@ -185,11 +198,14 @@ impl TableTask {
             } => {
                 token.seq = self.next_seq;
                 self.next_seq += 1;
-                self.outstanding.insert(token.seq);
-                self.queue
-                    .push(key, item, wcu, token, Instant::now().into_std());
+                self.pending_tokens += 1;
+                self.queue.push(key, item, wcu, token, now);
             }
-            TableMsg::Flush(reply) => self.flush_waiters.push((self.next_seq, reply)),
+            TableMsg::Flush(reply) => self.flush_waiters.push(FlushWait {
+                before: self.next_seq,
+                remaining: self.pending_tokens,
+                reply,
+            }),
         }
     }
 
@@ -197,13 +213,12 @@ impl TableTask {
         if self.flush_waiters.is_empty() {
             return;
         }
-        let oldest = self.outstanding.first().copied().unwrap_or(u64::MAX);
         let waiters = std::mem::take(&mut self.flush_waiters);
-        for (threshold, reply) in waiters {
-            if oldest >= threshold {
-                let _ = reply.send(());
+        for w in waiters {
+            if w.remaining == 0 {
+                let _ = w.reply.send(());
             } else {
-                self.flush_waiters.push((threshold, reply));
+                self.flush_waiters.push(w);
             }
         }
     }
@@ -520,16 +535,29 @@ impl TableTask {
         if entries.is_empty() {
             return;
         }
-        self.queue.release(entries.iter().map(|e| &e.key));
+        self.queue.release(&entries);
         let items = entries.len() as u64;
         let mut tokens = 0u64;
+        let mut released: Option<Permits> = None;
         for e in entries {
             for t in e.tokens {
                 tokens += 1;
-                self.outstanding.remove(&t.seq);
+                self.pending_tokens -= 1;
+                for w in &mut self.flush_waiters {
+                    if t.seq < w.before {
+                        w.remaining -= 1;
+                    }
+                }
+                // One release of the whole call's permits: each release
+                // takes the semaphore's lock.
+                match &mut released {
+                    Some(p) => p.merge(t.permits),
+                    None => released = Some(t.permits),
+                }
                 (t.done)(outcome.clone());
             }
         }
+        drop(released);
         match outcome {
             WriteOutcome::Stored => self.stats.stored(items, tokens),
             WriteOutcome::Rejected { reason, .. } => self.stats.dead_letter(*reason, tokens),

@@ -91,15 +91,24 @@ impl MissingTableHandler for RejectMissing {
 /// Memory held by one accepted submission, released when it completes.
 #[derive(Debug)]
 pub(crate) struct Permits {
-    _items: OwnedSemaphorePermit,
-    _bytes: OwnedSemaphorePermit,
+    items: OwnedSemaphorePermit,
+    bytes: OwnedSemaphorePermit,
+}
+
+impl Permits {
+    /// Takes over `other`'s permits, so that one drop releases both (they
+    /// come from the same writer's semaphores).
+    pub(crate) fn merge(&mut self, other: Permits) {
+        self.items.merge(other.items);
+        self.bytes.merge(other.bytes);
+    }
 }
 
 /// A submission's acknowledgement, carried through batching.
 pub(crate) struct Token {
     pub(crate) done: Completion,
     pub(crate) seq: u64,
-    pub(crate) _permits: Permits,
+    pub(crate) permits: Permits,
 }
 
 impl fmt::Debug for Token {
@@ -247,8 +256,8 @@ impl WriterHandle {
                 item: s.item,
                 done: s.done,
                 permits: Permits {
-                    _items: item_permit,
-                    _bytes: byte_permit,
+                    items: item_permit,
+                    bytes: byte_permit,
                 },
             })
             .map_err(|_| WriterError::Closed)
@@ -321,7 +330,7 @@ impl Dispatcher {
                             tasks.spawn(task.run());
                             tx
                         });
-                        let token = Token { done, seq: 0, _permits: permits };
+                        let token = Token { done, seq: 0, permits };
                         // A table task only ends early with an error, which the
                         // join below reports; the token is then dropped unrun.
                         let _ = tx.send(TableMsg::Item { key, item, wcu, token });
