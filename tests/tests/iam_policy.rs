@@ -15,6 +15,9 @@
 //!   here: they are read from the SDK crates' `src/operation.rs`, at the
 //!   versions in `Cargo.lock`, so a call to an operation this test has never
 //!   heard of is still caught.
+//! - **Raw calls.** The writer sends BatchWriteItem itself (see
+//!   `crates/writer/src/transport.rs`); an `X-Amz-Target` literal
+//!   `DynamoDB_20120810.<Operation>` in the source counts as a call.
 //! - **The service** of a call is the SDK crate that has the operation and
 //!   that the file names (`aws_sdk_dynamodb`, `aws_sdk_kinesis`,
 //!   `aws_sdk_sqs`). A name no named crate has (a helper that happens to be
@@ -414,7 +417,40 @@ struct Scan {
 }
 
 /// Finds the SDK calls of one file (`rel` is its path from the workspace root).
+/// Calls sent without the SDK's fluent builders (the writer's own
+/// BatchWriteItem transport) name their operation in an `X-Amz-Target`
+/// value, `DynamoDB_20120810.<Operation>`: each such literal counts as a
+/// call. Searched in the source before literals are stripped.
+const RAW_TARGETS: &[(&str, &str)] = &[("DynamoDB_20120810.", "dynamodb")];
+
+fn raw_target_calls(rel: &str, source: &str, ops: &Operations, scan: &mut Scan) {
+    for (i, line) in source.lines().enumerate() {
+        for (prefix, svc) in RAW_TARGETS {
+            for (at, _) in line.match_indices(prefix) {
+                let op: String = line[at + prefix.len()..]
+                    .chars()
+                    .take_while(char::is_ascii_alphanumeric)
+                    .collect();
+                let known = ops[svc].values().any(|pascal| *pascal == op);
+                if known {
+                    scan.calls.push(Call {
+                        file: rel.to_string(),
+                        line: i + 1,
+                        api: format!("{svc}:{op}"),
+                    });
+                } else {
+                    scan.unresolved.push(format!(
+                        "{rel}:{}: `{prefix}{op}` names no {svc} operation",
+                        i + 1
+                    ));
+                }
+            }
+        }
+    }
+}
+
 fn scan_file(rel: &str, source: &str, ops: &Operations, scan: &mut Scan) {
+    raw_target_calls(rel, source, ops, scan);
     let stripped = strip_source(source);
     let named: BTreeSet<&str> = SERVICES
         .iter()
@@ -877,6 +913,20 @@ mod tests {
         vec![("dynamodb:BatchWriteItem", 5), ("dynamodb:ListTables", 7)]
     );
     assert!(scan.unresolved.is_empty(), "{:?}", scan.unresolved);
+
+    // A raw call names its operation in its X-Amz-Target; a typo there is
+    // reported, not skipped.
+    let mut raw = Scan::default();
+    scan_file(
+        "t.rs",
+        "fn h() { let t = (\"x-amz-target\", \"DynamoDB_20120810.BatchWriteItem\");\n\
+         let u = \"DynamoDB_20120810.BatchWrite\"; }",
+        &ops,
+        &mut raw,
+    );
+    let apis: Vec<(&str, usize)> = raw.calls.iter().map(|c| (c.api.as_str(), c.line)).collect();
+    assert_eq!(apis, vec![("dynamodb:BatchWriteItem", 1)]);
+    assert_eq!(raw.unresolved.len(), 1, "{:?}", raw.unresolved);
 
     // A file naming both SDKs: `tag_resource` is ambiguous, and a Kinesis
     // call is not mistaken for DynamoDB.
