@@ -7,9 +7,10 @@
 //!   missing field, expired period, ...), or a permanent write rejection; the
 //!   dead-letter entry is durable before the ack.
 //!
-//! Records of one batch are submitted in order; the writer's backpressure
-//! (bounded in-flight items and bytes) stops the pipeline, which stops pulling
-//! from the sources' bounded channel, which pauses reading.
+//! Records of one batch are routed, then submitted together, in order; the
+//! writer's backpressure (bounded in-flight items and bytes) stops the
+//! pipeline, which stops pulling from the sources' bounded channel, which
+//! pauses reading.
 
 use std::sync::Arc;
 
@@ -82,21 +83,25 @@ impl Pipeline {
         while let Some(batch) = rx.recv().await {
             let now = (self.clock)();
             metrics::counter!("tidemark_records_read_total").increment(batch.len() as u64);
+            let mut subs = Vec::with_capacity(batch.len());
             for record in batch {
                 counts.records += 1;
-                if self.handle(record, now).await? {
-                    counts.submitted += 1;
-                } else {
-                    counts.dead_lettered += 1;
+                match self.prepare(record, now) {
+                    Some(s) => subs.push(s),
+                    None => counts.dead_lettered += 1,
                 }
             }
+            counts.submitted += subs.len() as u64;
+            // One hand-off per batch: the writer takes the group's permits
+            // at once (the records stay in source order).
+            self.writer.submit_all(subs).await?;
         }
         Ok(counts)
     }
 
-    /// Routes and submits one record; returns whether it went to the writer
-    /// (`false`: it was dead-lettered).
-    pub async fn handle(&self, record: Record, now: DateTime<Utc>) -> Result<bool, WriterError> {
+    /// Routes one record: the submission for the writer, or `None` when it
+    /// was dead-lettered (its ack then travels with the dead-letter entry).
+    fn prepare(&self, record: Record, now: DateTime<Utc>) -> Option<Submission> {
         let Record {
             origin,
             data,
@@ -107,7 +112,7 @@ impl Pipeline {
         if let Some(defect) = defect {
             let entry = DeadLetter::new(origin, defect.reason, defect.message, &data, now);
             self.dead_letters.send(entry, Some(ack));
-            return Ok(false);
+            return None;
         }
         match self.router.route(&data, &origin, now) {
             Ok(routed) => {
@@ -120,20 +125,17 @@ impl Pipeline {
                         dead_letters.send(entry, Some(ack));
                     }
                 });
-                self.writer
-                    .submit(Submission {
-                        table: routed.table,
-                        key: routed.key,
-                        item: routed.item,
-                        done,
-                    })
-                    .await?;
-                Ok(true)
+                Some(Submission {
+                    table: routed.table,
+                    key: routed.key,
+                    item: routed.item,
+                    done,
+                })
             }
             Err(e) => {
                 let entry = DeadLetter::new(origin, e.reason(), e.to_string(), &data, now);
                 self.dead_letters.send(entry, Some(ack));
-                Ok(false)
+                None
             }
         }
     }

@@ -34,15 +34,20 @@ type DescribeResult = Result<
     tokio::time::error::Elapsed,
 >;
 
+/// One submission on its way to a table's queue.
+#[derive(Debug)]
+pub(crate) struct Pending {
+    pub(crate) key: ItemKey,
+    pub(crate) item: WireItem,
+    pub(crate) wcu: u64,
+    pub(crate) token: Token,
+}
+
 /// Messages from the dispatcher.
 #[derive(Debug)]
 pub(crate) enum TableMsg {
-    Item {
-        key: ItemKey,
-        item: WireItem,
-        wcu: u64,
-        token: Token,
-    },
+    /// Submissions, in order.
+    Items(Vec<Pending>),
     Flush(oneshot::Sender<()>),
 }
 
@@ -190,16 +195,19 @@ impl TableTask {
 
     fn on_msg(&mut self, m: TableMsg, now: std::time::Instant) {
         match m {
-            TableMsg::Item {
-                key,
-                item,
-                wcu,
-                mut token,
-            } => {
-                token.seq = self.next_seq;
-                self.next_seq += 1;
-                self.pending_tokens += 1;
-                self.queue.push(key, item, wcu, token, now);
+            TableMsg::Items(items) => {
+                for Pending {
+                    key,
+                    item,
+                    wcu,
+                    mut token,
+                } in items
+                {
+                    token.seq = self.next_seq;
+                    self.next_seq += 1;
+                    self.pending_tokens += 1;
+                    self.queue.push(key, item, wcu, token, now);
+                }
             }
             TableMsg::Flush(reply) => self.flush_waiters.push(FlushWait {
                 before: self.next_seq,

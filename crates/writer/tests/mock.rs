@@ -221,10 +221,21 @@ async fn submit(
     it: Item,
     tag: &str,
 ) -> Result<(), WriterError> {
+    h.submit(submission(fake, tx, table, it, tag)).await
+}
+
+/// The submission `submit` makes.
+fn submission(
+    fake: &Fake,
+    tx: &mpsc::UnboundedSender<(String, WriteOutcome)>,
+    table: &str,
+    it: Item,
+    tag: &str,
+) -> Submission {
     let (fake, tx, tag2) = (fake.clone(), tx.clone(), tag.to_owned());
     let pk = s(&it, "pk");
     let table2 = table.to_owned();
-    h.submit(Submission {
+    Submission {
         table: table.into(),
         key: ItemKey {
             pk: pk.clone(),
@@ -240,8 +251,7 @@ async fn submit(
             }
             tx.send((tag2, o)).unwrap();
         }),
-    })
-    .await
+    }
 }
 
 fn config() -> WriterConfig {
@@ -721,4 +731,81 @@ async fn close_writes_everything_then_ends_ok() {
     // On-demand table: rate starts at the configured initial rate.
     let rate = h2.stats().rate_wcu["t"];
     assert!((4_000.0..4_100.0).contains(&rate), "{rate}");
+}
+
+/// A group larger than the in-flight bound is cut into groups that fit (no
+/// wait for permits that can never come), runs of one table travel together,
+/// an oversized item in the middle is rejected alone, and every permit comes
+/// back (a second full group is accepted afterwards).
+#[tokio::test(start_paused = true)]
+async fn submit_all_cuts_groups_to_the_bounds_and_returns_every_permit() {
+    let fake = Fake::default();
+    let cfg = WriterConfig {
+        max_in_flight_items: 10,
+        linger: Duration::from_millis(5),
+        ..WriterConfig::default()
+    };
+    let (h, task) = start(&fake, cfg);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let mut subs = Vec::new();
+    for i in 0..30 {
+        let table = if i < 20 { "a" } else { "b" };
+        subs.push(submission(
+            &fake,
+            &tx,
+            table,
+            item(&format!("k{i}"), "v"),
+            &format!("k{i}"),
+        ));
+        if i == 12 {
+            let big = item("big", &"x".repeat(400 * 1024));
+            subs.push(submission(&fake, &tx, "a", big, "big"));
+        }
+    }
+    tokio::time::timeout(Duration::from_secs(60), h.submit_all(subs))
+        .await
+        .expect("a group over the bound must not wait forever")
+        .unwrap();
+    h.flush().await;
+    let got = drain(&mut rx);
+    assert_eq!(got.len(), 31);
+    assert!(matches!(
+        got["big"].as_slice(),
+        [WriteOutcome::Rejected {
+            reason: Reason::ItemTooLarge,
+            ..
+        }]
+    ));
+    assert_eq!(
+        got.values()
+            .filter(|o| o.as_slice() == [WriteOutcome::Stored])
+            .count(),
+        30
+    );
+    let stored_a = fake
+        .calls()
+        .iter()
+        .filter(|c| c.0 == "a")
+        .map(|c| c.1.len())
+        .sum::<usize>();
+    assert_eq!(stored_a, 20);
+    let again: Vec<Submission> = (0..10)
+        .map(|i| {
+            submission(
+                &fake,
+                &tx,
+                "a",
+                item(&format!("n{i}"), "v"),
+                &format!("n{i}"),
+            )
+        })
+        .collect();
+    tokio::time::timeout(Duration::from_secs(60), h.submit_all(again))
+        .await
+        .expect("every permit of the first groups was returned")
+        .unwrap();
+    h.flush().await;
+    assert_eq!(drain(&mut rx).len(), 10);
+    h.close();
+    task.await.unwrap().unwrap();
 }
