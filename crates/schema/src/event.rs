@@ -5,6 +5,7 @@
 //! Payload numbers therefore reach DynamoDB with exactly the digits the
 //! producer wrote, which an `f64` round trip cannot promise past 17 digits.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::{Deserializer, MapAccess, Visitor};
@@ -195,11 +196,43 @@ pub(crate) enum Node<'a> {
     /// Untouched JSON text.
     Raw(&'a RawValue),
     /// An object, member by member, in record order.
-    Object(Vec<(String, Node<'a>)>),
+    Object(Vec<(Name<'a>, Node<'a>)>),
+}
+
+/// A member name: borrowed from the record unless it had escapes (one
+/// allocation less per payload field).
+pub(crate) type Name<'a> = Cow<'a, str>;
+
+/// A member name as read: borrowed where the text allows.
+struct NameSeed<'a>(Name<'a>);
+
+impl<'de> Deserialize<'de> for NameSeed<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = NameSeed<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(
+                self,
+                v: &'de str,
+            ) -> Result<Self::Value, E> {
+                Ok(NameSeed(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(NameSeed(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(NameSeed(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
 }
 
 /// An object's members with their values left as raw text.
-pub(crate) struct RawObject<'a>(pub Vec<(String, Node<'a>)>);
+pub(crate) struct RawObject<'a>(pub Vec<(Name<'a>, Node<'a>)>);
 
 impl<'de> Deserialize<'de> for RawObject<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -211,8 +244,8 @@ impl<'de> Deserialize<'de> for RawObject<'de> {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
                 let mut members = Vec::with_capacity(map.size_hint().unwrap_or(8));
-                while let Some((k, v)) = map.next_entry::<String, &'de RawValue>()? {
-                    members.push((k, Node::Raw(v)));
+                while let Some((k, v)) = map.next_entry::<NameSeed<'de>, &'de RawValue>()? {
+                    members.push((k.0, Node::Raw(v)));
                 }
                 Ok(RawObject(members))
             }
@@ -244,7 +277,7 @@ fn document_kind(data: &[u8]) -> &'static str {
     }
 }
 
-pub(crate) fn open_object(raw: &RawValue) -> Result<Vec<(String, Node<'_>)>, serde_json::Error> {
+pub(crate) fn open_object(raw: &RawValue) -> Result<Vec<(Name<'_>, Node<'_>)>, serde_json::Error> {
     serde_json::from_str::<RawObject<'_>>(raw.get()).map(|o| o.0)
 }
 
@@ -255,7 +288,7 @@ pub(crate) struct RawEvent<'a> {
     pub entity_id: String,
     pub timestamp_ms: i64,
     pub event_id: String,
-    pub payload: Vec<(String, Node<'a>)>,
+    pub payload: Vec<(Name<'a>, Node<'a>)>,
 }
 
 /// Extracts events from records according to an [`EventConfig`].
@@ -307,7 +340,7 @@ impl Extractor {
         let raw = self.extract_raw(data, origin)?;
         let mut payload = serde_json::Map::with_capacity(raw.payload.len());
         for (k, node) in raw.payload {
-            payload.insert(k, node_to_value(&node)?);
+            payload.insert(k.into_owned(), node_to_value(&node)?);
         }
         Ok(Event {
             entity_id: raw.entity_id,
@@ -371,7 +404,7 @@ impl Extractor {
 
 /// Removes and returns the value at `path`; `Ok(None)` when absent.
 fn take<'a>(
-    members: &mut Vec<(String, Node<'a>)>,
+    members: &mut Vec<(Name<'a>, Node<'a>)>,
     path: &FieldPath,
 ) -> Result<Option<Node<'a>>, EventError> {
     // A literal top-level key wins over the dotted interpretation.
@@ -385,7 +418,7 @@ fn take<'a>(
 }
 
 fn take_path<'a>(
-    members: &mut Vec<(String, Node<'a>)>,
+    members: &mut Vec<(Name<'a>, Node<'a>)>,
     parts: &[String],
 ) -> Result<Option<Node<'a>>, EventError> {
     let Some((first, rest)) = parts.split_first() else {
@@ -413,7 +446,7 @@ fn take_path<'a>(
 
 /// Removes a member; with duplicate keys the last one counts (as in
 /// serde_json's own maps) and the earlier ones are dropped with it.
-fn remove_member<'a>(members: &mut Vec<(String, Node<'a>)>, name: &str) -> Option<Node<'a>> {
+fn remove_member<'a>(members: &mut Vec<(Name<'a>, Node<'a>)>, name: &str) -> Option<Node<'a>> {
     let idx = members.iter().rposition(|(k, _)| k == name)?;
     let (_, node) = members.remove(idx);
     members.retain(|(k, _)| k != name);
@@ -452,7 +485,7 @@ pub(crate) fn node_to_value(node: &Node<'_>) -> Result<Value, EventError> {
         Node::Object(members) => {
             let mut map = serde_json::Map::with_capacity(members.len());
             for (k, v) in members {
-                map.insert(k.clone(), node_to_value(v)?);
+                map.insert(k.to_string(), node_to_value(v)?);
             }
             Ok(Value::Object(map))
         }

@@ -14,7 +14,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use thiserror::Error;
 
-use crate::event::{self, EventConfig, EventConfigError, EventError, Extractor, Node, RawEvent};
+use crate::event::{
+    self, EventConfig, EventConfigError, EventError, Extractor, Name, Node, RawEvent,
+};
 use crate::key::ItemKey;
 use crate::origin::Origin;
 use crate::period::{self, Lifecycle, Period, TableNaming};
@@ -478,13 +480,13 @@ impl Router {
             // A top-level duplicate meets its earlier copy like a reserved name.
             if self.is_fixed_name(name) || names.earlier(i) {
                 return Err(RouteError::BadAttribute {
-                    field: name.clone(),
+                    field: name.to_string(),
                     problem: "has the name of a reserved item attribute; rename it in the producer or change `attributes`".into(),
                 });
             }
             if name.is_empty() {
                 return Err(RouteError::BadAttribute {
-                    field: name.clone(),
+                    field: name.to_string(),
                     problem: "has an empty name, which DynamoDB rejects".into(),
                 });
             }
@@ -538,7 +540,7 @@ impl fmt::Display for Path<'_> {
 /// scanned in place, without allocating; large ones are indexed once, as the
 /// scans would be quadratic in the member count.
 struct Dups<'m> {
-    members: &'m [(String, Node<'m>)],
+    members: &'m [(Name<'m>, Node<'m>)],
     /// First and last position of each name, for large objects.
     index: Option<HashMap<&'m str, (usize, usize)>>,
 }
@@ -547,11 +549,11 @@ struct Dups<'m> {
 const DUPS_SCAN_MAX: usize = 32;
 
 impl<'m> Dups<'m> {
-    fn new(members: &'m [(String, Node<'m>)]) -> Dups<'m> {
+    fn new(members: &'m [(Name<'m>, Node<'m>)]) -> Dups<'m> {
         let index = (members.len() > DUPS_SCAN_MAX).then(|| {
             let mut index = HashMap::with_capacity(members.len());
             for (i, (k, _)) in members.iter().enumerate() {
-                index.entry(k.as_str()).or_insert((i, i)).1 = i;
+                index.entry(k.as_ref()).or_insert((i, i)).1 = i;
             }
             index
         });
@@ -566,7 +568,7 @@ impl<'m> Dups<'m> {
         match &self.index {
             None => self.members.iter().take(i).any(|(k, _)| k == name),
             Some(index) => index
-                .get(name.as_str())
+                .get(name.as_ref())
                 .is_some_and(|&(first, _)| first < i),
         }
     }
@@ -578,7 +580,7 @@ impl<'m> Dups<'m> {
         };
         match &self.index {
             None => self.members.iter().skip(i + 1).any(|(k, _)| k == name),
-            Some(index) => index.get(name.as_str()).is_some_and(|&(_, last)| last > i),
+            Some(index) => index.get(name.as_ref()).is_some_and(|&(_, last)| last > i),
         }
     }
 }
@@ -662,7 +664,7 @@ fn write_node(
 
 fn write_object(
     out: &mut Vec<u8>,
-    members: &[(String, Node<'_>)],
+    members: &[(Name<'_>, Node<'_>)],
     path: &Path<'_>,
     level: usize,
 ) -> Result<usize, RouteError> {
@@ -853,6 +855,7 @@ mod reference {
             item.insert(ttl.clone(), AttributeValue::N(expires.to_string()));
         }
         for (name, node) in ev.payload {
+            let name = name.into_owned();
             if item.contains_key(&name) {
                 return Err(RouteError::BadAttribute {
                     field: name,
@@ -894,7 +897,7 @@ mod reference {
     }
 
     fn object_to_attribute(
-        members: &[(String, Node<'_>)],
+        members: &[(Name<'_>, Node<'_>)],
         path: &str,
         level: usize,
     ) -> Result<AttributeValue, RouteError> {
@@ -905,7 +908,7 @@ mod reference {
             if k.is_empty() {
                 return Err(bad(&child, "has an empty name, which DynamoDB rejects"));
             }
-            map.insert(k.clone(), node_to_attribute(v, &child, level + 1)?);
+            map.insert(k.to_string(), node_to_attribute(v, &child, level + 1)?);
         }
         Ok(AttributeValue::M(map))
     }
