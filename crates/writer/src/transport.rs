@@ -135,9 +135,10 @@ impl HttpTransport {
     }
 
     /// The transport the SDK's DynamoDB client would use for this
-    /// configuration: its region and credentials, and its endpoint
-    /// (`AWS_ENDPOINT_URL_DYNAMODB`, `endpoint_url` in the profile,
-    /// `AWS_ENDPOINT_URL`, else the regional endpoint).
+    /// configuration: its region and credentials, and its endpoint (one set
+    /// in code on the loader, else `AWS_ENDPOINT_URL_DYNAMODB`, else
+    /// `endpoint_url` in the profile, else `AWS_ENDPOINT_URL`, else the
+    /// regional endpoint).
     pub fn from_sdk(sdk: &SdkConfig) -> Result<HttpTransport, SettingsError> {
         let region = sdk
             .region()
@@ -146,16 +147,24 @@ impl HttpTransport {
         let credentials = sdk
             .credentials_provider()
             .ok_or_else(|| SettingsError("no credentials provider configured".into()))?;
-        let endpoint = sdk
-            .service_config()
-            .and_then(|c| {
-                ServiceConfigKey::builder()
-                    .service_id("DynamoDB")
-                    .env("AWS_ENDPOINT_URL")
-                    .profile("endpoint_url")
-                    .build()
-                    .ok()
-                    .and_then(|key| c.load_config(key))
+        // The SDK's own order: an endpoint set in code wins; else the
+        // service's env / profile setting; else the general one.
+        let from_code = sdk
+            .get_origin("endpoint_url")
+            .is_client_config()
+            .then(|| sdk.endpoint_url().map(str::to_owned))
+            .flatten();
+        let endpoint = from_code
+            .or_else(|| {
+                sdk.service_config().and_then(|c| {
+                    ServiceConfigKey::builder()
+                        .service_id("DynamoDB")
+                        .env("AWS_ENDPOINT_URL")
+                        .profile("endpoint_url")
+                        .build()
+                        .ok()
+                        .and_then(|key| c.load_config(key))
+                })
             })
             .or_else(|| sdk.endpoint_url().map(str::to_owned))
             .unwrap_or_else(|| {
@@ -329,6 +338,70 @@ mod tests {
             )),
             connect_timeout: Duration::from_secs(1),
         }
+    }
+
+    /// Stands in for env / profile settings.
+    #[derive(Debug)]
+    struct Settings(Option<&'static str>);
+
+    impl aws_types::service_config::LoadServiceConfig for Settings {
+        fn load_config(&self, key: ServiceConfigKey<'_>) -> Option<String> {
+            (key.service_id() == "DynamoDB")
+                .then(|| self.0.map(str::to_owned))
+                .flatten()
+        }
+    }
+
+    fn sdk(settings: Option<&'static str>, general: Option<&str>) -> SdkConfig {
+        let mut b = SdkConfig::builder()
+            .region(aws_types::region::Region::new("eu-west-1"))
+            .credentials_provider(settings_creds())
+            .service_config(Settings(settings));
+        if let Some(url) = general {
+            b = b.endpoint_url(url);
+        }
+        b.build()
+    }
+
+    fn settings_creds() -> SharedCredentialsProvider {
+        SharedCredentialsProvider::new(Credentials::new("a", "b", None, None, "test"))
+    }
+
+    #[test]
+    fn endpoint_follows_the_sdks_order() {
+        let t = |c: &SdkConfig| HttpTransport::from_sdk(c).unwrap().endpoint().to_owned();
+        assert_eq!(
+            t(&sdk(None, None)),
+            "https://dynamodb.eu-west-1.amazonaws.com/"
+        );
+        assert_eq!(t(&sdk(None, Some("http://general:1"))), "http://general:1/");
+        assert_eq!(
+            t(&sdk(Some("http://ddb-env:2"), Some("http://general:1"))),
+            "http://ddb-env:2/"
+        );
+    }
+
+    /// An endpoint given in code on the loader wins over the environment,
+    /// as it does for the SDK's own client (the limits benches point the
+    /// writer at their proxy this way while AWS_ENDPOINT_URL_DYNAMODB names
+    /// the emulator).
+    #[tokio::test]
+    async fn an_endpoint_set_in_code_wins() {
+        let conf = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .endpoint_url("http://from-code:3")
+            .region(aws_types::region::Region::new("us-east-1"))
+            .credentials_provider(Credentials::new("a", "b", None, None, "test"))
+            .load()
+            .await;
+        assert!(conf.get_origin("endpoint_url").is_client_config());
+        let with_env = conf
+            .to_builder()
+            .service_config(Settings(Some("http://ddb-env:2")))
+            .build();
+        assert_eq!(
+            HttpTransport::from_sdk(&with_env).unwrap().endpoint(),
+            "http://from-code:3/"
+        );
     }
 
     #[test]
