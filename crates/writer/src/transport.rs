@@ -98,7 +98,8 @@ struct Inner {
     uri: String,
     region: String,
     provider: SharedCredentialsProvider,
-    cached: Mutex<Option<Credentials>>,
+    /// Credentials and when to fetch them again (None: they never expire).
+    cached: Mutex<Option<(Credentials, Option<SystemTime>)>>,
 }
 
 impl HttpTransport {
@@ -192,6 +193,19 @@ impl HttpTransport {
     }
 }
 
+/// When credentials expiring at `expiry`, fetched at `now`, are fetched
+/// again: `REFRESH_AHEAD` before they expire, or, for credentials that
+/// arrive with less time left than that, shortly before they expire (never
+/// once per call).
+fn refresh_time(expiry: SystemTime, now: SystemTime) -> SystemTime {
+    let early = expiry.checked_sub(REFRESH_AHEAD).unwrap_or(now);
+    if early > now {
+        return early;
+    }
+    let late = expiry.checked_sub(Duration::from_secs(10)).unwrap_or(now);
+    late.max(now + Duration::from_secs(1)).min(expiry)
+}
+
 /// DynamoDB's public endpoint for a region.
 pub fn regional_endpoint(region: &str, fips: bool, dual_stack: bool) -> String {
     let service = if fips { "dynamodb-fips" } else { "dynamodb" };
@@ -207,12 +221,10 @@ pub fn regional_endpoint(region: &str, fips: bool, dual_stack: bool) -> String {
 impl Inner {
     /// Cached credentials, fetched again when they are about to expire.
     async fn credentials(&self) -> Result<Credentials, TransportError> {
-        let fresh = |c: &Credentials| {
-            c.expiry()
-                .is_none_or(|e| e > SystemTime::now() + REFRESH_AHEAD)
-        };
+        let now = SystemTime::now();
         if let Ok(g) = self.cached.lock()
-            && let Some(c) = g.as_ref().filter(|c| fresh(c))
+            && let Some((c, refresh_at)) = g.as_ref()
+            && refresh_at.is_none_or(|t| now < t)
         {
             return Ok(c.clone());
         }
@@ -221,8 +233,9 @@ impl Inner {
             .provide_credentials()
             .await
             .map_err(|e| TransportError::Unavailable(format!("credentials: {e}")))?;
+        let refresh_at = c.expiry().map(|e| refresh_time(e, now));
         if let Ok(mut g) = self.cached.lock() {
-            *g = Some(c.clone());
+            *g = Some((c.clone(), refresh_at));
         }
         Ok(c)
     }
@@ -402,6 +415,64 @@ mod tests {
             HttpTransport::from_sdk(&with_env).unwrap().endpoint(),
             "http://from-code:3/"
         );
+    }
+
+    #[test]
+    fn credentials_are_fetched_again_before_they_expire_not_per_call() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let hour = Duration::from_secs(3600);
+        assert_eq!(refresh_time(now + hour, now), now + hour - REFRESH_AHEAD);
+        // Two minutes left: kept until 10 s before the end.
+        let two = Duration::from_secs(120);
+        assert_eq!(
+            refresh_time(now + two, now),
+            now + two - Duration::from_secs(10)
+        );
+        // Already (nearly) expired: at least a second, never past expiry.
+        assert_eq!(
+            refresh_time(now + Duration::from_secs(5), now),
+            now + Duration::from_secs(1)
+        );
+        assert_eq!(refresh_time(now, now), now);
+    }
+
+    #[derive(Debug)]
+    struct Counting(std::sync::Arc<std::sync::atomic::AtomicUsize>, Duration);
+
+    impl ProvideCredentials for Counting {
+        fn provide_credentials<'a>(
+            &'a self,
+        ) -> aws_credential_types::provider::future::ProvideCredentials<'a>
+        where
+            Self: 'a,
+        {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let expiry = SystemTime::now() + self.1;
+            aws_credential_types::provider::future::ProvideCredentials::ready(Ok(Credentials::new(
+                "a",
+                "b",
+                None,
+                Some(expiry),
+                "counting",
+            )))
+        }
+    }
+
+    #[tokio::test]
+    async fn short_lived_credentials_are_cached_too() {
+        for (lifetime, fetches) in [
+            (Duration::from_secs(3600), 1),
+            (Duration::from_secs(120), 1),
+        ] {
+            let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let mut s = settings("http://127.0.0.1:1");
+            s.credentials = SharedCredentialsProvider::new(Counting(calls.clone(), lifetime));
+            let t = HttpTransport::new(s).unwrap();
+            for _ in 0..5 {
+                t.inner.credentials().await.unwrap();
+            }
+            assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), fetches);
+        }
     }
 
     #[test]
