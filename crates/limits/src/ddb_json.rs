@@ -4,81 +4,14 @@
 //! `tidemark_schema::size`, the same code the writer uses: the proxy and the
 //! writer can never disagree on what an item costs.
 
-use std::collections::HashMap;
-
-use aws_sdk_dynamodb::types::AttributeValue;
-use aws_smithy_types::Blob;
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
-use tidemark_schema::Item;
 
-/// A wire value that is not valid DynamoDB JSON.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid attribute value: {0}")]
-pub struct WireError(pub String);
-
-/// Converts one wire attribute value (`{"S": "x"}`) into an `AttributeValue`.
-pub fn to_attribute_value(v: &Value) -> Result<AttributeValue, WireError> {
-    let obj = v
-        .as_object()
-        .ok_or_else(|| WireError(format!("expected an object, got {v}")))?;
-    let mut it = obj.iter();
-    let (tag, inner) = match (it.next(), it.next()) {
-        (Some(pair), None) => pair,
-        _ => return Err(WireError("exactly one data type must be set".into())),
-    };
-    let s = |x: &Value| -> Result<String, WireError> {
-        x.as_str()
-            .map(str::to_owned)
-            .ok_or_else(|| WireError(format!("{tag}: expected a string")))
-    };
-    let arr = |x: &Value| -> Result<Vec<Value>, WireError> {
-        x.as_array()
-            .cloned()
-            .ok_or_else(|| WireError(format!("{tag}: expected a list")))
-    };
-    let blob = |x: &Value| -> Result<Blob, WireError> {
-        let text = s(x)?;
-        STANDARD
-            .decode(text.as_bytes())
-            .map(Blob::new)
-            .map_err(|e| WireError(format!("{tag}: bad base64: {e}")))
-    };
-    Ok(match tag.as_str() {
-        "S" => AttributeValue::S(s(inner)?),
-        "N" => AttributeValue::N(s(inner)?),
-        "B" => AttributeValue::B(blob(inner)?),
-        "BOOL" => AttributeValue::Bool(
-            inner
-                .as_bool()
-                .ok_or_else(|| WireError("BOOL: expected a boolean".into()))?,
-        ),
-        "NULL" => AttributeValue::Null(true),
-        "SS" => AttributeValue::Ss(arr(inner)?.iter().map(s).collect::<Result<_, _>>()?),
-        "NS" => AttributeValue::Ns(arr(inner)?.iter().map(s).collect::<Result<_, _>>()?),
-        "BS" => AttributeValue::Bs(arr(inner)?.iter().map(blob).collect::<Result<_, _>>()?),
-        "L" => AttributeValue::L(
-            arr(inner)?
-                .iter()
-                .map(to_attribute_value)
-                .collect::<Result<_, _>>()?,
-        ),
-        "M" => AttributeValue::M(to_item(inner)?),
-        other => return Err(WireError(format!("unknown data type {other}"))),
-    })
-}
-
-/// Converts a wire item (`{"name": {"S": "x"}, ...}`) into an SDK item.
-pub fn to_item(v: &Value) -> Result<Item, WireError> {
-    let obj = v
-        .as_object()
-        .ok_or_else(|| WireError("an item must be an object".into()))?;
-    obj.iter()
-        .map(|(k, v)| Ok((k.clone(), to_attribute_value(v)?)))
-        .collect::<Result<HashMap<_, _>, _>>()
-}
+// Decoding is the schema crate's (the writer's own items decode the same
+// way); the proxy's names for it are kept.
+pub use tidemark_schema::wire::{
+    WireError, decode_map as to_item, decode_value as to_attribute_value,
+};
 
 /// Size of a wire item by DynamoDB's rules (see `tidemark_schema::size`).
 pub fn wire_item_size(v: &Value) -> Result<usize, WireError> {
@@ -171,7 +104,11 @@ pub fn item_digest(v: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use aws_smithy_types::Blob;
     use serde_json::json;
+    use std::collections::HashMap;
+    use tidemark_schema::Item;
 
     #[test]
     fn wire_size_agrees_with_schema_sizing() {

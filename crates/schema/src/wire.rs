@@ -88,31 +88,11 @@ impl From<&Item> for WireItem {
     }
 }
 
-/// Appends `s` as a JSON string (quotes and escapes included).
+/// Appends `s` as a JSON string (quotes and escapes included), with
+/// serde_json's escaping.
 pub fn write_str(out: &mut Vec<u8>, s: &str) {
-    out.push(b'"');
-    let bytes = s.as_bytes();
-    let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        let esc: &[u8] = match b {
-            b'"' => b"\\\"",
-            b'\\' => b"\\\\",
-            b'\n' => b"\\n",
-            b'\r' => b"\\r",
-            b'\t' => b"\\t",
-            0..=0x1f => b"",
-            _ => continue,
-        };
-        out.extend_from_slice(&bytes[start..i]);
-        if esc.is_empty() {
-            out.extend_from_slice(format!("\\u{b:04x}").as_bytes());
-        } else {
-            out.extend_from_slice(esc);
-        }
-        start = i + 1;
-    }
-    out.extend_from_slice(&bytes[start..]);
-    out.push(b'"');
+    // Writing a string into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, s);
 }
 
 /// Appends `{"name":<value>,...}`.
@@ -142,7 +122,8 @@ fn write_list<T>(out: &mut Vec<u8>, tag: &str, xs: &[T], mut each: impl FnMut(&m
     out.extend_from_slice(b"]}");
 }
 
-fn write_tagged_str(out: &mut Vec<u8>, tag: &str, s: &str) {
+/// Appends `{"<tag>":"<s>"}`, e.g. `{"S":"text"}`.
+pub fn write_tagged_str(out: &mut Vec<u8>, tag: &str, s: &str) {
     out.extend_from_slice(b"{\"");
     out.extend_from_slice(tag.as_bytes());
     out.extend_from_slice(b"\":");

@@ -119,18 +119,9 @@ impl fmt::Debug for Token {
     }
 }
 
-/// One submission with its permits taken.
-struct Accepted {
-    table: String,
-    key: ItemKey,
-    item: WireItem,
-    wcu: u64,
-    done: Completion,
-    permits: Permits,
-}
-
 enum Msg {
-    Submit(Vec<Accepted>),
+    /// Submissions with their permits taken: (table, item), in order.
+    Submit(Vec<(String, Pending)>),
     Flush(oneshot::Sender<()>),
     Close,
 }
@@ -295,14 +286,17 @@ impl WriterHandle {
             let (Some(item), Some(bytes)) = (items.split(1), all_bytes.split(want as usize)) else {
                 return Err(WriterError::Closed);
             };
-            accepted.push(Accepted {
-                table: s.table,
+            let pending = Pending {
                 key: s.key,
                 wcu: s.item.wcu(),
                 item: s.item,
-                done: s.done,
-                permits: Permits { items: item, bytes },
-            });
+                token: Token {
+                    done: s.done,
+                    seq: 0,
+                    permits: Permits { items: item, bytes },
+                },
+            };
+            accepted.push((s.table, pending));
         }
         self.tx
             .send(Msg::Submit(accepted))
@@ -365,19 +359,14 @@ impl Dispatcher {
                         // Consecutive submissions of one table go on as one message.
                         let mut run: Vec<Pending> = Vec::new();
                         let mut run_table: Option<String> = None;
-                        for a in subs {
-                            if run_table.as_deref() != Some(a.table.as_str()) {
+                        for (table, pending) in subs {
+                            if run_table.as_deref() != Some(table.as_str()) {
                                 if let Some(t) = run_table.take() {
                                     self.forward(&mut tables, &mut tasks, t, std::mem::take(&mut run));
                                 }
-                                run_table = Some(a.table);
+                                run_table = Some(table);
                             }
-                            run.push(Pending {
-                                key: a.key,
-                                item: a.item,
-                                wcu: a.wcu,
-                                token: Token { done: a.done, seq: 0, permits: a.permits },
-                            });
+                            run.push(pending);
                         }
                         if let Some(t) = run_table {
                             self.forward(&mut tables, &mut tasks, t, run);
