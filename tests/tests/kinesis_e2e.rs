@@ -204,8 +204,8 @@ fn spawn_store(
                     panic!("kinesis origin")
                 };
                 let d = Delivery {
-                    shard: shard_id.clone(),
-                    seq: sequence_number.clone(),
+                    shard: shard_id.to_string(),
+                    seq: sequence_number.to_string(),
                     sub: *sub_sequence_number,
                     pk: r.partition_key.clone(),
                     data: r.data.to_vec(),

@@ -117,7 +117,7 @@ fn position(r: &Record) -> (String, Position) {
         panic!("kinesis origin")
     };
     (
-        shard_id.clone(),
+        shard_id.to_string(),
         Position::new(sequence_number.clone(), *sub_sequence_number),
     )
 }

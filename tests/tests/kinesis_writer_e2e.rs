@@ -23,7 +23,8 @@ use tidemark_schema::Reason;
 use tidemark_schema::route::{Router, RouterConfig};
 use tidemark_tests::{integration, repo_root, unique_name, wait_until};
 use tidemark_writer::{
-    MissingTableAction, MissingTableHandler, Submission, WriteOutcome, Writer, WriterConfig,
+    Completion, MissingTableAction, MissingTableHandler, Submission, WriteOutcome, Writer,
+    WriterConfig,
 };
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -99,7 +100,7 @@ fn spawn_pipeline(
                                 table: routed.table,
                                 key: routed.key,
                                 item: routed.item,
-                                done: Box::new(move |outcome| {
+                                done: Completion::from_fn(move |outcome| {
                                     let mut o = out2.lock().unwrap();
                                     match outcome {
                                         WriteOutcome::Stored => o.stored += 1,

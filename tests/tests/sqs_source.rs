@@ -21,7 +21,7 @@ use tidemark_consumer::sqs::{SqsConfig, SqsSource};
 use tidemark_schema::{Origin, Reason, Router, RouterConfig};
 use tidemark_tests::{TableCapacity, integration, unique_name, wait_until};
 use tidemark_writer::{
-    RejectMissing, Submission, WriteOutcome, Writer, WriterConfig, WriterHandle,
+    Completion, RejectMissing, Submission, WriteOutcome, Writer, WriterConfig, WriterHandle,
 };
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -88,7 +88,7 @@ async fn glue(
             let ack = record.ack;
             let origin = record.origin;
             let data = record.data;
-            let done = Box::new(move |outcome: WriteOutcome| {
+            let done = Completion::from_fn(move |outcome: WriteOutcome| {
                 let finish = move || {
                     let mut s = seen2.lock().unwrap();
                     match outcome {

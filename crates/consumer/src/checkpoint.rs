@@ -13,6 +13,7 @@ use std::fmt;
 use std::sync::{Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
+use tidemark_schema::SharedStr;
 use tokio::sync::Notify;
 
 use crate::record::AckTarget;
@@ -21,7 +22,7 @@ use crate::record::AckTarget;
 /// holds), ordered numerically.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct SequenceNumber(pub String);
+pub struct SequenceNumber(pub SharedStr);
 
 impl SequenceNumber {
     /// The digits without leading zeros, for numeric comparison.
@@ -38,7 +39,7 @@ impl SequenceNumber {
 
 impl From<&str> for SequenceNumber {
     fn from(s: &str) -> Self {
-        Self(s.to_string())
+        Self(s.into())
     }
 }
 
@@ -73,7 +74,7 @@ pub struct Position {
 
 impl Position {
     /// A position from its parts.
-    pub fn new(sequence: impl Into<String>, sub_sequence: u64) -> Self {
+    pub fn new(sequence: impl Into<SharedStr>, sub_sequence: u64) -> Self {
         Self {
             sequence: SequenceNumber(sequence.into()),
             sub_sequence,
@@ -218,7 +219,15 @@ impl AckTracker {
 
 impl AckTarget for AckTracker {
     fn ack(&self, serial: u64) {
-        if self.lock().ack(serial) {
+        self.ack_many(&[serial]);
+    }
+
+    fn ack_many(&self, serials: &[u64]) {
+        let moved = {
+            let mut w = self.lock();
+            serials.iter().fold(false, |moved, s| w.ack(*s) | moved)
+        };
+        if moved {
             self.changed.notify_waiters();
         }
     }
@@ -397,5 +406,49 @@ mod tests {
             prop_assert_eq!(w.checkpoint(), positions.last().map(|(p, _, _)| p));
             prop_assert_eq!(w.in_flight(), 0);
         }
+    }
+
+    /// Counts the calls an ack target gets.
+    #[derive(Default)]
+    struct Calls(Mutex<Vec<Vec<u64>>>);
+
+    impl AckTarget for Calls {
+        fn ack(&self, serial: u64) {
+            self.ack_many(&[serial]);
+        }
+        fn ack_many(&self, serials: &[u64]) {
+            self.0.lock().unwrap().push(serials.to_vec());
+        }
+    }
+
+    #[test]
+    fn done_all_reports_each_run_of_one_target_in_one_call() {
+        use crate::record::Ack;
+        use std::sync::Arc;
+        let (a, b) = (Arc::new(Calls::default()), Arc::new(Calls::default()));
+        let ack = |t: &Arc<Calls>, s| Ack::new(t.clone(), s);
+        Ack::done_all(vec![ack(&a, 1), ack(&a, 2), ack(&b, 7), ack(&a, 3)]);
+        assert_eq!(*a.0.lock().unwrap(), vec![vec![1, 2], vec![3]]);
+        assert_eq!(*b.0.lock().unwrap(), vec![vec![7]]);
+    }
+
+    #[tokio::test]
+    async fn ack_many_moves_the_checkpoint_and_wakes_a_waiter() {
+        use std::sync::Arc;
+        let t = Arc::new(AckTracker::new());
+        let s: Vec<u64> = (1..=3).map(|i| t.push(pos(i, 0)).unwrap()).collect();
+        let waiter = {
+            let t = t.clone();
+            tokio::spawn(async move { t.wait_for(|w| w.in_flight() == 0).await })
+        };
+        t.ack_many(&[s[2], s[0]]);
+        assert_eq!(t.checkpoint(), Some(pos(1, 0)), "stops before serial 1");
+        assert!(!waiter.is_finished());
+        t.ack_many(&[s[1]]);
+        assert_eq!(t.checkpoint(), Some(pos(3, 0)));
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+            .await
+            .expect("the waiter is woken")
+            .unwrap();
     }
 }

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use tidemark_schema::{Origin, Reason};
+use tidemark_schema::{Origin, Reason, SharedStr};
 
 use crate::checkpoint::{AckTracker, OutOfOrder, Position};
 use crate::kpl;
@@ -16,7 +16,7 @@ use crate::record::{Ack, AckTarget, Defect, Record};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RawRecord {
     /// Sequence number.
-    pub sequence_number: String,
+    pub sequence_number: SharedStr,
     /// Partition key.
     pub partition_key: String,
     /// Data (possibly a KPL aggregate).
@@ -30,38 +30,46 @@ pub struct RawRecord {
 /// record with a [`Defect`] and the raw bytes, at sub-sequence 0. Returns the
 /// number of corrupt aggregates.
 pub fn push_user_records(
-    stream: &str,
-    shard_id: &str,
+    stream: &SharedStr,
+    shard_id: &SharedStr,
     raw: RawRecord,
     skip_upto: Option<&Position>,
     tracker: &Arc<AckTracker>,
     out: &mut Vec<Record>,
 ) -> Result<usize, OutOfOrder> {
     let target: Arc<dyn AckTarget> = tracker.clone();
+    let RawRecord {
+        sequence_number,
+        partition_key,
+        data,
+        arrival_ms,
+    } = raw;
+    // The stream, shard and sequence strings are shared by every record and
+    // position made here: clones are count increments, not copies.
     let mut emit = |sub: u64, pk: String, data: Bytes, defect: Option<Defect>| {
-        let position = Position::new(raw.sequence_number.clone(), sub);
+        let position = Position::new(sequence_number.clone(), sub);
         if skip_upto.is_some_and(|s| position <= *s) {
             return Ok(());
         }
         let serial = tracker.push(position)?;
         out.push(Record {
             origin: Origin::Kinesis {
-                stream: stream.to_string(),
-                shard_id: shard_id.to_string(),
-                sequence_number: raw.sequence_number.clone(),
+                stream: stream.clone(),
+                shard_id: shard_id.clone(),
+                sequence_number: sequence_number.clone(),
                 sub_sequence_number: sub,
             },
             partition_key: pk,
             data,
-            arrival_ms: raw.arrival_ms,
+            arrival_ms,
             ack: Ack::new(target.clone(), serial),
             defect,
         });
         Ok(())
     };
-    match kpl::deaggregate(&raw.data) {
+    match kpl::deaggregate(&data) {
         Ok(None) => {
-            emit(0, raw.partition_key.clone(), raw.data.clone(), None)?;
+            emit(0, partition_key, data, None)?;
             Ok(0)
         }
         Ok(Some(users)) => {
@@ -75,7 +83,7 @@ pub fn push_user_records(
                 reason: Reason::CorruptAggregate,
                 message: e.to_string(),
             };
-            emit(0, raw.partition_key.clone(), raw.data.clone(), Some(defect))?;
+            emit(0, partition_key, data, Some(defect))?;
             Ok(1)
         }
     }
@@ -102,8 +110,8 @@ mod tests {
         // Resuming from (100, 1): sub-records 0 and 1 are done.
         let skip = Position::new("100", 1);
         push_user_records(
-            "s",
-            "sh",
+            &"s".into(),
+            &"sh".into(),
             raw("100", agg.clone()),
             Some(&skip),
             &tracker,
@@ -122,8 +130,15 @@ mod tests {
         let mut bad = agg;
         let last = bad.len() - 1;
         bad[last] ^= 0xFF;
-        let n = push_user_records("s", "sh", raw("101", bad.clone()), None, &tracker, &mut out)
-            .unwrap();
+        let n = push_user_records(
+            &"s".into(),
+            &"sh".into(),
+            raw("101", bad.clone()),
+            None,
+            &tracker,
+            &mut out,
+        )
+        .unwrap();
         assert_eq!(n, 1);
         assert_eq!(
             out[1].defect.as_ref().unwrap().reason,
@@ -135,8 +150,8 @@ mod tests {
             "raw bytes kept for the dead letter"
         );
         push_user_records(
-            "s",
-            "sh",
+            &"s".into(),
+            &"sh".into(),
             raw("102", b"{}".to_vec()),
             None,
             &tracker,

@@ -27,6 +27,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use tidemark_schema::SharedStr;
 
 use aws_sdk_kinesis::types::ShardIteratorType;
 use base64::Engine;
@@ -92,7 +93,7 @@ impl FixtureRecord {
     /// As a raw Kinesis record.
     pub fn to_raw(&self) -> Result<RawRecord, base64::DecodeError> {
         Ok(RawRecord {
-            sequence_number: self.sequence_number.clone(),
+            sequence_number: self.sequence_number.as_str().into(),
             partition_key: self.partition_key.clone(),
             data: Bytes::from(self.bytes()?),
             arrival_ms: self.arrival_ms,
@@ -394,7 +395,7 @@ impl ReplaySource {
                 .map(|(shard, lines)| {
                     let reader = ShardReader::File(FileLines {
                         path: path.clone(),
-                        stream: lines.stream,
+                        stream: lines.stream.into(),
                         offsets: lines.offsets.into_iter(),
                         reader: None,
                         pos: 0,
@@ -451,12 +452,12 @@ enum ShardReader {
 
 impl ShardReader {
     /// The next record as Kinesis returned it, with its stream name.
-    fn next_raw(&mut self) -> Option<Result<(Cow<'_, str>, RawRecord), ConsumerError>> {
+    fn next_raw(&mut self) -> Option<Result<(SharedStr, RawRecord), ConsumerError>> {
         match self {
             ShardReader::Memory(it) => {
                 let r = it.next()?;
                 Some(match r.to_raw() {
-                    Ok(raw) => Ok((Cow::Owned(r.stream), raw)),
+                    Ok(raw) => Ok((r.stream.into(), raw)),
                     Err(e) => Err(ConsumerError::Fixture {
                         path: format!("{}/{}", r.shard_id, r.sequence_number),
                         problem: e.to_string(),
@@ -472,7 +473,7 @@ impl ShardReader {
 /// only grow, so short skips stay inside the read buffer.
 struct FileLines {
     path: PathBuf,
-    stream: String,
+    stream: SharedStr,
     offsets: std::vec::IntoIter<u64>,
     reader: Option<BufReader<File>>,
     pos: u64,
@@ -480,12 +481,12 @@ struct FileLines {
 }
 
 impl FileLines {
-    fn next_raw(&mut self) -> Option<Result<(Cow<'_, str>, RawRecord), ConsumerError>> {
+    fn next_raw(&mut self) -> Option<Result<(SharedStr, RawRecord), ConsumerError>> {
         let offset = self.offsets.next()?;
         Some(self.read_at(offset))
     }
 
-    fn read_at(&mut self, offset: u64) -> Result<(Cow<'_, str>, RawRecord), ConsumerError> {
+    fn read_at(&mut self, offset: u64) -> Result<(SharedStr, RawRecord), ConsumerError> {
         // Split borrows: the error builder reads `path` while the reader,
         // position and buffer change, with no per-record copy of the path.
         let FileLines {
@@ -515,16 +516,16 @@ impl FileLines {
         let line: LineRef<'_> = serde_json::from_slice(buf).map_err(|e| err(&e))?;
         let data = STANDARD.decode(line.data.as_bytes()).map_err(|e| err(&e))?;
         let raw = RawRecord {
-            sequence_number: line.sequence_number.into_owned(),
+            sequence_number: SharedStr::from(&*line.sequence_number),
             partition_key: line.partition_key.into_owned(),
             data: Bytes::from(data),
             arrival_ms: line.arrival_ms,
         };
-        // Lines carry their shard's stream name: lend it, copy only a stray one.
+        // Lines carry their shard's stream name: share it, copy only a stray one.
         let stream = if line.stream == stream.as_str() {
-            Cow::Borrowed(stream.as_str())
+            stream.clone()
         } else {
-            Cow::Owned(line.stream.into_owned())
+            SharedStr::from(&*line.stream)
         };
         Ok((stream, raw))
     }
@@ -558,6 +559,7 @@ impl ShardReplay {
             }
         }
         let tracker = Arc::new(AckTracker::new());
+        let shard_id = SharedStr::from(self.shard.as_str());
         let (mut delivered, mut corrupt) = (0, 0);
         loop {
             let mut batch = Vec::with_capacity(self.batch_size);
@@ -567,8 +569,7 @@ impl ShardReplay {
                     break;
                 };
                 let (stream, raw) = next?;
-                corrupt +=
-                    push_user_records(&stream, &self.shard, raw, None, &tracker, &mut batch)?;
+                corrupt += push_user_records(&stream, &shard_id, raw, None, &tracker, &mut batch)?;
                 lines += 1;
             }
             if lines == 0 {
@@ -702,8 +703,8 @@ mod tests {
                     panic!("kinesis origin");
                 };
                 seen.push((
-                    shard_id.clone(),
-                    sequence_number.clone(),
+                    shard_id.to_string(),
+                    sequence_number.to_string(),
                     *sub_sequence_number,
                 ));
                 pending.push(r.ack);

@@ -30,6 +30,7 @@ use crate::lease::{self, BalanceInput, Checkpoint, Lease, LeaseTable, Observatio
 use crate::pacer::Pacer;
 use crate::record::Record;
 use crate::status::{ShardState, StatusHandle};
+use tidemark_schema::SharedStr;
 
 /// Metric names (the `metrics` facade; install any recorder).
 pub mod metric {
@@ -493,7 +494,9 @@ impl Reader {
 
     async fn read(&mut self, lease: &Lease) -> Result<Stop, ConsumerError> {
         let cfg = self.ctx.config.clone();
-        let stream = cfg.stream_name().to_string();
+        // Shared by every record of this shard (see `SharedStr`).
+        let stream = SharedStr::from(cfg.stream_name());
+        let shard_id = SharedStr::from(self.shard.as_str());
         // Parents first: per-key order across a reshard depends on it.
         let mut rx = self.ctx.snapshot.subscribe();
         loop {
@@ -521,7 +524,7 @@ impl Reader {
             Checkpoint::At(p) => Some(p.clone()),
             _ => None,
         };
-        let mut last_read: Option<String> = None;
+        let mut last_read: Option<SharedStr> = None;
         let mut iterator = match self.guard(self.iterator(&lease.checkpoint, None)).await {
             Ok(it) => it?,
             Err(stop) => return Ok(stop),
@@ -597,7 +600,7 @@ impl Reader {
             for r in out.records() {
                 bytes += r.data().as_ref().len();
                 let raw = RawRecord {
-                    sequence_number: r.sequence_number().to_string(),
+                    sequence_number: r.sequence_number().into(),
                     partition_key: r.partition_key().unwrap_or_default().to_string(),
                     data: bytes::Bytes::copy_from_slice(r.data().as_ref()),
                     arrival_ms: r
@@ -608,7 +611,7 @@ impl Reader {
                 last_read = Some(raw.sequence_number.clone());
                 corrupt += push_user_records(
                     &stream,
-                    &self.shard,
+                    &shard_id,
                     raw,
                     skip.as_ref(),
                     &self.tracker,
@@ -813,7 +816,7 @@ impl Reader {
     async fn iterator(
         &self,
         cp: &Checkpoint,
-        after: Option<String>,
+        after: Option<SharedStr>,
     ) -> Result<String, ConsumerError> {
         let mut retry = retry_backoff();
         loop {
@@ -826,7 +829,7 @@ impl Reader {
             req = match (&after, cp) {
                 (Some(seq), _) => req
                     .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
-                    .starting_sequence_number(seq),
+                    .starting_sequence_number(seq.as_str()),
                 // AT, not AFTER: the checkpoint may sit inside a KPL aggregate
                 // whose later sub-records are not done; those before are skipped.
                 (None, Checkpoint::At(p)) => req

@@ -16,6 +16,14 @@ use tidemark_schema::{Origin, Reason};
 pub trait AckTarget: Send + Sync + 'static {
     /// Marks the record with this serial as stored or dead-lettered.
     fn ack(&self, serial: u64);
+
+    /// Marks several records at once; a target that takes a lock per ack
+    /// overrides this to take it once.
+    fn ack_many(&self, serials: &[u64]) {
+        for s in serials {
+            self.ack(*s);
+        }
+    }
 }
 
 /// Acknowledgement handle of one record. Call [`Ack::done`] once the record is
@@ -34,6 +42,29 @@ impl Ack {
     /// Says the record is stored or dead-lettered durably.
     pub fn done(self) {
         self.target.ack(self.serial);
+    }
+
+    /// [`done`](Self::done) for several records: runs of acks with the same
+    /// target are reported with one [`AckTarget::ack_many`] call.
+    pub fn done_all(acks: impl IntoIterator<Item = Ack>) {
+        let mut run: Option<Arc<dyn AckTarget>> = None;
+        let mut serials = Vec::new();
+        for a in acks {
+            if let Some(t) = &run
+                && !Arc::ptr_eq(t, &a.target)
+            {
+                t.ack_many(&serials);
+                serials.clear();
+                run = None;
+            }
+            serials.push(a.serial);
+            if run.is_none() {
+                run = Some(a.target);
+            }
+        }
+        if let Some(t) = run {
+            t.ack_many(&serials);
+        }
     }
 
     /// The record's serial within its tracker (for diagnostics).

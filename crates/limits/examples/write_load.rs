@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use aws_config::BehaviorVersion;
 use aws_sdk_dynamodb::types::AttributeValue;
 use tidemark_schema::{ItemKey, shard_of};
-use tidemark_writer::{RejectMissing, Submission, WriteOutcome, Writer, WriterConfig};
+use tidemark_writer::{Completion, RejectMissing, Submission, WriteOutcome, Writer, WriterConfig};
 
 fn key(mode: &str, i: u64) -> (String, String) {
     let entity = format!("sensor-{}", i % 1000);
@@ -91,7 +91,7 @@ async fn main() {
                 table: table.clone(),
                 key: ItemKey { pk, sk },
                 item: tidemark_schema::WireItem::encode(&item),
-                done: Box::new(move |o| match o {
+                done: Completion::from_fn(move |o| match o {
                     WriteOutcome::Stored => {
                         s.fetch_add(1, Ordering::Relaxed);
                     }

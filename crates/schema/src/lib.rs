@@ -51,7 +51,7 @@ pub mod wire;
 
 pub use event::{Event, EventConfig, EventError, Extractor};
 pub use key::ItemKey;
-pub use origin::Origin;
+pub use origin::{Origin, SharedStr};
 pub use reason::Reason;
 pub use route::{RouteError, Routed, Router, RouterConfig};
 pub use size::Item;

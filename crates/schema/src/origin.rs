@@ -5,8 +5,110 @@
 //! same record writes the same item key (an overwrite, never a duplicate).
 
 use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// An immutable string shared by reference count: a shard's stream name and
+/// id, and a Kinesis record's sequence number, are carried by every record,
+/// position and checkpoint made from it; cloning one is a count increment,
+/// not an allocation. Serialized as a plain string.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct SharedStr(Arc<str>);
+
+impl SharedStr {
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Deref for SharedStr {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for SharedStr {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for SharedStr {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for SharedStr {
+    fn from(s: &str) -> Self {
+        SharedStr(Arc::from(s))
+    }
+}
+
+impl From<String> for SharedStr {
+    fn from(s: String) -> Self {
+        SharedStr(Arc::from(s))
+    }
+}
+
+impl From<&String> for SharedStr {
+    fn from(s: &String) -> Self {
+        SharedStr(Arc::from(s.as_str()))
+    }
+}
+
+impl From<SharedStr> for String {
+    fn from(s: SharedStr) -> Self {
+        s.0.to_string()
+    }
+}
+
+impl PartialEq<str> for SharedStr {
+    fn eq(&self, other: &str) -> bool {
+        &*self.0 == other
+    }
+}
+
+impl PartialEq<&str> for SharedStr {
+    fn eq(&self, other: &&str) -> bool {
+        &*self.0 == *other
+    }
+}
+
+impl PartialEq<String> for SharedStr {
+    fn eq(&self, other: &String) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl fmt::Debug for SharedStr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for SharedStr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Serialize for SharedStr {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for SharedStr {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = std::borrow::Cow::<'de, str>::deserialize(d)?;
+        Ok(SharedStr(Arc::from(&*s)))
+    }
+}
 
 /// The source position of one record.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -15,11 +117,11 @@ pub enum Origin {
     /// A Kinesis user record (a KPL sub-record has a non-zero sub-sequence).
     Kinesis {
         /// Stream name.
-        stream: String,
+        stream: SharedStr,
         /// Shard id, e.g. `shardId-000000000001`.
-        shard_id: String,
+        shard_id: SharedStr,
         /// Sequence number as Kinesis returns it (up to 56 decimal digits).
-        sequence_number: String,
+        sequence_number: SharedStr,
         /// Sub-sequence number within a KPL aggregate; 0 for plain records.
         sub_sequence_number: u64,
     },
@@ -103,5 +205,28 @@ mod tests {
             index: 2,
         };
         assert_eq!(q.derived_event_id(), "sqs:m:2");
+    }
+
+    /// Shared strings serialize as plain strings: dead-letter files and
+    /// checkpoints written before `SharedStr` read back the same.
+    #[test]
+    fn shared_strings_serialize_as_plain_strings() {
+        let a = Origin::Kinesis {
+            stream: "s".into(),
+            shard_id: "shardId-000000000000".into(),
+            sequence_number: "4959".into(),
+            sub_sequence_number: 1,
+        };
+        let json = serde_json::to_string(&a).unwrap();
+        assert_eq!(
+            json,
+            r#"{"source":"kinesis","stream":"s","shard_id":"shardId-000000000000","sequence_number":"4959","sub_sequence_number":1}"#
+        );
+        assert_eq!(serde_json::from_str::<Origin>(&json).unwrap(), a);
+        let shared = SharedStr::from("x");
+        assert!(
+            std::ptr::eq(shared.as_str(), shared.clone().as_str()),
+            "a clone shares the text"
+        );
     }
 }

@@ -323,7 +323,7 @@ pub fn item_bytes_of_sample(router: &Router, sample: &[u8]) -> Result<u64, Route
     let origin = Origin::Kinesis {
         stream: "sample".into(),
         shard_id: "shardId-000000000000".into(),
-        sequence_number: "4".repeat(56),
+        sequence_number: "4".repeat(56).into(),
         sub_sequence_number: 0,
     };
     let event = router.extractor().extract(sample, &origin)?;

@@ -12,12 +12,14 @@
 //! pipeline, which stops pulling from the sources' bounded channel, which
 //! pauses reading.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
+use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use tidemark_consumer::record::Record;
-use tidemark_schema::route::Router;
-use tidemark_writer::{Submission, WriteOutcome, WriterError, WriterHandle};
+use tidemark_consumer::record::{Ack, Record};
+use tidemark_schema::Origin;
+use tidemark_schema::route::{Routed, Router};
+use tidemark_writer::{Complete, Completion, Submission, WriteOutcome, WriterError, WriterHandle};
 use tokio::sync::mpsc;
 
 use crate::deadletter::{DeadLetter, DeadLetters};
@@ -83,15 +85,38 @@ impl Pipeline {
         while let Some(batch) = rx.recv().await {
             let now = (self.clock)();
             metrics::counter!("tidemark_records_read_total").increment(batch.len() as u64);
-            let mut subs = Vec::with_capacity(batch.len());
+            let n = batch.len() as u64;
+            counts.records += n;
+            let mut routed = Vec::with_capacity(batch.len());
+            let mut slots = Vec::with_capacity(batch.len());
             for record in batch {
-                counts.records += 1;
-                match self.prepare(record, now) {
-                    Some(s) => subs.push(s),
-                    None => counts.dead_lettered += 1,
+                if let Some(r) = self.prepare(record, now, &mut slots) {
+                    routed.push(r);
                 }
             }
-            counts.submitted += subs.len() as u64;
+            counts.dead_lettered += n - routed.len() as u64;
+            counts.submitted += routed.len() as u64;
+            if routed.is_empty() {
+                continue;
+            }
+            // One completion target per batch: the writer reports a written
+            // call's items together, so acks are settled per group, not per
+            // record (see `BatchDone`).
+            let target: Arc<dyn Complete> = Arc::new(BatchDone {
+                slots: Mutex::new(slots),
+                dead_letters: self.dead_letters.clone(),
+                clock: self.clock.clone(),
+            });
+            let subs = routed
+                .into_iter()
+                .enumerate()
+                .map(|(tag, r)| Submission {
+                    table: r.table,
+                    key: r.key,
+                    item: r.item,
+                    done: Completion::new(target.clone(), tag as u64),
+                })
+                .collect();
             // One hand-off per batch: the writer takes the group's permits
             // at once (the records stay in source order).
             self.writer.submit_all(subs).await?;
@@ -99,9 +124,11 @@ impl Pipeline {
         Ok(counts)
     }
 
-    /// Routes one record: the submission for the writer, or `None` when it
-    /// was dead-lettered (its ack then travels with the dead-letter entry).
-    fn prepare(&self, record: Record, now: DateTime<Utc>) -> Option<Submission> {
+    /// Routes one record: the routed item (its record kept in `slots`, at
+    /// the same index as the item among the batch's routed ones), or `None`
+    /// when it was dead-lettered (its ack then travels with the dead-letter
+    /// entry).
+    fn prepare(&self, record: Record, now: DateTime<Utc>, slots: &mut Vec<Slot>) -> Option<Routed> {
         let Record {
             origin,
             data,
@@ -116,21 +143,8 @@ impl Pipeline {
         }
         match self.router.route(&data, &origin, now) {
             Ok(routed) => {
-                let dead_letters = self.dead_letters.clone();
-                let clock = self.clock.clone();
-                let done = Box::new(move |outcome: WriteOutcome| match outcome {
-                    WriteOutcome::Stored => ack.done(),
-                    WriteOutcome::Rejected { reason, message } => {
-                        let entry = DeadLetter::new(origin, reason, message, &data, clock());
-                        dead_letters.send(entry, Some(ack));
-                    }
-                });
-                Some(Submission {
-                    table: routed.table,
-                    key: routed.key,
-                    item: routed.item,
-                    done,
-                })
+                slots.push(Some(Kept { origin, data, ack }));
+                Some(routed)
             }
             Err(e) => {
                 let entry = DeadLetter::new(origin, e.reason(), e.to_string(), &data, now);
@@ -138,5 +152,184 @@ impl Pipeline {
                 None
             }
         }
+    }
+}
+
+/// What a routed record keeps until its write ends: its ack, and what a
+/// dead letter needs if the write is rejected.
+struct Kept {
+    origin: Origin,
+    data: Bytes,
+    ack: Ack,
+}
+
+/// A routed record's place in its batch; emptied when its write ends.
+type Slot = Option<Kept>;
+
+/// The completion target of one source batch. The writer reports the items
+/// of one call together; their acks are then settled in one go per source
+/// shard (one lock and one checkpoint update instead of one per record).
+struct BatchDone {
+    slots: Mutex<Vec<Slot>>,
+    dead_letters: DeadLetters,
+    clock: Clock,
+}
+
+impl Complete for BatchDone {
+    fn complete(&self, tags: &[u64], outcome: &WriteOutcome) {
+        let kept: Vec<Kept> = {
+            // A panic while holding this lock leaves every slot either taken
+            // or not, so poisoning is moot.
+            let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+            tags.iter()
+                .filter_map(|t| {
+                    usize::try_from(*t)
+                        .ok()
+                        .and_then(|i| slots.get_mut(i))
+                        .and_then(Option::take)
+                })
+                .collect()
+        };
+        match outcome {
+            WriteOutcome::Stored => Ack::done_all(kept.into_iter().map(|k| k.ack)),
+            WriteOutcome::Rejected { reason, message } => {
+                let now = (self.clock)();
+                for k in kept {
+                    let entry = DeadLetter::new(k.origin, *reason, message.clone(), &k.data, now);
+                    self.dead_letters.send(entry, Some(k.ack));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::deadletter::{DeadLetterError, DeadLetterSink};
+    use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
+    use futures::future::BoxFuture;
+    use std::time::Duration;
+    use tidemark_consumer::checkpoint::{AckTracker, Position};
+    use tidemark_schema::{Reason, RouterConfig};
+    use tidemark_writer::{
+        RawResponse, RejectMissing, Transport, TransportError, Writer, WriterConfig,
+    };
+
+    /// Stores every call, except that a call holding an item with
+    /// "poison" in it is refused with a ValidationException.
+    struct Fake;
+
+    impl Transport for Fake {
+        fn batch_write_item(
+            &self,
+            body: Bytes,
+        ) -> BoxFuture<'static, Result<RawResponse, TransportError>> {
+            let answer = if body.windows(6).any(|w| w == b"poison") {
+                RawResponse {
+                    status: 400,
+                    body: Bytes::from_static(
+                        br#"{"__type":"com.amazon.coral.validate#ValidationException","message":"poisoned"}"#,
+                    ),
+                }
+            } else {
+                RawResponse {
+                    status: 200,
+                    body: Bytes::from_static(b"{}"),
+                }
+            };
+            Box::pin(async move { Ok(answer) })
+        }
+    }
+
+    #[derive(Default)]
+    struct Memory(Mutex<Vec<DeadLetter>>);
+
+    impl DeadLetterSink for Arc<Memory> {
+        fn write<'a>(
+            &'a self,
+            entries: &'a [DeadLetter],
+        ) -> BoxFuture<'a, Result<(), DeadLetterError>> {
+            self.0.lock().unwrap().extend_from_slice(entries);
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    /// Records stored and rejected in one batch: every record is acked only
+    /// after its outcome, the rejected one is dead-lettered with its own
+    /// origin, bytes and DynamoDB's message, and the checkpoint covers all.
+    #[tokio::test]
+    async fn a_rejected_write_is_dead_lettered_with_its_record_and_all_are_acked() {
+        // DescribeTable goes nowhere (refused), which the writer retries
+        // later; writes go through the fake.
+        let sdk = aws_sdk_dynamodb::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .endpoint_url("http://127.0.0.1:1")
+            .credentials_provider(Credentials::new("a", "b", None, None, "test"))
+            .build();
+        let (writer, task) = Writer::start(
+            aws_sdk_dynamodb::Client::from_conf(sdk),
+            Arc::new(Fake),
+            WriterConfig {
+                linger: Duration::from_millis(1),
+                ..WriterConfig::default()
+            },
+            Arc::new(RejectMissing),
+        );
+        let memory = Arc::new(Memory::default());
+        let (dead_letters, dl_task) = DeadLetters::start(Arc::new(memory.clone()));
+        let now = DateTime::parse_from_rfc3339("2026-11-22T10:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let router = Arc::new(Router::new(RouterConfig::with_prefix("t")).unwrap());
+        let pipeline = Pipeline::new(router, writer.clone(), dead_letters, Arc::new(move || now));
+        let tracker = Arc::new(AckTracker::new());
+        let records: Vec<Record> = (0..40u64)
+            .map(|i| {
+                let extra = if i == 17 { r#","poison":true"# } else { "" };
+                let data = format!(
+                    r#"{{"deviceId":"d{i}","timestamp":"2026-11-22T09:59:00Z","eventId":"e{i}"{extra}}}"#
+                );
+                let seq = format!("{}", 1000 + i);
+                let serial = tracker.push(Position::new(seq.as_str(), 0)).unwrap();
+                Record {
+                    origin: Origin::Kinesis {
+                        stream: "s".into(),
+                        shard_id: "shardId-0".into(),
+                        sequence_number: seq.into(),
+                        sub_sequence_number: 0,
+                    },
+                    partition_key: format!("d{i}"),
+                    data: Bytes::from(data),
+                    arrival_ms: 0,
+                    ack: Ack::new(tracker.clone(), serial),
+                    defect: None,
+                }
+            })
+            .collect();
+        let (tx, rx) = mpsc::channel(1);
+        tx.send(records).await.unwrap();
+        drop(tx);
+        let counts = pipeline.run(rx).await.unwrap();
+        assert_eq!((counts.records, counts.submitted), (40, 40));
+        writer.flush().await;
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            tracker.wait_for(|w| w.in_flight() == 0),
+        )
+        .await
+        .expect("every record is acked");
+        assert_eq!(tracker.checkpoint(), Some(Position::new("1039", 0)));
+        let dead = memory.0.lock().unwrap().clone();
+        assert_eq!(dead.len(), 1, "{dead:?}");
+        assert_eq!(dead[0].reason, Reason::DynamodbRejected);
+        assert!(dead[0].error.contains("poisoned"), "{}", dead[0].error);
+        assert_eq!(dead[0].source.to_string(), "kinesis:s/shardId-0/1017.0");
+        assert_eq!(writer.stats().stored, 39);
+        drop(pipeline);
+        writer.close();
+        task.await.unwrap().unwrap();
+        dl_task.await.unwrap();
     }
 }

@@ -17,7 +17,7 @@ fn entries() -> Vec<DeadLetter> {
     let origin = |n: u32| Origin::Kinesis {
         stream: "events".into(),
         shard_id: "shardId-000000000003".into(),
-        sequence_number: format!("4968045226{n:04}"),
+        sequence_number: format!("4968045226{n:04}").into(),
         sub_sequence_number: 0,
     };
     vec![

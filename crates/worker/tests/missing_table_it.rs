@@ -13,7 +13,7 @@ use tidemark_schema::{ItemKey, Origin, Reason};
 use tidemark_tests::{integration, unique_name};
 use tidemark_worker::config::ExpiryAction;
 use tidemark_worker::tables::{CreateMissingTables, TableManager, TablePolicy};
-use tidemark_writer::{Submission, WriteOutcome, Writer, WriterConfig};
+use tidemark_writer::{Completion, Submission, WriteOutcome, Writer, WriterConfig};
 use tokio::sync::oneshot;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -68,7 +68,7 @@ async fn a_write_to_a_missing_period_table_creates_it() {
             table: routed.table.clone(),
             key: routed.key.clone(),
             item: routed.item.clone(),
-            done: Box::new(move |o| {
+            done: Completion::from_fn(move |o| {
                 let _ = tx.send(o);
             }),
         })
@@ -105,7 +105,7 @@ async fn a_write_to_a_missing_period_table_creates_it() {
                 sk: "s".into(),
             },
             item: routed.item.clone(),
-            done: Box::new(move |o| {
+            done: Completion::from_fn(move |o| {
                 let _ = tx.send(o);
             }),
         })

@@ -52,6 +52,6 @@ pub use error::WriterError;
 pub use stats::WriterStats;
 pub use transport::{HttpSettings, HttpTransport, RawResponse, Transport, TransportError};
 pub use writer::{
-    Completion, MissingTableAction, MissingTableHandler, RejectMissing, Submission, WriteOutcome,
-    Writer, WriterHandle,
+    Complete, Completion, MissingTableAction, MissingTableHandler, RejectMissing, Submission,
+    WriteOutcome, Writer, WriterHandle,
 };

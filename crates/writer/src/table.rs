@@ -24,7 +24,9 @@ use crate::rate::{Admit, CallFeedback, Capacity, RateController, RateParams};
 use crate::response::{self, BatchAnswer};
 use crate::stats::{SharedStats, TableStats};
 use crate::transport::{RawResponse, Transport, TransportError};
-use crate::writer::{MissingTableAction, MissingTableHandler, Permits, Token, WriteOutcome};
+use crate::writer::{
+    Complete, MissingTableAction, MissingTableHandler, Permits, Token, WriteOutcome,
+};
 
 type HttpResponse = aws_smithy_runtime_api::http::Response;
 type Batch = Vec<Entry<Token>>;
@@ -547,6 +549,9 @@ impl TableTask {
         let items = entries.len() as u64;
         let mut tokens = 0u64;
         let mut released: Option<Permits> = None;
+        // Consecutive tokens of one target are reported in one call.
+        let mut group: Option<Arc<dyn Complete>> = None;
+        let mut tags: Vec<u64> = Vec::with_capacity(entries.len());
         for e in entries {
             for t in e.tokens {
                 tokens += 1;
@@ -562,8 +567,21 @@ impl TableTask {
                     Some(p) => p.merge(t.permits),
                     None => released = Some(t.permits),
                 }
-                (t.done)(outcome.clone());
+                match &group {
+                    Some(g) if t.done.same_target(g) => {}
+                    _ => {
+                        if let Some(g) = group.take() {
+                            g.complete(&tags, outcome);
+                            tags.clear();
+                        }
+                        group = Some(t.done.target().clone());
+                    }
+                }
+                tags.push(t.done.tag());
             }
+        }
+        if let Some(g) = group {
+            g.complete(&tags, outcome);
         }
         drop(released);
         match outcome {

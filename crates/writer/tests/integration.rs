@@ -19,7 +19,7 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use tidemark_schema::{Item, ItemKey};
 use tidemark_tests::TableCapacity;
-use tidemark_writer::{RejectMissing, Submission, WriteOutcome, Writer, WriterConfig};
+use tidemark_writer::{Completion, RejectMissing, Submission, WriteOutcome, Writer, WriterConfig};
 
 const ITEMS: usize = 10_000;
 const TABLES: usize = 3;
@@ -125,7 +125,7 @@ async fn ten_thousand_items_across_three_tables_are_all_stored() {
             table: tables[t].clone(),
             key,
             item: tidemark_schema::WireItem::encode(&item),
-            done: Box::new(move |o| {
+            done: Completion::from_fn(move |o| {
                 assert_eq!(o, WriteOutcome::Stored);
                 stored.fetch_add(1, Ordering::Relaxed);
             }),

@@ -23,8 +23,9 @@ use futures::future::BoxFuture;
 use tidemark_schema::wire::decode_map;
 use tidemark_schema::{Item, ItemKey, Reason, WireItem};
 use tidemark_writer::{
-    MissingTableAction, MissingTableHandler, RawResponse, RejectMissing, Submission, Transport,
-    TransportError, WriteOutcome, Writer, WriterConfig, WriterError, WriterHandle,
+    Complete, Completion, MissingTableAction, MissingTableHandler, RawResponse, RejectMissing,
+    Submission, Transport, TransportError, WriteOutcome, Writer, WriterConfig, WriterError,
+    WriterHandle,
 };
 use tokio::sync::mpsc;
 
@@ -242,7 +243,7 @@ fn submission(
             sk: "s".into(),
         },
         item: WireItem::encode(&it),
-        done: Box::new(move |o| {
+        done: Completion::from_fn(move |o| {
             if o == WriteOutcome::Stored {
                 assert!(
                     fake.stored(&table2, &pk).is_some(),
@@ -806,6 +807,69 @@ async fn submit_all_cuts_groups_to_the_bounds_and_returns_every_permit() {
         .unwrap();
     h.flush().await;
     assert_eq!(drain(&mut rx).len(), 10);
+    h.close();
+    task.await.unwrap().unwrap();
+}
+
+/// Records each report a shared target gets.
+#[derive(Default)]
+struct Reports(std::sync::Mutex<Vec<(Vec<u64>, WriteOutcome)>>);
+
+impl Complete for Reports {
+    fn complete(&self, tags: &[u64], outcome: &WriteOutcome) {
+        self.0
+            .lock()
+            .unwrap()
+            .push((tags.to_vec(), outcome.clone()));
+    }
+}
+
+/// Submissions sharing a completion target are reported once per written
+/// call, in submission order, each tag exactly once; a second target's
+/// items in the same call get their own report.
+#[tokio::test(start_paused = true)]
+async fn a_shared_target_hears_once_per_call() {
+    let fake = Fake::default();
+    let (h, task) = start(&fake, config());
+    let (first, second) = (Arc::new(Reports::default()), Arc::new(Reports::default()));
+    let subs: Vec<Submission> = (0..60u64)
+        .map(|i| {
+            // Items 20..25 go to the second target: the first call holds
+            // both targets' items.
+            let (target, tag): (Arc<dyn Complete>, u64) = if (20..25).contains(&i) {
+                (second.clone(), i - 20)
+            } else {
+                (first.clone(), i)
+            };
+            Submission {
+                table: "t".into(),
+                key: ItemKey {
+                    pk: format!("k{i}"),
+                    sk: "s".into(),
+                },
+                item: WireItem::encode(&item(&format!("k{i}"), "v")),
+                done: Completion::new(target, tag),
+            }
+        })
+        .collect();
+    h.submit_all(subs).await.unwrap();
+    h.flush().await;
+    assert_eq!(fake.calls().len(), 3, "25 + 25 + 10");
+    let first = first.0.lock().unwrap().clone();
+    let second = second.0.lock().unwrap().clone();
+    // The first call is 0..20 (first), 20..25 (second): two reports for
+    // the first target would mean a report per item or per run.
+    assert_eq!(first.len(), 3, "{first:?}");
+    assert_eq!(second, vec![((0..5).collect(), WriteOutcome::Stored)]);
+    let mut tags: Vec<u64> = Vec::new();
+    for (t, o) in &first {
+        assert_eq!(o, &WriteOutcome::Stored);
+        assert!(t.windows(2).all(|w| w[0] < w[1]), "in order: {t:?}");
+        tags.extend(t);
+    }
+    tags.sort_unstable();
+    let want: Vec<u64> = (0..20).chain(25..60).collect();
+    assert_eq!(tags, want);
     h.close();
     task.await.unwrap().unwrap();
 }
