@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 // profiles. Its per-process random seed keeps keys from being chosen to
 // collide.
 use foldhash::fast::RandomState;
-use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
+use foldhash::{HashMap, HashMapExt};
 // smallvec: nearly every entry carries one token; keeping it inline saves an
 // allocation per item and a cache miss when the batch completes.
 use smallvec::{SmallVec, smallvec};
@@ -46,22 +46,33 @@ pub struct Entry<T> {
 
 /// Pending entries of one table, in send order.
 ///
-/// Keys are indexed by their 64-bit hash, computed once per push, so no key
-/// is copied or hashed again on the way. Two different keys with the same
-/// hash (about 2^-64 per pair) only lose coalescing and wait for each other's
-/// calls; they are never both in flight, so ordering stays safe.
+/// Entries live in reusable slots (no hashing to find one; a freed slot is
+/// reused while still in cache). One map, by the key's 64-bit hash computed
+/// once per push, says whether a key has a pending entry and whether it is in
+/// flight: one lookup per item on push, take and release, and no key copies.
+/// Two different keys with the same hash (about 2^-64 per pair) only lose
+/// coalescing and wait for each other's calls; they are never both in flight,
+/// so ordering stays safe.
 #[derive(Debug)]
 pub struct TableQueue<T> {
-    entries: HashMap<u64, Entry<T>>,
-    order: VecDeque<u64>,
-    /// Key hash → id of the pending entry of that key.
-    by_key: HashMap<u64, u64>,
-    /// Key hashes of the entries in flight.
-    in_flight: HashSet<u64>,
+    slots: Vec<Option<Entry<T>>>,
+    free: Vec<usize>,
+    /// Slots of the pending entries, in send order.
+    order: VecDeque<usize>,
+    keys: HashMap<u64, KeyState>,
+    in_flight: usize,
     hasher: RandomState,
-    next_id: u64,
     max_items: usize,
     max_bytes: usize,
+}
+
+/// What the queue knows of one key hash.
+#[derive(Debug, Default, Clone, Copy)]
+struct KeyState {
+    /// Slot of the pending entry of this key, if any.
+    pending: Option<usize>,
+    /// An entry of this key is in a call.
+    in_flight: bool,
 }
 
 impl<T> Default for TableQueue<T> {
@@ -81,12 +92,12 @@ impl<T> TableQueue<T> {
     /// `max_bytes` of request body.
     pub fn with_limits(max_items: usize, max_bytes: usize) -> Self {
         TableQueue {
-            entries: HashMap::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
             order: VecDeque::new(),
-            by_key: HashMap::new(),
-            in_flight: HashSet::new(),
+            keys: HashMap::new(),
+            in_flight: 0,
             hasher: RandomState::default(),
-            next_id: 0,
             max_items: max_items.max(1),
             max_bytes,
         }
@@ -105,15 +116,41 @@ impl<T> TableQueue<T> {
     /// Keys currently in flight (taken by [`take_batch`](Self::take_batch)
     /// and not yet released).
     pub fn in_flight_keys(&self) -> usize {
-        self.in_flight.len()
+        self.in_flight
+    }
+
+    fn entry(&self, slot: usize) -> Option<&Entry<T>> {
+        self.slots.get(slot).and_then(Option::as_ref)
+    }
+
+    /// Puts `e` in a free slot and returns the slot.
+    fn store(&mut self, e: Entry<T>) -> usize {
+        match self.free.pop() {
+            Some(slot) => {
+                self.slots[slot] = Some(e);
+                slot
+            }
+            None => {
+                self.slots.push(Some(e));
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    /// Empties `slot`.
+    fn take_slot(&mut self, slot: usize) -> Option<Entry<T>> {
+        let e = self.slots.get_mut(slot)?.take()?;
+        self.free.push(slot);
+        Some(e)
     }
 
     /// Queues an item; if its key is already pending, the new item replaces
     /// the pending one and the token joins it.
     pub fn push(&mut self, key: ItemKey, item: WireItem, wcu: u64, token: T, now: Instant) {
         let key_hash = self.hasher.hash_one(&key);
-        if let Some(id) = self.by_key.get(&key_hash)
-            && let Some(e) = self.entries.get_mut(id)
+        let pending = self.keys.get(&key_hash).and_then(|s| s.pending);
+        if let Some(slot) = pending
+            && let Some(Some(e)) = self.slots.get_mut(slot)
             && e.key == key
         {
             e.wire_bytes = item.json().len();
@@ -122,9 +159,7 @@ impl<T> TableQueue<T> {
             e.tokens.push(token);
             return;
         }
-        let id = self.next_id;
-        self.next_id += 1;
-        let entry = Entry {
+        let slot = self.store(Entry {
             wire_bytes: item.json().len(),
             key,
             key_hash,
@@ -132,11 +167,13 @@ impl<T> TableQueue<T> {
             wcu,
             tokens: smallvec![token],
             since: now,
-        };
+        });
         // A colliding different key keeps the older mapping (see the type).
-        self.by_key.entry(key_hash).or_insert(id);
-        self.entries.insert(id, entry);
-        self.order.push_back(id);
+        let st = self.keys.entry(key_hash).or_default();
+        if st.pending.is_none() {
+            st.pending = Some(slot);
+        }
+        self.order.push_back(slot);
     }
 
     /// Puts entries that were in flight back at the front, in their order,
@@ -144,9 +181,13 @@ impl<T> TableQueue<T> {
     /// meanwhile, the newer item wins and the old tokens join it.
     pub fn requeue_front(&mut self, batch: Vec<Entry<T>>) {
         for mut e in batch.into_iter().rev() {
-            self.in_flight.remove(&e.key_hash);
-            if let Some(id) = self.by_key.get(&e.key_hash)
-                && let Some(newer) = self.entries.get_mut(id)
+            let st = self.keys.entry(e.key_hash).or_default();
+            if st.in_flight {
+                st.in_flight = false;
+                self.in_flight -= 1;
+            }
+            if let Some(slot) = st.pending
+                && let Some(Some(newer)) = self.slots.get_mut(slot)
                 && newer.key == e.key
             {
                 e.tokens.append(&mut newer.tokens);
@@ -154,11 +195,13 @@ impl<T> TableQueue<T> {
                 newer.since = newer.since.min(e.since);
                 continue;
             }
-            let id = self.next_id;
-            self.next_id += 1;
-            self.by_key.entry(e.key_hash).or_insert(id);
-            self.entries.insert(id, e);
-            self.order.push_front(id);
+            let key_hash = e.key_hash;
+            let slot = self.store(e);
+            let st = self.keys.entry(key_hash).or_default();
+            if st.pending.is_none() {
+                st.pending = Some(slot);
+            }
+            self.order.push_front(slot);
         }
     }
 
@@ -168,7 +211,16 @@ impl<T> TableQueue<T> {
         T: 'a,
     {
         for e in entries {
-            self.in_flight.remove(&e.key_hash);
+            let Some(st) = self.keys.get_mut(&e.key_hash) else {
+                continue;
+            };
+            if st.in_flight {
+                st.in_flight = false;
+                self.in_flight -= 1;
+            }
+            if st.pending.is_none() {
+                self.keys.remove(&e.key_hash);
+            }
         }
     }
 
@@ -187,15 +239,8 @@ impl<T> TableQueue<T> {
     pub fn deadline(&self, linger: std::time::Duration) -> Option<Instant> {
         self.order
             .front()
-            .and_then(|id| self.entries.get(id))
+            .and_then(|slot| self.entry(*slot))
             .map(|e| e.since + linger)
-    }
-
-    /// Drops the key index of entry `id` (leaving a colliding key's alone).
-    fn unindex(&mut self, e: &Entry<T>, id: u64) {
-        if self.by_key.get(&e.key_hash) == Some(&id) {
-            self.by_key.remove(&e.key_hash);
-        }
     }
 
     /// Takes the next batch from the front: up to `max_items` entries whose
@@ -206,31 +251,34 @@ impl<T> TableQueue<T> {
         let mut deferred = Vec::new();
         let mut bytes = REQUEST_OVERHEAD;
         while batch.len() < self.max_items {
-            let Some(id) = self.order.pop_front() else {
+            let Some(slot) = self.order.pop_front() else {
                 break;
             };
-            let Some(e) = self.entries.get(&id) else {
+            let Some(e) = self.entry(slot) else {
                 continue;
             };
-            if self.in_flight.contains(&e.key_hash) {
-                deferred.push(id);
+            let (key_hash, cost) = (e.key_hash, e.wire_bytes + PER_ITEM_OVERHEAD);
+            let st = self.keys.entry(key_hash).or_default();
+            if st.in_flight {
+                deferred.push(slot);
                 continue;
             }
-            let cost = e.wire_bytes + PER_ITEM_OVERHEAD;
             if !batch.is_empty() && bytes + cost > self.max_bytes {
-                self.order.push_front(id);
+                self.order.push_front(slot);
                 break;
             }
-            let Some(e) = self.entries.remove(&id) else {
-                continue;
-            };
+            st.in_flight = true;
+            if st.pending == Some(slot) {
+                st.pending = None;
+            }
+            self.in_flight += 1;
             bytes += cost;
-            self.unindex(&e, id);
-            self.in_flight.insert(e.key_hash);
-            batch.push(e);
+            if let Some(e) = self.take_slot(slot) {
+                batch.push(e);
+            }
         }
-        for id in deferred.into_iter().rev() {
-            self.order.push_front(id);
+        for slot in deferred.into_iter().rev() {
+            self.order.push_front(slot);
         }
         batch
     }
@@ -238,11 +286,19 @@ impl<T> TableQueue<T> {
     /// Removes everything pending (for a table that will not come back).
     pub fn drain(&mut self) -> Vec<Entry<T>> {
         let mut out = Vec::with_capacity(self.order.len());
-        while let Some(id) = self.order.pop_front() {
-            if let Some(e) = self.entries.remove(&id) {
-                self.unindex(&e, id);
-                out.push(e);
+        while let Some(slot) = self.order.pop_front() {
+            let Some(e) = self.take_slot(slot) else {
+                continue;
+            };
+            if let Some(st) = self.keys.get_mut(&e.key_hash)
+                && st.pending == Some(slot)
+            {
+                st.pending = None;
+                if !st.in_flight {
+                    self.keys.remove(&e.key_hash);
+                }
             }
+            out.push(e);
         }
         out
     }
@@ -268,6 +324,9 @@ pub fn request_body<T>(table: &str, batch: &[Entry<T>]) -> Vec<u8> {
     out.extend_from_slice(b"]},\"ReturnConsumedCapacity\":\"TOTAL\"}");
     out
 }
+
+#[cfg(test)]
+mod reference;
 
 #[cfg(test)]
 mod tests {
@@ -413,5 +472,97 @@ mod tests {
         assert!(q.due(t0 + Duration::from_millis(50), linger, false));
         assert!(q.due(t0, linger, true));
         assert_eq!(q.deadline(linger), Some(t0 + linger));
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Push(usize, usize),
+        Take,
+        Release(usize),
+        Requeue(usize),
+        Drain,
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            6 => (0..8usize, 0..3usize).prop_map(|(k, p)| Op::Push(k, p)),
+            3 => Just(Op::Take),
+            2 => (0..4usize).prop_map(Op::Release),
+            1 => (0..4usize).prop_map(Op::Requeue),
+            1 => Just(Op::Drain),
+        ]
+    }
+
+    type Seen = Vec<(ItemKey, Vec<u8>, Vec<u32>, Instant)>;
+
+    fn seen(batch: &[Entry<u32>]) -> Seen {
+        batch
+            .iter()
+            .map(|e| {
+                (
+                    e.key.clone(),
+                    e.item.json().to_vec(),
+                    e.tokens.to_vec(),
+                    e.since,
+                )
+            })
+            .collect()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+        /// The slot queue behaves exactly as the previous map-based queue
+        /// (kept as `reference`) under any sequence of pushes (few keys, so
+        /// coalescing and in-flight holds happen), takes, releases,
+        /// requeues and drains: same batches, tokens, order, counts and
+        /// deadlines.
+        #[test]
+        fn behaves_as_the_reference_queue(ops in proptest::collection::vec(op(), 1..120)) {
+            let payloads = ["", &"x".repeat(60), &"y".repeat(300)];
+            let limit = 1024 + 3 * 120;
+            let mut q: TableQueue<u32> = TableQueue::with_limits(4, limit);
+            let mut r: reference::RefQueue<u32> = reference::RefQueue::with_limits(4, limit);
+            let (mut out_q, mut out_r) = (Vec::<Vec<Entry<u32>>>::new(), Vec::<Vec<Entry<u32>>>::new());
+            let base = Instant::now();
+            for (n, op) in ops.into_iter().enumerate() {
+                let now = base + Duration::from_millis(n as u64);
+                match op {
+                    Op::Push(k, p) => {
+                        let it = item(k, payloads[p]);
+                        q.push(key(k), it.clone(), 1, n as u32, now);
+                        r.push(key(k), it, 1, n as u32, now);
+                    }
+                    Op::Take => {
+                        let (a, b) = (q.take_batch(), r.take_batch());
+                        proptest::prop_assert_eq!(seen(&a), seen(&b));
+                        if !a.is_empty() {
+                            out_q.push(a);
+                            out_r.push(b);
+                        }
+                    }
+                    Op::Release(i) | Op::Requeue(i) if !out_q.is_empty() => {
+                        let i = i % out_q.len();
+                        let (a, b) = (out_q.remove(i), out_r.remove(i));
+                        if matches!(op, Op::Release(_)) {
+                            q.release(&a);
+                            r.release(&b);
+                        } else {
+                            q.requeue_front(a);
+                            r.requeue_front(b);
+                        }
+                    }
+                    Op::Release(_) | Op::Requeue(_) => {}
+                    Op::Drain => {
+                        proptest::prop_assert_eq!(seen(&q.drain()), seen(&r.drain()));
+                    }
+                }
+                proptest::prop_assert_eq!(q.len(), r.len());
+                proptest::prop_assert_eq!(q.in_flight_keys(), r.in_flight_keys());
+                let linger = Duration::from_millis(5);
+                proptest::prop_assert_eq!(q.deadline(linger), r.deadline(linger));
+                proptest::prop_assert_eq!(q.due(now, linger, false), r.due(now, linger, false));
+            }
+        }
     }
 }
