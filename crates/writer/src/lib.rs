@@ -42,6 +42,7 @@ pub mod config;
 pub mod error;
 pub mod rate;
 mod response;
+mod sigv4;
 pub mod stats;
 mod table;
 pub mod transport;
