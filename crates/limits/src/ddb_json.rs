@@ -69,7 +69,8 @@ pub fn canonical_json(v: &Value, out: &mut String) {
                 if i > 0 {
                     out.push(',');
                 }
-                out.push_str(&Value::String((*k).clone()).to_string());
+                // Serializing a string cannot fail.
+                out.push_str(&serde_json::to_string(k).unwrap_or_default());
                 out.push(':');
                 if let Some(inner) = m.get(*k) {
                     canonical_json(inner, out);

@@ -502,7 +502,9 @@ impl Proxy {
         let Ok(mut doc) = serde_json::from_slice::<Value>(&body) else {
             return self.passthrough(&self.dynamodb, &parts, body).await;
         };
-        let Some(request_items) = doc.get("RequestItems").and_then(Value::as_object).cloned()
+        // Taken, not copied: `doc` only gets a new RequestItems (the admitted
+        // subset) below, and passthroughs send the original bytes.
+        let Some(Value::Object(request_items)) = doc.get_mut("RequestItems").map(Value::take)
         else {
             return self.passthrough(&self.dynamodb, &parts, body).await;
         };
@@ -518,9 +520,10 @@ impl Proxy {
 
         // Plan every entry before admitting any: DynamoDB rejects the whole
         // call on any validation error, so nothing may be charged first.
-        struct Entry {
+        struct Entry<'a> {
             table: String,
-            request: Value,
+            /// Copied only if it goes back (unprocessed) or on (forwarded).
+            request: &'a Value,
             key: String,
             pk: Vec<u8>,
             wcu: u64,
@@ -587,7 +590,7 @@ impl Proxy {
                 };
                 plan.push(Entry {
                     table: table.clone(),
-                    request: r.clone(),
+                    request: r,
                     key,
                     pk,
                     wcu,
