@@ -2,7 +2,8 @@
 //! acknowledgeable [`Record`]s.
 //!
 //! Modules:
-//! - [`record`]: [`Record`], its [`Ack`] handle and [`Defect`].
+//! - [`record`]: [`Record`], its [`Ack`] handle (and [`Ack::done_all`], one
+//!   report per run of acks to the same tracker) and [`Defect`].
 //! - [`checkpoint`]: the pure watermark ([`checkpoint::Watermark`]) and its
 //!   shared wrapper; sequence-number ordering.
 //! - [`lease`]: the KCL 2.x-format lease table (fenced conditional writes)

@@ -16,7 +16,8 @@
 //! - [`query`]: query plans for a time range or the latest event, and the
 //!   k-way merge of their results.
 //! - [`origin`], [`key`], [`reason`], [`size`]: shared types: source
-//!   positions, item keys, dead-letter reasons, DynamoDB item sizing.
+//!   positions (their stream, shard and sequence strings reference-counted:
+//!   [`SharedStr`]), item keys, dead-letter reasons, DynamoDB item sizing.
 //! - [`timefmt`]: fixed-width UTC rendering and the accepted time range.
 //! - [`wire`]: [`WireItem`], an item encoded once as DynamoDB JSON (what the
 //!   writer sends), with its size; encode from and decode to SDK maps.

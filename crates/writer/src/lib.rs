@@ -8,12 +8,14 @@
 //!   stats), submissions and outcomes; a dispatcher routes to one task per table.
 //! - `table` (private): one table's loop: batching, pacing, retries, bisection,
 //!   missing-table handling.
-//! - [`batch`]: the pure per-table queue: coalescing, 25 items / 16 MB batches.
+//! - [`batch`]: the pure per-table queue (entries in reusable slots, one map
+//!   by key hash): coalescing, 25 items / 16 MB batches.
 //! - [`rate`]: the pure rate control law (token-bucket pacing, AIMD, adaptive
 //!   concurrency), tested by deterministic simulation.
 //! - [`error`]: [`WriterError`], and the one place DynamoDB errors are classified.
 //! - [`transport`]: [`Transport`] and [`HttpTransport`]: one BatchWriteItem
 //!   body to DynamoDB as a SigV4-signed POST on the SDK's HTTP connector.
+//! - `sigv4` (private): SigV4 for that one request shape, signing key cached.
 //! - `response` (private): reads a successful answer (consumed capacity,
 //!   keys of unprocessed items).
 //! - [`stats`]: [`WriterStats`] and the metric names.
@@ -22,8 +24,9 @@
 //! - **Acknowledge after store**: a completion says `Stored` only after a
 //!   BatchWriteItem response confirmed the item (it was sent and not returned
 //!   in UnprocessedItems).
-//! - **Exactly once**: each accepted submission's completion runs exactly
-//!   once, unless the writer ends with a fatal error, in which case the
+//! - **Exactly once**: each accepted submission's completion is reported
+//!   exactly once (submissions of one call that share a [`Complete`] target
+//!   in one report), unless the writer ends with a fatal error, in which case the
 //!   submissions still in flight are never completed (their sources must not
 //!   advance).
 //! - **Nothing dropped on transient trouble**: throttling, 5xx, timeouts and
