@@ -275,9 +275,11 @@ enum Lines {
 /// Replays a fixture through the pipeline.
 ///
 /// A file is scanned once up front (every line is checked, its offset kept:
-/// 8 bytes per line), then each shard is read back from the file as the
-/// pipeline takes its batches, so memory stays bounded by the channel and the
-/// writer's in-flight limit, not by the fixture's size.
+/// 8 bytes per line), then read back as the pipeline takes its batches, so
+/// memory stays bounded by the channel and the writer's in-flight limit, not
+/// by the fixture's size. When no shard in the file has a parent in it (the
+/// usual capture), one sequential pass feeds every shard; otherwise each
+/// shard has its own reader, started once its parents are acknowledged.
 #[derive(Debug, Clone)]
 pub struct ReplaySource {
     lines: Lines,
@@ -383,6 +385,31 @@ impl ReplaySource {
         sink: mpsc::Sender<Vec<Record>>,
         shutdown: CancellationToken,
     ) -> Result<ReplaySummary, ConsumerError> {
+        if let Lines::File { path, shards } = &self.lines
+            && !shards
+                .values()
+                .any(|l| l.parents.iter().any(|p| shards.contains_key(p)))
+        {
+            // No shard waits for another: one sequential read serves them
+            // all, instead of each shard's reader reading the whole file.
+            let pass = OnePass {
+                path: path.clone(),
+                shards: shards
+                    .iter()
+                    .map(|(id, l)| (id.clone(), l.stream.clone()))
+                    .collect(),
+                sink,
+                shutdown,
+                batch_size: self.batch_size,
+                runtime: tokio::runtime::Handle::current(),
+            };
+            return tokio::task::spawn_blocking(move || pass.run())
+                .await
+                .map_err(|e| ConsumerError::Fixture {
+                    path: "replay".into(),
+                    problem: e.to_string(),
+                })?;
+        }
         let readers: Vec<(String, Vec<String>, ShardReader)> = match self.lines {
             Lines::Memory(shards) => shards
                 .into_iter()
@@ -514,20 +541,150 @@ impl FileLines {
         let n = reader.read_until(b'\n', buf).map_err(|e| err(&e))?;
         *pos += n as u64;
         let line: LineRef<'_> = serde_json::from_slice(buf).map_err(|e| err(&e))?;
-        let data = STANDARD.decode(line.data.as_bytes()).map_err(|e| err(&e))?;
+        line.into_raw(stream).map_err(|e| err(&e))
+    }
+}
+
+impl LineRef<'_> {
+    /// The record as Kinesis returned it, with its stream name (`stream`,
+    /// the shard's, shared when the line names it; copied if not).
+    fn into_raw(self, stream: &SharedStr) -> Result<(SharedStr, RawRecord), base64::DecodeError> {
+        let data = STANDARD.decode(self.data.as_bytes())?;
         let raw = RawRecord {
-            sequence_number: SharedStr::from(&*line.sequence_number),
-            partition_key: line.partition_key.into_owned(),
+            sequence_number: SharedStr::from(&*self.sequence_number),
+            partition_key: self.partition_key.into_owned(),
             data: Bytes::from(data),
-            arrival_ms: line.arrival_ms,
+            arrival_ms: self.arrival_ms,
         };
-        // Lines carry their shard's stream name: share it, copy only a stray one.
-        let stream = if line.stream == stream.as_str() {
+        let stream = if self.stream == stream.as_str() {
             stream.clone()
         } else {
-            SharedStr::from(&*line.stream)
+            SharedStr::from(&*self.stream)
         };
         Ok((stream, raw))
+    }
+}
+
+/// The replay of a file in which no shard has a parent: every shard's lines
+/// read in one sequential pass on a blocking thread, each shard batched and
+/// acknowledged on its own, as [`ShardReplay`] does for one.
+struct OnePass {
+    path: PathBuf,
+    /// Shard id → stream name, from the opening scan.
+    shards: Vec<(String, String)>,
+    sink: mpsc::Sender<Vec<Record>>,
+    shutdown: CancellationToken,
+    batch_size: usize,
+    runtime: tokio::runtime::Handle,
+}
+
+/// One shard's state in a [`OnePass`].
+struct PassShard {
+    id: SharedStr,
+    stream: SharedStr,
+    tracker: Arc<AckTracker>,
+    batch: Vec<Record>,
+    lines: usize,
+    delivered: usize,
+    corrupt: usize,
+}
+
+impl OnePass {
+    fn run(self) -> Result<ReplaySummary, ConsumerError> {
+        let mut index: HashMap<String, usize> = HashMap::with_capacity(self.shards.len());
+        let mut shards: Vec<PassShard> = Vec::with_capacity(self.shards.len());
+        for (id, stream) in &self.shards {
+            index.insert(id.clone(), shards.len());
+            shards.push(PassShard {
+                id: SharedStr::from(id.as_str()),
+                stream: SharedStr::from(stream.as_str()),
+                tracker: Arc::new(AckTracker::new()),
+                batch: Vec::with_capacity(self.batch_size),
+                lines: 0,
+                delivered: 0,
+                corrupt: 0,
+            });
+        }
+        let path = &self.path;
+        let file = File::open(path).map_err(|e| fixture_err(path, e))?;
+        let mut reader = BufReader::with_capacity(1 << 16, file);
+        let (mut buf, mut offset) = (Vec::new(), 0u64);
+        let mut stopped = false;
+        loop {
+            buf.clear();
+            let n = reader
+                .read_until(b'\n', &mut buf)
+                .map_err(|e| fixture_err(path, e))?;
+            if n == 0 {
+                break;
+            }
+            let start = offset;
+            offset += n as u64;
+            if buf.trim_ascii().is_empty() {
+                continue;
+            }
+            let err = |e: &dyn std::fmt::Display| fixture_err(path, format!("offset {start}: {e}"));
+            let line: LineRef<'_> = serde_json::from_slice(&buf).map_err(|e| err(&e))?;
+            let Some(s) = index
+                .get(line.shard_id.as_ref())
+                .and_then(|i| shards.get_mut(*i))
+            else {
+                return Err(err(&format!(
+                    "shard {} was not in the file when it was opened",
+                    line.shard_id
+                )));
+            };
+            let (stream, raw) = line.into_raw(&s.stream).map_err(|e| err(&e))?;
+            s.corrupt += push_user_records(&stream, &s.id, raw, None, &s.tracker, &mut s.batch)?;
+            s.lines += 1;
+            if s.lines >= self.batch_size && !self.send(s) {
+                stopped = true;
+                break;
+            }
+        }
+        if !stopped {
+            for s in &mut shards {
+                if s.lines > 0 && !self.send(s) {
+                    stopped = true;
+                    break;
+                }
+            }
+        }
+        if !stopped {
+            let shutdown = self.shutdown.clone();
+            let trackers: Vec<Arc<AckTracker>> = shards.iter().map(|s| s.tracker.clone()).collect();
+            self.runtime.block_on(async {
+                tokio::select! {
+                    _ = async {
+                        for t in &trackers {
+                            t.wait_for(|w| w.in_flight() == 0).await;
+                        }
+                    } => {}
+                    _ = shutdown.cancelled() => {}
+                }
+            });
+        }
+        let mut summary = ReplaySummary::default();
+        for s in shards {
+            summary.per_shard.insert(s.id.to_string(), s.delivered);
+            summary.corrupt_aggregates += s.corrupt;
+        }
+        Ok(summary)
+    }
+
+    /// Sends `s`'s batch; false when the pipeline is gone or shutdown began.
+    fn send(&self, s: &mut PassShard) -> bool {
+        let batch = std::mem::replace(&mut s.batch, Vec::with_capacity(self.batch_size));
+        s.lines = 0;
+        s.delivered += batch.len();
+        let sink = &self.sink;
+        let shutdown = &self.shutdown;
+        self.runtime.block_on(async {
+            tokio::select! {
+                r = sink.send(batch) => r.is_ok(),
+                _ = shutdown.cancelled() => false,
+            }
+        })
     }
 }
 
@@ -602,6 +759,7 @@ impl ShardReplay {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checkpoint::Position;
     use tidemark_schema::Origin;
 
     fn line(shard: &str, parents: &[&str], seq: u64, pk: &str, data: &[u8]) -> FixtureRecord {
@@ -678,6 +836,78 @@ mod tests {
         std::fs::write(&path, format!("{text}{{\"stream\":1}}\n")).unwrap();
         let err = ReplaySource::open(&path).unwrap_err().to_string();
         assert!(err.contains(&format!("line {}", recs.len() + 1)), "{err}");
+    }
+
+    /// Shards without parents in the file are replayed in one pass: every
+    /// shard's records in order (a KPL aggregate split), batches of one
+    /// shard only, and the replay ends only once everything is acknowledged.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn parentless_shards_replay_in_one_pass() {
+        let mut recs = Vec::new();
+        for i in 0..40 {
+            recs.push(line("a", &[], 10 + i, "k", b"x"));
+            recs.push(line("b", &["gone"], 10 + i, "m", b"y"));
+        }
+        recs.push(line("c", &[], 7, "k", b"z"));
+        let agg = crate::kpl::aggregate(&[("u1", b"1"), ("u2", b"2")]);
+        recs.push(line("a", &[], 500, "agg", &agg));
+        let dir = std::env::temp_dir().join(format!("tm-fixture-pass-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("f.jsonl");
+        write_fixture(&path, &recs).unwrap();
+        let source = ReplaySource::open(&path).unwrap().with_batch_size(6);
+        let (tx, mut rx) = mpsc::channel::<Vec<Record>>(2);
+        let replay = tokio::spawn(source.replay(tx, CancellationToken::new()));
+        let mut seen: BTreeMap<String, Vec<(String, u64)>> = BTreeMap::new();
+        let mut acks = Vec::new();
+        // The sender lives until everything is acknowledged: read exactly
+        // the 83 records, then acknowledge.
+        while acks.len() < 83 {
+            let batch = rx.recv().await.unwrap();
+            let shards: std::collections::BTreeSet<String> = batch
+                .iter()
+                .map(|r| match &r.origin {
+                    Origin::Kinesis { shard_id, .. } => shard_id.to_string(),
+                    Origin::Sqs { .. } => panic!("kinesis origin"),
+                })
+                .collect();
+            assert!(shards.len() <= 1, "a batch mixes shards: {shards:?}");
+            for r in batch {
+                if let Origin::Kinesis {
+                    shard_id,
+                    sequence_number,
+                    sub_sequence_number,
+                    ..
+                } = &r.origin
+                {
+                    seen.entry(shard_id.to_string())
+                        .or_default()
+                        .push((sequence_number.to_string(), *sub_sequence_number));
+                }
+                acks.push(r.ack);
+            }
+        }
+        assert!(!replay.is_finished(), "ended before the acks");
+        for a in acks.drain(..).rev() {
+            a.done();
+        }
+        let summary = replay.await.unwrap().unwrap();
+        assert_eq!(summary.per_shard["a"], 42, "40 plain + an aggregate of 2");
+        assert_eq!(summary.per_shard["b"], 40);
+        assert_eq!(summary.per_shard["c"], 1);
+        let a = &seen["a"];
+        assert_eq!(a.len(), 42);
+        assert!(
+            a.windows(2).all(|w| {
+                let (x, y) = (
+                    Position::new(w[0].0.as_str(), w[0].1),
+                    Position::new(w[1].0.as_str(), w[1].1),
+                );
+                x < y
+            }),
+            "shard a in order: {a:?}"
+        );
+        assert_eq!(seen["b"].len(), 40);
     }
 
     /// Acknowledges lazily, out of order, a batch late, and records every
