@@ -290,25 +290,11 @@ pub struct ReplaySource {
 impl ReplaySource {
     /// Scans `path`: checks every line and indexes it by shard.
     pub fn open(path: &Path) -> Result<Self, ConsumerError> {
-        let file = File::open(path).map_err(|e| fixture_err(path, e))?;
-        let mut reader = BufReader::with_capacity(1 << 16, file);
+        let mut lines = LineReader::open(path)?;
         let mut shards: BTreeMap<String, ShardLines> = BTreeMap::new();
-        let (mut buf, mut offset, mut line_no, mut len) = (Vec::new(), 0u64, 0usize, 0usize);
-        loop {
-            buf.clear();
-            let n = reader
-                .read_until(b'\n', &mut buf)
-                .map_err(|e| fixture_err(path, e))?;
-            if n == 0 {
-                break;
-            }
-            line_no += 1;
-            let start = offset;
-            offset += n as u64;
-            if buf.trim_ascii().is_empty() {
-                continue;
-            }
-            let line: LineRef<'_> = serde_json::from_slice(&buf)
+        let mut len = 0usize;
+        while let Some((start, line_no)) = lines.next()? {
+            let line: LineRef<'_> = serde_json::from_slice(&lines.buf)
                 .map_err(|e| fixture_err(path, format!("line {line_no}: {e}")))?;
             let shard = shards
                 .entry(line.shard_id.into_owned())
@@ -565,6 +551,50 @@ impl LineRef<'_> {
     }
 }
 
+/// A fixture file's non-blank lines, in order, with where each starts.
+struct LineReader<'p> {
+    path: &'p Path,
+    reader: BufReader<File>,
+    /// The current line.
+    buf: Vec<u8>,
+    offset: u64,
+    line_no: usize,
+}
+
+impl<'p> LineReader<'p> {
+    fn open(path: &'p Path) -> Result<Self, ConsumerError> {
+        let file = File::open(path).map_err(|e| fixture_err(path, e))?;
+        Ok(LineReader {
+            path,
+            reader: BufReader::with_capacity(1 << 16, file),
+            buf: Vec::new(),
+            offset: 0,
+            line_no: 0,
+        })
+    }
+
+    /// Reads the next non-blank line into `buf`: its byte offset and line
+    /// number (blank lines count), or `None` at the end.
+    fn next(&mut self) -> Result<Option<(u64, usize)>, ConsumerError> {
+        loop {
+            self.buf.clear();
+            let n = self
+                .reader
+                .read_until(b'\n', &mut self.buf)
+                .map_err(|e| fixture_err(self.path, e))?;
+            if n == 0 {
+                return Ok(None);
+            }
+            self.line_no += 1;
+            let start = self.offset;
+            self.offset += n as u64;
+            if !self.buf.trim_ascii().is_empty() {
+                return Ok(Some((start, self.line_no)));
+            }
+        }
+    }
+}
+
 /// The replay of a file in which no shard has a parent: every shard's lines
 /// read in one sequential pass on a blocking thread, each shard batched and
 /// acknowledged on its own, as [`ShardReplay`] does for one.
@@ -606,25 +636,11 @@ impl OnePass {
             });
         }
         let path = &self.path;
-        let file = File::open(path).map_err(|e| fixture_err(path, e))?;
-        let mut reader = BufReader::with_capacity(1 << 16, file);
-        let (mut buf, mut offset) = (Vec::new(), 0u64);
+        let mut lines = LineReader::open(path)?;
         let mut stopped = false;
-        loop {
-            buf.clear();
-            let n = reader
-                .read_until(b'\n', &mut buf)
-                .map_err(|e| fixture_err(path, e))?;
-            if n == 0 {
-                break;
-            }
-            let start = offset;
-            offset += n as u64;
-            if buf.trim_ascii().is_empty() {
-                continue;
-            }
+        while let Some((start, _)) = lines.next()? {
             let err = |e: &dyn std::fmt::Display| fixture_err(path, format!("offset {start}: {e}"));
-            let line: LineRef<'_> = serde_json::from_slice(&buf).map_err(|e| err(&e))?;
+            let line: LineRef<'_> = serde_json::from_slice(&lines.buf).map_err(|e| err(&e))?;
             let Some(s) = index
                 .get(line.shard_id.as_ref())
                 .and_then(|i| shards.get_mut(*i))
