@@ -382,7 +382,7 @@ impl ReplaySource {
                 path: path.clone(),
                 shards: shards
                     .iter()
-                    .map(|(id, l)| (id.clone(), l.stream.clone()))
+                    .map(|(id, l)| (id.clone(), PassShard::new(id, &l.stream)))
                     .collect(),
                 sink,
                 shutdown,
@@ -600,8 +600,8 @@ impl<'p> LineReader<'p> {
 /// acknowledged on its own, as [`ShardReplay`] does for one.
 struct OnePass {
     path: PathBuf,
-    /// Shard id → stream name, from the opening scan.
-    shards: Vec<(String, String)>,
+    /// By shard id, from the opening scan.
+    shards: HashMap<String, PassShard>,
     sink: mpsc::Sender<Vec<Record>>,
     shutdown: CancellationToken,
     batch_size: usize,
@@ -619,60 +619,30 @@ struct PassShard {
     corrupt: usize,
 }
 
+impl PassShard {
+    fn new(id: &str, stream: &str) -> Self {
+        PassShard {
+            id: id.into(),
+            stream: stream.into(),
+            tracker: Arc::new(AckTracker::new()),
+            batch: Vec::new(),
+            lines: 0,
+            delivered: 0,
+            corrupt: 0,
+        }
+    }
+}
+
 impl OnePass {
-    fn run(self) -> Result<ReplaySummary, ConsumerError> {
-        let mut index: HashMap<String, usize> = HashMap::with_capacity(self.shards.len());
-        let mut shards: Vec<PassShard> = Vec::with_capacity(self.shards.len());
-        for (id, stream) in &self.shards {
-            index.insert(id.clone(), shards.len());
-            shards.push(PassShard {
-                id: SharedStr::from(id.as_str()),
-                stream: SharedStr::from(stream.as_str()),
-                tracker: Arc::new(AckTracker::new()),
-                batch: Vec::with_capacity(self.batch_size),
-                lines: 0,
-                delivered: 0,
-                corrupt: 0,
-            });
-        }
-        let path = &self.path;
-        let mut lines = LineReader::open(path)?;
-        let mut stopped = false;
-        while let Some((start, _)) = lines.next()? {
-            let err = |e: &dyn std::fmt::Display| fixture_err(path, format!("offset {start}: {e}"));
-            let line: LineRef<'_> = serde_json::from_slice(&lines.buf).map_err(|e| err(&e))?;
-            let Some(s) = index
-                .get(line.shard_id.as_ref())
-                .and_then(|i| shards.get_mut(*i))
-            else {
-                return Err(err(&format!(
-                    "shard {} was not in the file when it was opened",
-                    line.shard_id
-                )));
-            };
-            let (stream, raw) = line.into_raw(&s.stream).map_err(|e| err(&e))?;
-            s.corrupt += push_user_records(&stream, &s.id, raw, None, &s.tracker, &mut s.batch)?;
-            s.lines += 1;
-            if s.lines >= self.batch_size && !self.send(s) {
-                stopped = true;
-                break;
-            }
-        }
-        if !stopped {
-            for s in &mut shards {
-                if s.lines > 0 && !self.send(s) {
-                    stopped = true;
-                    break;
-                }
-            }
-        }
-        if !stopped {
+    fn run(mut self) -> Result<ReplaySummary, ConsumerError> {
+        if self.feed()? {
             let shutdown = self.shutdown.clone();
-            let trackers: Vec<Arc<AckTracker>> = shards.iter().map(|s| s.tracker.clone()).collect();
+            let trackers: Vec<&Arc<AckTracker>> =
+                self.shards.values().map(|s| &s.tracker).collect();
             self.runtime.block_on(async {
                 tokio::select! {
                     _ = async {
-                        for t in &trackers {
+                        for t in trackers {
                             t.wait_for(|w| w.in_flight() == 0).await;
                         }
                     } => {}
@@ -681,27 +651,70 @@ impl OnePass {
             });
         }
         let mut summary = ReplaySummary::default();
-        for s in shards {
-            summary.per_shard.insert(s.id.to_string(), s.delivered);
+        for (id, s) in self.shards {
+            summary.per_shard.insert(id, s.delivered);
             summary.corrupt_aggregates += s.corrupt;
         }
         Ok(summary)
     }
 
-    /// Sends `s`'s batch; false when the pipeline is gone or shutdown began.
-    fn send(&self, s: &mut PassShard) -> bool {
-        let batch = std::mem::replace(&mut s.batch, Vec::with_capacity(self.batch_size));
-        s.lines = 0;
-        s.delivered += batch.len();
-        let sink = &self.sink;
-        let shutdown = &self.shutdown;
-        self.runtime.block_on(async {
-            tokio::select! {
-                r = sink.send(batch) => r.is_ok(),
-                _ = shutdown.cancelled() => false,
+    /// Delivers every line; false when the pipeline went away or shutdown
+    /// began first.
+    fn feed(&mut self) -> Result<bool, ConsumerError> {
+        let OnePass {
+            path,
+            shards,
+            sink,
+            shutdown,
+            batch_size,
+            runtime,
+        } = self;
+        let send = |s: &mut PassShard| {
+            let batch = std::mem::replace(&mut s.batch, Vec::with_capacity(*batch_size));
+            s.lines = 0;
+            s.delivered += batch.len();
+            deliver(runtime, sink, shutdown, batch)
+        };
+        let mut lines = LineReader::open(path)?;
+        while let Some((start, _)) = lines.next()? {
+            let err = |e: &dyn std::fmt::Display| fixture_err(path, format!("offset {start}: {e}"));
+            let line: LineRef<'_> = serde_json::from_slice(&lines.buf).map_err(|e| err(&e))?;
+            let Some(s) = shards.get_mut(line.shard_id.as_ref()) else {
+                return Err(err(&format!(
+                    "shard {} was not in the file when it was opened",
+                    line.shard_id
+                )));
+            };
+            let (stream, raw) = line.into_raw(&s.stream).map_err(|e| err(&e))?;
+            s.corrupt += push_user_records(&stream, &s.id, raw, None, &s.tracker, &mut s.batch)?;
+            s.lines += 1;
+            if s.lines >= *batch_size && !send(s) {
+                return Ok(false);
             }
-        })
+        }
+        for s in shards.values_mut() {
+            if s.lines > 0 && !send(s) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
+}
+
+/// Sends a batch from a blocking thread; false when the pipeline is gone or
+/// shutdown began first.
+fn deliver(
+    runtime: &tokio::runtime::Handle,
+    sink: &mpsc::Sender<Vec<Record>>,
+    shutdown: &CancellationToken,
+    batch: Vec<Record>,
+) -> bool {
+    runtime.block_on(async {
+        tokio::select! {
+            r = sink.send(batch) => r.is_ok(),
+            _ = shutdown.cancelled() => false,
+        }
+    })
 }
 
 /// One shard's replay, run on a blocking thread.
@@ -749,14 +762,7 @@ impl ShardReplay {
                 break;
             }
             delivered += batch.len();
-            let sink = &self.sink;
-            let sent = self.runtime.block_on(async {
-                tokio::select! {
-                    r = sink.send(batch) => r.is_ok(),
-                    _ = shutdown.cancelled() => false,
-                }
-            });
-            if !sent {
+            if !deliver(&self.runtime, &self.sink, &shutdown, batch) {
                 return Ok((self.shard, delivered, corrupt));
             }
         }

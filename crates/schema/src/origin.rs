@@ -14,7 +14,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 /// id, and a Kinesis record's sequence number, are carried by every record,
 /// position and checkpoint made from it; cloning one is a count increment,
 /// not an allocation. Serialized as a plain string.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct SharedStr(Arc<str>);
 
 impl SharedStr {
@@ -31,18 +31,6 @@ impl Deref for SharedStr {
     }
 }
 
-impl AsRef<str> for SharedStr {
-    fn as_ref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::borrow::Borrow<str> for SharedStr {
-    fn borrow(&self) -> &str {
-        &self.0
-    }
-}
-
 impl From<&str> for SharedStr {
     fn from(s: &str) -> Self {
         SharedStr(Arc::from(s))
@@ -52,36 +40,6 @@ impl From<&str> for SharedStr {
 impl From<String> for SharedStr {
     fn from(s: String) -> Self {
         SharedStr(Arc::from(s))
-    }
-}
-
-impl From<&String> for SharedStr {
-    fn from(s: &String) -> Self {
-        SharedStr(Arc::from(s.as_str()))
-    }
-}
-
-impl From<SharedStr> for String {
-    fn from(s: SharedStr) -> Self {
-        s.0.to_string()
-    }
-}
-
-impl PartialEq<str> for SharedStr {
-    fn eq(&self, other: &str) -> bool {
-        &*self.0 == other
-    }
-}
-
-impl PartialEq<&str> for SharedStr {
-    fn eq(&self, other: &&str) -> bool {
-        &*self.0 == *other
-    }
-}
-
-impl PartialEq<String> for SharedStr {
-    fn eq(&self, other: &String) -> bool {
-        *self.0 == **other
     }
 }
 
@@ -105,8 +63,7 @@ impl Serialize for SharedStr {
 
 impl<'de> Deserialize<'de> for SharedStr {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = std::borrow::Cow::<'de, str>::deserialize(d)?;
-        Ok(SharedStr(Arc::from(&*s)))
+        String::deserialize(d).map(SharedStr::from)
     }
 }
 

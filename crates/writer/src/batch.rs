@@ -55,8 +55,7 @@ pub struct Entry<T> {
 /// so ordering stays safe.
 #[derive(Debug)]
 pub struct TableQueue<T> {
-    slots: Vec<Option<Entry<T>>>,
-    free: Vec<usize>,
+    slots: Slots<T>,
     /// Slots of the pending entries, in send order.
     order: VecDeque<usize>,
     keys: HashMap<u64, KeyState>,
@@ -73,6 +72,44 @@ struct KeyState {
     pending: Option<usize>,
     /// An entry of this key is in a call.
     in_flight: bool,
+}
+
+/// Entries in reusable slots: a freed slot is taken again first.
+#[derive(Debug)]
+struct Slots<T> {
+    slots: Vec<Option<Entry<T>>>,
+    free: Vec<usize>,
+}
+
+impl<T> Slots<T> {
+    fn get(&self, slot: usize) -> Option<&Entry<T>> {
+        self.slots.get(slot).and_then(Option::as_ref)
+    }
+
+    fn get_mut(&mut self, slot: usize) -> Option<&mut Entry<T>> {
+        self.slots.get_mut(slot).and_then(Option::as_mut)
+    }
+
+    /// Puts `e` in a free slot and returns the slot.
+    fn store(&mut self, e: Entry<T>) -> usize {
+        match self.free.pop() {
+            Some(slot) => {
+                self.slots[slot] = Some(e);
+                slot
+            }
+            None => {
+                self.slots.push(Some(e));
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    /// Empties `slot`.
+    fn take(&mut self, slot: usize) -> Option<Entry<T>> {
+        let e = self.slots.get_mut(slot)?.take()?;
+        self.free.push(slot);
+        Some(e)
+    }
 }
 
 impl<T> Default for TableQueue<T> {
@@ -92,8 +129,10 @@ impl<T> TableQueue<T> {
     /// `max_bytes` of request body.
     pub fn with_limits(max_items: usize, max_bytes: usize) -> Self {
         TableQueue {
-            slots: Vec::new(),
-            free: Vec::new(),
+            slots: Slots {
+                slots: Vec::new(),
+                free: Vec::new(),
+            },
             order: VecDeque::new(),
             keys: HashMap::new(),
             in_flight: 0,
@@ -119,38 +158,13 @@ impl<T> TableQueue<T> {
         self.in_flight
     }
 
-    fn entry(&self, slot: usize) -> Option<&Entry<T>> {
-        self.slots.get(slot).and_then(Option::as_ref)
-    }
-
-    /// Puts `e` in a free slot and returns the slot.
-    fn store(&mut self, e: Entry<T>) -> usize {
-        match self.free.pop() {
-            Some(slot) => {
-                self.slots[slot] = Some(e);
-                slot
-            }
-            None => {
-                self.slots.push(Some(e));
-                self.slots.len() - 1
-            }
-        }
-    }
-
-    /// Empties `slot`.
-    fn take_slot(&mut self, slot: usize) -> Option<Entry<T>> {
-        let e = self.slots.get_mut(slot)?.take()?;
-        self.free.push(slot);
-        Some(e)
-    }
-
     /// Queues an item; if its key is already pending, the new item replaces
     /// the pending one and the token joins it.
     pub fn push(&mut self, key: ItemKey, item: WireItem, wcu: u64, token: T, now: Instant) {
         let key_hash = self.hasher.hash_one(&key);
-        let pending = self.keys.get(&key_hash).and_then(|s| s.pending);
-        if let Some(slot) = pending
-            && let Some(Some(e)) = self.slots.get_mut(slot)
+        let st = self.keys.entry(key_hash).or_default();
+        if let Some(slot) = st.pending
+            && let Some(e) = self.slots.get_mut(slot)
             && e.key == key
         {
             e.wire_bytes = item.json().len();
@@ -159,7 +173,7 @@ impl<T> TableQueue<T> {
             e.tokens.push(token);
             return;
         }
-        let slot = self.store(Entry {
+        let slot = self.slots.store(Entry {
             wire_bytes: item.json().len(),
             key,
             key_hash,
@@ -169,7 +183,6 @@ impl<T> TableQueue<T> {
             since: now,
         });
         // A colliding different key keeps the older mapping (see the type).
-        let st = self.keys.entry(key_hash).or_default();
         if st.pending.is_none() {
             st.pending = Some(slot);
         }
@@ -187,7 +200,7 @@ impl<T> TableQueue<T> {
                 self.in_flight -= 1;
             }
             if let Some(slot) = st.pending
-                && let Some(Some(newer)) = self.slots.get_mut(slot)
+                && let Some(newer) = self.slots.get_mut(slot)
                 && newer.key == e.key
             {
                 e.tokens.append(&mut newer.tokens);
@@ -195,9 +208,7 @@ impl<T> TableQueue<T> {
                 newer.since = newer.since.min(e.since);
                 continue;
             }
-            let key_hash = e.key_hash;
-            let slot = self.store(e);
-            let st = self.keys.entry(key_hash).or_default();
+            let slot = self.slots.store(e);
             if st.pending.is_none() {
                 st.pending = Some(slot);
             }
@@ -239,7 +250,7 @@ impl<T> TableQueue<T> {
     pub fn deadline(&self, linger: std::time::Duration) -> Option<Instant> {
         self.order
             .front()
-            .and_then(|slot| self.entry(*slot))
+            .and_then(|slot| self.slots.get(*slot))
             .map(|e| e.since + linger)
     }
 
@@ -254,7 +265,7 @@ impl<T> TableQueue<T> {
             let Some(slot) = self.order.pop_front() else {
                 break;
             };
-            let Some(e) = self.entry(slot) else {
+            let Some(e) = self.slots.get(slot) else {
                 continue;
             };
             let (key_hash, cost) = (e.key_hash, e.wire_bytes + PER_ITEM_OVERHEAD);
@@ -273,7 +284,7 @@ impl<T> TableQueue<T> {
             }
             self.in_flight += 1;
             bytes += cost;
-            if let Some(e) = self.take_slot(slot) {
+            if let Some(e) = self.slots.take(slot) {
                 batch.push(e);
             }
         }
@@ -287,7 +298,7 @@ impl<T> TableQueue<T> {
     pub fn drain(&mut self) -> Vec<Entry<T>> {
         let mut out = Vec::with_capacity(self.order.len());
         while let Some(slot) = self.order.pop_front() {
-            let Some(e) = self.take_slot(slot) else {
+            let Some(e) = self.slots.take(slot) else {
                 continue;
             };
             if let Some(st) = self.keys.get_mut(&e.key_hash)

@@ -262,23 +262,22 @@ impl Inner {
         body: Bytes,
         now: SystemTime,
     ) -> Result<aws_smithy_runtime_api::http::Request, TransportError> {
-        let invalid = |e: &dyn std::fmt::Display| TransportError::Invalid(e.to_string());
         let Some(fast) = &self.fast else {
             return self.request_sigv4(creds, body, now);
         };
         let signed = fast.sign(&creds, &body, now);
-        let mut req = http::Request::builder()
-            .method("POST")
-            .uri(self.uri.as_str())
-            .header("content-length", body.len())
-            .header("content-type", CONTENT_TYPE)
-            .header("x-amz-target", TARGET)
-            .header("x-amz-date", signed.amz_date)
-            .header("authorization", signed.authorization);
+        let mut req = self.unsigned(body)?;
+        let headers = req.headers_mut();
+        let mut add = |name: &'static str, value: String| {
+            let value = http::HeaderValue::try_from(value).map_err(|e| invalid(&e))?;
+            headers.insert(name, value);
+            Ok::<_, TransportError>(())
+        };
+        add("x-amz-date", signed.amz_date)?;
+        add("authorization", signed.authorization)?;
         if let Some(token) = signed.token {
-            req = req.header("x-amz-security-token", token);
+            add("x-amz-security-token", token)?;
         }
-        let req = req.body(SdkBody::from(body)).map_err(|e| invalid(&e))?;
         aws_smithy_runtime_api::http::Request::try_from(req).map_err(|e| invalid(&e))
     }
 
@@ -289,7 +288,6 @@ impl Inner {
         body: Bytes,
         now: SystemTime,
     ) -> Result<aws_smithy_runtime_api::http::Request, TransportError> {
-        let invalid = |e: &dyn std::fmt::Display| TransportError::Invalid(e.to_string());
         let identity = creds.into();
         let params: aws_sigv4::http_request::SigningParams<'_> = v4::SigningParams::builder()
             .identity(&identity)
@@ -311,17 +309,27 @@ impl Inner {
         let (instructions, _) = sign(signable, &params)
             .map_err(|e| invalid(&e))?
             .into_parts();
-        let mut req = http::Request::builder()
-            .method("POST")
-            .uri(self.uri.as_str())
-            .header("content-length", body.len());
-        for (k, v) in headers {
-            req = req.header(k, v);
-        }
-        let mut req = req.body(SdkBody::from(body)).map_err(|e| invalid(&e))?;
+        let mut req = self.unsigned(body)?;
         instructions.apply_to_request_http1x(&mut req);
         aws_smithy_runtime_api::http::Request::try_from(req).map_err(|e| invalid(&e))
     }
+
+    /// The POST with its body and the headers both signers sign.
+    fn unsigned(&self, body: Bytes) -> Result<http::Request<SdkBody>, TransportError> {
+        http::Request::builder()
+            .method("POST")
+            .uri(self.uri.as_str())
+            .header("content-length", body.len())
+            .header("content-type", CONTENT_TYPE)
+            .header("x-amz-target", TARGET)
+            .body(SdkBody::from(body))
+            .map_err(|e| invalid(&e))
+    }
+}
+
+/// A request that cannot be built or signed.
+fn invalid(e: &dyn std::fmt::Display) -> TransportError {
+    TransportError::Invalid(e.to_string())
 }
 
 impl Transport for HttpTransport {
