@@ -285,9 +285,9 @@ pub(crate) fn open_object(raw: &RawValue) -> Result<Vec<(Name<'_>, Node<'_>)>, s
 /// items from.
 #[derive(Debug)]
 pub(crate) struct RawEvent<'a> {
-    pub entity_id: String,
+    pub entity_id: Cow<'a, str>,
     pub timestamp_ms: i64,
-    pub event_id: String,
+    pub event_id: Cow<'a, str>,
     pub payload: Vec<(Name<'a>, Node<'a>)>,
 }
 
@@ -343,9 +343,9 @@ impl Extractor {
             payload.insert(k.into_owned(), node_to_value(&node)?);
         }
         Ok(Event {
-            entity_id: raw.entity_id,
+            entity_id: raw.entity_id.into_owned(),
             timestamp_ms: raw.timestamp_ms,
-            event_id: raw.event_id,
+            event_id: raw.event_id.into_owned(),
             payload,
         })
     }
@@ -391,7 +391,7 @@ impl Extractor {
                 }
             }
         }
-        let event_id = event_id.unwrap_or_else(|| origin.derived_event_id());
+        let event_id = event_id.unwrap_or_else(|| Cow::Owned(origin.derived_event_id()));
 
         Ok(RawEvent {
             entity_id,
@@ -449,7 +449,11 @@ fn take_path<'a>(
 fn remove_member<'a>(members: &mut Vec<(Name<'a>, Node<'a>)>, name: &str) -> Option<Node<'a>> {
     let idx = members.iter().rposition(|(k, _)| k == name)?;
     let (_, node) = members.remove(idx);
-    members.retain(|(k, _)| k != name);
+    // Earlier copies are rare: look for them only before `idx`, so the
+    // usual case is one pass over the members.
+    if members[..idx].iter().any(|(k, _)| k == name) {
+        members.retain(|(k, _)| k != name);
+    }
     Some(node)
 }
 
@@ -461,7 +465,11 @@ fn node_kind(node: &Node<'_>) -> &'static str {
 }
 
 /// A string's contents, or a number's text.
-fn scalar_text(node: &Node<'_>, field: &str, expected: &'static str) -> Result<String, EventError> {
+fn scalar_text<'a>(
+    node: &Node<'a>,
+    field: &str,
+    expected: &'static str,
+) -> Result<Cow<'a, str>, EventError> {
     let wrong = || EventError::WrongType {
         field: field.to_owned(),
         expected,
@@ -470,10 +478,27 @@ fn scalar_text(node: &Node<'_>, field: &str, expected: &'static str) -> Result<S
     let Node::Raw(raw) = node else {
         return Err(wrong());
     };
+    let raw: &'a RawValue = raw;
     match json_kind(raw) {
-        "string" => serde_json::from_str::<String>(raw.get()).map_err(|_| wrong()),
-        "number" => Ok(raw.get().trim().to_owned()),
+        "string" => string_text(raw).map_err(|_| wrong()),
+        "number" => Ok(Cow::Borrowed(raw.get().trim())),
         _ => Err(wrong()),
+    }
+}
+
+/// A JSON string's contents: borrowed from the record when it has no
+/// escapes (the usual id or timestamp), decoded otherwise.
+fn string_text(raw: &RawValue) -> Result<Cow<'_, str>, serde_json::Error> {
+    let text = raw.get().trim();
+    // The parser already checked the string, so quotes and no backslash mean
+    // its contents are the text between them.
+    match text
+        .strip_prefix('"')
+        .and_then(|t| t.strip_suffix('"'))
+        .filter(|inner| !inner.contains('\\'))
+    {
+        Some(inner) => Ok(Cow::Borrowed(inner)),
+        None => serde_json::from_str::<String>(text).map(Cow::Owned),
     }
 }
 
@@ -523,11 +548,10 @@ fn parse_timestamp(
     let kind = json_kind(raw);
     let (text, is_string) = match kind {
         "string" => (
-            serde_json::from_str::<String>(raw.get())
-                .map_err(|e| bad_ts(field, raw.get(), e.to_string()))?,
+            string_text(raw).map_err(|e| bad_ts(field, raw.get(), e.to_string()))?,
             true,
         ),
-        "number" => (raw.get().trim().to_owned(), false),
+        "number" => (Cow::Borrowed(raw.get().trim()), false),
         found => {
             return Err(EventError::WrongType {
                 field: field.to_owned(),

@@ -457,11 +457,11 @@ impl Router {
         out.push(b'{');
         let mut size = 0;
         for (name, value) in [
-            (&ka.pk, &p.key.pk),
-            (&ka.sk, &p.key.sk),
+            (&ka.pk, p.key.pk.as_str()),
+            (&ka.sk, p.key.sk.as_str()),
             (&ia.entity, &ev.entity_id),
             (&ia.event_id, &ev.event_id),
-            (&ia.timestamp, &p.iso),
+            (&ia.timestamp, p.iso.as_str()),
         ] {
             put_name(&mut out, name);
             write_tagged_str(&mut out, "S", value);
@@ -501,7 +501,9 @@ impl Router {
                 limit: size::MAX_ITEM_BYTES,
             });
         }
-        Ok(WireItem::from_parts(out, size))
+        // A boxed slice becomes `Bytes` as is (a vector with spare capacity
+        // costs a shared header); the shrink is in place.
+        Ok(WireItem::from_parts(out.into_boxed_slice(), size))
     }
 }
 
@@ -839,8 +841,14 @@ mod reference {
         let mut item = Item::with_capacity(ev.payload.len() + 7);
         item.insert(ka.pk.clone(), AttributeValue::S(key.pk.clone()));
         item.insert(ka.sk.clone(), AttributeValue::S(key.sk.clone()));
-        item.insert(ia.entity.clone(), AttributeValue::S(ev.entity_id));
-        item.insert(ia.event_id.clone(), AttributeValue::S(ev.event_id));
+        item.insert(
+            ia.entity.clone(),
+            AttributeValue::S(ev.entity_id.into_owned()),
+        );
+        item.insert(
+            ia.event_id.clone(),
+            AttributeValue::S(ev.event_id.into_owned()),
+        );
         item.insert(ia.timestamp.clone(), AttributeValue::S(iso));
         item.insert(ia.timestamp_ms.clone(), AttributeValue::N(ts.to_string()));
         if let Some(ttl) = &cfg.ttl_attribute {

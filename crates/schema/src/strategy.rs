@@ -38,12 +38,14 @@ pub fn shard_of(s: &str, n: u32) -> u32 {
         return 0;
     }
     let digest = Sha256::digest(s.as_bytes());
-    // Horner's rule over the 256-bit big-endian number; r < n < 2^32, so
-    // r * 256 + 255 never leaves u64.
+    // Horner's rule over the 256-bit big-endian number, 32 bits at a time
+    // (8 divisions instead of 32: they were a third of routing's key cost);
+    // r < n <= 2^32 - 1, so r * 2^32 + word never leaves u64.
     let n = u64::from(n);
-    let r = digest
-        .iter()
-        .fold(0u64, |r, &b| (r * 256 + u64::from(b)) % n);
+    let r = digest.chunks_exact(4).fold(0u64, |r, w| {
+        let word = w.iter().fold(0u64, |x, &b| x << 8 | u64::from(b));
+        (r << 32 | word) % n
+    });
     u32::try_from(r).unwrap_or(0)
 }
 

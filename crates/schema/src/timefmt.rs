@@ -56,13 +56,13 @@ pub(crate) fn push_num(buf: &mut String, n: u32, width: usize) {
         digits[i] = b'0' + (v % 10) as u8;
         v /= 10;
     }
-    let used = digits.len() - i;
-    for _ in used..width {
+    // The zero padding is already in `digits` (up to its 10 places); one
+    // push_str instead of a push per digit.
+    for _ in digits.len()..width {
         buf.push('0');
     }
-    for &d in &digits[i..] {
-        buf.push(char::from(d));
-    }
+    let start = i.min(digits.len().saturating_sub(width));
+    buf.push_str(std::str::from_utf8(&digits[start..]).unwrap_or_default());
 }
 
 pub(crate) fn push_year(buf: &mut String, year: i32) {
@@ -109,6 +109,25 @@ pub fn iso_millis(ms: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn push_num_pads_to_width() {
+        for (n, width, want) in [
+            (0, 1, "0"),
+            (0, 2, "00"),
+            (7, 2, "07"),
+            (42, 2, "42"),
+            (123, 2, "123"),
+            (5, 4, "0005"),
+            (u32::MAX, 1, "4294967295"),
+            (u32::MAX, 12, "004294967295"),
+            (9, 12, "000000000009"),
+        ] {
+            let mut s = String::from("x");
+            push_num(&mut s, n, width);
+            assert_eq!(s, format!("x{want}"), "{n} width {width}");
+        }
+    }
 
     #[test]
     fn iso_is_fixed_width_and_matches_chrono() {
