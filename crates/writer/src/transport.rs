@@ -98,6 +98,8 @@ pub struct HttpTransport {
 struct Inner {
     connector: SharedHttpConnector,
     uri: String,
+    /// `uri` parsed once: cloning it is cheaper than parsing per call.
+    parsed: http::Uri,
     region: String,
     provider: SharedCredentialsProvider,
     /// Credentials and when to fetch them again (None: they never expire).
@@ -134,6 +136,7 @@ impl HttpTransport {
             inner: Arc::new(Inner {
                 connector: SharedHttpConnector::new(connector),
                 uri,
+                parsed,
                 region: settings.region,
                 provider: settings.credentials,
                 cached: Mutex::new(None),
@@ -266,7 +269,7 @@ impl Inner {
             return self.request_sigv4(creds, body, now);
         };
         let signed = fast.sign(&creds, &body, now);
-        let mut req = self.unsigned(body)?;
+        let mut req = self.unsigned(body);
         let headers = req.headers_mut();
         let mut add = |name: &'static str, value: String| {
             let value = http::HeaderValue::try_from(value).map_err(|e| invalid(&e))?;
@@ -309,21 +312,26 @@ impl Inner {
         let (instructions, _) = sign(signable, &params)
             .map_err(|e| invalid(&e))?
             .into_parts();
-        let mut req = self.unsigned(body)?;
+        let mut req = self.unsigned(body);
         instructions.apply_to_request_http1x(&mut req);
         aws_smithy_runtime_api::http::Request::try_from(req).map_err(|e| invalid(&e))
     }
 
     /// The POST with its body and the headers both signers sign.
-    fn unsigned(&self, body: Bytes) -> Result<http::Request<SdkBody>, TransportError> {
-        http::Request::builder()
-            .method("POST")
-            .uri(self.uri.as_str())
-            .header("content-length", body.len())
-            .header("content-type", CONTENT_TYPE)
-            .header("x-amz-target", TARGET)
-            .body(SdkBody::from(body))
-            .map_err(|e| invalid(&e))
+    fn unsigned(&self, body: Bytes) -> http::Request<SdkBody> {
+        // Static names and values: no per-call parsing or copying.
+        let len = body.len();
+        let mut req = http::Request::new(SdkBody::from(body));
+        *req.method_mut() = http::Method::POST;
+        *req.uri_mut() = self.parsed.clone();
+        let headers = req.headers_mut();
+        headers.insert(http::header::CONTENT_LENGTH, len.into());
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static(CONTENT_TYPE),
+        );
+        headers.insert("x-amz-target", http::HeaderValue::from_static(TARGET));
+        req
     }
 }
 
