@@ -617,7 +617,12 @@ impl Proxy {
                 match st.ddb.admit(&e.table, &e.pk, e.wcu, now) {
                     Some(Ok(_)) | None => {
                         // None: the table was reset meanwhile; let it through.
-                        *consumed.entry(e.table.clone()).or_default() += e.wcu;
+                        match consumed.get_mut(&e.table) {
+                            Some(w) => *w += e.wcu,
+                            None => {
+                                consumed.insert(e.table.clone(), e.wcu);
+                            }
+                        }
                         admitted.push(e);
                     }
                     Some(Err(t)) => {
