@@ -521,7 +521,7 @@ impl Proxy {
         // Plan every entry before admitting any: DynamoDB rejects the whole
         // call on any validation error, so nothing may be charged first.
         struct Entry<'a> {
-            table: String,
+            table: &'a str,
             /// Copied only if it goes back (unprocessed) or on (forwarded).
             request: &'a Value,
             key: String,
@@ -589,7 +589,7 @@ impl Proxy {
                     (1, None)
                 };
                 plan.push(Entry {
-                    table: table.clone(),
+                    table,
                     request: r,
                     key,
                     pk,
@@ -614,21 +614,21 @@ impl Proxy {
             let mut st = self.lock();
             let st = &mut *st;
             for e in &plan {
-                match st.ddb.admit(&e.table, &e.pk, e.wcu, now) {
+                match st.ddb.admit(e.table, &e.pk, e.wcu, now) {
                     Some(Ok(_)) | None => {
                         // None: the table was reset meanwhile; let it through.
-                        match consumed.get_mut(&e.table) {
+                        match consumed.get_mut(e.table) {
                             Some(w) => *w += e.wcu,
                             None => {
-                                consumed.insert(e.table.clone(), e.wcu);
+                                consumed.insert(e.table.to_owned(), e.wcu);
                             }
                         }
                         admitted.push(e);
                     }
                     Some(Err(t)) => {
-                        first_throttle.get_or_insert((e.table.clone(), t));
+                        first_throttle.get_or_insert((e.table.to_owned(), t));
                         if let Some(a) = unprocessed
-                            .entry(e.table.clone())
+                            .entry(e.table.to_owned())
                             .or_insert_with(|| Value::Array(vec![]))
                             .as_array_mut()
                         {
@@ -652,8 +652,8 @@ impl Proxy {
                 if self.cfg.sink {
                     for e in &admitted {
                         match &e.put {
-                            Some(d) => st.sink.put(&e.table, e.key.clone(), d.clone(), false),
-                            None => st.sink.delete(&e.table, &e.key),
+                            Some(d) => st.sink.put(e.table, e.key.clone(), d.clone(), false),
+                            None => st.sink.delete(e.table, &e.key),
                         }
                     }
                 }
@@ -695,7 +695,7 @@ impl Proxy {
         let mut subset: Map<String, Value> = Map::new();
         for e in &admitted {
             if let Some(a) = subset
-                .entry(e.table.clone())
+                .entry(e.table.to_owned())
                 .or_insert_with(|| Value::Array(vec![]))
                 .as_array_mut()
             {

@@ -427,7 +427,7 @@ impl Dispatcher {
                 msg = rx.recv() => match msg {
                     Some(Msg::Submit(subs)) => {
                         // Consecutive submissions of one table go on as one message.
-                        let mut run: Vec<Pending> = Vec::new();
+                        let mut run: Vec<Pending> = Vec::with_capacity(subs.len());
                         let mut run_table: Option<String> = None;
                         for (table, pending) in subs {
                             if run_table.as_deref() != Some(table.as_str()) {
