@@ -70,7 +70,12 @@ class Proxy:
         http(self.url + "/_limits/reset", "POST")
 
     def sink_count(self, table):
-        return http(f"{self.url}/_limits/sink/{table}")["count"]
+        # From the counters, not GET /_limits/sink/TABLE: that lists every
+        # item, and a million of them grew this process to ~460 MB, which
+        # every later child inherited as its starting peak RSS (Linux keeps
+        # the high-water mark across fork and exec), inflating the measured
+        # clients' ru_maxrss.
+        return self.stats()["dynamodb"]["sink"].get(table, {}).get("items", 0)
 
     def close(self):
         self.proc.terminate()
@@ -116,7 +121,9 @@ class Sampler(threading.Thread):
 
 def write_csv(path, rows):
     with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        # The union of the rows' keys, in first-seen order; missing cells empty.
+        fields = list(dict.fromkeys(k for r in rows for k in r))
+        w = csv.DictWriter(f, fieldnames=fields, restval="")
         w.writeheader()
         w.writerows(rows)
 
