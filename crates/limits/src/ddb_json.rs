@@ -1,8 +1,9 @@
 //! DynamoDB's wire JSON (`{"S": "..."}`, `{"N": "..."}`, ...) as the proxy sees it.
 //!
-//! Items are converted to the SDK's `AttributeValue` so their size comes from
-//! `tidemark_schema::size`, the same code the writer uses: the proxy and the
-//! writer can never disagree on what an item costs.
+//! Item sizes come from `tidemark_schema::wire::wire_item_size`, which reads
+//! the wire JSON directly and is held by a proptest to the answer of
+//! `tidemark_schema::size` on the decoded item, the rules the writer uses:
+//! the proxy and the writer agree on what an item costs.
 
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
@@ -13,9 +14,11 @@ pub use tidemark_schema::wire::{
     WireError, decode_map as to_item, decode_value as to_attribute_value,
 };
 
-/// Size of a wire item by DynamoDB's rules (see `tidemark_schema::size`).
+/// Size of a wire item by DynamoDB's rules (see `tidemark_schema::size`),
+/// read from the JSON without building the SDK's item; the schema crate's
+/// proptest keeps it equal to sizing the decoded item.
 pub fn wire_item_size(v: &Value) -> Result<usize, WireError> {
-    Ok(tidemark_schema::size::item_size(&to_item(v)?))
+    tidemark_schema::wire::wire_item_size(v)
 }
 
 /// The scalar of a key attribute as bytes: what decides the partition and

@@ -539,7 +539,8 @@ impl Proxy {
                 // real answer (ResourceNotFound...), and nothing is charged.
                 _ => return self.passthrough(&self.dynamodb, &parts, body).await,
             };
-            let mut seen = std::collections::HashSet::new();
+            let mut seen: std::collections::HashSet<String, foldhash::fast::RandomState> =
+                std::collections::HashSet::default();
             for r in reqs.as_array().into_iter().flatten() {
                 let (map, put) = if let Some(item) = r.pointer("/PutRequest/Item") {
                     (item, true)

@@ -216,6 +216,78 @@ fn unblob(s: &str) -> Result<Blob, WireError> {
         .map_err(|e| WireError(format!("binary value: {e}")))
 }
 
+/// An item's size by DynamoDB's rules, read straight from its wire JSON:
+/// the same answer as `size::item_size(&decode_map(v)?)` and the same
+/// errors, without building the SDK's maps and strings (the limits proxy
+/// sizes every item it admits; a proptest holds the two together).
+pub fn wire_item_size(v: &Value) -> Result<usize, WireError> {
+    let obj = v
+        .as_object()
+        .ok_or_else(|| WireError("an item must be an object".into()))?;
+    obj.iter()
+        .try_fold(0, |sum, (k, v)| Ok(sum + k.len() + wire_value_size(v)?))
+}
+
+/// One attribute value's size (see [`size::value_size`]), checked as
+/// [`decode_value`] checks it.
+fn wire_value_size(v: &Value) -> Result<usize, WireError> {
+    let obj = v
+        .as_object()
+        .filter(|o| o.len() == 1)
+        .ok_or_else(|| WireError(format!("{v} is not a tagged attribute value")))?;
+    let Some((tag, inner)) = obj.iter().next() else {
+        return Err(WireError("empty attribute value".into()));
+    };
+    let text = || {
+        inner
+            .as_str()
+            .ok_or_else(|| WireError(format!("{tag} must hold a string")))
+    };
+    let set = || {
+        inner
+            .as_array()
+            .ok_or_else(|| WireError("a set must be an array".into()))?
+            .iter()
+            .map(|s| {
+                s.as_str()
+                    .ok_or_else(|| WireError("a set member must be a string".into()))
+            })
+            .collect::<Result<Vec<&str>, _>>()
+    };
+    let blob_len = |s: &str| unblob(s).map(|b| b.as_ref().len());
+    Ok(match tag.as_str() {
+        "S" => text()?.len(),
+        "N" => size::number_size(text()?),
+        "B" => blob_len(text()?)?,
+        "BOOL" => {
+            inner
+                .as_bool()
+                .ok_or_else(|| WireError("BOOL must hold a boolean".into()))?;
+            1
+        }
+        "NULL" => 1,
+        "SS" => set()?.iter().map(|s| s.len()).sum(),
+        "NS" => set()?.iter().map(|n| size::number_size(n)).sum(),
+        "BS" => set()?
+            .iter()
+            .map(|s| blob_len(s))
+            .sum::<Result<usize, _>>()?,
+        "L" => inner
+            .as_array()
+            .ok_or_else(|| WireError("L must hold an array".into()))?
+            .iter()
+            .try_fold(3, |sum, e| Ok(sum + 1 + wire_value_size(e)?))?,
+        "M" => inner
+            .as_object()
+            .ok_or_else(|| WireError("an item must be an object".into()))?
+            .iter()
+            .try_fold(3, |sum, (k, e)| {
+                Ok::<_, WireError>(sum + 1 + k.len() + wire_value_size(e)?)
+            })?,
+        other => return Err(WireError(format!("unknown attribute type {other}"))),
+    })
+}
+
 /// Decodes one attribute value (`{"S":"..."}`, `{"M":{...}}`, ...).
 pub fn decode_value(v: &Value) -> Result<AttributeValue, WireError> {
     let obj = v
@@ -268,7 +340,64 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// Attribute-like JSON: mostly well-formed values of every type, with
+    /// malformed ones mixed in (wrong inner types, unknown tags, bad base64,
+    /// two tags).
+    fn wire_attr() -> impl Strategy<Value = Value> {
+        use serde_json::json;
+        let leaf = prop_oneof![
+            any::<String>().prop_map(|s| json!({ "S": s })),
+            "-?[0-9]{1,6}(\\.[0-9]{1,4})?(e[0-9])?".prop_map(|n| json!({ "N": n })),
+            proptest::collection::vec(any::<u8>(), 0..9)
+                .prop_map(|b| json!({ "B": BASE64.encode(b) })),
+            "[A-Za-z0-9+/=]{0,7}".prop_map(|s| json!({ "B": s })),
+            any::<bool>().prop_map(|b| json!({ "BOOL": b })),
+            Just(json!({ "NULL": true })),
+            proptest::collection::vec(".{0,4}", 0..4).prop_map(|v| json!({ "SS": v })),
+            proptest::collection::vec("[0-9]{1,4}", 0..4).prop_map(|v| json!({ "NS": v })),
+            proptest::collection::vec("[A-Za-z0-9+/]{0,3}=?", 0..3)
+                .prop_map(|v| json!({ "BS": v })),
+            prop_oneof![
+                Just(json!(1)),
+                Just(json!("x")),
+                Just(json!({ "S": 1 })),
+                Just(json!({ "N": true })),
+                Just(json!({ "BOOL": "yes" })),
+                Just(json!({ "SS": "a" })),
+                Just(json!({ "NS": [1] })),
+                Just(json!({ "Q": "x" })),
+                Just(json!({})),
+                Just(json!({ "S": "a", "N": "1" })),
+                Just(json!({ "L": {} })),
+                Just(json!({ "M": [] })),
+            ],
+        ];
+        leaf.prop_recursive(3, 32, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(|v| json!({ "L": v })),
+                proptest::collection::btree_map("[a-c]{1,2}", inner, 0..4)
+                    .prop_map(|m| json!({ "M": m })),
+            ]
+        })
+    }
+
     proptest! {
+        /// Sizing the wire JSON directly agrees with decoding it and sizing
+        /// the SDK item: same size, same error.
+        #[test]
+        fn wire_item_size_matches_decoded_size(
+            item in proptest::collection::btree_map("[a-z]{1,3}", wire_attr(), 0..5),
+            not_an_object in any::<bool>(),
+        ) {
+            let v = if not_an_object {
+                Value::Array(item.into_values().collect())
+            } else {
+                Value::Object(item.into_iter().collect())
+            };
+            let want = decode_map(&v).map(|i| size::item_size(&i));
+            prop_assert_eq!(wire_item_size(&v), want);
+        }
+
         /// The copy-whole path and serde_json's escaping give the same bytes.
         #[test]
         fn write_str_matches_serde_json(s in "(\\PC|[\"\\\\\u{0}-\u{1f}\u{7f}é€😀])*") {
