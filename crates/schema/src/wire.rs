@@ -231,18 +231,8 @@ pub fn wire_item_size(v: &Value) -> Result<usize, WireError> {
 /// One attribute value's size (see [`size::value_size`]), checked as
 /// [`decode_value`] checks it.
 fn wire_value_size(v: &Value) -> Result<usize, WireError> {
-    let obj = v
-        .as_object()
-        .filter(|o| o.len() == 1)
-        .ok_or_else(|| WireError(format!("{v} is not a tagged attribute value")))?;
-    let Some((tag, inner)) = obj.iter().next() else {
-        return Err(WireError("empty attribute value".into()));
-    };
-    let text = || {
-        inner
-            .as_str()
-            .ok_or_else(|| WireError(format!("{tag} must hold a string")))
-    };
+    let (tag, inner) = tagged(v)?;
+    let text = || string_of(tag, inner);
     let set = || {
         inner
             .as_array()
@@ -255,7 +245,7 @@ fn wire_value_size(v: &Value) -> Result<usize, WireError> {
             .collect::<Result<Vec<&str>, _>>()
     };
     let blob_len = |s: &str| unblob(s).map(|b| b.as_ref().len());
-    Ok(match tag.as_str() {
+    Ok(match tag {
         "S" => text()?.len(),
         "N" => size::number_size(text()?),
         "B" => blob_len(text()?)?,
@@ -288,22 +278,30 @@ fn wire_value_size(v: &Value) -> Result<usize, WireError> {
     })
 }
 
-/// Decodes one attribute value (`{"S":"..."}`, `{"M":{...}}`, ...).
-pub fn decode_value(v: &Value) -> Result<AttributeValue, WireError> {
+/// An attribute value's one tag and what it holds.
+fn tagged(v: &Value) -> Result<(&str, &Value), WireError> {
     let obj = v
         .as_object()
         .filter(|o| o.len() == 1)
         .ok_or_else(|| WireError(format!("{v} is not a tagged attribute value")))?;
-    let Some((tag, inner)) = obj.iter().next() else {
-        return Err(WireError("empty attribute value".into()));
-    };
-    let text = || {
-        inner
-            .as_str()
-            .map(str::to_owned)
-            .ok_or_else(|| WireError(format!("{tag} must hold a string")))
-    };
-    Ok(match tag.as_str() {
+    obj.iter()
+        .next()
+        .map(|(tag, inner)| (tag.as_str(), inner))
+        .ok_or_else(|| WireError("empty attribute value".into()))
+}
+
+/// The string a scalar tag holds.
+fn string_of<'v>(tag: &str, inner: &'v Value) -> Result<&'v str, WireError> {
+    inner
+        .as_str()
+        .ok_or_else(|| WireError(format!("{tag} must hold a string")))
+}
+
+/// Decodes one attribute value (`{"S":"..."}`, `{"M":{...}}`, ...).
+pub fn decode_value(v: &Value) -> Result<AttributeValue, WireError> {
+    let (tag, inner) = tagged(v)?;
+    let text = || string_of(tag, inner).map(str::to_owned);
+    Ok(match tag {
         "S" => AttributeValue::S(text()?),
         "N" => AttributeValue::N(text()?),
         "B" => AttributeValue::B(unblob(&text()?)?),
