@@ -396,10 +396,7 @@ impl ReplaySource {
             };
             return tokio::task::spawn_blocking(move || pass.run())
                 .await
-                .map_err(|e| ConsumerError::Fixture {
-                    path: "replay".into(),
-                    problem: e.to_string(),
-                })?;
+                .map_err(join_failed)?;
         }
         let readers: Vec<(String, Vec<String>, ShardReader)> = match self.lines {
             Lines::Memory(shards) => shards
@@ -452,10 +449,7 @@ impl ReplaySource {
         drop(done);
         let mut summary = ReplaySummary::default();
         while let Some(res) = tasks.join_next().await {
-            let (shard, n, c) = res.map_err(|e| ConsumerError::Fixture {
-                path: "replay".into(),
-                problem: e.to_string(),
-            })??;
+            let (shard, n, c) = res.map_err(join_failed)??;
             summary.per_shard.insert(shard, n);
             summary.corrupt_aggregates += c;
         }
@@ -704,19 +698,8 @@ impl PassShard {
 impl OnePass {
     fn run(mut self) -> Result<ReplaySummary, ConsumerError> {
         if self.feed()? {
-            let shutdown = self.shutdown.clone();
-            let trackers: Vec<&Arc<AckTracker>> =
-                self.shards.values().map(|s| &s.tracker).collect();
-            self.runtime.block_on(async {
-                tokio::select! {
-                    _ = async {
-                        for t in trackers {
-                            t.wait_for(|w| w.in_flight() == 0).await;
-                        }
-                    } => {}
-                    _ = shutdown.cancelled() => {}
-                }
-            });
+            let trackers = self.shards.values().map(|s| &s.tracker);
+            wait_acked(&self.runtime, &self.shutdown, trackers);
         }
         let mut summary = ReplaySummary::default();
         for (id, s) in self.shards {
@@ -785,6 +768,33 @@ fn deliver(
     })
 }
 
+/// Waits, from a blocking thread, until no tracker has a record in flight;
+/// false when shutdown began first.
+fn wait_acked<'t>(
+    runtime: &tokio::runtime::Handle,
+    shutdown: &CancellationToken,
+    trackers: impl IntoIterator<Item = &'t Arc<AckTracker>>,
+) -> bool {
+    runtime.block_on(async {
+        tokio::select! {
+            _ = async {
+                for t in trackers {
+                    t.wait_for(|w| w.in_flight() == 0).await;
+                }
+            } => true,
+            _ = shutdown.cancelled() => false,
+        }
+    })
+}
+
+/// A replay thread that panicked or was cancelled.
+fn join_failed(e: tokio::task::JoinError) -> ConsumerError {
+    ConsumerError::Fixture {
+        path: "replay".into(),
+        problem: e.to_string(),
+    }
+}
+
 /// One shard's replay, run on a blocking thread.
 struct ShardReplay {
     shard: String,
@@ -834,14 +844,11 @@ impl ShardReplay {
                 return Ok((self.shard, delivered, corrupt));
             }
         }
-        self.runtime.block_on(async {
-            tokio::select! {
-                _ = tracker.wait_for(|w| w.in_flight() == 0) => {
-                    if let Some(f) = &self.finished { f.send_replace(true); }
-                }
-                _ = shutdown.cancelled() => {}
-            }
-        });
+        if wait_acked(&self.runtime, &shutdown, [&tracker])
+            && let Some(f) = &self.finished
+        {
+            f.send_replace(true);
+        }
         Ok((self.shard, delivered, corrupt))
     }
 }

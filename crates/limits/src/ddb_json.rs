@@ -11,15 +11,8 @@ use sha2::{Digest, Sha256};
 // Decoding is the schema crate's (the writer's own items decode the same
 // way); the proxy's names for it are kept.
 pub use tidemark_schema::wire::{
-    WireError, decode_map as to_item, decode_value as to_attribute_value,
+    WireError, decode_map as to_item, decode_value as to_attribute_value, wire_item_size,
 };
-
-/// Size of a wire item by DynamoDB's rules (see `tidemark_schema::size`),
-/// read from the JSON without building the SDK's item; the schema crate's
-/// proptest keeps it equal to sizing the decoded item.
-pub fn wire_item_size(v: &Value) -> Result<usize, WireError> {
-    tidemark_schema::wire::wire_item_size(v)
-}
 
 /// The scalar of a key attribute as bytes: what decides the partition and
 /// what makes two keys equal. The type tag is part of it (`S "1"` and
@@ -68,8 +61,9 @@ pub fn canonical_json(v: &Value, out: &mut Vec<u8>) {
     // benchmark machine with the client it measures) needlessly heavy.
     match v {
         Value::Object(m) => {
-            // serde_json's map iterates in key order unless a crate in the
-            // build turns on `preserve_order`; sort only if that happened.
+            // With serde_json's `preserve_order` (turned on in this build by
+            // aws-smithy-http-client) the map keeps the client's order;
+            // members are sorted unless they already are.
             let sorted = m.keys().zip(m.keys().skip(1)).all(|(a, b)| a <= b);
             out.push(b'{');
             if sorted {

@@ -34,30 +34,33 @@ pub struct SinkCounts {
 impl Sink {
     /// Records a put (or an update: `digest` then describes the update).
     pub fn put(&mut self, table: &str, key: String, digest: String, update: bool) {
-        let t = match self.tables.get_mut(table) {
-            // The name is copied only for a table's first write.
-            Some(t) => t,
-            None => self.tables.entry(table.to_owned()).or_default(),
-        };
-        t.items.insert(key, digest);
-        if update {
-            t.counts.updates += 1;
-        } else {
-            t.counts.puts += 1;
-        }
-        t.counts.items = t.items.len() as u64;
+        self.with_table(table, |t| {
+            t.items.insert(key, digest);
+            if update {
+                t.counts.updates += 1;
+            } else {
+                t.counts.puts += 1;
+            }
+            t.counts.items = t.items.len() as u64;
+        });
     }
 
     /// Records a delete.
     pub fn delete(&mut self, table: &str, key: &str) {
-        let t = match self.tables.get_mut(table) {
-            // The name is copied only for a table's first write.
-            Some(t) => t,
-            None => self.tables.entry(table.to_owned()).or_default(),
-        };
-        t.items.remove(key);
-        t.counts.deletes += 1;
-        t.counts.items = t.items.len() as u64;
+        self.with_table(table, |t| {
+            t.items.remove(key);
+            t.counts.deletes += 1;
+            t.counts.items = t.items.len() as u64;
+        });
+    }
+
+    /// Runs `f` on the table's record, made on its first write (the name is
+    /// copied only then, not per write).
+    fn with_table<R>(&mut self, table: &str, f: impl FnOnce(&mut SinkTable) -> R) -> R {
+        if let Some(t) = self.tables.get_mut(table) {
+            return f(t);
+        }
+        f(self.tables.entry(table.to_owned()).or_default())
     }
 
     /// Counters per table.

@@ -501,9 +501,7 @@ impl Router {
                 limit: size::MAX_ITEM_BYTES,
             });
         }
-        // A boxed slice becomes `Bytes` as is (a vector with spare capacity
-        // costs a shared header); the shrink is in place.
-        Ok(WireItem::from_parts(out.into_boxed_slice(), size))
+        Ok(WireItem::from_parts(out, size))
     }
 }
 

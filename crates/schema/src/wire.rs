@@ -35,9 +35,12 @@ pub struct WireError(pub String);
 impl WireItem {
     /// An item from its encoded object and its size by DynamoDB's rules. The
     /// caller guarantees both (the router computes them as it encodes).
-    pub fn from_parts(json: impl Into<Bytes>, size: usize) -> WireItem {
+    pub fn from_parts(json: Vec<u8>, size: usize) -> WireItem {
+        // As a boxed slice, `Bytes` takes the buffer as is; a vector with
+        // spare capacity would cost it a shared header allocation per item
+        // (the shrink is in place).
         WireItem {
-            json: json.into(),
+            json: Bytes::from(json.into_boxed_slice()),
             size,
         }
     }
@@ -46,10 +49,7 @@ impl WireItem {
     pub fn encode(item: &Item) -> WireItem {
         let mut out = Vec::with_capacity(64 * item.len().max(1));
         write_map(&mut out, item);
-        WireItem {
-            json: out.into(),
-            size: size::item_size(item),
-        }
+        WireItem::from_parts(out, size::item_size(item))
     }
 
     /// The `Item` object's bytes.
@@ -189,31 +189,10 @@ pub fn decode_item(json: &[u8]) -> Result<Item, WireError> {
 
 /// Decodes a JSON object of attribute values.
 pub fn decode_map(v: &Value) -> Result<Item, WireError> {
-    let obj = v
-        .as_object()
-        .ok_or_else(|| WireError("an item must be an object".into()))?;
-    obj.iter()
+    object(v)?
+        .iter()
         .map(|(k, v)| Ok((k.clone(), decode_value(v)?)))
         .collect()
-}
-
-fn strings(v: &Value) -> Result<Vec<String>, WireError> {
-    v.as_array()
-        .ok_or_else(|| WireError("a set must be an array".into()))?
-        .iter()
-        .map(|s| {
-            s.as_str()
-                .map(str::to_owned)
-                .ok_or_else(|| WireError("a set member must be a string".into()))
-        })
-        .collect()
-}
-
-fn unblob(s: &str) -> Result<Blob, WireError> {
-    BASE64
-        .decode(s)
-        .map(Blob::new)
-        .map_err(|e| WireError(format!("binary value: {e}")))
 }
 
 /// An item's size by DynamoDB's rules, read straight from its wire JSON:
@@ -221,61 +200,71 @@ fn unblob(s: &str) -> Result<Blob, WireError> {
 /// errors, without building the SDK's maps and strings (the limits proxy
 /// sizes every item it admits; a proptest holds the two together).
 pub fn wire_item_size(v: &Value) -> Result<usize, WireError> {
-    let obj = v
-        .as_object()
-        .ok_or_else(|| WireError("an item must be an object".into()))?;
-    obj.iter()
+    object(v)?
+        .iter()
         .try_fold(0, |sum, (k, v)| Ok(sum + k.len() + wire_value_size(v)?))
+}
+
+/// Decodes one attribute value (`{"S":"..."}`, `{"M":{...}}`, ...).
+pub fn decode_value(v: &Value) -> Result<AttributeValue, WireError> {
+    let (tag, inner) = tagged(v)?;
+    let text = || string_of(tag, inner).map(str::to_owned);
+    let owned = |set: Vec<&str>| set.into_iter().map(str::to_owned).collect();
+    Ok(match tag {
+        "S" => AttributeValue::S(text()?),
+        "N" => AttributeValue::N(text()?),
+        "B" => AttributeValue::B(unblob(string_of(tag, inner)?)?),
+        "BOOL" => AttributeValue::Bool(boolean(inner)?),
+        "NULL" => AttributeValue::Null(true),
+        "SS" => AttributeValue::Ss(owned(strings(inner)?)),
+        "NS" => AttributeValue::Ns(owned(strings(inner)?)),
+        "BS" => AttributeValue::Bs(
+            strings(inner)?
+                .into_iter()
+                .map(unblob)
+                .collect::<Result<_, _>>()?,
+        ),
+        "L" => AttributeValue::L(
+            list(inner)?
+                .iter()
+                .map(decode_value)
+                .collect::<Result<_, _>>()?,
+        ),
+        "M" => AttributeValue::M(decode_map(inner)?),
+        other => return Err(WireError(format!("unknown attribute type {other}"))),
+    })
 }
 
 /// One attribute value's size (see [`size::value_size`]), checked as
 /// [`decode_value`] checks it.
 fn wire_value_size(v: &Value) -> Result<usize, WireError> {
     let (tag, inner) = tagged(v)?;
-    let text = || string_of(tag, inner);
-    let set = || {
-        inner
-            .as_array()
-            .ok_or_else(|| WireError("a set must be an array".into()))?
-            .iter()
-            .map(|s| {
-                s.as_str()
-                    .ok_or_else(|| WireError("a set member must be a string".into()))
-            })
-            .collect::<Result<Vec<&str>, _>>()
-    };
     let blob_len = |s: &str| unblob(s).map(|b| b.as_ref().len());
     Ok(match tag {
-        "S" => text()?.len(),
-        "N" => size::number_size(text()?),
-        "B" => blob_len(text()?)?,
-        "BOOL" => {
-            inner
-                .as_bool()
-                .ok_or_else(|| WireError("BOOL must hold a boolean".into()))?;
-            1
-        }
+        "S" => string_of(tag, inner)?.len(),
+        "N" => size::number_size(string_of(tag, inner)?),
+        "B" => blob_len(string_of(tag, inner)?)?,
+        "BOOL" => boolean(inner).map(|_| 1)?,
         "NULL" => 1,
-        "SS" => set()?.iter().map(|s| s.len()).sum(),
-        "NS" => set()?.iter().map(|n| size::number_size(n)).sum(),
-        "BS" => set()?
-            .iter()
-            .map(|s| blob_len(s))
+        "SS" => strings(inner)?.iter().map(|s| s.len()).sum(),
+        "NS" => strings(inner)?.into_iter().map(size::number_size).sum(),
+        "BS" => strings(inner)?
+            .into_iter()
+            .map(blob_len)
             .sum::<Result<usize, _>>()?,
-        "L" => inner
-            .as_array()
-            .ok_or_else(|| WireError("L must hold an array".into()))?
+        // Containers: 3 bytes, plus 1 per element (see `size::value_size`).
+        "L" => list(inner)?
             .iter()
             .try_fold(3, |sum, e| Ok(sum + 1 + wire_value_size(e)?))?,
-        "M" => inner
-            .as_object()
-            .ok_or_else(|| WireError("an item must be an object".into()))?
-            .iter()
-            .try_fold(3, |sum, (k, e)| {
-                Ok::<_, WireError>(sum + 1 + k.len() + wire_value_size(e)?)
-            })?,
+        "M" => 3 + object(inner)?.len() + wire_item_size(inner)?,
         other => return Err(WireError(format!("unknown attribute type {other}"))),
     })
+}
+
+/// An item or M value's members.
+fn object(v: &Value) -> Result<&serde_json::Map<String, Value>, WireError> {
+    v.as_object()
+        .ok_or_else(|| WireError("an item must be an object".into()))
 }
 
 /// An attribute value's one tag and what it holds.
@@ -297,39 +286,35 @@ fn string_of<'v>(tag: &str, inner: &'v Value) -> Result<&'v str, WireError> {
         .ok_or_else(|| WireError(format!("{tag} must hold a string")))
 }
 
-/// Decodes one attribute value (`{"S":"..."}`, `{"M":{...}}`, ...).
-pub fn decode_value(v: &Value) -> Result<AttributeValue, WireError> {
-    let (tag, inner) = tagged(v)?;
-    let text = || string_of(tag, inner).map(str::to_owned);
-    Ok(match tag {
-        "S" => AttributeValue::S(text()?),
-        "N" => AttributeValue::N(text()?),
-        "B" => AttributeValue::B(unblob(&text()?)?),
-        "BOOL" => AttributeValue::Bool(
-            inner
-                .as_bool()
-                .ok_or_else(|| WireError("BOOL must hold a boolean".into()))?,
-        ),
-        "NULL" => AttributeValue::Null(true),
-        "SS" => AttributeValue::Ss(strings(inner)?),
-        "NS" => AttributeValue::Ns(strings(inner)?),
-        "BS" => AttributeValue::Bs(
-            strings(inner)?
-                .iter()
-                .map(|s| unblob(s))
-                .collect::<Result<_, _>>()?,
-        ),
-        "L" => AttributeValue::L(
-            inner
-                .as_array()
-                .ok_or_else(|| WireError("L must hold an array".into()))?
-                .iter()
-                .map(decode_value)
-                .collect::<Result<_, _>>()?,
-        ),
-        "M" => AttributeValue::M(decode_map(inner)?),
-        other => return Err(WireError(format!("unknown attribute type {other}"))),
-    })
+fn boolean(inner: &Value) -> Result<bool, WireError> {
+    inner
+        .as_bool()
+        .ok_or_else(|| WireError("BOOL must hold a boolean".into()))
+}
+
+fn list(inner: &Value) -> Result<&Vec<Value>, WireError> {
+    inner
+        .as_array()
+        .ok_or_else(|| WireError("L must hold an array".into()))
+}
+
+/// A set's members (SS, NS, BS hold strings).
+fn strings(v: &Value) -> Result<Vec<&str>, WireError> {
+    v.as_array()
+        .ok_or_else(|| WireError("a set must be an array".into()))?
+        .iter()
+        .map(|s| {
+            s.as_str()
+                .ok_or_else(|| WireError("a set member must be a string".into()))
+        })
+        .collect()
+}
+
+fn unblob(s: &str) -> Result<Blob, WireError> {
+    BASE64
+        .decode(s)
+        .map(Blob::new)
+        .map_err(|e| WireError(format!("binary value: {e}")))
 }
 
 #[cfg(test)]
