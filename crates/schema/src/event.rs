@@ -8,7 +8,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -231,29 +231,6 @@ impl<'de> Deserialize<'de> for NameSeed<'de> {
     }
 }
 
-/// An object's members with their values left as raw text.
-pub(crate) struct RawObject<'a>(pub Vec<(Name<'a>, Node<'a>)>);
-
-impl<'de> Deserialize<'de> for RawObject<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = RawObject<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut members = Vec::with_capacity(map.size_hint().unwrap_or(8));
-                while let Some((k, v)) = map.next_entry::<NameSeed<'de>, &'de RawValue>()? {
-                    members.push((k.0, Node::Raw(v)));
-                }
-                Ok(RawObject(members))
-            }
-        }
-        d.deserialize_map(V)
-    }
-}
-
 /// The JSON type of a raw value, from its first byte.
 pub(crate) fn json_kind(raw: &RawValue) -> &'static str {
     match raw.get().trim_start().as_bytes().first() {
@@ -277,8 +254,80 @@ fn document_kind(data: &[u8]) -> &'static str {
     }
 }
 
+/// The record parse with the configured fields set aside as they are met,
+/// so extraction need not search the members and shift them out after.
+/// Names in the order entity, timestamp, event id; `None` is not set aside.
+/// As with [`remove_member`], a repeated name's last value wins and the
+/// earlier ones are dropped.
+struct Split<'e>([Option<&'e str>; 3]);
+
+/// What the parse set aside for one configured field.
+#[derive(Clone, Copy)]
+enum Slot<'a> {
+    /// Set aside, and the record had it.
+    Found(&'a RawValue),
+    /// Set aside, and the record did not have it.
+    Absent,
+    /// Not set aside: look among the members.
+    NotSplit,
+}
+
+type SplitObject<'a> = (Vec<(Name<'a>, Node<'a>)>, [Slot<'a>; 3]);
+
+impl Split<'_> {
+    /// The names to set aside. A name that begins another field's dotted
+    /// path (`meta` when another field is `meta.id`) stays a member: that
+    /// field's path may need to open it first, as it did before this parse.
+    fn names(fields: [Option<&FieldPath>; 3]) -> [Option<String>; 3] {
+        fields.map(|f| {
+            let f = f?;
+            let prefix_of_other = fields
+                .iter()
+                .flatten()
+                .any(|g| g.parts.len() > 1 && g.parts[0] == f.name);
+            (!prefix_of_other).then(|| f.name.clone())
+        })
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Split<'_> {
+    type Value = SplitObject<'de>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        struct V<'e>([Option<&'e str>; 3]);
+        impl<'de> Visitor<'de> for V<'_> {
+            type Value = SplitObject<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut members = Vec::with_capacity(map.size_hint().unwrap_or(8));
+                let mut slots = self.0.map(|n| {
+                    if n.is_some() {
+                        Slot::Absent
+                    } else {
+                        Slot::NotSplit
+                    }
+                });
+                while let Some(k) = map.next_key::<NameSeed<'de>>()? {
+                    let v: &'de RawValue = map.next_value()?;
+                    match self.0.iter().position(|n| *n == Some(k.0.as_ref())) {
+                        Some(i) => slots[i] = Slot::Found(v),
+                        None => members.push((k.0, Node::Raw(v))),
+                    }
+                }
+                Ok((members, slots))
+            }
+        }
+        d.deserialize_map(V(self.0))
+    }
+}
+
 pub(crate) fn open_object(raw: &RawValue) -> Result<Vec<(Name<'_>, Node<'_>)>, serde_json::Error> {
-    serde_json::from_str::<RawObject<'_>>(raw.get()).map(|o| o.0)
+    let mut de = serde_json::Deserializer::from_str(raw.get());
+    let (members, _) = Split([None; 3]).deserialize(&mut de)?;
+    de.end()?;
+    Ok(members)
 }
 
 /// An event whose payload is still raw JSON text: what the router builds
@@ -287,6 +336,9 @@ pub(crate) fn open_object(raw: &RawValue) -> Result<Vec<(Name<'_>, Node<'_>)>, s
 pub(crate) struct RawEvent<'a> {
     pub entity_id: Cow<'a, str>,
     pub timestamp_ms: i64,
+    /// The record's own timestamp text when it already is the canonical
+    /// rendering (`timefmt::iso_millis` of `timestamp_ms`).
+    pub iso: Option<&'a str>,
     pub event_id: Cow<'a, str>,
     pub payload: Vec<(Name<'a>, Node<'a>)>,
 }
@@ -298,6 +350,9 @@ pub struct Extractor {
     timestamp: FieldPath,
     event_id: Option<FieldPath>,
     format: TimestampFormat,
+    /// Names of the fields above (in that order) that the record parse sets
+    /// aside as it meets them; see [`Split`].
+    split: [Option<String>; 3],
 }
 
 impl Extractor {
@@ -326,11 +381,13 @@ impl Extractor {
                 }
             }
         }
+        let split = Split::names([Some(&entity), Some(&timestamp), event_id.as_ref()]);
         Ok(Extractor {
             entity,
             timestamp,
             event_id,
             format: config.timestamp_format,
+            split,
         })
     }
 
@@ -355,17 +412,27 @@ impl Extractor {
         data: &'a [u8],
         origin: &Origin,
     ) -> Result<RawEvent<'a>, EventError> {
-        let mut members = match serde_json::from_slice::<RawObject<'a>>(data) {
-            Ok(o) => o.0,
+        // One UTF-8 check for the whole record: parsing from `str` then
+        // skips the per-value check each raw member would cost from bytes.
+        let text = std::str::from_utf8(data)
+            .map_err(|e| EventError::InvalidJson(format!("not UTF-8 text: {e}")))?;
+        let split = Split(self.split.each_ref().map(Option::as_deref));
+        let mut de = serde_json::Deserializer::from_str(text);
+        let parsed = split
+            .deserialize(&mut de)
+            .and_then(|v| de.end().map(|()| v));
+        let (mut members, [entity_slot, ts_slot, id_slot]) = match parsed {
+            Ok(v) => v,
             Err(e) if e.classify() == serde_json::error::Category::Data => {
                 return Err(EventError::NotAnObject(document_kind(data)));
             }
             Err(e) => return Err(EventError::InvalidJson(e.to_string())),
         };
 
-        let entity_raw = take(&mut members, &self.entity)?.ok_or_else(|| EventError::Missing {
-            field: self.entity.name.clone(),
-        })?;
+        let entity_raw =
+            take(&mut members, entity_slot, &self.entity)?.ok_or_else(|| EventError::Missing {
+                field: self.entity.name.clone(),
+            })?;
         let entity_id = scalar_text(&entity_raw, &self.entity.name, "a string or a number")?;
         if entity_id.is_empty() {
             return Err(EventError::EmptyEntityId {
@@ -373,14 +440,15 @@ impl Extractor {
             });
         }
 
-        let ts_raw = take(&mut members, &self.timestamp)?.ok_or_else(|| EventError::Missing {
-            field: self.timestamp.name.clone(),
-        })?;
-        let timestamp_ms = parse_timestamp(&ts_raw, &self.timestamp.name, self.format)?;
+        let ts_raw =
+            take(&mut members, ts_slot, &self.timestamp)?.ok_or_else(|| EventError::Missing {
+                field: self.timestamp.name.clone(),
+            })?;
+        let (timestamp_ms, iso) = parse_timestamp(&ts_raw, &self.timestamp.name, self.format)?;
 
         let mut event_id = None;
         if let Some(path) = &self.event_id
-            && let Some(node) = take(&mut members, path)?
+            && let Some(node) = take(&mut members, id_slot, path)?
         {
             // null and "" count as absent: the id is derived instead.
             let is_null = matches!(&node, Node::Raw(r) if json_kind(r) == "null");
@@ -396,6 +464,7 @@ impl Extractor {
         Ok(RawEvent {
             entity_id,
             timestamp_ms,
+            iso,
             event_id,
             payload: members,
         })
@@ -403,13 +472,22 @@ impl Extractor {
 }
 
 /// Removes and returns the value at `path`; `Ok(None)` when absent.
+/// `slot` is what the parse set aside for the field: `Some` if the record
+/// had it (then it is not among `members`).
 fn take<'a>(
     members: &mut Vec<(Name<'a>, Node<'a>)>,
+    slot: Slot<'a>,
     path: &FieldPath,
 ) -> Result<Option<Node<'a>>, EventError> {
     // A literal top-level key wins over the dotted interpretation.
-    if let Some(found) = remove_member(members, &path.name) {
-        return Ok(Some(found));
+    match slot {
+        Slot::Found(raw) => return Ok(Some(Node::Raw(raw))),
+        Slot::Absent => {}
+        Slot::NotSplit => {
+            if let Some(found) = remove_member(members, &path.name) {
+                return Ok(Some(found));
+            }
+        }
     }
     if path.parts.len() < 2 {
         return Ok(None);
@@ -533,11 +611,13 @@ fn bad_ts(field: &str, value: &str, why: impl Into<String>) -> EventError {
     }
 }
 
-fn parse_timestamp(
-    node: &Node<'_>,
+/// The timestamp in epoch milliseconds, and its text if that is already the
+/// canonical rendering.
+fn parse_timestamp<'a>(
+    node: &Node<'a>,
     field: &str,
     format: TimestampFormat,
-) -> Result<i64, EventError> {
+) -> Result<(i64, Option<&'a str>), EventError> {
     let Node::Raw(raw) = node else {
         return Err(EventError::WrongType {
             field: field.to_owned(),
@@ -545,6 +625,7 @@ fn parse_timestamp(
             found: "object",
         });
     };
+    let raw: &'a RawValue = raw;
     let kind = json_kind(raw);
     let (text, is_string) = match kind {
         "string" => (
@@ -565,6 +646,21 @@ fn parse_timestamp(
         .next()
         .is_some_and(|b| b.is_ascii_digit() || b == b'-' || b == b'+')
         && !text.contains(':');
+    let canonical = match &text {
+        Cow::Borrowed(t)
+            if is_string && matches!(format, TimestampFormat::Rfc3339 | TimestampFormat::Auto) =>
+        {
+            timefmt::parse_canonical(t).map(|ms| (ms, *t))
+        }
+        _ => None,
+    };
+    if let Some((ms, t)) = canonical {
+        // Parsed to the same instant chrono would give (see the proptests
+        // in timefmt); only the range check is left.
+        if timefmt::in_range(ms) {
+            return Ok((ms, Some(t)));
+        }
+    }
     let ms = match format {
         TimestampFormat::Rfc3339 => {
             if !is_string {
@@ -603,7 +699,7 @@ fn parse_timestamp(
             "outside the accepted range 1900-01-01 to 9999-01-01",
         ));
     }
-    Ok(ms)
+    Ok((ms, None))
 }
 
 fn parse_rfc3339(text: &str) -> Result<i128, String> {
@@ -762,6 +858,35 @@ mod tests {
         assert_eq!(
             e.payload["meta"],
             serde_json::json!({"device":{"kind":"x"}})
+        );
+    }
+
+    #[test]
+    fn fields_set_aside_by_the_parse_keep_member_semantics() {
+        // A repeated field: the last value counts, no copy stays in the payload.
+        let e = ex(EventConfig::default())
+            .extract(
+                br#"{"deviceId":"first","x":1,"deviceId":"last","timestamp":0,"timestamp":5}"#,
+                &origin(),
+            )
+            .unwrap();
+        assert_eq!((e.entity_id.as_str(), e.timestamp_ms), ("last", 5_000));
+        assert_eq!(e.payload.keys().collect::<Vec<_>>(), ["x"]);
+
+        // `meta` begins the entity's path, so it stays a member for the
+        // entity to be taken out of first; the timestamp then meets the
+        // opened object, not a missing field.
+        let cfg = EventConfig {
+            entity_field: "meta.id".into(),
+            timestamp_field: "meta".into(),
+            ..EventConfig::default()
+        };
+        let err = ex(cfg)
+            .extract(br#"{"meta":{"id":"d1","t":0}}"#, &origin())
+            .unwrap_err();
+        assert!(
+            matches!(&err, EventError::WrongType { field, .. } if field == "meta"),
+            "{err:?}"
         );
     }
 

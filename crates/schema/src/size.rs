@@ -91,22 +91,24 @@ pub fn number_size(n: &str) -> usize {
         }
         count += 1;
     }
-    let significant = first.map_or(0, |first| last - first + 1);
-    significant.max(1).div_ceil(2) + 1
+    size_of_significant(first.map_or(0, |first| last - first + 1))
 }
 
-/// [`number_size`] of an integer, without rendering it.
+/// [`number_size`] of an integer.
 pub fn int_number_size(n: i64) -> usize {
-    let mut v = n.unsigned_abs();
-    while v != 0 && v.is_multiple_of(10) {
-        v /= 10;
-    }
-    let mut significant = 0;
-    while v != 0 {
-        significant += 1;
-        v /= 10;
-    }
-    significant.max(1_usize).div_ceil(2) + 1
+    int_text_size(itoa::Buffer::new().format(n))
+}
+
+/// [`number_size`] of an integer's decimal text as `itoa` or `to_string`
+/// writes it (no leading zeros, no exponent): its digits less the trailing
+/// zeros.
+pub(crate) fn int_text_size(text: &str) -> usize {
+    size_of_significant(text.trim_start_matches('-').trim_end_matches('0').len())
+}
+
+/// A number's size from its count of significant digits.
+pub(crate) fn size_of_significant(significant: usize) -> usize {
+    significant.max(1).div_ceil(2) + 1
 }
 
 #[cfg(test)]

@@ -120,6 +120,16 @@ impl Bucket {
         ts_ms.div_euclid(self.len_ms()) * self.len_ms()
     }
 
+    /// Length of the label: it is this prefix of the timestamp's
+    /// `YYYY-MM-DDTHH:MM:SS.mmmZ` rendering.
+    const fn label_len(self) -> usize {
+        match self {
+            Bucket::Minute => 16,
+            Bucket::Hour => 13,
+            Bucket::Day => 10,
+        }
+    }
+
     /// Appends the bucket label of `ts_ms`.
     pub fn push_label(self, buf: &mut String, ts_ms: i64) {
         let Some(c) = Civil::from_ms(ts_ms) else {
@@ -265,6 +275,7 @@ impl KeyStrategy {
         iso: &str,
         event_id: &str,
     ) -> ItemKey {
+        debug_assert_eq!(iso, timefmt::iso_millis(timestamp_ms));
         let sk_plain = || {
             let mut sk = String::with_capacity(iso.len() + 1 + event_id.len());
             sk.push_str(iso);
@@ -296,7 +307,12 @@ impl KeyStrategy {
                 let mut pk = String::with_capacity(24);
                 timefmt::push_num(&mut pk, shard_of(entity_id, shards), 1);
                 pk.push('#');
-                bucket.push_label(&mut pk, timestamp_ms);
+                // The label is a prefix of the rendering at hand: no second
+                // calendar conversion per event.
+                match iso.get(..bucket.label_len()) {
+                    Some(label) => pk.push_str(label),
+                    None => bucket.push_label(&mut pk, timestamp_ms),
+                }
                 let mut sk =
                     String::with_capacity(entity_id.len() + iso.len() + event_id.len() + 2);
                 sk.push_str(entity_id);
@@ -374,6 +390,23 @@ mod tests {
         }
         assert!(count >= 1000, "only {count} vectors");
         assert!(non_ascii >= 100, "only {non_ascii} non-ASCII ids");
+    }
+
+    proptest::proptest! {
+        /// The label `key_with_iso` cuts from the rendering is the one
+        /// `push_label` computes from the calendar.
+        #[test]
+        fn labels_are_prefixes_of_the_rendering(
+            ms in timefmt::MIN_TIMESTAMP_MS..timefmt::END_TIMESTAMP_MS,
+        ) {
+            let iso = timefmt::iso_millis(ms);
+            for bucket in [Bucket::Minute, Bucket::Hour, Bucket::Day] {
+                proptest::prop_assert_eq!(&iso[..bucket.label_len()], bucket.label(ms));
+                let key = KeyStrategy::TimeBucket { shards: 3, bucket }.key("e", ms, "id");
+                let label = key.pk.split_once('#').map(|(_, l)| l.to_owned());
+                proptest::prop_assert_eq!(label, Some(bucket.label(ms)));
+            }
+        }
     }
 
     #[test]

@@ -106,6 +106,70 @@ pub fn iso_millis(ms: i64) -> String {
     s
 }
 
+/// The instant of a timestamp already in the canonical form
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ` (what [`iso_millis`] writes), or `None` for
+/// any other text, which then goes to the general RFC 3339 parser. Most
+/// producers write this form; reading it directly skips the parser, and the
+/// text itself can serve as the item's rendering.
+pub(crate) fn parse_canonical(text: &str) -> Option<i64> {
+    let b: &[u8; 24] = text.as_bytes().try_into().ok()?;
+    let num = |range: std::ops::Range<usize>| -> Option<u32> {
+        b[range].iter().try_fold(0u32, |n, &d| {
+            d.is_ascii_digit().then(|| n * 10 + u32::from(d - b'0'))
+        })
+    };
+    let seps = [
+        (4, b'-'),
+        (7, b'-'),
+        (10, b'T'),
+        (13, b':'),
+        (16, b':'),
+        (19, b'.'),
+        (23, b'Z'),
+    ];
+    if seps.iter().any(|&(i, c)| b[i] != c) {
+        return None;
+    }
+    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hour, minute, second, milli) = (num(11..13)?, num(14..16)?, num(17..19)?, num(20..23)?);
+    // Leap seconds (:60) and anything unusual go to the general parser.
+    if !(1..=12).contains(&month)
+        || day == 0
+        || day > days_in_month(year, month)
+        || hour > 23
+        || minute > 59
+        || second > 59
+    {
+        return None;
+    }
+    let days = days_from_civil(i64::from(year), month, day);
+    let secs = days * 86_400 + i64::from(hour * 3_600 + minute * 60 + second);
+    Some(secs * 1_000 + i64::from(milli))
+}
+
+fn days_in_month(year: u32, month: u32) -> u32 {
+    match month {
+        2 if year.is_multiple_of(4) && (!year.is_multiple_of(100) || year.is_multiple_of(400)) => {
+            29
+        }
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's
+/// `days_from_civil`).
+fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = i64::from((month + 9) % 12);
+    let doy = (153 * mp + 2) / 5 + i64::from(day) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,5 +219,78 @@ mod tests {
         assert_eq!(iso_millis(END_TIMESTAMP_MS), "9999-01-01T00:00:00.000Z");
         assert!(in_range(MIN_TIMESTAMP_MS) && !in_range(MIN_TIMESTAMP_MS - 1));
         assert!(in_range(END_TIMESTAMP_MS - 1) && !in_range(END_TIMESTAMP_MS));
+    }
+
+    fn chrono_ms(text: &str) -> Option<i64> {
+        DateTime::parse_from_rfc3339(text)
+            .ok()
+            .map(|t| t.timestamp_millis())
+    }
+
+    #[test]
+    fn canonical_parse_takes_only_the_canonical_form() {
+        for text in [
+            "2024-02-29T23:59:59.999Z",
+            "2000-02-29T12:00:00.000Z",
+            "1969-12-31T23:59:59.999Z",
+            "0000-03-01T00:00:00.000Z",
+            "9999-12-31T23:59:59.999Z",
+        ] {
+            assert!(chrono_ms(text).is_some());
+            assert_eq!(parse_canonical(text), chrono_ms(text), "{text}");
+        }
+        for other in [
+            "2023-02-29T00:00:00.000Z", // not a leap year
+            "1900-02-29T00:00:00.000Z", // nor is 1900
+            "2026-11-22T05:00:60.000Z", // a leap second: the general parser's call
+            "2026-13-01T00:00:00.000Z",
+            "2026-11-31T00:00:00.000Z",
+            "2026-11-22T24:00:00.000Z",
+            "2026-11-22T05:00:00.00Z",
+            "2026-11-22T05:00:00.0000Z",
+            "2026-11-22T05:00:00.000+00:00",
+            "2026-11-22 05:00:00.000Z",
+            "2026-11-22t05:00:00.000Z",
+            "2026-11-22T05:00:00.000z",
+            "+026-11-22T05:00:00.000Z",
+            "2026-11-22T05:0a:00.000Z",
+        ] {
+            assert_eq!(parse_canonical(other), None, "{other}");
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2048))]
+
+        /// Every rendering reads back to its instant, as chrono reads it.
+        #[test]
+        fn canonical_parse_inverts_iso_millis(ms in MIN_TIMESTAMP_MS..END_TIMESTAMP_MS) {
+            let text = iso_millis(ms);
+            proptest::prop_assert_eq!(parse_canonical(&text), Some(ms));
+            proptest::prop_assert_eq!(chrono_ms(&text), Some(ms));
+        }
+
+        /// On canonical-shaped text with any digits, it agrees with chrono
+        /// wherever it answers, and declines only dates chrono also refuses
+        /// or leap seconds.
+        #[test]
+        fn canonical_parse_agrees_with_chrono(
+            digits in proptest::collection::vec(0u8..10, 17),
+        ) {
+            let d = |i: usize| char::from(b'0' + digits[i]);
+            let text: String = [
+                d(0), d(1), d(2), d(3), '-', d(4), d(5), '-', d(6), d(7), 'T', d(8), d(9), ':',
+                d(10), d(11), ':', d(12), d(13), '.', d(14), d(15), d(16), 'Z',
+            ]
+            .into_iter()
+            .collect();
+            match parse_canonical(&text) {
+                Some(ms) => proptest::prop_assert_eq!(chrono_ms(&text), Some(ms)),
+                None => proptest::prop_assert!(
+                    chrono_ms(&text).is_none() || &text[17..19] == "60",
+                    "{text} declined but chrono reads it"
+                ),
+            }
+        }
     }
 }
