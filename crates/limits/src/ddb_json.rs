@@ -4,9 +4,17 @@
 //! the wire JSON directly and is held by a proptest to the answer of
 //! `tidemark_schema::size` on the decoded item, the rules the writer uses:
 //! the proxy and the writer agree on what an item costs.
+//!
+//! Keys, sizes and digests take any [`Tree`]: BatchWriteItem requests are
+//! read into a [`JsonRef`] that borrows from the request body, single-item
+//! calls into serde_json's `Value`. Tests hold the two to the same answers.
 
-use serde_json::{Map, Value};
+use serde::Serialize;
 use sha2::{Digest, Sha256};
+pub use tidemark_schema::tree::{JsonRef, Tree};
+// serde_json's escaping (a proptest holds them together), copying strings
+// that need none whole.
+use tidemark_schema::wire::{write_elements, write_members, write_str};
 
 // Decoding is the schema crate's (the writer's own items decode the same
 // way); the proxy's names for it are kept.
@@ -17,9 +25,8 @@ pub use tidemark_schema::wire::{
 /// The scalar of a key attribute as bytes: what decides the partition and
 /// what makes two keys equal. The type tag is part of it (`S "1"` and
 /// `N "1"` are different keys).
-pub fn key_bytes(v: &Value) -> Option<Vec<u8>> {
-    let obj = v.as_object()?;
-    let (tag, inner) = obj.iter().next()?;
+pub fn key_bytes<T: Tree>(v: &T) -> Option<Vec<u8>> {
+    let (tag, inner) = v.members()?.next()?;
     let text = inner.as_str()?;
     let mut out = Vec::with_capacity(tag.len() + 1 + text.len());
     out.extend_from_slice(tag.as_bytes());
@@ -42,7 +49,7 @@ fn normalize_number(n: &str) -> String {
 
 /// The primary key of an item (or a `Key` map) under a table's key schema,
 /// as a printable string `pk` or `pk|sk`. `None` if an attribute is missing.
-pub fn primary_key(item: &Map<String, Value>, hash: &str, range: Option<&str>) -> Option<String> {
+pub fn primary_key<T: Tree>(item: &T, hash: &str, range: Option<&str>) -> Option<String> {
     let h = key_bytes(item.get(hash)?)?;
     let mut out = String::from_utf8_lossy(&h).into_owned();
     if let Some(r) = range {
@@ -55,52 +62,24 @@ pub fn primary_key(item: &Map<String, Value>, hash: &str, range: Option<&str>) -
 
 /// Writes `v` as JSON with object keys sorted at every level, so equal items
 /// always give equal bytes whatever order the client sent.
-pub fn canonical_json(v: &Value, out: &mut Vec<u8>) {
+pub fn canonical_json<T: Tree + Serialize>(v: &T, out: &mut Vec<u8>) {
     // Written straight into `out`: sink mode digests every accepted item,
     // and a string per key and scalar made the proxy (which shares the
     // benchmark machine with the client it measures) needlessly heavy.
-    match v {
-        Value::Object(m) => {
-            // With serde_json's `preserve_order` (turned on in this build by
-            // aws-smithy-http-client) the map keeps the client's order;
-            // members are sorted unless they already are.
-            let sorted = m.keys().zip(m.keys().skip(1)).all(|(a, b)| a <= b);
-            out.push(b'{');
-            if sorted {
-                for (i, (k, inner)) in m.iter().enumerate() {
-                    member(out, i, k, inner);
-                }
-            } else {
-                let mut members: Vec<(&String, &Value)> = m.iter().collect();
-                members.sort_by(|a, b| a.0.cmp(b.0));
-                for (i, (k, inner)) in members.into_iter().enumerate() {
-                    member(out, i, k, inner);
-                }
-            }
-            out.push(b'}');
+    if let Some(members) = v.members() {
+        let mut members: Vec<(&str, &T)> = members.collect();
+        // Requests usually list attributes unsorted; a map may not.
+        if !members.is_sorted_by(|a, b| a.0 <= b.0) {
+            members.sort_unstable_by(|a, b| a.0.cmp(b.0));
         }
-        Value::Array(a) => {
-            out.push(b'[');
-            for (i, e) in a.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                canonical_json(e, out);
-            }
-            out.push(b']');
-        }
-        other => write_json(out, other),
+        write_members(out, members, |out, inner| canonical_json(inner, out));
+    } else if let Some(elems) = v.as_array() {
+        write_elements(out, elems, |out, e| canonical_json(e, out));
+    } else if let Some(text) = v.as_str() {
+        write_str(out, text);
+    } else {
+        write_json(out, v);
     }
-}
-
-/// One object member of the canonical form.
-fn member(out: &mut Vec<u8>, i: usize, k: &str, v: &Value) {
-    if i > 0 {
-        out.push(b',');
-    }
-    write_json(out, k);
-    out.push(b':');
-    canonical_json(v, out);
 }
 
 /// Appends a value's compact JSON; writing into a vector cannot fail.
@@ -111,7 +90,7 @@ fn write_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
 /// SHA-256 (hex) of the canonical JSON of an item. Python computes the same
 /// with `hashlib.sha256(json.dumps(item, sort_keys=True,
 /// separators=(",", ":"), ensure_ascii=False).encode()).hexdigest()`.
-pub fn item_digest(v: &Value) -> String {
+pub fn item_digest<T: Tree + Serialize>(v: &T) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut s = Vec::with_capacity(256);
     canonical_json(v, &mut s);
@@ -129,7 +108,7 @@ mod tests {
     use super::*;
     use aws_sdk_dynamodb::types::AttributeValue;
     use aws_smithy_types::Blob;
-    use serde_json::json;
+    use serde_json::{Value, json};
     use std::collections::HashMap;
     use tidemark_schema::Item;
 
@@ -190,10 +169,16 @@ mod tests {
         let a = json!({"pk": {"S": "1"}, "sk": {"N": "1.0"}});
         let b = json!({"pk": {"N": "1"}, "sk": {"N": "1"}});
         let c = json!({"pk": {"S": "1"}, "sk": {"N": "1"}});
-        let k = |v: &Value| primary_key(v.as_object().unwrap(), "pk", Some("sk"));
+        let k = |v: &Value| primary_key(v, "pk", Some("sk"));
         assert_ne!(k(&a), k(&b));
         assert_eq!(k(&a), k(&c));
-        assert_eq!(primary_key(a.as_object().unwrap(), "missing", None), None);
+        assert_eq!(primary_key(&a, "missing", None), None);
+        // Read borrowed, the same keys.
+        for v in [&a, &b, &c] {
+            let text = v.to_string();
+            let r = JsonRef::parse(text.as_bytes()).unwrap();
+            assert_eq!(primary_key(&r, "pk", Some("sk")), k(v));
+        }
     }
 
     #[test]
@@ -214,9 +199,22 @@ mod tests {
             r#"{"a":{"S":"1"},"b":{"M":{"x":{"N":"1"},"y":{"N":"2"}}}}"#
         );
         // What Python's hashlib gives for the same item (see `item_digest`).
+        let python = "dde874f7b1937dccecf723a19f551bb736986c9daa9a559a89acb407c847b451";
+        assert_eq!(item_digest(&a), python);
+        // Read borrowed, members stay in the client's order (here reversed at
+        // both levels, with escapes and non-ASCII text); the digest does not.
+        let text = r#"{"b":{"M":{"y":{"N":"2"},"x":{"N":"1"}}},"a":{"S":"1"}}"#;
         assert_eq!(
-            item_digest(&a),
-            "dde874f7b1937dccecf723a19f551bb736986c9daa9a559a89acb407c847b451"
+            item_digest(&JsonRef::parse(text.as_bytes()).unwrap()),
+            python
         );
+        let odd = r#"{"z":{"S":"\u00e9\"q\"\n"},"\u00e9":{"SS":["b","a"]},"a":{"L":[{"S":"é"}]}}"#;
+        let as_value: Value = serde_json::from_str(odd).unwrap();
+        let borrowed = JsonRef::parse(odd.as_bytes()).unwrap();
+        assert_eq!(item_digest(&borrowed), item_digest(&as_value));
+        let (mut x, mut y) = (Vec::new(), Vec::new());
+        canonical_json(&borrowed, &mut x);
+        canonical_json(&as_value, &mut y);
+        assert_eq!(String::from_utf8(x).unwrap(), String::from_utf8(y).unwrap());
     }
 }

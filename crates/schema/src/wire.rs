@@ -19,6 +19,7 @@ use serde_json::Value;
 use thiserror::Error;
 
 use crate::size::{self, Item};
+use crate::tree::Tree;
 
 /// One item as DynamoDB JSON, with its DynamoDB size.
 #[derive(Clone, PartialEq, Eq)]
@@ -110,29 +111,45 @@ pub fn write_str(out: &mut Vec<u8>, s: &str) {
 
 /// Appends `{"name":<value>,...}`.
 fn write_map(out: &mut Vec<u8>, m: &HashMap<String, AttributeValue>) {
+    write_members(out, m.iter().map(|(k, v)| (k.as_str(), v)), write_value);
+}
+
+/// Appends a JSON object of `members`, each value written by `each`.
+pub fn write_members<'k, V>(
+    out: &mut Vec<u8>,
+    members: impl IntoIterator<Item = (&'k str, V)>,
+    mut each: impl FnMut(&mut Vec<u8>, V),
+) {
     out.push(b'{');
-    for (i, (k, v)) in m.iter().enumerate() {
+    for (i, (k, v)) in members.into_iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
         write_str(out, k);
         out.push(b':');
-        write_value(out, v);
+        each(out, v);
     }
     out.push(b'}');
 }
 
-fn write_list<T>(out: &mut Vec<u8>, tag: &str, xs: &[T], mut each: impl FnMut(&mut Vec<u8>, &T)) {
+fn write_list<T>(out: &mut Vec<u8>, tag: &str, xs: &[T], each: impl FnMut(&mut Vec<u8>, &T)) {
     out.extend_from_slice(b"{\"");
     out.extend_from_slice(tag.as_bytes());
-    out.extend_from_slice(b"\":[");
+    out.extend_from_slice(b"\":");
+    write_elements(out, xs, each);
+    out.push(b'}');
+}
+
+/// Appends a JSON array of `xs`, each written by `each`.
+pub fn write_elements<T>(out: &mut Vec<u8>, xs: &[T], mut each: impl FnMut(&mut Vec<u8>, &T)) {
+    out.push(b'[');
     for (i, x) in xs.iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
         each(out, x);
     }
-    out.extend_from_slice(b"]}");
+    out.push(b']');
 }
 
 /// Appends `{"<tag>":"<s>"}`, e.g. `{"S":"text"}`.
@@ -190,8 +207,7 @@ pub fn decode_item(json: &[u8]) -> Result<Item, WireError> {
 /// Decodes a JSON object of attribute values.
 pub fn decode_map(v: &Value) -> Result<Item, WireError> {
     object(v)?
-        .iter()
-        .map(|(k, v)| Ok((k.clone(), decode_value(v)?)))
+        .map(|(k, v)| Ok((k.to_owned(), decode_value(v)?)))
         .collect()
 }
 
@@ -199,10 +215,8 @@ pub fn decode_map(v: &Value) -> Result<Item, WireError> {
 /// the same answer as `size::item_size(&decode_map(v)?)` and the same
 /// errors, without building the SDK's maps and strings (the limits proxy
 /// sizes every item it admits; a proptest holds the two together).
-pub fn wire_item_size(v: &Value) -> Result<usize, WireError> {
-    object(v)?
-        .iter()
-        .try_fold(0, |sum, (k, v)| Ok(sum + k.len() + wire_value_size(v)?))
+pub fn wire_item_size<T: Tree>(v: &T) -> Result<usize, WireError> {
+    object(v)?.try_fold(0, |sum, (k, v)| Ok(sum + k.len() + wire_value_size(v)?))
 }
 
 /// Decodes one attribute value (`{"S":"..."}`, `{"M":{...}}`, ...).
@@ -237,7 +251,7 @@ pub fn decode_value(v: &Value) -> Result<AttributeValue, WireError> {
 
 /// One attribute value's size (see [`size::value_size`]), checked as
 /// [`decode_value`] checks it.
-fn wire_value_size(v: &Value) -> Result<usize, WireError> {
+fn wire_value_size<T: Tree>(v: &T) -> Result<usize, WireError> {
     let (tag, inner) = tagged(v)?;
     let blob_len = |s: &str| unblob(s).map(|b| b.as_ref().len());
     Ok(match tag {
@@ -262,44 +276,43 @@ fn wire_value_size(v: &Value) -> Result<usize, WireError> {
 }
 
 /// An item or M value's members.
-fn object(v: &Value) -> Result<&serde_json::Map<String, Value>, WireError> {
-    v.as_object()
+fn object<T: Tree>(v: &T) -> Result<impl ExactSizeIterator<Item = (&str, &T)>, WireError> {
+    v.members()
         .ok_or_else(|| WireError("an item must be an object".into()))
 }
 
 /// An attribute value's one tag and what it holds.
-fn tagged(v: &Value) -> Result<(&str, &Value), WireError> {
-    let obj = v
-        .as_object()
-        .filter(|o| o.len() == 1)
+fn tagged<T: Tree>(v: &T) -> Result<(&str, &T), WireError> {
+    let mut members = v
+        .members()
+        .filter(|m| m.len() == 1)
         .ok_or_else(|| WireError(format!("{v} is not a tagged attribute value")))?;
-    obj.iter()
+    members
         .next()
-        .map(|(tag, inner)| (tag.as_str(), inner))
         .ok_or_else(|| WireError("empty attribute value".into()))
 }
 
 /// The string a scalar tag holds.
-fn string_of<'v>(tag: &str, inner: &'v Value) -> Result<&'v str, WireError> {
+fn string_of<'v, T: Tree>(tag: &str, inner: &'v T) -> Result<&'v str, WireError> {
     inner
         .as_str()
         .ok_or_else(|| WireError(format!("{tag} must hold a string")))
 }
 
-fn boolean(inner: &Value) -> Result<bool, WireError> {
+fn boolean<T: Tree>(inner: &T) -> Result<bool, WireError> {
     inner
         .as_bool()
         .ok_or_else(|| WireError("BOOL must hold a boolean".into()))
 }
 
-fn list(inner: &Value) -> Result<&Vec<Value>, WireError> {
+fn list<T: Tree>(inner: &T) -> Result<&[T], WireError> {
     inner
         .as_array()
         .ok_or_else(|| WireError("L must hold an array".into()))
 }
 
 /// A set's members (SS, NS, BS hold strings).
-fn strings(v: &Value) -> Result<Vec<&str>, WireError> {
+fn strings<T: Tree>(v: &T) -> Result<Vec<&str>, WireError> {
     v.as_array()
         .ok_or_else(|| WireError("a set must be an array".into()))?
         .iter()
@@ -378,7 +391,12 @@ mod tests {
                 Value::Object(item.into_iter().collect())
             };
             let want = decode_map(&v).map(|i| size::item_size(&i));
-            prop_assert_eq!(wire_item_size(&v), want);
+            prop_assert_eq!(wire_item_size(&v), want.clone());
+            // The same JSON read as a borrowed tree (what the limits proxy
+            // reads requests into) sizes the same, errors included.
+            let text = v.to_string();
+            let borrowed = crate::tree::JsonRef::parse(text.as_bytes()).unwrap();
+            prop_assert_eq!(wire_item_size(&borrowed), want);
         }
 
         /// The copy-whole path and serde_json's escaping give the same bytes.
