@@ -530,7 +530,7 @@ impl Proxy {
             key: String,
             pk: Vec<u8>,
             wcu: u64,
-            put: Option<String>,
+            put: Option<ddb_json::ItemDigest>,
         }
         let mut plan = Vec::with_capacity(total);
         let mut specs = HashMap::new();
@@ -657,7 +657,7 @@ impl Proxy {
                 if self.cfg.sink {
                     for e in &admitted {
                         match &e.put {
-                            Some(d) => st.sink.put(e.table, e.key.clone(), d.clone(), false),
+                            Some(d) => st.sink.put(e.table, e.key.clone(), *d, false),
                             None => st.sink.delete(e.table, &e.key),
                         }
                     }

@@ -4,6 +4,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
+use crate::ddb_json::{ItemDigest, hex};
+
 /// Per-table record: the current key set with a digest of each item.
 #[derive(Debug, Default)]
 pub struct Sink {
@@ -14,7 +16,7 @@ pub struct Sink {
 struct SinkTable {
     /// foldhash: this map takes every accepted item in sink mode, and
     /// SipHash was most of the sink's cost.
-    items: HashMap<String, String, foldhash::fast::RandomState>,
+    items: HashMap<String, ItemDigest, foldhash::fast::RandomState>,
     counts: SinkCounts,
 }
 
@@ -33,7 +35,7 @@ pub struct SinkCounts {
 
 impl Sink {
     /// Records a put (or an update: `digest` then describes the update).
-    pub fn put(&mut self, table: &str, key: String, digest: String, update: bool) {
+    pub fn put(&mut self, table: &str, key: String, digest: ItemDigest, update: bool) {
         self.with_table(table, |t| {
             t.items.insert(key, digest);
             if update {
@@ -71,16 +73,11 @@ impl Sink {
             .collect()
     }
 
-    /// Keys and digests of one table, sorted by key.
+    /// Keys and digests (hex) of one table, sorted by key.
     pub fn items(&self, table: &str) -> BTreeMap<String, String> {
         self.tables
             .get(table)
-            .map(|t| {
-                t.items
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect()
-            })
+            .map(|t| t.items.iter().map(|(k, v)| (k.clone(), hex(v))).collect())
             .unwrap_or_default()
     }
 
@@ -97,13 +94,14 @@ mod tests {
     #[test]
     fn tracks_current_keys_and_counts_operations() {
         let mut s = Sink::default();
-        s.put("t", "a".into(), "d1".into(), false);
-        s.put("t", "a".into(), "d2".into(), false);
-        s.put("t", "b".into(), "d3".into(), true);
+        let d = |b: u8| [b; 32];
+        s.put("t", "a".into(), d(1), false);
+        s.put("t", "a".into(), d(2), false);
+        s.put("t", "b".into(), d(3), true);
         s.delete("t", "b");
         let c = &s.counts()["t"];
         assert_eq!((c.items, c.puts, c.updates, c.deletes), (1, 2, 1, 1));
-        assert_eq!(s.items("t").get("a").map(String::as_str), Some("d2"));
+        assert_eq!(s.items("t").get("a"), Some(&"02".repeat(32)));
         s.clear();
         assert!(s.counts().is_empty());
     }
