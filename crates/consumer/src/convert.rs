@@ -37,7 +37,6 @@ pub fn push_user_records(
     tracker: &Arc<AckTracker>,
     out: &mut Vec<Record>,
 ) -> Result<usize, OutOfOrder> {
-    let target: Arc<dyn AckTarget> = tracker.clone();
     let RawRecord {
         sequence_number,
         partition_key,
@@ -62,7 +61,8 @@ pub fn push_user_records(
             partition_key: pk,
             data,
             arrival_ms,
-            ack: Ack::new(target.clone(), serial),
+            // One count increment per record (the ack's), no spare clone.
+            ack: Ack::new(Arc::clone(tracker) as Arc<dyn AckTarget>, serial),
             defect,
         });
         Ok(())
