@@ -707,10 +707,22 @@ impl Proxy {
                 a.push(e.request.to_value());
             }
         }
-        let mut doc = doc.to_value();
-        doc["RequestItems"] = Value::Object(subset);
+        // The request's other members as they were, with the admitted subset
+        // as its RequestItems (the items were converted once, above).
+        let mut forward: Map<String, Value> = doc
+            .members()
+            .into_iter()
+            .flatten()
+            .filter(|(k, _)| *k != "RequestItems")
+            .map(|(k, v)| (k.to_owned(), v.to_value()))
+            .collect();
+        forward.insert("RequestItems".to_owned(), Value::Object(subset));
         let resp = self
-            .send(&self.dynamodb, &parts, Bytes::from(doc.to_string()))
+            .send(
+                &self.dynamodb,
+                &parts,
+                Bytes::from(Value::Object(forward).to_string()),
+            )
             .await;
         self.finish_write(resp, Some(unprocessed))
     }

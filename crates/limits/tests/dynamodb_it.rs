@@ -187,6 +187,65 @@ async fn throttles_with_unprocessed_items_then_the_exception_and_sink_counts_exa
 }
 
 #[tokio::test]
+async fn partly_admitted_batches_forward_exactly_the_admitted_items() {
+    let Some(urls) = common::stack("partly_admitted_batches_forward") else {
+        return;
+    };
+    let proxy = common::start(&urls, |_| {}).await;
+    let c = Client::new(&common::sdk_config(&proxy.url).await);
+    let table = common::unique("limits-fwd");
+    create_table(&c, &table, 50).await;
+
+    // Offer 25-item batches until one is split: the proxy forwards the
+    // admitted part (a request it rebuilds) and returns the rest.
+    let mut accepted = 0usize;
+    let mut partial = 0;
+    let mut i = 0;
+    while partial == 0 && i < 2000 {
+        let batch: Vec<_> = (0..25)
+            .map(|j| put(&format!("k{i}"), &format!("{j}"), 100))
+            .collect();
+        i += 1;
+        let Ok(out) = c
+            .batch_write_item()
+            .request_items(&table, batch)
+            .return_consumed_capacity(aws_sdk_dynamodb::types::ReturnConsumedCapacity::Total)
+            .send()
+            .await
+        else {
+            continue;
+        };
+        let left = out
+            .unprocessed_items()
+            .and_then(|m| m.get(&table))
+            .map_or(0, Vec::len);
+        partial += usize::from(left > 0 && left < 25);
+        accepted += 25 - left;
+    }
+    assert!(partial > 0, "no batch was split in {i} tries");
+    let mut stored = 0;
+    let mut start = None;
+    loop {
+        let page = c
+            .scan()
+            .table_name(&table)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .expect("scan");
+        stored += page.count() as usize;
+        start = page.last_evaluated_key().cloned();
+        if start.is_none() {
+            break;
+        }
+    }
+    assert_eq!(
+        stored, accepted,
+        "the emulator holds exactly what was admitted"
+    );
+}
+
+#[tokio::test]
 async fn boto3_works_through_the_proxy_unchanged() {
     let Some(urls) = common::stack("boto3_works_through_the_proxy_unchanged") else {
         return;

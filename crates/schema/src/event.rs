@@ -204,7 +204,7 @@ pub(crate) enum Node<'a> {
 pub(crate) type Name<'a> = Cow<'a, str>;
 
 /// A member name as read: borrowed where the text allows.
-struct NameSeed<'a>(Name<'a>);
+pub(crate) struct NameSeed<'a>(pub Name<'a>);
 
 impl<'de> Deserialize<'de> for NameSeed<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -641,11 +641,6 @@ fn parse_timestamp<'a>(
             });
         }
     };
-    let looks_numeric = text
-        .bytes()
-        .next()
-        .is_some_and(|b| b.is_ascii_digit() || b == b'-' || b == b'+')
-        && !text.contains(':');
     let canonical = match &text {
         Cow::Borrowed(t)
             if is_string && matches!(format, TimestampFormat::Rfc3339 | TimestampFormat::Auto) =>
@@ -661,6 +656,11 @@ fn parse_timestamp<'a>(
             return Ok((ms, Some(t)));
         }
     }
+    let looks_numeric = text
+        .bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_digit() || b == b'-' || b == b'+')
+        && !text.contains(':');
     let ms = match format {
         TimestampFormat::Rfc3339 => {
             if !is_string {

@@ -279,16 +279,10 @@ impl Router {
                 ),
             );
         }
-        let ka = &config.key_attributes;
-        let ia = &config.attributes;
-        let mut names: Vec<(&'static str, &str)> = vec![
-            ("key_attributes.pk", &ka.pk),
-            ("key_attributes.sk", &ka.sk),
-            ("attributes.entity", &ia.entity),
-            ("attributes.event_id", &ia.event_id),
-            ("attributes.timestamp", &ia.timestamp),
-            ("attributes.timestamp_ms", &ia.timestamp_ms),
-        ];
+        let mut names: Vec<(&'static str, &str)> = FIXED_NAME_KEYS
+            .into_iter()
+            .zip(fixed_names(&config))
+            .collect();
         if let Some(ttl) = &config.ttl_attribute {
             names.push(("ttl_attribute", ttl));
         }
@@ -515,6 +509,16 @@ impl Router {
     }
 }
 
+/// The config keys of [`fixed_names`], in the same order.
+const FIXED_NAME_KEYS: [&str; 6] = [
+    "key_attributes.pk",
+    "key_attributes.sk",
+    "attributes.entity",
+    "attributes.event_id",
+    "attributes.timestamp",
+    "attributes.timestamp_ms",
+];
+
 /// Names of the attributes every item carries besides the TTL: pk, sk,
 /// entity, event id, timestamp, timestamp_ms.
 fn fixed_names(config: &RouterConfig) -> [&str; 6] {
@@ -610,19 +614,22 @@ impl<'m> Dups<'m> {
     }
 }
 
-/// Appends an encoded `"name":`, after a comma unless it opens its object.
-fn put_head(out: &mut Vec<u8>, head: &[u8]) {
+/// A comma before a member, unless it opens its object.
+fn separate(out: &mut Vec<u8>) {
     if out.last() != Some(&b'{') {
         out.push(b',');
     }
+}
+
+/// Appends an encoded `"name":`, after a comma unless it opens its object.
+fn put_head(out: &mut Vec<u8>, head: &[u8]) {
+    separate(out);
     out.extend_from_slice(head);
 }
 
 /// Appends `"name":`, after a comma unless it opens its object.
 fn put_name(out: &mut Vec<u8>, name: &Name<'_>) {
-    if out.last() != Some(&b'{') {
-        out.push(b',');
-    }
+    separate(out);
     match name {
         // Borrowed means the record spelled it without escapes, and the
         // parser refuses raw `"` and control characters: it needs none.

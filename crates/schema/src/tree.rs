@@ -14,6 +14,8 @@ use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Number, Value};
 
+use crate::event::NameSeed;
+
 /// What the wire readers need of a parsed JSON value.
 pub trait Tree: Sized + fmt::Display {
     /// The text of a string.
@@ -150,18 +152,6 @@ impl Serialize for JsonRef<'_> {
     }
 }
 
-/// A string, borrowed when the text allows.
-struct Text<'a>(Cow<'a, str>);
-
-impl<'de> Deserialize<'de> for Text<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_str(JsonVisitor).and_then(|v| match v {
-            JsonRef::String(s) => Ok(Text(s)),
-            _ => Err(serde::de::Error::custom("expected a string")),
-        })
-    }
-}
-
 struct JsonVisitor;
 
 impl<'de> Visitor<'de> for JsonVisitor {
@@ -204,7 +194,7 @@ impl<'de> Visitor<'de> for JsonVisitor {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut members: Vec<(Cow<'de, str>, JsonRef<'de>)> = Vec::new();
-        while let Some(Text(k)) = map.next_key()? {
+        while let Some(NameSeed(k)) = map.next_key()? {
             let v = map.next_value()?;
             match members.iter_mut().find(|(name, _)| *name == k) {
                 Some(slot) => slot.1 = v,
