@@ -3,7 +3,7 @@
 //! Sort keys and bucket labels compare as strings, so every rendering here is
 //! fixed width (4-digit year, zero padded) and therefore sorts like time.
 
-use chrono::{DateTime, Datelike, Timelike, Utc};
+use chrono::{DateTime, Datelike, NaiveDate, Timelike, Utc};
 
 /// Earliest accepted event time: 1900-01-01T00:00:00.000Z.
 pub const MIN_TIMESTAMP_MS: i64 = -2_208_988_800_000;
@@ -132,43 +132,19 @@ pub(crate) fn parse_canonical(text: &str) -> Option<i64> {
     }
     let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
     let (hour, minute, second, milli) = (num(11..13)?, num(14..16)?, num(17..19)?, num(20..23)?);
-    // Leap seconds (:60) and anything unusual go to the general parser.
-    if !(1..=12).contains(&month)
-        || day == 0
-        || day > days_in_month(year, month)
-        || hour > 23
-        || minute > 59
-        || second > 59
-    {
+    // chrono checks the date; leap seconds (:60) and anything unusual go to
+    // the general parser.
+    let date = NaiveDate::from_ymd_opt(i32::try_from(year).ok()?, month, day)?;
+    if hour > 23 || minute > 59 || second > 59 {
         return None;
     }
-    let days = days_from_civil(i64::from(year), month, day);
+    let days = i64::from(date.num_days_from_ce()) - DAYS_BEFORE_1970;
     let secs = days * 86_400 + i64::from(hour * 3_600 + minute * 60 + second);
     Some(secs * 1_000 + i64::from(milli))
 }
 
-fn days_in_month(year: u32, month: u32) -> u32 {
-    match month {
-        2 if year.is_multiple_of(4) && (!year.is_multiple_of(100) || year.is_multiple_of(400)) => {
-            29
-        }
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's
-/// `days_from_civil`).
-fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = i64::from((month + 9) % 12);
-    let doy = (153 * mp + 2) / 5 + i64::from(day) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
+/// Days from 0001-01-01 (day 1 of the common era) to 1970-01-01.
+const DAYS_BEFORE_1970: i64 = 719_163;
 
 #[cfg(test)]
 mod tests {
