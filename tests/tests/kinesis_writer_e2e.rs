@@ -93,7 +93,7 @@ fn spawn_pipeline(
                         r.ack.done();
                     }
                     Ok(routed) => {
-                        out.lock().unwrap().tables.insert(routed.table.clone());
+                        out.lock().unwrap().tables.insert(routed.table.to_string());
                         let (ack, out2) = (r.ack, out.clone());
                         writer
                             .submit(Submission {

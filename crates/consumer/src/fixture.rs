@@ -33,6 +33,7 @@ use aws_sdk_kinesis::types::ShardIteratorType;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
@@ -240,8 +241,9 @@ struct LineRef<'a> {
     stream: Cow<'a, str>,
     #[serde(borrow)]
     shard_id: Cow<'a, str>,
-    #[serde(default, borrow)]
-    parent_shard_ids: Vec<Cow<'a, str>>,
+    /// Read by the opening scan ([`LineHead`]).
+    #[serde(default, rename = "parent_shard_ids")]
+    _parent_shard_ids: IgnoredAny,
     #[serde(borrow)]
     sequence_number: Cow<'a, str>,
     #[serde(borrow)]
@@ -249,6 +251,81 @@ struct LineRef<'a> {
     arrival_ms: i64,
     #[serde(borrow)]
     data: Cow<'a, str>,
+}
+
+/// What the opening scan reads of a line: its stream, shard and lineage.
+///
+/// The scan reads a line only until it has these (the recorder writes them
+/// first) and skips the rest: the replay parses every line in full anyway
+/// (as [`LineRef`], checking every field, its type and the base64), and
+/// reading whole lines twice cost about 7% of a replay's CPU in
+/// `bench/pipeline-cpu`.
+#[derive(Default)]
+struct LineHead<'a> {
+    stream: Option<Cow<'a, str>>,
+    shard_id: Option<Cow<'a, str>>,
+    parent_shard_ids: Option<Vec<Text<'a>>>,
+}
+
+/// A string borrowed from the line when it has no escapes.
+#[derive(Deserialize)]
+struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
+
+/// How the scan stops reading a line once its head is complete (serde has
+/// no early return that is not an error); never reported.
+const HEAD_READ: &str = "fixture line head read";
+
+impl<'a> LineHead<'a> {
+    fn complete(&self) -> bool {
+        self.stream.is_some() && self.shard_id.is_some() && self.parent_shard_ids.is_some()
+    }
+
+    /// Reads the head of one line.
+    fn read(line: &'a [u8]) -> Result<LineHead<'a>, serde_json::Error> {
+        let mut head = LineHead::default();
+        let mut de = serde_json::Deserializer::from_slice(line);
+        match serde::Deserializer::deserialize_map(&mut de, HeadVisitor(&mut head)) {
+            Ok(()) => de.end()?,
+            Err(_) if head.complete() => {}
+            Err(e) => return Err(e),
+        }
+        if head.stream.is_none() {
+            return Err(serde::de::Error::missing_field("stream"));
+        }
+        if head.shard_id.is_none() {
+            return Err(serde::de::Error::missing_field("shard_id"));
+        }
+        Ok(head)
+    }
+}
+
+struct HeadVisitor<'h, 'a>(&'h mut LineHead<'a>);
+
+impl<'de: 'a, 'a> serde::de::Visitor<'de> for HeadVisitor<'_, 'a> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a fixture line (a JSON object)")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(Text(key)) = map.next_key()? {
+            match key.as_ref() {
+                "stream" => self.0.stream = Some(map.next_value::<Text<'de>>()?.0),
+                "shard_id" => self.0.shard_id = Some(map.next_value::<Text<'de>>()?.0),
+                "parent_shard_ids" => self.0.parent_shard_ids = Some(map.next_value()?),
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            if self.0.complete() {
+                return Err(serde::de::Error::custom(HEAD_READ));
+            }
+        }
+        // No `parent_shard_ids`: the shard has no parents.
+        self.0.parent_shard_ids.get_or_insert_with(Vec::new);
+        Ok(())
+    }
 }
 
 /// The lines of one shard in a fixture file: where each starts.
@@ -274,8 +351,8 @@ enum Lines {
 
 /// Replays a fixture through the pipeline.
 ///
-/// A file is scanned once up front (every line is checked, its offset kept:
-/// 8 bytes per line), then read back as the pipeline takes its batches, so
+/// A file is scanned once up front (each line's shard and lineage are read,
+/// its offset kept: 8 bytes per line), then read back as the pipeline takes its batches, so
 /// memory stays bounded by the channel and the writer's in-flight limit, not
 /// by the fixture's size. When no shard in the file has a parent in it (the
 /// usual capture), one sequential pass feeds every shard; otherwise each
@@ -288,29 +365,37 @@ pub struct ReplaySource {
 }
 
 impl ReplaySource {
-    /// Scans `path`: checks every line and indexes it by shard.
+    /// Scans `path`: reads every line's stream, shard and lineage and
+    /// indexes it by shard. A line without them fails here, with its number;
+    /// the rest of each line (every field, its type, the base64) is checked
+    /// as the line is replayed, and a bad one ends the replay with its
+    /// offset (the lines before it are delivered).
     pub fn open(path: &Path) -> Result<Self, ConsumerError> {
         let mut lines = LineReader::open(path)?;
         let mut shards: BTreeMap<String, ShardLines> = BTreeMap::new();
         let mut len = 0usize;
         while let Some((start, line_no)) = lines.next()? {
-            let line: LineRef<'_> = serde_json::from_slice(lines.buf())
+            let head = LineHead::read(lines.buf())
                 .map_err(|e| fixture_err(path, format!("line {line_no}: {e}")))?;
+            let (Some(stream), Some(shard_id)) = (head.stream, head.shard_id) else {
+                continue; // `read` refuses a line without them
+            };
             // Looked up by reference first: the id is owned once per shard,
             // not once per line.
-            match shards.get_mut(line.shard_id.as_ref()) {
+            match shards.get_mut(shard_id.as_ref()) {
                 Some(shard) => shard.offsets.push(start),
                 None => {
                     let shard = ShardLines {
-                        stream: line.stream.into_owned(),
-                        parents: line
+                        stream: stream.into_owned(),
+                        parents: head
                             .parent_shard_ids
-                            .iter()
-                            .map(|p| p.to_string())
+                            .unwrap_or_default()
+                            .into_iter()
+                            .map(|p| p.0.into_owned())
                             .collect(),
                         offsets: vec![start],
                     };
-                    shards.insert(line.shard_id.into_owned(), shard);
+                    shards.insert(shard_id.into_owned(), shard);
                 }
             }
             len += 1;
@@ -534,10 +619,9 @@ impl LineRef<'_> {
     /// The record as Kinesis returned it, with its stream name (`stream`,
     /// the shard's, shared when the line names it; copied if not).
     fn into_raw(self, stream: &SharedStr) -> Result<(SharedStr, RawRecord), base64::DecodeError> {
-        // As a boxed slice, `Bytes` takes the buffer as is; a vector with
-        // spare capacity would cost it a shared header allocation (the
-        // shrink is in place: a few bytes of base64 padding estimate).
-        let data = STANDARD.decode(self.data.as_bytes())?.into_boxed_slice();
+        // As a boxed slice, `Bytes` takes the buffer as is (a vector with
+        // spare capacity would cost it a shared header allocation).
+        let data = decode_data(&self.data)?;
         let raw = RawRecord {
             sequence_number: SharedStr::from(&*self.sequence_number),
             partition_key: self.partition_key.into_owned(),
@@ -550,6 +634,16 @@ impl LineRef<'_> {
             SharedStr::from(&*self.stream)
         };
         Ok((stream, raw))
+    }
+}
+
+/// A line's `data`: standard base64 with padding. The SIMD decoder (the one
+/// the SDK decodes live Kinesis data with) is several times faster; when it
+/// refuses, the base64 crate decides, and names what is wrong.
+fn decode_data(text: &str) -> Result<Box<[u8]>, base64::DecodeError> {
+    match base64_simd::STANDARD.decode_type(text.as_bytes()) {
+        Ok(data) => Ok(data),
+        Err(_) => Ok(STANDARD.decode(text.as_bytes())?.into_boxed_slice()),
     }
 }
 
@@ -962,6 +1056,77 @@ mod tests {
         std::fs::write(&path, format!("{text}{{\"stream\":1}}\n")).unwrap();
         let err = ReplaySource::open(&path).unwrap_err().to_string();
         assert!(err.contains(&format!("line {}", recs.len() + 1)), "{err}");
+    }
+
+    proptest::proptest! {
+        /// Replay decodes `data` exactly as the base64 crate does: the same
+        /// bytes, and the same refusals (bad symbols, padding, trailing
+        /// bits), with its message.
+        #[test]
+        fn data_decodes_as_the_base64_crate_does(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+            text in "[A-Za-z0-9+/= -]{0,12}",
+        ) {
+            let encoded = STANDARD.encode(&bytes);
+            proptest::prop_assert_eq!(decode_data(&encoded).unwrap().to_vec(), bytes);
+            match (decode_data(&text), STANDARD.decode(&text)) {
+                (Ok(a), Ok(b)) => proptest::prop_assert_eq!(a.to_vec(), b),
+                (Err(a), Err(b)) => proptest::prop_assert_eq!(a.to_string(), b.to_string()),
+                (a, b) => proptest::prop_assert!(false, "{text:?}: {a:?} against {b:?}"),
+            }
+        }
+    }
+
+    /// The scan reads each line's stream, shard and lineage, whatever the
+    /// field order; a line whose other fields are bad opens, and its replay
+    /// delivers the lines before it, then fails naming the line's offset.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_bad_record_field_ends_the_replay_at_its_line() {
+        let recs: Vec<_> = (0..5).map(|i| line("a", &[], 10 + i, "k", b"x")).collect();
+        let dir = std::env::temp_dir().join(format!("tm-fixture-bad-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("f.jsonl");
+        write_fixture(&path, &recs).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        // Fields in another order, and no `parent_shard_ids`: the head is
+        // still found (and the shard has no parents).
+        let reordered = r#"{"data":"eA==","arrival_ms":1,"partition_key":"k","sequence_number":"1","shard_id":"b","stream":"s"}"#;
+        let bad = r#"{"stream":"s","shard_id":"a","parent_shard_ids":[],"sequence_number":"99","partition_key":"k","arrival_ms":"soon","data":"eA=="}"#;
+        let offset = text.len() + reordered.len() + 1;
+        std::fs::write(&path, format!("{text}{reordered}\n{bad}\n")).unwrap();
+        let source = ReplaySource::open(&path).unwrap().with_batch_size(2);
+        assert_eq!(source.len(), 7);
+        let (tx, mut rx) = mpsc::channel::<Vec<Record>>(16);
+        let err = source
+            .replay(tx, CancellationToken::new())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(&format!("offset {offset}:")), "{err}");
+        assert!(
+            err.contains("arrival_ms") || err.contains("invalid type"),
+            "{err}"
+        );
+        // Shard a's two full batches went out; its fifth line and shard b's
+        // line were still in unsent batches, unacknowledged, when it failed.
+        let mut delivered = Vec::new();
+        while let Ok(batch) = rx.try_recv() {
+            delivered.extend(batch.into_iter().map(|r| r.origin.to_string()));
+        }
+        assert_eq!(delivered.len(), 4, "{delivered:?}");
+        assert!(
+            delivered.iter().all(|o| o.starts_with("kinesis:s/a/")),
+            "{delivered:?}"
+        );
+
+        // A line without a shard still fails the scan, with its number.
+        std::fs::write(
+            &path,
+            format!("{text}{{\"stream\":\"s\",\"parent_shard_ids\":[]}}\n"),
+        )
+        .unwrap();
+        let err = ReplaySource::open(&path).unwrap_err().to_string();
+        assert!(err.contains("line 6") && err.contains("shard_id"), "{err}");
     }
 
     /// Shards without parents in the file are replayed in one pass: every

@@ -41,7 +41,10 @@ async fn main() {
         a.len() == 7,
         "usage: write_load ENDPOINT TABLE RATE SECS ITEM_BYTES KEYS"
     );
-    let (endpoint, table) = (a[1].clone(), a[2].clone());
+    let (endpoint, table) = (
+        a[1].clone(),
+        tidemark_schema::SharedStr::from(a[2].as_str()),
+    );
     let rate: f64 = a[3].parse().expect("RATE");
     let secs: f64 = a[4].parse().expect("SECS");
     let size: usize = a[5].parse().expect("ITEM_BYTES");

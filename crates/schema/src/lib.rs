@@ -57,7 +57,7 @@ pub use event::{Event, EventConfig, EventError, Extractor};
 pub use key::ItemKey;
 pub use origin::{Origin, SharedStr};
 pub use reason::Reason;
-pub use route::{RouteError, Routed, Router, RouterConfig};
+pub use route::{RouteError, Routed, Router, RouterConfig, TableNames};
 pub use size::Item;
 pub use strategy::{KeyAttributes, KeyStrategy, shard_of};
 pub use wire::WireItem;

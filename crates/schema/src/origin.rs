@@ -43,6 +43,24 @@ impl From<String> for SharedStr {
     }
 }
 
+impl From<&SharedStr> for String {
+    fn from(s: &SharedStr) -> String {
+        s.as_str().to_owned()
+    }
+}
+
+impl PartialEq<str> for SharedStr {
+    fn eq(&self, other: &str) -> bool {
+        *self.0 == *other
+    }
+}
+
+impl PartialEq<&str> for SharedStr {
+    fn eq(&self, other: &&str) -> bool {
+        *self.0 == **other
+    }
+}
+
 impl fmt::Debug for SharedStr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(&*self.0, f)

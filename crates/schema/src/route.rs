@@ -19,8 +19,8 @@ use crate::event::{
     self, EventConfig, EventConfigError, EventError, Extractor, Name, Node, RawEvent,
 };
 use crate::key::ItemKey;
-use crate::origin::Origin;
-use crate::period::{self, Lifecycle, Period, TableNaming};
+use crate::origin::{Origin, SharedStr};
+use crate::period::{self, Lifecycle, Period, PeriodRef, TableNaming};
 use crate::reason::Reason;
 use crate::size;
 use crate::strategy::{
@@ -167,8 +167,9 @@ pub enum ConfigError {
 /// An event that is ready to write.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Routed {
-    /// Target table.
-    pub table: String,
+    /// Target table (shared by the events of one period routed through one
+    /// [`TableNames`]).
+    pub table: SharedStr,
     /// The item's key values (also inside `item`).
     pub key: ItemKey,
     /// The full item, encoded as DynamoDB JSON, with its size.
@@ -241,6 +242,26 @@ impl RouteError {
             RouteError::ItemTooLarge { .. } => Reason::ItemTooLarge,
             RouteError::ExpiredPeriod { .. } => Reason::ExpiredPeriod,
             RouteError::FutureEvent { .. } => Reason::FutureEvent,
+        }
+    }
+}
+
+/// The table name of the period last routed through it. One per routing
+/// loop (it is not shared): see [`Router::route_in`].
+#[derive(Debug, Default)]
+pub struct TableNames {
+    last: Option<(PeriodRef, SharedStr)>,
+}
+
+impl TableNames {
+    fn name_of(&mut self, naming: &TableNaming, period: PeriodRef) -> SharedStr {
+        match &self.last {
+            Some((p, name)) if *p == period => name.clone(),
+            _ => {
+                let name = SharedStr::from(naming.name_of(&period));
+                self.last = Some((period, name.clone()));
+                name
+            }
         }
     }
 }
@@ -364,7 +385,20 @@ impl Router {
         origin: &Origin,
         now: DateTime<Utc>,
     ) -> Result<Routed, RouteError> {
-        let p = self.prepare(data, origin, now)?;
+        self.route_in(data, origin, now, &mut TableNames::default())
+    }
+
+    /// As [`Router::route`], taking the table name from `names` when the
+    /// event's period is the one it last named (a stream's events mostly
+    /// are): one shared name instead of a new string per event.
+    pub fn route_in(
+        &self,
+        data: &[u8],
+        origin: &Origin,
+        now: DateTime<Utc>,
+        names: &mut TableNames,
+    ) -> Result<Routed, RouteError> {
+        let p = self.prepare(data, origin, now, names)?;
         let item = self.encode_item(&p, data.len())?;
         Ok(Routed {
             table: p.table,
@@ -382,6 +416,7 @@ impl Router {
         data: &'a [u8],
         origin: &Origin,
         now: DateTime<Utc>,
+        names: &mut TableNames,
     ) -> Result<Prepared<'a>, RouteError> {
         let ev = self.extractor.extract_raw(data, origin)?;
         let cfg = &self.config;
@@ -402,14 +437,14 @@ impl Router {
             });
         }
         let period = cfg.period.containing(ts);
-        let table = self.naming.name_of(&period);
         if period.end_ms().saturating_add(self.retention_ms) <= now_ms {
             return Err(RouteError::ExpiredPeriod {
                 timestamp: timefmt::iso_millis(ts),
-                table,
+                table: self.naming.name_of(&period),
                 retention_s: cfg.retention.as_secs(),
             });
         }
+        let table = names.name_of(&self.naming, period);
 
         let iso = match ev.iso {
             Some(text) => Cow::Borrowed(text),
@@ -541,7 +576,7 @@ const PER_MEMBER_BYTES: usize = 12;
 /// A record past its checks, before its item is built.
 struct Prepared<'a> {
     ev: RawEvent<'a>,
-    table: String,
+    table: SharedStr,
     key: ItemKey,
     iso: Cow<'a, str>,
 }
@@ -867,7 +902,8 @@ mod reference {
         origin: &Origin,
         now: DateTime<Utc>,
     ) -> Result<Item, RouteError> {
-        let Prepared { ev, key, iso, .. } = router.prepare(data, origin, now)?;
+        let Prepared { ev, key, iso, .. } =
+            router.prepare(data, origin, now, &mut TableNames::default())?;
         let cfg = &router.config;
         let ts = ev.timestamp_ms;
         let ka = &cfg.key_attributes;
@@ -1020,6 +1056,47 @@ mod tests {
         let mut c = RouterConfig::with_prefix("tm");
         f(&mut c);
         Router::new(c).unwrap()
+    }
+
+    /// One `TableNames` over events of several periods (crossing midnight
+    /// and back, and an expired one between) names every table as a fresh
+    /// route does: the cached name follows the period.
+    #[test]
+    fn table_names_follow_the_period() {
+        let r = router(|_| {});
+        let now = at("2026-11-23T00:30:00Z");
+        let mut names = TableNames::default();
+        let mut tables = Vec::new();
+        for ts in [
+            "2026-11-22T23:59:59.999Z",
+            "2026-11-22T12:00:00.000Z",
+            "2026-11-23T00:00:00.000Z",
+            "2020-01-01T00:00:00.000Z",
+            "2026-11-22T23:00:00.000Z",
+            "2026-11-23T00:10:00.000Z",
+        ] {
+            let event = format!(r#"{{"deviceId":"d","timestamp":"{ts}","eventId":"e"}}"#);
+            let cached = r.route_in(event.as_bytes(), &origin(), now, &mut names);
+            let fresh = r.route(event.as_bytes(), &origin(), now);
+            match (cached, fresh) {
+                (Ok(c), Ok(f)) => {
+                    assert_eq!(c.table, f.table, "{ts}");
+                    tables.push(c.table.to_string());
+                }
+                (Err(c), Err(f)) => assert_eq!(c, f, "{ts}"),
+                (c, f) => panic!("{ts}: {c:?} against {f:?}"),
+            }
+        }
+        assert_eq!(
+            tables,
+            [
+                "tm_2026-11-22",
+                "tm_2026-11-22",
+                "tm_2026-11-23",
+                "tm_2026-11-22",
+                "tm_2026-11-23"
+            ]
+        );
     }
 
     #[test]

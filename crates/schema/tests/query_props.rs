@@ -156,7 +156,7 @@ fn write(
             .entry(entity.to_owned())
             .or_default()
             .insert((ts, s(&item, &attrs.event_id)));
-        let table = store.entry(routed.table.clone()).or_default();
+        let table = store.entry(routed.table.to_string()).or_default();
         if let Some(old) = extra_key {
             let k = old.key(entity, ts, &s(&item, &attrs.event_id));
             let mut copy = item.clone();

@@ -1033,7 +1033,7 @@ fn cmd_key(args: &KeyArgs) -> Result<()> {
     // `pk` and `sk` are the values of the configured key attributes,
     // whatever they are named.
     let out = BTreeMap::from([
-        ("table", routed.table),
+        ("table", routed.table.to_string()),
         ("pk", routed.key.pk),
         ("sk", routed.key.sk),
     ]);

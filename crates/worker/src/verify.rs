@@ -11,7 +11,7 @@ use backon::BackoffBuilder;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use serde::Serialize;
-use tidemark_schema::route::Router;
+use tidemark_schema::route::{Router, TableNames};
 use tidemark_schema::{Item, Origin};
 
 /// Outcome of a verification.
@@ -52,6 +52,7 @@ pub async fn verify(
     let mut report = VerifyReport::default();
     // table -> expected items by (pk, sk)
     let mut expected: HashMap<String, HashMap<(String, String), Item>> = HashMap::new();
+    let mut names = TableNames::default();
     for raw in events {
         report.events += 1;
         // Route at the event's own time: placement depends only on the event,
@@ -60,12 +61,12 @@ pub async fn verify(
         // Stored items come back as attribute maps: compare against the
         // routed item decoded the same way.
         match router
-            .route(raw, &origin, now)
+            .route_in(raw, &origin, now, &mut names)
             .map(|r| (r.item.to_item(), r))
         {
             Ok((Ok(item), r)) => {
                 expected
-                    .entry(r.table)
+                    .entry(r.table.to_string())
                     .or_default()
                     .insert((r.key.pk, r.key.sk), item);
             }

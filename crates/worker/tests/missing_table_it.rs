@@ -99,7 +99,7 @@ async fn a_write_to_a_missing_period_table_creates_it() {
     let (tx, rx) = oneshot::channel();
     writer
         .submit(Submission {
-            table: format!("{prefix}_not-a-period"),
+            table: format!("{prefix}_not-a-period").into(),
             key: ItemKey {
                 pk: "p".into(),
                 sk: "s".into(),

@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
 use futures::future::BoxFuture;
 use tidemark_schema::size::MAX_ITEM_BYTES;
-use tidemark_schema::{ItemKey, Reason, WireItem};
+use tidemark_schema::{ItemKey, Reason, SharedStr, WireItem};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
 
@@ -110,8 +110,8 @@ pub enum WriteOutcome {
 
 /// One item to write, and who to tell when it is written.
 pub struct Submission {
-    /// Target table.
-    pub table: String,
+    /// Target table (shared: a batch's items mostly name one table).
+    pub table: SharedStr,
     /// The item's primary key values (used to coalesce duplicates).
     pub key: ItemKey,
     /// The item, key attributes included, encoded once (see [`WireItem`]).
@@ -191,7 +191,7 @@ impl fmt::Debug for Token {
 
 enum Msg {
     /// Submissions with their permits taken: (table, item), in order.
-    Submit(Vec<(String, Pending)>),
+    Submit(Vec<(SharedStr, Pending)>),
     Flush(oneshot::Sender<()>),
     Close,
 }
@@ -428,9 +428,9 @@ impl Dispatcher {
                     Some(Msg::Submit(subs)) => {
                         // Consecutive submissions of one table go on as one message.
                         let mut run: Vec<Pending> = Vec::with_capacity(subs.len());
-                        let mut run_table: Option<String> = None;
+                        let mut run_table: Option<SharedStr> = None;
                         for (table, pending) in subs {
-                            if run_table.as_deref() != Some(table.as_str()) {
+                            if run_table.as_ref() != Some(&table) {
                                 if let Some(t) = run_table.take() {
                                     self.forward(&mut tables, &mut tasks, t, std::mem::take(&mut run));
                                 }
@@ -482,15 +482,15 @@ impl Dispatcher {
         &self,
         tables: &mut HashMap<String, mpsc::UnboundedSender<TableMsg>>,
         tasks: &mut JoinSet<Result<(), WriterError>>,
-        table: String,
+        table: SharedStr,
         items: Vec<Pending>,
     ) {
-        let tx = match tables.get(&table) {
+        let tx = match tables.get(table.as_str()) {
             Some(tx) => tx,
             None => {
                 let (tx, trx) = mpsc::unbounded_channel();
                 let task = TableTask::new(
-                    table.clone(),
+                    table.to_string(),
                     self.client.clone(),
                     self.transport.clone(),
                     self.config.clone(),
@@ -499,7 +499,7 @@ impl Dispatcher {
                     trx,
                 );
                 tasks.spawn(task.run());
-                tables.entry(table).or_insert(tx)
+                tables.entry(table.to_string()).or_insert(tx)
             }
         };
         // A table task only ends early with an error, which the join in

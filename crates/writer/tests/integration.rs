@@ -122,7 +122,7 @@ async fn ten_thousand_items_across_three_tables_are_all_stored() {
         item.insert("payload".into(), AttributeValue::S("x".repeat(150)));
         let stored = stored.clone();
         h.submit(Submission {
-            table: tables[t].clone(),
+            table: tables[t].as_str().into(),
             key,
             item: tidemark_schema::WireItem::encode(&item),
             done: Completion::from_fn(move |o| {

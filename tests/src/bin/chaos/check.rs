@@ -135,7 +135,7 @@ pub async fn items(
             .to_item()
             .map_err(|e| anyhow::anyhow!("a routed item does not decode: {e}"))?;
         if expected
-            .insert((r.table, r.key.pk, r.key.sk), item)
+            .insert((r.table.to_string(), r.key.pk, r.key.sk), item)
             .is_some()
         {
             anyhow::bail!("two produced events share a key: the generator is broken");
