@@ -8,7 +8,7 @@ use std::hint::black_box;
 use chrono::{DateTime, Utc};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use tidemark_schema::Origin;
-use tidemark_schema::route::{Router, RouterConfig};
+use tidemark_schema::route::{RouteCache, Router, RouterConfig};
 use tidemark_schema::strategy::{Bucket, KeyStrategy};
 
 /// A typical IoT reading; padded to exactly 200 bytes.
@@ -63,10 +63,12 @@ fn bench(c: &mut Criterion) {
             panic!("bench config is valid");
         };
         let mut i = 0usize;
+        // One cache across the events, as the pipeline keeps one per run.
+        let mut cache = RouteCache::default();
         group.bench_function(name, |b| {
             b.iter(|| {
                 i = (i + 1) % records.len();
-                let routed = router.route(black_box(&records[i]), &origin, now);
+                let routed = router.route_in(black_box(&records[i]), &origin, now, &mut cache);
                 black_box(routed.is_ok())
             });
         });

@@ -24,7 +24,8 @@ use crate::period::{self, Lifecycle, Period, PeriodRef, TableNaming};
 use crate::reason::Reason;
 use crate::size;
 use crate::strategy::{
-    KeyAttributes, KeyStrategy, MAX_PARTITION_KEY_BYTES, MAX_SORT_KEY_BYTES, StrategyError,
+    KeyAttributes, KeyStrategy, MAX_PARTITION_KEY_BYTES, MAX_SORT_KEY_BYTES, ShardCache,
+    StrategyError,
 };
 use crate::timefmt;
 use crate::wire::{WireItem, write_str, write_tagged_str};
@@ -168,7 +169,7 @@ pub enum ConfigError {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Routed {
     /// Target table (shared by the events of one period routed through one
-    /// [`TableNames`]).
+    /// [`RouteCache`]).
     pub table: SharedStr,
     /// The item's key values (also inside `item`).
     pub key: ItemKey,
@@ -246,14 +247,16 @@ impl RouteError {
     }
 }
 
-/// The table name of the period last routed through it. One per routing
-/// loop (it is not shared): see [`Router::route_in`].
+/// What routing remembers between events: the table name of the period
+/// last routed, and the shards of recent entities. One per routing loop (it
+/// is not shared): see [`Router::route_in`].
 #[derive(Debug, Default)]
-pub struct TableNames {
+pub struct RouteCache {
     last: Option<(PeriodRef, SharedStr)>,
+    shards: ShardCache,
 }
 
-impl TableNames {
+impl RouteCache {
     fn name_of(&mut self, naming: &TableNaming, period: PeriodRef) -> SharedStr {
         match &self.last {
             Some((p, name)) if *p == period => name.clone(),
@@ -385,20 +388,21 @@ impl Router {
         origin: &Origin,
         now: DateTime<Utc>,
     ) -> Result<Routed, RouteError> {
-        self.route_in(data, origin, now, &mut TableNames::default())
+        self.route_in(data, origin, now, &mut RouteCache::default())
     }
 
-    /// As [`Router::route`], taking the table name from `names` when the
-    /// event's period is the one it last named (a stream's events mostly
-    /// are): one shared name instead of a new string per event.
+    /// As [`Router::route`], remembering in `cache` what the next events
+    /// will likely need again: the table name when the event's period is
+    /// the one it last named (a stream's events mostly are: one shared name
+    /// instead of a new string per event), and entities' shards.
     pub fn route_in(
         &self,
         data: &[u8],
         origin: &Origin,
         now: DateTime<Utc>,
-        names: &mut TableNames,
+        cache: &mut RouteCache,
     ) -> Result<Routed, RouteError> {
-        let p = self.prepare(data, origin, now, names)?;
+        let p = self.prepare(data, origin, now, cache)?;
         let item = self.encode_item(&p, data.len())?;
         Ok(Routed {
             table: p.table,
@@ -416,7 +420,7 @@ impl Router {
         data: &'a [u8],
         origin: &Origin,
         now: DateTime<Utc>,
-        names: &mut TableNames,
+        cache: &mut RouteCache,
     ) -> Result<Prepared<'a>, RouteError> {
         let ev = self.extractor.extract_raw(data, origin)?;
         let cfg = &self.config;
@@ -444,13 +448,15 @@ impl Router {
                 retention_s: cfg.retention.as_secs(),
             });
         }
-        let table = names.name_of(&self.naming, period);
+        let table = cache.name_of(&self.naming, period);
 
         let iso = match ev.iso {
             Some(text) => Cow::Borrowed(text),
             None => Cow::Owned(timefmt::iso_millis(ts)),
         };
-        let key = cfg.key.key_with_iso(&ev.entity_id, ts, &iso, &ev.event_id);
+        let key = cfg
+            .key
+            .key_with_iso(&ev.entity_id, ts, &iso, &ev.event_id, &mut cache.shards);
         if key.pk.len() > MAX_PARTITION_KEY_BYTES || key.sk.len() > MAX_SORT_KEY_BYTES {
             return Err(RouteError::BadEntity {
                 field: cfg.event.entity_field.clone(),
@@ -763,7 +769,7 @@ fn write_raw(
     path: &Path<'_>,
     level: usize,
 ) -> Result<usize, RouteError> {
-    let text = raw.get().trim();
+    let text = raw.get().trim_ascii();
     let parse_err = |e: serde_json::Error| bad(path, format!("cannot be read: {e}"));
     match event::json_kind(raw) {
         "object" => {
@@ -903,7 +909,7 @@ mod reference {
         now: DateTime<Utc>,
     ) -> Result<Item, RouteError> {
         let Prepared { ev, key, iso, .. } =
-            router.prepare(data, origin, now, &mut TableNames::default())?;
+            router.prepare(data, origin, now, &mut RouteCache::default())?;
         let cfg = &router.config;
         let ts = ev.timestamp_ms;
         let ka = &cfg.key_attributes;
@@ -991,7 +997,7 @@ mod reference {
         path: &str,
         level: usize,
     ) -> Result<AttributeValue, RouteError> {
-        let text = raw.get().trim();
+        let text = raw.get().trim_ascii();
         let parse_err = |e: serde_json::Error| bad(path, format!("cannot be read: {e}"));
         match event::json_kind(raw) {
             "object" => {
@@ -1058,14 +1064,14 @@ mod tests {
         Router::new(c).unwrap()
     }
 
-    /// One `TableNames` over events of several periods (crossing midnight
+    /// One `RouteCache` over events of several periods (crossing midnight
     /// and back, and an expired one between) names every table as a fresh
     /// route does: the cached name follows the period.
     #[test]
     fn table_names_follow_the_period() {
         let r = router(|_| {});
         let now = at("2026-11-23T00:30:00Z");
-        let mut names = TableNames::default();
+        let mut names = RouteCache::default();
         let mut tables = Vec::new();
         for ts in [
             "2026-11-22T23:59:59.999Z",

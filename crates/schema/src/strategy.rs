@@ -13,6 +13,8 @@
 //! `iso` is `YYYY-MM-DDTHH:MM:SS.mmmZ`; `H` is SHA-256 read as a big-endian
 //! integer, exactly seed 003's `int(hashlib.sha256(s).hexdigest(), 16)`.
 
+use std::collections::HashMap;
+
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use thiserror::Error;
@@ -47,6 +49,39 @@ pub fn shard_of(s: &str, n: u32) -> u32 {
         (r << 32 | word) % n
     });
     u32::try_from(r).unwrap_or(0)
+}
+
+/// The shards of recently seen entity ids, for `time_bucket` (whose shard
+/// is the SHA-256 of the entity id): a stream's events repeat their
+/// entities, so the hash is computed once per entity, not once per event
+/// (it was 2.5% of a replay's CPU). Owned by one routing loop; bounded: it
+/// starts over when full.
+#[derive(Debug, Default)]
+pub struct ShardCache {
+    shards: u32,
+    known: HashMap<Box<str>, u32, foldhash::fast::FixedState>,
+}
+
+/// Entities a [`ShardCache`] holds before it starts over (a few MB at most).
+const SHARD_CACHE_ENTITIES: usize = 1 << 16;
+
+impl ShardCache {
+    /// [`shard_of`]`(entity_id, shards)`.
+    pub fn shard_of(&mut self, entity_id: &str, shards: u32) -> u32 {
+        if shards != self.shards {
+            self.known.clear();
+            self.shards = shards;
+        }
+        if let Some(&k) = self.known.get(entity_id) {
+            return k;
+        }
+        let k = shard_of(entity_id, shards);
+        if self.known.len() >= SHARD_CACHE_ENTITIES {
+            self.known.clear();
+        }
+        self.known.insert(entity_id.into(), k);
+        k
+    }
 }
 
 /// SplitMix64 (Steele, Lea, Flood 2014). Written out rather than taken from a
@@ -263,6 +298,7 @@ impl KeyStrategy {
             timestamp_ms,
             &timefmt::iso_millis(timestamp_ms),
             event_id,
+            &mut ShardCache::default(),
         )
     }
 
@@ -274,6 +310,7 @@ impl KeyStrategy {
         timestamp_ms: i64,
         iso: &str,
         event_id: &str,
+        shards_of: &mut ShardCache,
     ) -> ItemKey {
         debug_assert_eq!(iso, timefmt::iso_millis(timestamp_ms));
         let sk_plain = || {
@@ -305,7 +342,7 @@ impl KeyStrategy {
             },
             KeyStrategy::TimeBucket { shards, bucket } => {
                 let mut pk = String::with_capacity(24);
-                timefmt::push_num(&mut pk, shard_of(entity_id, shards), 1);
+                timefmt::push_num(&mut pk, shards_of.shard_of(entity_id, shards), 1);
                 pk.push('#');
                 // The label is a prefix of the rendering at hand: no second
                 // calendar conversion per event.
@@ -373,6 +410,29 @@ impl ShardMigration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The cache answers what `shard_of` does: for repeated entities,
+    /// after the shard count changes, and across starting over when full.
+    #[test]
+    fn shard_cache_answers_as_shard_of() {
+        let mut cache = ShardCache::default();
+        let entity = |i: usize| format!("device-{i}");
+        for i in (0..SHARD_CACHE_ENTITIES + 100).chain(0..200) {
+            assert_eq!(
+                cache.shard_of(&entity(i), 10),
+                shard_of(&entity(i), 10),
+                "{i}"
+            );
+        }
+        assert!(cache.known.len() <= SHARD_CACHE_ENTITIES);
+        for i in 0..200 {
+            assert_eq!(
+                cache.shard_of(&entity(i), 7),
+                shard_of(&entity(i), 7),
+                "{i}"
+            );
+        }
+    }
 
     #[test]
     fn python_vectors_match() {

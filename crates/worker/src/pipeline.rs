@@ -18,7 +18,7 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use tidemark_consumer::record::{Ack, Record};
 use tidemark_schema::Origin;
-use tidemark_schema::route::{Routed, Router, TableNames};
+use tidemark_schema::route::{RouteCache, Routed, Router};
 use tidemark_writer::{Complete, Completion, Submission, WriteOutcome, WriterError, WriterHandle};
 use tokio::sync::mpsc;
 
@@ -82,7 +82,7 @@ impl Pipeline {
         mut rx: mpsc::Receiver<Vec<Record>>,
     ) -> Result<PipelineCounts, WriterError> {
         let mut counts = PipelineCounts::default();
-        let mut names = TableNames::default();
+        let mut cache = RouteCache::default();
         while let Some(batch) = rx.recv().await {
             let now = (self.clock)();
             metrics::counter!("tidemark_records_read_total").increment(batch.len() as u64);
@@ -91,7 +91,7 @@ impl Pipeline {
             let mut routed = Vec::with_capacity(batch.len());
             let mut slots = Vec::with_capacity(batch.len());
             for record in batch {
-                if let Some(r) = self.prepare(record, now, &mut names, &mut slots) {
+                if let Some(r) = self.prepare(record, now, &mut cache, &mut slots) {
                     routed.push(r);
                 }
             }
@@ -133,7 +133,7 @@ impl Pipeline {
         &self,
         record: Record,
         now: DateTime<Utc>,
-        names: &mut TableNames,
+        cache: &mut RouteCache,
         slots: &mut Vec<Slot>,
     ) -> Option<Routed> {
         let Record {
@@ -148,7 +148,7 @@ impl Pipeline {
             self.dead_letters.send(entry, Some(ack));
             return None;
         }
-        match self.router.route_in(&data, &origin, now, names) {
+        match self.router.route_in(&data, &origin, now, cache) {
             Ok(routed) => {
                 slots.push(Some(Kept { origin, data, ack }));
                 Some(routed)

@@ -11,7 +11,7 @@ use backon::BackoffBuilder;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use serde::Serialize;
-use tidemark_schema::route::{Router, TableNames};
+use tidemark_schema::route::{RouteCache, Router};
 use tidemark_schema::{Item, Origin};
 
 /// Outcome of a verification.
@@ -52,7 +52,7 @@ pub async fn verify(
     let mut report = VerifyReport::default();
     // table -> expected items by (pk, sk)
     let mut expected: HashMap<String, HashMap<(String, String), Item>> = HashMap::new();
-    let mut names = TableNames::default();
+    let mut cache = RouteCache::default();
     for raw in events {
         report.events += 1;
         // Route at the event's own time: placement depends only on the event,
@@ -61,7 +61,7 @@ pub async fn verify(
         // Stored items come back as attribute maps: compare against the
         // routed item decoded the same way.
         match router
-            .route_in(raw, &origin, now, &mut names)
+            .route_in(raw, &origin, now, &mut cache)
             .map(|r| (r.item.to_item(), r))
         {
             Ok((Ok(item), r)) => {
