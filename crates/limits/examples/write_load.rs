@@ -92,7 +92,7 @@ async fn main() {
             let (s, r) = (stored.clone(), rejected.clone());
             let sub = Submission {
                 table: table.clone(),
-                key: ItemKey { pk, sk },
+                key: ItemKey::new(&pk, &sk),
                 item: tidemark_schema::WireItem::encode(&item),
                 done: Completion::from_fn(move |o| match o {
                     WriteOutcome::Stored => {

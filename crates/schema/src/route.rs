@@ -457,7 +457,7 @@ impl Router {
         let key = cfg
             .key
             .key_with_iso(&ev.entity_id, ts, &iso, &ev.event_id, &mut cache.shards);
-        if key.pk.len() > MAX_PARTITION_KEY_BYTES || key.sk.len() > MAX_SORT_KEY_BYTES {
+        if key.pk().len() > MAX_PARTITION_KEY_BYTES || key.sk().len() > MAX_SORT_KEY_BYTES {
             return Err(RouteError::BadEntity {
                 field: cfg.event.entity_field.clone(),
                 problem: format!(
@@ -493,8 +493,8 @@ impl Router {
         let mut out = Vec::with_capacity(
             self.fixed_bytes
                 + data_len
-                + p.key.pk.len()
-                + p.key.sk.len()
+                + p.key.pk().len()
+                + p.key.sk().len()
                 + ev.event_id.len()
                 + PER_MEMBER_BYTES * ev.payload.len(),
         );
@@ -502,8 +502,8 @@ impl Router {
         let mut size = 0;
         let [pk, sk, entity, event_id, timestamp, timestamp_ms] = &self.heads;
         for (head, name, value) in [
-            (pk, &ka.pk, p.key.pk.as_str()),
-            (sk, &ka.sk, p.key.sk.as_str()),
+            (pk, &ka.pk, p.key.pk()),
+            (sk, &ka.sk, p.key.sk()),
             (entity, &ia.entity, &ev.entity_id),
             (event_id, &ia.event_id, &ev.event_id),
             (timestamp, &ia.timestamp, &p.iso),
@@ -915,8 +915,8 @@ mod reference {
         let ka = &cfg.key_attributes;
         let ia = &cfg.attributes;
         let mut item = Item::with_capacity(ev.payload.len() + 7);
-        item.insert(ka.pk.clone(), AttributeValue::S(key.pk.clone()));
-        item.insert(ka.sk.clone(), AttributeValue::S(key.sk.clone()));
+        item.insert(ka.pk.clone(), AttributeValue::S(key.pk().to_owned()));
+        item.insert(ka.sk.clone(), AttributeValue::S(key.sk().to_owned()));
         item.insert(
             ia.entity.clone(),
             AttributeValue::S(ev.entity_id.into_owned()),
@@ -1116,8 +1116,8 @@ mod tests {
             )
             .unwrap();
         assert_eq!(out.table, "tm_2026-11-22");
-        assert_eq!(out.key.pk, "d-1");
-        assert_eq!(out.key.sk, "2026-11-22T05:00:00.250Z#e-1");
+        assert_eq!(out.key.pk(), "d-1");
+        assert_eq!(out.key.sk(), "2026-11-22T05:00:00.250Z#e-1");
         let i = &out.item.to_item().unwrap();
         assert_eq!(i["pk"], AttributeValue::S("d-1".into()));
         assert_eq!(i["entity_id"], AttributeValue::S("d-1".into()));
@@ -1196,7 +1196,11 @@ mod tests {
             for (spelling, routed) in spellings.iter().zip(&routes) {
                 assert_eq!(routed, &routes[0], "{spelling}");
             }
-            assert!(routes[0].key.sk.contains(canonical), "{:?}", routes[0].key);
+            assert!(
+                routes[0].key.sk().contains(canonical),
+                "{:?}",
+                routes[0].key
+            );
             assert_eq!(routes[0].timestamp_ms, ms);
         }
     }

@@ -313,52 +313,53 @@ impl KeyStrategy {
         shards_of: &mut ShardCache,
     ) -> ItemKey {
         debug_assert_eq!(iso, timefmt::iso_millis(timestamp_ms));
-        let sk_plain = || {
-            let mut sk = String::with_capacity(iso.len() + 1 + event_id.len());
+        let sk_plain = |sk: &mut String| {
             sk.push_str(iso);
             sk.push('#');
             sk.push_str(event_id);
-            sk
         };
+        let plain_len = iso.len() + 1 + event_id.len();
         let pk_suffixed = |k: u32| {
-            let mut pk = String::with_capacity(entity_id.len() + 6);
-            pk.push_str(entity_id);
-            pk.push('#');
-            timefmt::push_num(&mut pk, k, 1);
-            pk
+            move |pk: &mut String| {
+                pk.push_str(entity_id);
+                pk.push('#');
+                timefmt::push_num(pk, k, 1);
+            }
         };
         match *self {
-            KeyStrategy::Entity => ItemKey {
-                pk: entity_id.to_owned(),
-                sk: sk_plain(),
-            },
-            KeyStrategy::RandomSuffix { shards } => ItemKey {
-                pk: pk_suffixed(random_suffix_of(entity_id, event_id, shards)),
-                sk: sk_plain(),
-            },
-            KeyStrategy::CalculatedSuffix { shards } => ItemKey {
-                pk: pk_suffixed(shard_of(event_id, shards)),
-                sk: sk_plain(),
-            },
-            KeyStrategy::TimeBucket { shards, bucket } => {
-                let mut pk = String::with_capacity(24);
-                timefmt::push_num(&mut pk, shards_of.shard_of(entity_id, shards), 1);
-                pk.push('#');
-                // The label is a prefix of the rendering at hand: no second
-                // calendar conversion per event.
-                match iso.get(..bucket.label_len()) {
-                    Some(label) => pk.push_str(label),
-                    None => bucket.push_label(&mut pk, timestamp_ms),
-                }
-                let mut sk =
-                    String::with_capacity(entity_id.len() + iso.len() + event_id.len() + 2);
-                sk.push_str(entity_id);
-                sk.push('#');
-                sk.push_str(iso);
-                sk.push('#');
-                sk.push_str(event_id);
-                ItemKey { pk, sk }
-            }
+            KeyStrategy::Entity => ItemKey::build(
+                entity_id.len() + plain_len,
+                |pk| pk.push_str(entity_id),
+                sk_plain,
+            ),
+            KeyStrategy::RandomSuffix { shards } => ItemKey::build(
+                entity_id.len() + 6 + plain_len,
+                pk_suffixed(random_suffix_of(entity_id, event_id, shards)),
+                sk_plain,
+            ),
+            KeyStrategy::CalculatedSuffix { shards } => ItemKey::build(
+                entity_id.len() + 6 + plain_len,
+                pk_suffixed(shard_of(event_id, shards)),
+                sk_plain,
+            ),
+            KeyStrategy::TimeBucket { shards, bucket } => ItemKey::build(
+                24 + entity_id.len() + 1 + plain_len,
+                |pk| {
+                    timefmt::push_num(pk, shards_of.shard_of(entity_id, shards), 1);
+                    pk.push('#');
+                    // The label is a prefix of the rendering at hand: no
+                    // second calendar conversion per event.
+                    match iso.get(..bucket.label_len()) {
+                        Some(label) => pk.push_str(label),
+                        None => bucket.push_label(pk, timestamp_ms),
+                    }
+                },
+                |sk| {
+                    sk.push_str(entity_id);
+                    sk.push('#');
+                    sk_plain(sk);
+                },
+            ),
         }
     }
 }
@@ -463,7 +464,7 @@ mod tests {
             for bucket in [Bucket::Minute, Bucket::Hour, Bucket::Day] {
                 proptest::prop_assert_eq!(&iso[..bucket.label_len()], bucket.label(ms));
                 let key = KeyStrategy::TimeBucket { shards: 3, bucket }.key("e", ms, "id");
-                let label = key.pk.split_once('#').map(|(_, l)| l.to_owned());
+                let label = key.pk().split_once('#').map(|(_, l)| l.to_owned());
                 proptest::prop_assert_eq!(label, Some(bucket.label(ms)));
             }
         }
@@ -478,27 +479,24 @@ mod tests {
         };
         let k = tb.key("sensor-alpha-001", ts, "e1");
         assert_eq!(
-            k.pk,
+            k.pk(),
             format!("{}#2023-10-27T15", shard_of("sensor-alpha-001", 16))
         );
-        assert_eq!(k.sk, "sensor-alpha-001#2023-10-27T15:00:00.123Z#e1");
+        assert_eq!(k.sk(), "sensor-alpha-001#2023-10-27T15:00:00.123Z#e1");
         let k = KeyStrategy::Entity.key("d", ts, "e1");
-        assert_eq!(
-            (k.pk.as_str(), k.sk.as_str()),
-            ("d", "2023-10-27T15:00:00.123Z#e1")
-        );
+        assert_eq!((k.pk(), k.sk()), ("d", "2023-10-27T15:00:00.123Z#e1"));
         let k = KeyStrategy::CalculatedSuffix { shards: 10 }.key("d", ts, "e1");
-        assert_eq!(k.pk, format!("d#{}", shard_of("e1", 10)));
+        assert_eq!(k.pk(), format!("d#{}", shard_of("e1", 10)));
         let minute = KeyStrategy::TimeBucket {
             shards: 1,
             bucket: Bucket::Minute,
         };
-        assert_eq!(minute.key("d", ts, "e").pk, "0#2023-10-27T15:00");
+        assert_eq!(minute.key("d", ts, "e").pk(), "0#2023-10-27T15:00");
         let day = KeyStrategy::TimeBucket {
             shards: 1,
             bucket: Bucket::Day,
         };
-        assert_eq!(day.key("d", ts, "e").pk, "0#2023-10-27");
+        assert_eq!(day.key("d", ts, "e").pk(), "0#2023-10-27");
     }
 
     #[test]
@@ -509,7 +507,7 @@ mod tests {
             let id = format!("event-{i}");
             let a = s.key("dev", 0, &id);
             assert_eq!(a, s.key("dev", 0, &id), "same record, same key");
-            let k: usize = a.pk.rsplit('#').next().unwrap().parse().unwrap();
+            let k: usize = a.pk().rsplit('#').next().unwrap().parse().unwrap();
             counts[k] += 1;
         }
         // Expected 1000 per suffix; 5 sigma (~150) would be a broken generator.

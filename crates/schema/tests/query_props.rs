@@ -160,11 +160,14 @@ fn write(
         if let Some(old) = extra_key {
             let k = old.key(entity, ts, &s(&item, &attrs.event_id));
             let mut copy = item.clone();
-            copy.insert("pk".into(), AttributeValue::S(k.pk.clone()));
-            copy.insert("sk".into(), AttributeValue::S(k.sk.clone()));
-            table.insert((k.pk, k.sk), copy);
+            copy.insert("pk".into(), AttributeValue::S(k.pk().to_owned()));
+            copy.insert("sk".into(), AttributeValue::S(k.sk().to_owned()));
+            table.insert((k.pk().to_owned(), k.sk().to_owned()), copy);
         }
-        table.insert((routed.key.pk.clone(), routed.key.sk.clone()), item);
+        table.insert(
+            (routed.key.pk().to_owned(), routed.key.sk().to_owned()),
+            item,
+        );
     }
     (store, truth)
 }

@@ -1034,8 +1034,8 @@ fn cmd_key(args: &KeyArgs) -> Result<()> {
     // whatever they are named.
     let out = BTreeMap::from([
         ("table", routed.table.to_string()),
-        ("pk", routed.key.pk),
-        ("sk", routed.key.sk),
+        ("pk", routed.key.pk().to_owned()),
+        ("sk", routed.key.sk().to_owned()),
     ]);
     println!("{}", serde_json::to_string(&out)?);
     Ok(())

@@ -68,7 +68,7 @@ pub async fn verify(
                 expected
                     .entry(r.table.to_string())
                     .or_default()
-                    .insert((r.key.pk, r.key.sk), item);
+                    .insert((r.key.pk().to_owned(), r.key.sk().to_owned()), item);
             }
             Ok((Err(_), _)) | Err(_) => report.unroutable += 1,
         }

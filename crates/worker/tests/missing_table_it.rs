@@ -84,11 +84,11 @@ async fn a_write_to_a_missing_period_table_creates_it() {
         .table_name(&routed.table)
         .key(
             "pk",
-            aws_sdk_dynamodb::types::AttributeValue::S(routed.key.pk.clone()),
+            aws_sdk_dynamodb::types::AttributeValue::S(routed.key.pk().to_owned()),
         )
         .key(
             "sk",
-            aws_sdk_dynamodb::types::AttributeValue::S(routed.key.sk.clone()),
+            aws_sdk_dynamodb::types::AttributeValue::S(routed.key.sk().to_owned()),
         )
         .send()
         .await
@@ -100,10 +100,7 @@ async fn a_write_to_a_missing_period_table_creates_it() {
     writer
         .submit(Submission {
             table: format!("{prefix}_not-a-period").into(),
-            key: ItemKey {
-                pk: "p".into(),
-                sk: "s".into(),
-            },
+            key: ItemKey::new("p", "s"),
             item: routed.item.clone(),
             done: Completion::from_fn(move |o| {
                 let _ = tx.send(o);

@@ -20,18 +20,18 @@ const ITEMS: usize = 10_000;
 fn items() -> Vec<(ItemKey, WireItem)> {
     (0..ITEMS)
         .map(|i| {
-            let key = ItemKey {
-                pk: format!("device-{:04}#{}", i % 1000, i % 8),
-                sk: format!(
+            let key = ItemKey::new(
+                &format!("device-{:04}#{}", i % 1000, i % 8),
+                &format!(
                     "2025-11-22T05:{:02}:{:02}.{:06}Z",
                     i / 3600 % 60,
                     i / 60 % 60,
                     i
                 ),
-            };
+            );
             let mut it = Item::new();
-            it.insert("pk".into(), AttributeValue::S(key.pk.clone()));
-            it.insert("sk".into(), AttributeValue::S(key.sk.clone()));
+            it.insert("pk".into(), AttributeValue::S(key.pk().to_owned()));
+            it.insert("sk".into(), AttributeValue::S(key.sk().to_owned()));
             it.insert("temperature".into(), AttributeValue::N("21.5".into()));
             it.insert("humidity".into(), AttributeValue::N("0.43".into()));
             it.insert("ttl".into(), AttributeValue::N("1766380000".into()));

@@ -348,10 +348,7 @@ mod tests {
     use tidemark_schema::Item;
 
     fn key(i: usize) -> ItemKey {
-        ItemKey {
-            pk: format!("p{i}"),
-            sk: "s".into(),
-        }
+        ItemKey::new(&format!("p{i}"), "s")
     }
 
     fn item(i: usize, payload: &str) -> WireItem {
@@ -423,7 +420,7 @@ mod tests {
         b.truncate(2);
         q.requeue_front(b);
         let next = q.take_batch();
-        let keys: Vec<_> = next.iter().map(|e| e.key.pk.clone()).collect();
+        let keys: Vec<_> = next.iter().map(|e| e.key.pk().to_owned()).collect();
         assert_eq!(keys, vec!["p0", "p9", "p1"]);
         let one = &next[2];
         assert_eq!(v(one), AttributeValue::S("newer".into()));

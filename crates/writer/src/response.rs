@@ -47,12 +47,12 @@ struct Consumed {
 }
 
 /// The string inside a key attribute value (`{"S":"x"}`, `{"N":"1"}`, ...).
-fn key_value(v: Option<&Value>) -> Option<String> {
+fn key_value(v: Option<&Value>) -> Option<&str> {
     let obj = v?.as_object()?;
     if obj.len() != 1 {
         return None;
     }
-    obj.values().next()?.as_str().map(str::to_owned)
+    obj.values().next()?.as_str()
 }
 
 /// Parses a 200 answer. `Err` if the body is not a BatchWriteItem output:
@@ -73,10 +73,10 @@ pub(crate) fn parse(body: &[u8], table: &str, pk: &str, sk: &str) -> Result<Batc
             reqs.iter()
                 .map(|r| {
                     let item = &r.put.as_ref()?.item;
-                    Some(ItemKey {
-                        pk: key_value(item.get(pk))?,
-                        sk: key_value(item.get(sk))?,
-                    })
+                    Some(ItemKey::new(
+                        key_value(item.get(pk))?,
+                        key_value(item.get(sk))?,
+                    ))
                 })
                 .collect()
         })
@@ -93,10 +93,7 @@ mod tests {
     use super::*;
 
     fn key(pk: &str) -> Option<ItemKey> {
-        Some(ItemKey {
-            pk: pk.into(),
-            sk: "s".into(),
-        })
+        Some(ItemKey::new(pk, "s"))
     }
 
     #[test]

@@ -111,14 +111,14 @@ async fn ten_thousand_items_across_three_tables_are_all_stored() {
     let mut expected: Vec<HashSet<(String, String)>> = vec![HashSet::new(); TABLES];
     for i in 0..ITEMS {
         let t = i % TABLES;
-        let key = ItemKey {
-            pk: format!("device-{:03}#{}", i % 97, i % 4),
-            sk: format!("2025-11-22T06:00:00.{i:06}Z"),
-        };
-        expected[t].insert((key.pk.clone(), key.sk.clone()));
+        let key = ItemKey::new(
+            &format!("device-{:03}#{}", i % 97, i % 4),
+            &format!("2025-11-22T06:00:00.{i:06}Z"),
+        );
+        expected[t].insert((key.pk().to_owned(), key.sk().to_owned()));
         let mut item = Item::new();
-        item.insert("pk".into(), AttributeValue::S(key.pk.clone()));
-        item.insert("sk".into(), AttributeValue::S(key.sk.clone()));
+        item.insert("pk".into(), AttributeValue::S(key.pk().to_owned()));
+        item.insert("sk".into(), AttributeValue::S(key.sk().to_owned()));
         item.insert("payload".into(), AttributeValue::S("x".repeat(150)));
         let stored = stored.clone();
         h.submit(Submission {

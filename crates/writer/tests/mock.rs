@@ -238,10 +238,7 @@ fn submission(
     let table2 = table.to_owned();
     Submission {
         table: table.into(),
-        key: ItemKey {
-            pk: pk.clone(),
-            sk: "s".into(),
-        },
+        key: ItemKey::new(&pk, "s"),
         item: WireItem::encode(&it),
         done: Completion::from_fn(move |o| {
             if o == WriteOutcome::Stored {
@@ -843,10 +840,7 @@ async fn a_shared_target_hears_once_per_call() {
             };
             Submission {
                 table: "t".into(),
-                key: ItemKey {
-                    pk: format!("k{i}"),
-                    sk: "s".into(),
-                },
+                key: ItemKey::new(&format!("k{i}"), "s"),
                 item: WireItem::encode(&item(&format!("k{i}"), "v")),
                 done: Completion::new(target, tag),
             }

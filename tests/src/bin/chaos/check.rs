@@ -135,7 +135,14 @@ pub async fn items(
             .to_item()
             .map_err(|e| anyhow::anyhow!("a routed item does not decode: {e}"))?;
         if expected
-            .insert((r.table.to_string(), r.key.pk, r.key.sk), item)
+            .insert(
+                (
+                    r.table.to_string(),
+                    r.key.pk().to_owned(),
+                    r.key.sk().to_owned(),
+                ),
+                item,
+            )
             .is_some()
         {
             anyhow::bail!("two produced events share a key: the generator is broken");
@@ -250,8 +257,8 @@ pub async fn sabotage(
     client
         .delete_item()
         .table_name(&r.table)
-        .key(&ka.pk, AttributeValue::S(r.key.pk.clone()))
-        .key(&ka.sk, AttributeValue::S(r.key.sk.clone()))
+        .key(&ka.pk, AttributeValue::S(r.key.pk().to_owned()))
+        .key(&ka.sk, AttributeValue::S(r.key.sk().to_owned()))
         .send()
         .await
         .map_err(|e| {
@@ -266,7 +273,7 @@ pub async fn sabotage(
     let mut item = c.item.to_item().map_err(|e| anyhow::anyhow!("{e}"))?;
     item.insert(
         ka.sk.clone(),
-        AttributeValue::S(format!("{}#copy", c.key.sk)),
+        AttributeValue::S(format!("{}#copy", c.key.sk())),
     );
     client
         .put_item()
@@ -279,7 +286,10 @@ pub async fn sabotage(
         })?;
     Ok(format!(
         "{} {}|{} and copied {}",
-        r.table, r.key.pk, r.key.sk, c.key.sk
+        r.table,
+        r.key.pk(),
+        r.key.sk(),
+        c.key.sk()
     ))
 }
 
