@@ -6,7 +6,7 @@ proxy. Each client runs as its own process and is measured with wait4():
 CPU time (user + system) per record and peak RSS of that process alone.
 Goodput over time comes from the proxy's counters, as in the other benches.
 
-Tidemark runs TIDEMARK_RUNS times (default 3; CPU per record moves by about
+Tidemark runs TIDEMARK_RUNS times (default 5; CPU per record moves by about
 +-10% between runs on a small VM) and the median run is reported, with the
 range; the boto3 baseline runs once (it takes minutes).
 
@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib
 import harness  # noqa: E402
 
 EVENTS = int(os.environ.get("BENCH_EVENTS", "1000000"))
-RUNS = max(1, int(os.environ.get("TIDEMARK_RUNS", "3")))
+RUNS = max(1, int(os.environ.get("TIDEMARK_RUNS", "5")))
 SHARDS = 4
 TABLE_PREFIX = "pipecpu"
 
