@@ -274,13 +274,20 @@ struct LineHead<'a> {
 #[derive(Deserialize)]
 struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
 
+/// A line's head as the scan keeps it.
+struct Head<'a> {
+    stream: Cow<'a, str>,
+    shard_id: Cow<'a, str>,
+    parent_shard_ids: Vec<Text<'a>>,
+}
+
 impl<'a> LineHead<'a> {
     fn complete(&self) -> bool {
         self.stream.is_some() && self.shard_id.is_some() && self.parent_shard_ids.is_some()
     }
 
     /// Reads the head of one line.
-    fn read(line: &'a [u8]) -> Result<LineHead<'a>, serde_json::Error> {
+    fn read(line: &'a [u8]) -> Result<Head<'a>, serde_json::Error> {
         let mut head = LineHead::default();
         let mut de = serde_json::Deserializer::from_slice(line);
         match serde::Deserializer::deserialize_map(&mut de, HeadVisitor(&mut head)) {
@@ -291,13 +298,12 @@ impl<'a> LineHead<'a> {
             Err(_) if head.complete() => {}
             Err(e) => return Err(e),
         }
-        if head.stream.is_none() {
-            return Err(serde::de::Error::missing_field("stream"));
-        }
-        if head.shard_id.is_none() {
-            return Err(serde::de::Error::missing_field("shard_id"));
-        }
-        Ok(head)
+        let missing = serde::de::Error::missing_field;
+        Ok(Head {
+            stream: head.stream.ok_or_else(|| missing("stream"))?,
+            shard_id: head.shard_id.ok_or_else(|| missing("shard_id"))?,
+            parent_shard_ids: head.parent_shard_ids.unwrap_or_default(),
+        })
     }
 }
 
@@ -353,12 +359,13 @@ enum Lines {
 
 /// Replays a fixture through the pipeline.
 ///
-/// A file is scanned once up front (each line's shard and lineage are read,
-/// its offset kept: 8 bytes per line), then read back as the pipeline takes its batches, so
-/// memory stays bounded by the channel and the writer's in-flight limit, not
-/// by the fixture's size. When no shard in the file has a parent in it (the
-/// usual capture), one sequential pass feeds every shard; otherwise each
-/// shard has its own reader, started once its parents are acknowledged.
+/// A file is scanned once up front (each line's shard and lineage are
+/// read, its offset kept: 8 bytes per line), then read back as the pipeline
+/// takes its batches, so memory stays bounded by the channel and the
+/// writer's in-flight limit, not by the fixture's size. When no shard in the
+/// file has a parent in it (the usual capture), one sequential pass feeds
+/// every shard; otherwise each shard has its own reader, started once its
+/// parents are acknowledged.
 #[derive(Debug, Clone)]
 pub struct ReplaySource {
     lines: Lines,
@@ -371,17 +378,18 @@ impl ReplaySource {
     /// indexes it by shard. A line without them fails here, with its number;
     /// the rest of each line (every field, its type, the base64) is checked
     /// as the line is replayed, and a bad one ends the replay with its
-    /// offset (the lines before it are delivered).
+    /// offset (lines before it may already be delivered).
     pub fn open(path: &Path) -> Result<Self, ConsumerError> {
         let mut lines = LineReader::open(path)?;
         let mut shards: BTreeMap<String, ShardLines> = BTreeMap::new();
         let mut len = 0usize;
         while let Some((start, line_no)) = lines.next()? {
-            let head = LineHead::read(lines.buf())
+            let Head {
+                stream,
+                shard_id,
+                parent_shard_ids,
+            } = LineHead::read(lines.buf())
                 .map_err(|e| fixture_err(path, format!("line {line_no}: {e}")))?;
-            let (Some(stream), Some(shard_id)) = (head.stream, head.shard_id) else {
-                continue; // `read` refuses a line without them
-            };
             // Looked up by reference first: the id is owned once per shard,
             // not once per line.
             match shards.get_mut(shard_id.as_ref()) {
@@ -389,9 +397,7 @@ impl ReplaySource {
                 None => {
                     let shard = ShardLines {
                         stream: stream.into_owned(),
-                        parents: head
-                            .parent_shard_ids
-                            .unwrap_or_default()
+                        parents: parent_shard_ids
                             .into_iter()
                             .map(|p| p.0.into_owned())
                             .collect(),

@@ -59,7 +59,9 @@ pub fn shard_of(s: &str, n: u32) -> u32 {
 #[derive(Debug, Default)]
 pub struct ShardCache {
     shards: u32,
-    known: HashMap<Box<str>, u32, foldhash::fast::FixedState>,
+    /// Seeded per process: entity ids come from producers, so collisions
+    /// must not be choosable.
+    known: HashMap<Box<str>, u32, foldhash::fast::RandomState>,
 }
 
 /// Entities a [`ShardCache`] holds before it starts over (a few MB at most).
