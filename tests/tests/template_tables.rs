@@ -1,0 +1,65 @@
+//! The tables `deploy/cloudformation/tidemark.yaml` creates have the key
+//! schema the worker writes: a lease or coordinator table keyed on another
+//! attribute makes every conditional write fail with a ValidationException,
+//! so the deployed stack would never hold its maintenance lease. No network.
+
+// Helpers outside #[test] fns panic on purpose: this whole file is a test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+
+/// The hash-key attribute of the resource `name` in the template, read with a
+/// line scanner (CloudFormation's `!Sub`/`!If` tags defeat a plain YAML parser).
+fn hash_key(template: &str, name: &str) -> String {
+    let header = format!("  {name}:");
+    let body: Vec<&str> = template
+        .lines()
+        .skip_while(|l| *l != header)
+        .skip(1)
+        .take_while(|l| l.is_empty() || l.starts_with("   "))
+        .collect();
+    assert!(
+        !body.is_empty(),
+        "resource {name} not found in the template"
+    );
+    let at = body
+        .iter()
+        .position(|l| l.trim() == "KeySchema:")
+        .unwrap_or_else(|| panic!("{name} has no KeySchema"));
+    let line = body[at + 1];
+    assert!(
+        line.contains("KeyType: HASH"),
+        "{name}: first key is not the HASH key: {line}"
+    );
+    let start = line.find("AttributeName:").expect("AttributeName") + "AttributeName:".len();
+    line[start..]
+        .split(',')
+        .next()
+        .expect("name")
+        .trim()
+        .to_owned()
+}
+
+#[test]
+fn lease_and_coordinator_tables_are_keyed_on_lease_key() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let template =
+        std::fs::read_to_string(root.join("deploy/cloudformation/tidemark.yaml")).unwrap();
+    // Both tables hold KCL-format leases: `crates/consumer/src/lease.rs` and
+    // `crates/worker/src/coordinator.rs` key every item on `leaseKey`.
+    for (table, source) in [
+        ("LeaseTable", "crates/consumer/src/lease.rs"),
+        ("CoordinatorTable", "crates/worker/src/coordinator.rs"),
+    ] {
+        let code = std::fs::read_to_string(root.join(source)).unwrap();
+        assert!(
+            code.contains("\"leaseKey\""),
+            "{source} no longer names leaseKey: update this test"
+        );
+        assert_eq!(
+            hash_key(&template, table),
+            "leaseKey",
+            "{table} in the template"
+        );
+    }
+}
