@@ -342,6 +342,16 @@ where
     }
 }
 
+/// The local stack for a stack test (`tests/tests/stack_*.rs`). Panics, saying
+/// what to do, when it is unreachable: with the `stack` feature on, an absent
+/// stack is a failure, not a skip.
+pub async fn stack() -> LocalStack {
+    match LocalStack::from_env().await {
+        Ok(stack) => stack,
+        Err(e) => panic!("stack test without the local AWS stack: {e}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -354,15 +364,5 @@ mod tests {
         assert!(!is_loopback_url("https://dynamodb.us-east-1.amazonaws.com"));
         assert!(!is_loopback_url("http://10.0.0.5:4566"));
         assert!(!is_loopback_url("http://127.0.0.1.evil.example:80"));
-    }
-}
-
-/// The local stack for a stack test (`tests/tests/stack_*.rs`). Panics, saying
-/// what to do, when it is unreachable: with the `stack` feature on, an absent
-/// stack is a failure, not a skip.
-pub async fn stack() -> LocalStack {
-    match LocalStack::from_env().await {
-        Ok(stack) => stack,
-        Err(e) => panic!("stack test without the local AWS stack: {e}"),
     }
 }

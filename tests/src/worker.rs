@@ -167,8 +167,5 @@ pub async fn queue_depth(sqs: &aws_sdk_sqs::Client, queue: &str) -> u64 {
         .unwrap()
         .attributes
         .unwrap_or_default();
-    attrs
-        .values()
-        .map(|v| v.parse::<u64>().unwrap())
-        .sum()
+    attrs.values().map(|v| v.parse::<u64>().unwrap()).sum()
 }

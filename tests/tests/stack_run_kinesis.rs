@@ -138,8 +138,12 @@ async fn run_stopped_mid_stream_then_restarted_loses_and_duplicates_nothing() {
     let mut expected: Vec<(i64, String)> = events
         .iter()
         .map(|e| {
-            let t: chrono::DateTime<chrono::Utc> = e["timestamp"].as_str().unwrap().parse().unwrap();
-            (t.timestamp_millis(), e["eventId"].as_str().unwrap().to_string())
+            let t: chrono::DateTime<chrono::Utc> =
+                e["timestamp"].as_str().unwrap().parse().unwrap();
+            (
+                t.timestamp_millis(),
+                e["eventId"].as_str().unwrap().to_string(),
+            )
         })
         .filter(|(t, _)| from.timestamp_millis() <= *t && *t <= to.timestamp_millis())
         .collect();
@@ -156,7 +160,10 @@ async fn run_stopped_mid_stream_then_restarted_loses_and_duplicates_nothing() {
             .map(tidemark_worker::query::to_json)
             .map(|v| {
                 let t: chrono::DateTime<chrono::Utc> = v["ts"].as_str().unwrap().parse().unwrap();
-                (t.timestamp_millis(), v["event_id"].as_str().unwrap().to_string())
+                (
+                    t.timestamp_millis(),
+                    v["event_id"].as_str().unwrap().to_string(),
+                )
             })
             .collect();
     assert!(!expected.is_empty());
@@ -242,7 +249,14 @@ async fn malformed_records_are_dead_lettered_and_good_ones_stored() {
     let mut items = 0;
     for day in days {
         let table = format!("{name}_{day}");
-        if stack.dynamodb().describe_table().table_name(&table).send().await.is_ok() {
+        if stack
+            .dynamodb()
+            .describe_table()
+            .table_name(&table)
+            .send()
+            .await
+            .is_ok()
+        {
             items += item_count(&stack.dynamodb(), &table).await;
         }
     }

@@ -213,7 +213,8 @@ mod tests {
         assert_eq!(typed.len(), crate::metrics::ALL.len(), "{page}");
         for name in typed {
             assert!(
-                page.lines().any(|l| l.starts_with(&format!("# HELP {name} "))),
+                page.lines()
+                    .any(|l| l.starts_with(&format!("# HELP {name} "))),
                 "no HELP line for {name}:\n{page}"
             );
         }

@@ -239,7 +239,10 @@ mod tests {
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines.len(), 3);
         assert!(lines[0].starts_with("ts "), "{t}");
-        assert!(lines[1].contains("a,\"b\"") && lines[1].ends_with("21.5"), "{t}");
+        assert!(
+            lines[1].contains("a,\"b\"") && lines[1].ends_with("21.5"),
+            "{t}"
+        );
         let j = render(OutputFormat::Jsonl);
         assert_eq!(j.lines().count(), 2);
         assert!(j.contains("\"event_id\":\"e2\""), "{j}");
