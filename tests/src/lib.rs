@@ -17,6 +17,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use aws_config::{BehaviorVersion, SdkConfig};
 
+pub mod worker;
+
 /// The endpoint variables every integration test needs.
 pub const ENDPOINT_VARS: [&str; 3] = [
     "AWS_ENDPOINT_URL_KINESIS",
@@ -337,6 +339,16 @@ where
             "timed out after {deadline:?} waiting for {what}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The local stack for a stack test (`tests/tests/stack_*.rs`). Panics, saying
+/// what to do, when it is unreachable: with the `stack` feature on, an absent
+/// stack is a failure, not a skip.
+pub async fn stack() -> LocalStack {
+    match LocalStack::from_env().await {
+        Ok(stack) => stack,
+        Err(e) => panic!("stack test without the local AWS stack: {e}"),
     }
 }
 

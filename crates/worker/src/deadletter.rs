@@ -334,7 +334,7 @@ impl DeadLetters {
 
     /// Queues `entry`; `ack` is acknowledged once it is durable.
     pub fn send(&self, entry: DeadLetter, ack: Option<Ack>) {
-        metrics::counter!("tidemark_dead_letters_total", "reason" => entry.reason.as_str())
+        metrics::counter!(crate::metrics::DEAD_LETTERS, "reason" => entry.reason.as_str())
             .increment(1);
         if let Err(mpsc::error::SendError((entry, _ack))) = self.tx.send((entry, ack)) {
             // Only after shutdown: the record stays unacknowledged, so the
@@ -355,7 +355,7 @@ async fn run(sink: Arc<dyn DeadLetterSink>, mut rx: mpsc::UnboundedReceiver<Pend
             .without_max_times()
             .build();
         while let Err(e) = sink.write(&entries).await {
-            metrics::counter!("tidemark_dead_letter_write_errors_total").increment(1);
+            metrics::counter!(crate::metrics::DEAD_LETTER_WRITE_ERRORS).increment(1);
             warn!(error = %e, entries = entries.len(), "writing dead letters failed; retrying");
             tokio::time::sleep(delays.next().unwrap_or(Duration::from_secs(10))).await;
         }

@@ -1,6 +1,26 @@
-//! The `tidemark` worker: wiring of schema, consumer and writer.
+//! The `tidemark` worker: wiring of schema, consumer and writer into a
+//! runnable [`Worker`](worker::Worker), plus the pieces the CLI commands use.
 //!
-//! Modules:
+//! Data flow of `tidemark run` (one box per module; crate in brackets):
+//!
+//! ```text
+//!  source [consumer: kinesis | sqs]
+//!     │ Vec<Record> (each with an Ack)
+//!     ▼
+//!  pipeline ──route──▶ [schema: route]      unroutable ──▶ deadletter
+//!     │ Submission
+//!     ▼
+//!  writer [writer] ──missing table──▶ tables (CreateMissingTables)
+//!     │ WriteOutcome: Stored ──▶ Ack.done()   Rejected ──▶ deadletter ──▶ Ack.done()
+//!     ▼
+//!  checkpoint [consumer: lease/checkpoint (Kinesis) | delete (SQS)]
+//! ```
+//!
+//! Library modules:
+//! - [`worker`]: [`Worker::build`](worker::Worker::build) /
+//!   [`Worker::run`](worker::Worker::run) (everything `run` does: data path,
+//!   sources, maintenance loop, telemetry, readiness; drains on shutdown)
+//!   and the [`DataPath`](worker::DataPath) `replay` shares.
 //! - [`config`]: the TOML config with `TIDEMARK__SECTION__KEY` overrides,
 //!   validated at start with errors naming the key.
 //! - [`pipeline`]: source records → route → writer → acknowledgement; every
@@ -8,18 +28,29 @@
 //! - [`coordinator`]: the maintenance lease (one maintainer at a time).
 //! - [`deadletter`]: dead-letter entries and their destinations (SQS,
 //!   DynamoDB, JSON-lines file); written with unlimited retries before the ack.
+//! - [`metrics`]: this crate's metric names and their help texts.
 //! - [`produce`]: deterministic synthetic IoT events (with a hot device).
 //! - [`query`]: reads an entity's events back through the query plans.
 //! - [`sdk`]: the AWS SDK configuration (standard chain plus timeouts).
 //! - [`tables`]: period table maintenance (create, resize by lifecycle tier,
 //!   delete or tag when expired) and creation of missing tables on demand.
-//! - [`telemetry`]: `/metrics` (Prometheus), `/healthz`, `/readyz`, and the
-//!   `healthcheck` client.
+//! - [`telemetry`]: `/metrics` (Prometheus, every metric described),
+//!   `/healthz`, `/readyz`, and the `healthcheck` client.
 //! - [`verify`]: reads produced events back from DynamoDB, content compared.
+//!
+//! The binary (`src/main.rs`) only parses, loads the config, starts logs,
+//! dispatches to `src/cmd/<command>.rs` (each owning its clap arguments) and
+//! maps errors to exit codes; `src/cmd/render.rs` is the one place output
+//! is formatted (tables, CSV, JSON lines).
+//!
+//! Guarantees: at-least-once. A record is acknowledged (checkpointed or
+//! deleted) only after DynamoDB confirmed its write or its dead letter is
+//! durable; a graceful shutdown drains everything in flight first.
 
 pub mod config;
 pub mod coordinator;
 pub mod deadletter;
+pub mod metrics;
 pub mod pipeline;
 pub mod produce;
 pub mod query;
@@ -27,3 +58,4 @@ pub mod sdk;
 pub mod tables;
 pub mod telemetry;
 pub mod verify;
+pub mod worker;

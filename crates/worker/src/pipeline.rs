@@ -85,7 +85,7 @@ impl Pipeline {
         let mut cache = RouteCache::default();
         while let Some(batch) = rx.recv().await {
             let now = (self.clock)();
-            metrics::counter!("tidemark_records_read_total").increment(batch.len() as u64);
+            metrics::counter!(crate::metrics::RECORDS_READ).increment(batch.len() as u64);
             let n = batch.len() as u64;
             counts.records += n;
             let mut routed = Vec::with_capacity(batch.len());

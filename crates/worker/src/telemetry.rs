@@ -36,9 +36,26 @@ impl Readiness {
     }
 }
 
-/// Installs the global Prometheus recorder for the `metrics` facade.
+/// Installs the global Prometheus recorder for the `metrics` facade (once
+/// per process: a worker started again in the same process, as the
+/// end-to-end tests do, shares it) and describes every metric.
 pub fn install_recorder() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildError> {
-    metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()
+    static HANDLE: std::sync::OnceLock<PrometheusHandle> = std::sync::OnceLock::new();
+    if let Some(h) = HANDLE.get() {
+        return Ok(h.clone());
+    }
+    let handle = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
+    describe_all();
+    Ok(HANDLE.get_or_init(|| handle).clone())
+}
+
+/// Describes the metrics of every crate to the current recorder, so each
+/// has a `# HELP` line on `/metrics`. THE one place to list the crates'
+/// `describe()` functions.
+pub fn describe_all() {
+    crate::metrics::describe();
+    // LEAD: add tidemark_writer::metrics::describe() and
+    // tidemark_consumer::metrics::describe() here when those land.
 }
 
 /// Serves the endpoints on `listener` until `shutdown`.
@@ -175,5 +192,31 @@ mod tests {
 
         shutdown.cancel();
         server.await.unwrap();
+    }
+
+    #[test]
+    fn every_metric_on_the_page_has_a_help_line() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            describe_all();
+            for name in crate::metrics::ALL {
+                metrics::counter!(name).increment(1);
+            }
+        });
+        let page = handle.render();
+        let typed: Vec<&str> = page
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split(' ').next())
+            .collect();
+        assert_eq!(typed.len(), crate::metrics::ALL.len(), "{page}");
+        for name in typed {
+            assert!(
+                page.lines()
+                    .any(|l| l.starts_with(&format!("# HELP {name} "))),
+                "no HELP line for {name}:\n{page}"
+            );
+        }
     }
 }

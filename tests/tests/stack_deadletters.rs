@@ -1,7 +1,6 @@
 //! Dead-letter destinations against the local stack: entries written to an
 //! SQS queue and to a DynamoDB table come back exactly, and an entry too large
 //! for SQS keeps its digest and size with a truncated payload.
-//! Skipped unless TIDEMARK_IT=1.
 
 // Helpers outside #[test] fns: a panic there is a failed assertion too.
 #![allow(clippy::unwrap_used)]
@@ -10,7 +9,7 @@ use std::collections::BTreeMap;
 
 use chrono::Utc;
 use tidemark_schema::{Origin, Reason};
-use tidemark_tests::{TableCapacity, integration, unique_name};
+use tidemark_tests::{TableCapacity, unique_name};
 use tidemark_worker::deadletter::{DeadLetter, DeadLetterSink, DynamoDbSink, SqsSink};
 
 fn entries() -> Vec<DeadLetter> {
@@ -74,10 +73,12 @@ fn check(written: &[DeadLetter], read: Vec<DeadLetter>) {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
 async fn sqs_destination_keeps_every_entry() {
-    let Some(stack) = integration("sqs_destination_keeps_every_entry").await else {
-        return;
-    };
+    let stack = tidemark_tests::stack().await;
     let sqs = stack.sqs();
     let url = sqs
         .create_queue()
@@ -116,10 +117,12 @@ async fn sqs_destination_keeps_every_entry() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
 async fn dynamodb_destination_keeps_every_entry() {
-    let Some(stack) = integration("dynamodb_destination_keeps_every_entry").await else {
-        return;
-    };
+    let stack = tidemark_tests::stack().await;
     let ddb = stack.dynamodb();
     let table = unique_name("dead-letters");
     tidemark_tests::create_table(&ddb, &table, true, TableCapacity::OnDemand).await;

@@ -1,7 +1,6 @@
 //! An event for a period table that does not exist yet (a backfill into an
 //! older period) makes the writer create that table, then store the event:
 //! nothing is lost. Tables that are not ours are refused, not created.
-//! Skipped unless TIDEMARK_IT=1.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,17 +9,19 @@ use chrono::Utc;
 use tidemark_schema::period::{Billing, CapacityTiers};
 use tidemark_schema::route::{Router, RouterConfig};
 use tidemark_schema::{ItemKey, Origin, Reason};
-use tidemark_tests::{integration, unique_name};
+use tidemark_tests::unique_name;
 use tidemark_worker::config::ExpiryAction;
 use tidemark_worker::tables::{CreateMissingTables, TableManager, TablePolicy};
 use tidemark_writer::{Completion, Submission, WriteOutcome, Writer, WriterConfig};
 use tokio::sync::oneshot;
 
 #[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
 async fn a_write_to_a_missing_period_table_creates_it() {
-    let Some(stack) = integration("a_write_to_a_missing_period_table_creates_it").await else {
-        return;
-    };
+    let stack = tidemark_tests::stack().await;
     let ddb = stack.dynamodb();
     let prefix = unique_name("backfill");
     let mut config = RouterConfig::with_prefix(&prefix);

@@ -1,0 +1,100 @@
+//! `tidemark plan`: table, write-shard, Kinesis-shard and cost sizing.
+
+use anyhow::{Context, Result, bail};
+use tidemark_schema::plan::{PlanInput, Prices, item_bytes_of_sample, plan};
+use tidemark_schema::route::{Router, RouterConfig};
+
+use super::render;
+
+/// Arguments of `plan`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Average events per second (whole stream).
+    #[arg(long)]
+    events_per_sec: f64,
+    /// Peak events per second (whole stream); default: the average.
+    #[arg(long)]
+    peak_events_per_sec: Option<f64>,
+    /// Peak events per second of the busiest single entity; default: the whole peak.
+    #[arg(long)]
+    peak_key_events_per_sec: Option<f64>,
+    /// Average item size in DynamoDB, bytes.
+    #[arg(
+        long,
+        conflicts_with = "sample_event",
+        required_unless_present = "sample_event"
+    )]
+    item_bytes: Option<u64>,
+    /// A sample event (JSON) to size instead of --item-bytes (default event fields).
+    #[arg(long)]
+    sample_event: Option<String>,
+    /// Retention in days.
+    #[arg(long, default_value_t = 30)]
+    retention_days: u64,
+    /// Head-room multiplier for the recommended write shards.
+    #[arg(long, default_value_t = 2.0)]
+    safety_factor: f64,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn run(args: &Args) -> Result<()> {
+    let item_bytes = match (&args.item_bytes, &args.sample_event) {
+        (Some(b), _) => *b,
+        (None, Some(sample)) => {
+            let router =
+                Router::new(RouterConfig::with_prefix("plan")).context("default router")?;
+            item_bytes_of_sample(&router, sample.as_bytes()).context("sizing --sample-event")?
+        }
+        (None, None) => bail!("give --item-bytes or --sample-event"),
+    };
+    let input = PlanInput {
+        avg_events_per_sec: args.events_per_sec,
+        peak_events_per_sec: args.peak_events_per_sec.unwrap_or(args.events_per_sec),
+        peak_key_events_per_sec: args.peak_key_events_per_sec,
+        avg_item_bytes: item_bytes,
+        avg_record_bytes: None,
+        retention: std::time::Duration::from_secs(args.retention_days * 86_400),
+        safety_factor: args.safety_factor,
+        prices: Prices::default(),
+    };
+    let p = plan(&input)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&p)?);
+        return Ok(());
+    }
+    let period = serde_json::to_value(p.recommended_period)?;
+    let rows: [(&str, String); 9] = [
+        ("WCU per item", p.wcu_per_item.to_string()),
+        ("peak WCU", p.peak_wcu.to_string()),
+        ("minimum write shards", p.min_write_shards.to_string()),
+        (
+            "recommended write shards",
+            p.recommended_write_shards.to_string(),
+        ),
+        (
+            "hours to fill a 10 GB partition",
+            format!("{:.1}", p.partition_fill_hours),
+        ),
+        (
+            "recommended period",
+            period.as_str().unwrap_or_default().to_string(),
+        ),
+        ("Kinesis shards", p.kinesis_shards.to_string()),
+        (
+            "monthly cost, on-demand (USD)",
+            format!("{:.2}", p.monthly_cost_on_demand_usd),
+        ),
+        (
+            "monthly cost, provisioned (USD)",
+            format!("{:.2}", p.monthly_cost_provisioned_usd),
+        ),
+    ];
+    println!("{}", render::key_values(&rows));
+    println!("\nHow:");
+    for line in &p.arithmetic {
+        println!("  {line}");
+    }
+    Ok(())
+}

@@ -1,0 +1,36 @@
+//! `tidemark record`: a stream's raw records into a fixture file.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use tidemark_worker::config::Config;
+
+use super::{kinesis_source, stream_name};
+
+/// Arguments of `record`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    #[command(flatten)]
+    pub(crate) config: super::ConfigArg,
+    /// Fixture file to write.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
+    let k = kinesis_source(config)?;
+    let sdk = tidemark_worker::sdk::load().await;
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_message(format!("recording {}", k.stream));
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    let n = tidemark_consumer::fixture::Recorder::new(aws_sdk_kinesis::Client::new(&sdk))
+        .record(&stream_name(&k.stream), &args.out)
+        .await?;
+    bar.finish_and_clear();
+    println!(
+        "recorded {n} records of {} into {}",
+        k.stream,
+        args.out.display()
+    );
+    Ok(())
+}

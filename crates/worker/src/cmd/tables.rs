@@ -1,0 +1,75 @@
+//! `tidemark tables`: one maintenance round, or a listing of the tables.
+
+use anyhow::{Result, bail};
+use chrono::{DateTime, Utc};
+use tidemark_worker::config::Config;
+use tidemark_worker::tables::RoundKind;
+use tidemark_worker::worker::table_manager;
+
+use super::render;
+
+/// Arguments of `tables`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    #[command(subcommand)]
+    action: Action,
+    #[command(flatten)]
+    pub(crate) config: super::ConfigArg,
+    /// Act as if it were this time (RFC 3339); default: now.
+    #[arg(long, global = true)]
+    now: Option<DateTime<Utc>>,
+    /// Print the actions without taking them.
+    #[arg(long, global = true)]
+    dry_run: bool,
+    /// Print JSON.
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+#[derive(Debug, Clone, Copy, clap::Subcommand)]
+enum Action {
+    /// Create the current period's table and, when due, the next one.
+    Ensure,
+    /// A full round: create, resize to each state's tier, delete or tag expired.
+    Rotate,
+    /// List the period tables with their period, state and capacity.
+    List,
+}
+
+pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
+    let sdk = tidemark_worker::sdk::load().await;
+    let manager = table_manager(config, aws_sdk_dynamodb::Client::new(&sdk));
+    let now = args.now.unwrap_or_else(Utc::now);
+    let kind = match args.action {
+        Action::List => {
+            let tables = manager.list(now).await?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&tables)?);
+            } else {
+                println!("{}", render::tables_list(&tables)?);
+            }
+            return Ok(());
+        }
+        Action::Ensure => RoundKind::Ensure,
+        Action::Rotate => RoundKind::Rotate,
+    };
+    let applied = manager.round(now, kind, args.dry_run).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&applied)?);
+    } else if applied.is_empty() {
+        println!("nothing to do at {}", now.to_rfc3339());
+    } else {
+        for a in &applied {
+            let what = serde_json::to_string(&a.action)?;
+            match (&a.error, args.dry_run) {
+                (_, true) => println!("would {what}"),
+                (None, false) => println!("done  {what}"),
+                (Some(e), false) => println!("FAILED {what}: {e} (retried next round)"),
+            }
+        }
+    }
+    if applied.iter().any(|a| a.error.is_some()) {
+        bail!("some maintenance actions failed; they are retried next round");
+    }
+    Ok(())
+}

@@ -1,0 +1,54 @@
+//! `tidemark verify`: every event of a manifest is stored, with its content.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use tidemark_schema::route::Router;
+use tidemark_worker::config::Config;
+
+/// Arguments of `verify`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    #[command(flatten)]
+    pub(crate) config: super::ConfigArg,
+    /// Events to look for, one JSON per line.
+    #[arg(long)]
+    manifest: PathBuf,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
+    let sdk = tidemark_worker::sdk::load().await;
+    let router = Router::new(config.schema.clone())?;
+    let text = std::fs::read_to_string(&args.manifest)
+        .with_context(|| format!("reading {}", args.manifest.display()))?;
+    let events: Vec<Vec<u8>> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.as_bytes().to_vec())
+        .collect();
+    let report =
+        tidemark_worker::verify::verify(&aws_sdk_dynamodb::Client::new(&sdk), &router, &events)
+            .await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "events {}  found {}  missing {}  mismatched {}  unroutable {}",
+            report.events, report.found, report.missing, report.mismatched, report.unroutable
+        );
+        for e in &report.examples {
+            println!("  {e}");
+        }
+    }
+    if report.found != report.events {
+        bail!(
+            "{} of {} events are not stored as produced",
+            report.events - report.found,
+            report.events
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,440 @@
+//! The runnable worker: everything `tidemark run` does, as a library.
+//!
+//! [`Worker::build`] wires the data path (router, writer that creates
+//! missing tables, dead letters, pipeline) and binds the telemetry listener;
+//! [`Worker::run`] reads the configured source (Kinesis or SQS) until the
+//! shutdown future completes, then drains: the pipeline finishes, the
+//! writer stores or dead-letters everything submitted, the dead letters are
+//! written, the sources checkpoint (Kinesis) or release (SQS) what was
+//! acknowledged, and the maintenance lease is released. Signal handling is
+//! the caller's: the binary turns SIGTERM/SIGINT into the shutdown future,
+//! tests use a channel.
+//!
+//! [`DataPath`] is the part `replay` shares: the same pipeline fed from a
+//! channel instead of a source.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use aws_config::SdkConfig;
+use chrono::Utc;
+use tidemark_consumer::sqs::{SqsError, SqsSource};
+use tidemark_consumer::{ConsumerError, KinesisSource, Record};
+use tidemark_schema::route::Router;
+use tidemark_writer::{Writer, WriterError, WriterHandle, WriterStats};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::config::{Config, SourceConfig, default_worker_id, process_env};
+use crate::coordinator::MaintenanceLease;
+use crate::deadletter::{
+    DeadLetterConfig, DeadLetterSink, DeadLetters, DynamoDbSink, FileSink, SqsSink,
+};
+use crate::pipeline::{Pipeline, system_clock};
+use crate::tables::{CreateMissingTables, RoundKind, TableManager, TablePolicy};
+use crate::telemetry::{self, Readiness};
+
+/// Why the worker could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// The schema section does not make a router.
+    #[error("schema: {0}")]
+    Schema(#[from] tidemark_schema::route::ConfigError),
+    /// The writer's HTTP transport could not be set up from the SDK config.
+    #[error("writer transport: {0}")]
+    Transport(#[from] tidemark_writer::transport::SettingsError),
+    /// The telemetry address could not be bound.
+    #[error("telemetry.listen: cannot listen on {listen}: {source}")]
+    Listen {
+        /// The configured address.
+        listen: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The metrics recorder could not be installed.
+    #[error("installing the metrics recorder: {0}")]
+    Recorder(#[from] metrics_exporter_prometheus::BuildError),
+    /// The Kinesis source stopped with an error.
+    #[error(transparent)]
+    Kinesis(#[from] ConsumerError),
+    /// The SQS source stopped with an error.
+    #[error(transparent)]
+    Sqs(#[from] SqsError),
+    /// The writer stopped for good (records not submitted stay unacknowledged).
+    #[error(transparent)]
+    Writer(#[from] WriterError),
+    /// A task of the worker panicked or was cancelled.
+    #[error("{task} task: {source}")]
+    Task {
+        /// Which task.
+        task: &'static str,
+        /// The join error.
+        source: tokio::task::JoinError,
+    },
+}
+
+/// What one run (or replay) did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Report {
+    /// Records received from the source.
+    pub records: u64,
+    /// Records handed to the writer.
+    pub submitted: u64,
+    /// Items the writer stored.
+    pub stored: u64,
+    /// Records dead-lettered before the writer (unroutable, defective).
+    pub dead_lettered_unroutable: u64,
+    /// Records the writer dead-lettered (rejected by DynamoDB).
+    pub dead_lettered_by_writer: u64,
+    /// Write calls DynamoDB throttled.
+    pub throttled_calls: u64,
+}
+
+impl Report {
+    /// Every dead-lettered record, before or by the writer.
+    pub fn dead_lettered(&self) -> u64 {
+        self.dead_lettered_unroutable + self.dead_lettered_by_writer
+    }
+}
+
+/// Live counters of a running worker (for tests and progress displays).
+#[derive(Debug, Clone)]
+pub struct Progress {
+    writer: WriterHandle,
+}
+
+impl Progress {
+    /// The writer's counters so far.
+    pub fn writer(&self) -> WriterStats {
+        self.writer.stats()
+    }
+}
+
+/// The period table manager the config describes.
+pub fn table_manager(config: &Config, dynamodb: aws_sdk_dynamodb::Client) -> TableManager {
+    let policy = TablePolicy::new(
+        &config.schema,
+        config.tiers,
+        config.billing,
+        config.maintenance.on_expiry,
+    );
+    TableManager::new(dynamodb, policy)
+}
+
+/// The data path shared by `run` and `replay`: router, writer (creating
+/// missing tables), dead letters, pipeline.
+#[derive(Debug)]
+pub struct DataPath {
+    manager: TableManager,
+    writer: WriterHandle,
+    writer_task: JoinHandle<Result<(), WriterError>>,
+    dead_task: JoinHandle<()>,
+    pipeline: Pipeline,
+}
+
+impl DataPath {
+    /// Creates the current tables (best effort: missing ones are created on
+    /// first write) and starts the writer and the dead-letter task.
+    pub async fn start(config: &Config, sdk: &SdkConfig) -> Result<DataPath, WorkerError> {
+        let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
+        let router = Arc::new(Router::new(config.schema.clone())?);
+        let manager = table_manager(config, dynamodb.clone());
+        // Tables for now are created before reading starts, so the first
+        // events do not wait on a creation.
+        if let Err(e) = manager.round(Utc::now(), RoundKind::Ensure, false).await {
+            warn!(error = %e, "creating the current tables failed; they are created on first write");
+        }
+        // Writes bypass the SDK's operation layer (see
+        // tidemark_writer::transport) but use the same region, credentials
+        // and endpoint.
+        let transport = tidemark_writer::HttpTransport::from_sdk(sdk)?;
+        let (writer, writer_task) = Writer::start(
+            dynamodb.clone(),
+            Arc::new(transport),
+            config.writer.clone(),
+            Arc::new(CreateMissingTables::new(manager.clone())),
+        );
+        let sink: Arc<dyn DeadLetterSink> = match &config.dead_letters {
+            DeadLetterConfig::File { path } => Arc::new(FileSink::new(path.clone())),
+            DeadLetterConfig::Sqs { queue_url } => Arc::new(SqsSink::new(
+                aws_sdk_sqs::Client::new(sdk),
+                queue_url.clone(),
+            )),
+            DeadLetterConfig::Dynamodb { table } => {
+                Arc::new(DynamoDbSink::new(dynamodb, table.clone()))
+            }
+        };
+        let (dead_letters, dead_task) = DeadLetters::start(sink);
+        let pipeline = Pipeline::new(router, writer.clone(), dead_letters, system_clock());
+        Ok(DataPath {
+            manager,
+            writer,
+            writer_task,
+            dead_task,
+            pipeline,
+        })
+    }
+
+    /// Live counters of this data path.
+    pub fn progress(&self) -> Progress {
+        Progress {
+            writer: self.writer.clone(),
+        }
+    }
+
+    /// Handles batches from `rx` until it closes, then drains: every
+    /// submitted record is stored or dead-lettered, and every dead letter
+    /// written, before this returns.
+    pub async fn run(self, rx: mpsc::Receiver<Vec<Record>>) -> Result<Report, WorkerError> {
+        let DataPath {
+            manager: _,
+            writer,
+            writer_task,
+            dead_task,
+            pipeline,
+        } = self;
+        let counts = pipeline.run(rx).await;
+        // The pipeline holds a writer handle and the dead-letter queue;
+        // dropping it lets the dead-letter task end once written out.
+        drop(pipeline);
+        // A handle kept for the final counters; close() ends the writer
+        // whatever other handles exist.
+        let stats_handle = writer.clone();
+        writer.close();
+        let written = writer_task.await.map_err(|source| WorkerError::Task {
+            task: "writer",
+            source,
+        })?;
+        dead_task.await.map_err(|source| WorkerError::Task {
+            task: "dead-letter",
+            source,
+        })?;
+        let counts = counts?;
+        written?;
+        let stats = stats_handle.stats();
+        Ok(Report {
+            records: counts.records,
+            submitted: counts.submitted,
+            stored: stats.stored,
+            dead_lettered_unroutable: counts.dead_lettered,
+            dead_lettered_by_writer: stats.dead_lettered,
+            throttled_calls: stats.throttled_calls,
+        })
+    }
+}
+
+/// A worker ready to run: data path wired, telemetry address bound.
+#[derive(Debug)]
+pub struct Worker {
+    config: Config,
+    sdk: SdkConfig,
+    data: DataPath,
+    listener: TcpListener,
+    telemetry_addr: SocketAddr,
+}
+
+impl Worker {
+    /// Wires the worker for `config` with the AWS clients of `sdk`, creating
+    /// the current period tables and binding `telemetry.listen`.
+    pub async fn build(config: &Config, sdk: &SdkConfig) -> Result<Worker, WorkerError> {
+        let listen_error = |source| WorkerError::Listen {
+            listen: config.telemetry.listen.to_string(),
+            source,
+        };
+        let listener = TcpListener::bind(&config.telemetry.listen)
+            .await
+            .map_err(listen_error)?;
+        let telemetry_addr = listener.local_addr().map_err(listen_error)?;
+        let data = DataPath::start(config, sdk).await?;
+        Ok(Worker {
+            config: config.clone(),
+            sdk: sdk.clone(),
+            data,
+            listener,
+            telemetry_addr,
+        })
+    }
+
+    /// The bound telemetry address (`/metrics`, `/healthz`, `/readyz`);
+    /// useful when the config asked for port 0.
+    pub fn telemetry_addr(&self) -> SocketAddr {
+        self.telemetry_addr
+    }
+
+    /// Live counters of the worker.
+    pub fn progress(&self) -> Progress {
+        self.data.progress()
+    }
+
+    /// Runs until `shutdown` completes (or the source stops by itself), then
+    /// drains gracefully: nothing acknowledged is lost, nothing
+    /// unacknowledged is checkpointed. Returns what the run did; an error
+    /// when the source or the writer stopped with one (after the drain).
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<Report, WorkerError> {
+        let stop = CancellationToken::new();
+        let done = CancellationToken::new();
+        let trigger = stop.clone();
+        let finished = done.clone();
+        let watch = async move {
+            tokio::select! {
+                () = shutdown => trigger.cancel(),
+                () = finished.cancelled() => {}
+            }
+        };
+        let body = async {
+            let r = self.run_until(stop).await;
+            done.cancel();
+            r
+        };
+        let (result, ()) = tokio::join!(body, watch);
+        result
+    }
+
+    async fn run_until(self, shutdown: CancellationToken) -> Result<Report, WorkerError> {
+        let Worker {
+            config,
+            sdk,
+            data,
+            listener,
+            telemetry_addr,
+        } = self;
+        let prometheus = telemetry::install_recorder()?;
+        let readiness = Arc::new(Readiness::default());
+        let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
+        // Telemetry outlives the drain (/metrics stays up while draining).
+        let telemetry_stop = CancellationToken::new();
+        let telemetry_task = tokio::spawn(telemetry::serve(
+            listener,
+            prometheus,
+            readiness.clone(),
+            telemetry_stop.clone(),
+        ));
+        tokio::spawn(probe_dynamodb(
+            dynamodb.clone(),
+            readiness.clone(),
+            telemetry_stop.clone(),
+        ));
+        let maintenance = config.maintenance.enabled.then(|| {
+            let owner = match &config.source {
+                SourceConfig::Kinesis(k) => k.worker_id.clone(),
+                SourceConfig::Sqs(_) => default_worker_id(&process_env()),
+            };
+            let lease = MaintenanceLease::new(
+                dynamodb.clone(),
+                config.maintenance.coordinator_table.clone(),
+                owner,
+                config.maintenance.interval * 3,
+            );
+            tokio::spawn(maintain(
+                data.manager.clone(),
+                lease,
+                config.maintenance.interval,
+                shutdown.clone(),
+            ))
+        });
+
+        // A small channel: the pipeline's pace (the writer's backpressure)
+        // is what the sources read at.
+        let (tx, rx) = mpsc::channel(16);
+        let pipe = tokio::spawn(data.run(rx));
+        info!(listen = %telemetry_addr, "tidemark running");
+        readiness.source_running.store(true, Ordering::Relaxed);
+        let source_result: Result<(), WorkerError> = match config.source.clone() {
+            SourceConfig::Kinesis(k) => {
+                KinesisSource::new(k, aws_sdk_kinesis::Client::new(&sdk), dynamodb.clone())
+                    .run(tx, shutdown.clone())
+                    .await
+                    .map_err(Into::into)
+            }
+            SourceConfig::Sqs(s) => SqsSource::new(s, aws_sdk_sqs::Client::new(&sdk))
+                .run(tx, shutdown.clone())
+                .await
+                .map_err(Into::into),
+        };
+        readiness.source_running.store(false, Ordering::Relaxed);
+        let report = pipe.await.map_err(|source| WorkerError::Task {
+            task: "pipeline",
+            source,
+        })?;
+        // The source may have stopped by itself (an error): the maintenance
+        // loop stops on the same token.
+        shutdown.cancel();
+        if let Some(m) = maintenance {
+            m.await.map_err(|source| WorkerError::Task {
+                task: "maintenance",
+                source,
+            })?;
+        }
+        telemetry_stop.cancel();
+        telemetry_task.await.map_err(|source| WorkerError::Task {
+            task: "telemetry",
+            source,
+        })?;
+        let report = report?;
+        info!(
+            records = report.records,
+            stored = report.stored,
+            dead_lettered = report.dead_lettered_unroutable,
+            throttled_calls = report.throttled_calls,
+            "tidemark stopped"
+        );
+        source_result.map(|()| report)
+    }
+}
+
+/// Runs a maintenance round every interval while holding the maintenance
+/// lease; releases it at shutdown.
+async fn maintain(
+    manager: TableManager,
+    lease: MaintenanceLease,
+    interval: Duration,
+    shutdown: CancellationToken,
+) {
+    if let Err(e) = lease.ensure_table().await {
+        error!(error = %e, "maintenance disabled: cannot use the coordinator table");
+        return;
+    }
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            _ = tick.tick() => {}
+        }
+        match lease.try_acquire(Utc::now()).await {
+            Ok(true) => {
+                if let Err(e) = manager.round(Utc::now(), RoundKind::Rotate, false).await {
+                    warn!(error = %e, "maintenance round failed; retrying next round");
+                }
+            }
+            Ok(false) => {}
+            Err(e) => warn!(error = %e, "maintenance lease unavailable"),
+        }
+    }
+    if let Err(e) = lease.release().await {
+        warn!(error = %e, "releasing the maintenance lease failed; it expires by itself");
+    }
+}
+
+/// Keeps `dynamodb_reachable` current for /readyz with a cheap call.
+async fn probe_dynamodb(
+    client: aws_sdk_dynamodb::Client,
+    readiness: Arc<Readiness>,
+    shutdown: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(Duration::from_secs(15));
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let ok = client.list_tables().limit(1).send().await.is_ok();
+        readiness.dynamodb_reachable.store(ok, Ordering::Relaxed);
+    }
+}
