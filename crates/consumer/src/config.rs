@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Where a shard with no checkpoint starts.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case", tag = "type", deny_unknown_fields)]
 pub enum InitialPosition {
     /// The oldest record still in the stream (the safe default: nothing lost).
@@ -22,7 +22,7 @@ pub enum InitialPosition {
 }
 
 /// Configuration of [`KinesisSource`](crate::KinesisSource).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KinesisConfig {
     /// Stream name, or its ARN (`arn:aws:kinesis:...:stream/NAME`).
@@ -38,18 +38,22 @@ pub struct KinesisConfig {
     pub initial_position: InitialPosition,
     /// A lease not renewed for this long is free for others (KCL default 10 s).
     /// Leases are renewed every third of it.
+    #[schemars(with = "String")]
     #[serde(default = "default_failover_time", with = "humantime_serde")]
     pub failover_time: Duration,
     /// How often ListShards runs besides start and shard ends (KCL default 60 s).
+    #[schemars(with = "String")]
     #[serde(default = "default_shard_sync_interval", with = "humantime_serde")]
     pub shard_sync_interval: Duration,
     /// Shortest time between two checkpoint writes of a shard (5 s).
+    #[schemars(with = "String")]
     #[serde(default = "default_checkpoint_interval", with = "humantime_serde")]
     pub checkpoint_interval: Duration,
     /// Reading pauses while a shard has this many unacknowledged records.
     #[serde(default = "default_max_unacked_per_shard")]
     pub max_unacked_per_shard: usize,
     /// Wait between GetRecords calls of a caught-up shard (250 ms).
+    #[schemars(with = "String")]
     #[serde(default = "default_idle_poll", with = "humantime_serde")]
     pub idle_poll: Duration,
     /// Most leases this worker holds; none means no limit.
@@ -60,6 +64,7 @@ pub struct KinesisConfig {
     pub max_records_per_call: i32,
     /// At shutdown, how long to wait for in-flight acknowledgements before the
     /// final checkpoint (records after it are read again by the next owner).
+    #[schemars(with = "String")]
     #[serde(default = "default_shutdown_grace", with = "humantime_serde")]
     pub shutdown_grace: Duration,
 }

@@ -19,7 +19,9 @@ use crate::reason::Reason;
 use crate::timefmt;
 
 /// How the timestamp field is written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum TimestampFormat {
     /// RFC 3339 strings; numbers (or numeric strings) of magnitude below 1e11
@@ -41,14 +43,14 @@ pub enum TimestampFormat {
 /// A field name containing dots is a path into nested objects
 /// (`meta.device.id`), unless the record has a top-level field with exactly
 /// that name, which wins.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EventConfig {
     /// Field holding the entity id (device, sensor, user): a non-empty string,
-    /// or a number (kept as its text). Default `deviceId` (seed 004).
+    /// or a number (kept as its text). Default `deviceId`.
     #[serde(default = "default_entity_field")]
     pub entity_field: String,
-    /// Field holding the event time. Default `timestamp` (seed 004).
+    /// Field holding the event time. Default `timestamp`.
     #[serde(default = "default_timestamp_field")]
     pub timestamp_field: String,
     /// Field holding a producer-assigned event id (string or number). When it

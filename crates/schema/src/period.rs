@@ -21,7 +21,18 @@ const FIRST_MONDAY_MS: i64 = 4 * DAY_MS;
 
 /// How much time one table covers (UTC).
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Default,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
 )]
 #[serde(rename_all = "snake_case")]
 pub enum Period {
@@ -31,7 +42,7 @@ pub enum Period {
     SixHours,
     /// Twelve hours starting at 00 and 12.
     TwelveHours,
-    /// One day (seed 002's daily tables).
+    /// One day.
     #[default]
     Day,
     /// One ISO week, Monday to Sunday.
@@ -444,7 +455,7 @@ impl Lifecycle {
 }
 
 /// Provisioned capacity of a table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Capacity {
     /// Read capacity units.
@@ -453,11 +464,11 @@ pub struct Capacity {
     pub write: u64,
 }
 
-/// Provisioned capacity per lifecycle state. Defaults are seed 002's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// Provisioned capacity per lifecycle state, as `{ read, write }` units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CapacityTiers {
-    /// Prebuilt next table: created at full write capacity (as seed 002).
+    /// Prebuilt next table: created at the active capacity, so it takes the full load at the boundary.
     #[serde(default = "tier_active")]
     pub prebuild: Capacity,
     /// Current table: 1,000 WCU / 300 RCU.
@@ -520,7 +531,9 @@ impl CapacityTiers {
 }
 
 /// How tables are billed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(tag = "mode", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Billing {
     /// Provisioned capacity, resized per [`CapacityTiers`].

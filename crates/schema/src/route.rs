@@ -31,7 +31,7 @@ use crate::timefmt;
 use crate::wire::{WireItem, write_str, write_tagged_str};
 
 /// Names of the non-key attributes every item carries.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ItemAttributes {
     /// Entity id (S). Default `entity_id`.
@@ -78,10 +78,12 @@ const fn default_future_skew() -> Duration {
 
 /// Everything needed to route an event. In TOML the key strategy is a table:
 /// `[key]` with `strategy = "time_bucket"`, `shards = 10`, `bucket = "hour"`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RouterConfig {
-    /// Which record fields are the entity id, timestamp and event id.
+    /// Which record fields are the entity id, timestamp and event id. In the
+    /// `tidemark` worker's file this is the top-level `[event]` table, which
+    /// replaces any value written here.
     #[serde(default)]
     pub event: EventConfig,
     /// Key strategy. Default `entity`.
@@ -100,6 +102,7 @@ pub struct RouterConfig {
     pub period: Period,
     /// How long data is kept: a table expires this long after its period
     /// ends, and the TTL attribute is event time + retention. Default 30d.
+    #[schemars(with = "String")]
     #[serde(with = "humantime_serde", default = "period::default_retention")]
     pub retention: Duration,
     /// TTL attribute name (N, epoch seconds); none when unset.
@@ -107,13 +110,16 @@ pub struct RouterConfig {
     pub ttl_attribute: Option<String>,
     /// How long after its period ends a table keeps write capacity for late
     /// events. Default 15m. Must not exceed `retention`.
+    #[schemars(with = "String")]
     #[serde(with = "humantime_serde", default = "period::default_grace")]
     pub late_arrival_grace: Duration,
     /// How long before its period starts a table is created. Default 15m.
+    #[schemars(with = "String")]
     #[serde(with = "humantime_serde", default = "period::default_prebuild_ahead")]
     pub prebuild_ahead: Duration,
     /// Events further ahead of now than this are dead-lettered. Default 5m.
     /// At most `prebuild_ahead`, so an accepted event's table already exists.
+    #[schemars(with = "String")]
     #[serde(with = "humantime_serde", default = "default_future_skew")]
     pub max_future_skew: Duration,
 }

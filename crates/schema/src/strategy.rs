@@ -131,12 +131,12 @@ pub fn random_suffix_of(entity_id: &str, event_id: &str, shards: u32) -> u32 {
 }
 
 /// Time bucket of the `time_bucket` strategy's partition key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Bucket {
     /// `YYYY-MM-DDTHH:MM`.
     Minute,
-    /// `YYYY-MM-DDTHH` (seed 003's `%Y-%m-%dT%H`).
+    /// `YYYY-MM-DDTHH`.
     Hour,
     /// `YYYY-MM-DD`.
     Day,
@@ -193,10 +193,12 @@ impl Bucket {
 
 /// How items are keyed. Internally tagged: in TOML,
 /// `strategy = "time_bucket"`, `shards = 10`, `bucket = "hour"`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(tag = "strategy", rename_all = "snake_case", deny_unknown_fields)]
 pub enum KeyStrategy {
-    /// Partition key = entity id (seed 004). One partition per entity: an
+    /// Partition key = entity id. One partition per entity: an
     /// entity must stay under 1,000 WCU.
     #[default]
     Entity,
@@ -206,13 +208,13 @@ pub enum KeyStrategy {
         /// Number of suffixes (1..=10,000).
         shards: u32,
     },
-    /// Partition key = `{entity}#{H(event id) mod shards}` (seed 003 pattern 2).
+    /// Partition key = `{entity}#{H(event id) mod shards}`: deterministic from the event id.
     CalculatedSuffix {
         /// Number of suffixes (1..=10,000).
         shards: u32,
     },
     /// Partition key = `{H(entity) mod shards}#{bucket}`, sort key starts with
-    /// the entity id (seed 003 pattern 3, the hybrid).
+    /// the entity id (a hash of the entity spreads entities over `shards` partitions per bucket).
     TimeBucket {
         /// Number of shard prefixes (1..=10,000).
         shards: u32,
@@ -222,7 +224,7 @@ pub enum KeyStrategy {
 }
 
 /// Names of the key attributes in the tables.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KeyAttributes {
     /// Partition key attribute (type S). Default `pk`.

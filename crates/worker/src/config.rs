@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use tidemark_consumer::config::KinesisConfig;
 use tidemark_consumer::sqs::SqsConfig;
 use tidemark_schema::event::EventConfig;
@@ -23,7 +23,7 @@ use crate::deadletter::DeadLetterConfig;
 pub const ENV_PREFIX: &str = "TIDEMARK__";
 
 /// The whole configuration.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Where records come from.
@@ -54,7 +54,7 @@ pub struct Config {
 }
 
 /// The source section: `kind = "kinesis"` or `kind = "sqs"` plus its keys.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum SourceConfig {
     /// A Kinesis data stream, read with leases in a KCL-format table.
@@ -64,7 +64,9 @@ pub enum SourceConfig {
 }
 
 /// What happens to tables past retention.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ExpiryAction {
     /// Delete the table.
@@ -75,13 +77,14 @@ pub enum ExpiryAction {
 }
 
 /// Table maintenance settings.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct MaintenanceConfig {
     /// Run maintenance rounds in `run` (only the worker holding the
     /// maintenance lease does). Default true.
     pub enabled: bool,
     /// Time between rounds. Default 60s.
+    #[schemars(with = "String")]
     #[serde(with = "humantime_serde")]
     pub interval: Duration,
     /// Delete or only tag tables past retention. Default `delete`.
@@ -103,7 +106,9 @@ impl Default for MaintenanceConfig {
 }
 
 /// Log output format.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum LogFormat {
     /// Human-readable on a terminal, JSON otherwise.
@@ -116,7 +121,7 @@ pub enum LogFormat {
 }
 
 /// Metrics, health and log settings.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct TelemetryConfig {
     /// Address of the HTTP server for `/metrics`, `/healthz`, `/readyz`.

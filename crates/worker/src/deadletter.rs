@@ -110,7 +110,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// Where dead letters go.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum DeadLetterConfig {
     /// An SQS queue (standard or FIFO); one message per entry.

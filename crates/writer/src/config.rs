@@ -9,12 +9,13 @@ use serde::Deserialize;
 
 /// How the writer batches, paces and retries. Every field has a default, so an
 /// empty table (`[writer]`) is a valid configuration.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct WriterConfig {
     /// Longest time a submission waits for its batch to fill before the batch
     /// is sent anyway. Default `50ms`: long enough to fill 25-item
     /// batches at a few hundred items/s, short next to DynamoDB's latency budget.
+    #[schemars(with = "String")]
     #[serde(with = "humantime_serde")]
     pub linger: Duration,
     /// Most submissions accepted but not yet completed, across all tables;
@@ -33,23 +34,30 @@ pub struct WriterConfig {
     pub max_concurrency_per_table: usize,
     /// First retry delay before jitter. Default `50ms` (AWS's
     /// guidance for DynamoDB back-off starts at tens of milliseconds).
+    #[schemars(with = "String")]
     #[serde(with = "humantime_serde")]
     pub backoff_base: Duration,
     /// Longest retry delay before jitter. Default `5s`.
+    #[schemars(with = "String")]
     #[serde(with = "humantime_serde")]
     pub backoff_cap: Duration,
     /// How often each table's provisioned capacity is re-read with
     /// DescribeTable. Default `1m`.
+    #[schemars(with = "String")]
     #[serde(with = "humantime_serde")]
     pub capacity_refresh: Duration,
     /// Deadline of one BatchWriteItem or DescribeTable call;
     /// a call past it counts as a transient error and is retried. Default `10s`.
+    #[schemars(with = "String")]
     #[serde(with = "humantime_serde")]
     pub call_timeout: Duration,
     /// Name of the partition key attribute, used to match UnprocessedItems back
-    /// to submissions. Default `"pk"`.
+    /// to submissions. Default `"pk"`. The `tidemark` worker always sets it
+    /// from `schema.key_attributes.pk`; a value written here is replaced.
     pub pk_attribute: String,
-    /// Name of the sort key attribute. Default `"sk"`.
+    /// Name of the sort key attribute. Default `"sk"`. The `tidemark` worker
+    /// always sets it from `schema.key_attributes.sk`; a value written here is
+    /// replaced.
     pub sk_attribute: String,
 }
 

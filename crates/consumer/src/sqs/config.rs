@@ -16,7 +16,7 @@ pub const MAX_VISIBILITY_TIMEOUT: Duration = Duration::from_secs(12 * 3600);
 pub const MAX_IN_FLIGHT_STANDARD: usize = 120_000;
 
 /// Configuration of [`SqsSource`](super::SqsSource).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SqsConfig {
     /// Queue URL, e.g. `https://sqs.eu-west-1.amazonaws.com/123456789012/events`.
@@ -27,15 +27,18 @@ pub struct SqsConfig {
     #[serde(default = "default_max_receivers")]
     pub max_receivers: usize,
     /// Long-poll wait of each ReceiveMessage (whole seconds, at most 20 s).
+    #[schemars(with = "String")]
     #[serde(default = "default_wait_time", with = "humantime_serde")]
     pub wait_time: Duration,
     /// Visibility timeout asked for on receive and on every extension (whole
     /// seconds, 1 s to 12 h). Shorter means faster redelivery after a crash,
     /// at the cost of more heartbeat calls.
+    #[schemars(with = "String")]
     #[serde(default = "default_visibility_timeout", with = "humantime_serde")]
     pub visibility_timeout: Duration,
     /// A message in flight gets its visibility extended once less than this
     /// is left of it. Must be below `visibility_timeout`.
+    #[schemars(with = "String")]
     #[serde(default = "default_heartbeat_margin", with = "humantime_serde")]
     pub heartbeat_margin: Duration,
     /// Most messages received and not yet deleted or released: receiving
@@ -46,17 +49,21 @@ pub struct SqsConfig {
     /// visibility is set to the retry back-off so it comes back later (its
     /// acknowledgement was dropped somewhere). Heartbeats keep slower but live
     /// writes invisible up to this bound.
+    #[schemars(with = "String")]
     #[serde(default = "default_max_processing_time", with = "humantime_serde")]
     pub max_processing_time: Duration,
     /// Back-off of a given-up message, before its second receive (doubles per
     /// receive, with jitter).
+    #[schemars(with = "String")]
     #[serde(default = "default_retry_backoff_min", with = "humantime_serde")]
     pub retry_backoff_min: Duration,
     /// Back-off cap of a given-up message.
+    #[schemars(with = "String")]
     #[serde(default = "default_retry_backoff_max", with = "humantime_serde")]
     pub retry_backoff_max: Duration,
     /// At shutdown, how long to wait for in-flight messages to be stored and
     /// deleted; those still unfinished are then made visible again at once.
+    #[schemars(with = "String")]
     #[serde(default = "default_shutdown_grace", with = "humantime_serde")]
     pub shutdown_grace: Duration,
 }

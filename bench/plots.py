@@ -1,0 +1,128 @@
+"""Draws the documentation's plots from the benchmarks' output in bench/out/.
+
+    bench/plots.py [--out docs/images]
+
+Reads what bench/writer-capacity, bench/hot-partition and bench/pipeline-cpu
+wrote (CSV time series and JSON summaries) and writes, for each benchmark
+whose output is present:
+
+- writer-capacity.png: goodput and throttled/partial requests over time,
+  Tidemark writer against the boto3 batch_writer loop;
+- hot-partition.png: goodput by partition-key layout, per-partition items;
+- pipeline-cpu.png: CPU-microseconds per record, Tidemark against boto3.
+
+Run it with moto's venv (it has matplotlib once a benchmark ran):
+localstack/.cache/venv/bin/python bench/plots.py --out docs/images
+"""
+import argparse
+import csv
+import json
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "out")
+
+
+def rows(path):
+    with open(path, newline="") as f:
+        return [{k: float(v) if v else 0.0 for k, v in r.items()} for r in csv.DictReader(f)]
+
+
+def writer_capacity(dest):
+    series = {}
+    for name, label in (("tidemark-writer", "Tidemark writer"), ("boto3-batch_writer", "boto3 batch_writer loop")):
+        path = os.path.join(OUT, f"writer-capacity-{name}.csv")
+        if not os.path.exists(path):
+            return False
+        series[label] = rows(path)
+    fig, (a, b) = plt.subplots(2, 1, figsize=(8, 5.5), sharex=True)
+    for label, rs in series.items():
+        a.plot([r["t"] for r in rs], [r["wcu"] for r in rs], label=label)
+        b.plot([r["t"] for r in rs], [r["req_throttled"] for r in rs], label=f"{label}: throttled (400)")
+        b.plot([r["t"] for r in rs], [r["req_partial"] for r in rs], linestyle=":",
+               label=f"{label}: partial (UnprocessedItems)")
+    a.axhline(1000, color="grey", linestyle="--", label="provisioned 1,000 WCU/s")
+    a.set_ylabel("goodput (WCU/s)")
+    b.set_ylabel("requests/s")
+    b.set_xlabel("seconds since start")
+    a.set_title("1,000 WCU table offered 2,000 items/s: goodput and throttling")
+    a.legend(fontsize=8)
+    b.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(dest, "writer-capacity.png"), dpi=90)
+    plt.close(fig)
+    return True
+
+
+def hot_partition(dest):
+    path = os.path.join(OUT, "hot-partition.json")
+    if not os.path.exists(path):
+        return False
+    with open(path) as f:
+        res = json.load(f)
+    labels = {"time": "time only\n(one hour = one key)", "time_bucket:10": "time_bucket,\n10 shards"}
+    names = [k for k in ("time", "time_bucket:10") if k in res]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 4))
+    a.bar([labels[k] for k in names], [res[k]["goodput_wcu_s"] for k in names], color=["tab:red", "tab:green"])
+    a.axhline(10000, color="grey", linestyle="--", label="table capacity 10,000 WCU/s")
+    a.axhline(1000, color="grey", linestyle=":", label="one partition: 1,000 WCU/s")
+    a.set_ylabel("goodput (WCU/s)")
+    a.set_title("goodput by partition-key layout")
+    a.legend(fontsize=8)
+    width = 0.4
+    for i, k in enumerate(names):
+        parts = res[k].get("per_partition_items", [])
+        b.bar([p + (i - 0.5) * width for p in range(len(parts))], parts, width, label=labels[k].replace("\n", " "))
+    b.set_xlabel("partition")
+    b.set_ylabel("items stored")
+    b.set_title("items per partition (10 partitions)")
+    b.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(dest, "hot-partition.png"), dpi=90)
+    plt.close(fig)
+    return True
+
+
+def pipeline_cpu(dest):
+    path = os.path.join(OUT, "pipeline-cpu.json")
+    if not os.path.exists(path):
+        return False
+    with open(path) as f:
+        res = json.load(f)
+    t, b = res["tidemark"], res["boto3"]
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    labels = [f"Tidemark (tidemark replay)\nmedian of {t.get('runs', 1)}", "boto3 batch_writer loop"]
+    values = [t["cpu_us_per_record"], b["cpu_us_per_record"]]
+    bars = ax.barh(labels, values, color=["tab:green", "tab:grey"])
+    for bar, v in zip(bars, values):
+        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {v:.2f} µs", va="center")
+    ax.set_xlabel("CPU-microseconds per record (user + system), lower is better")
+    ax.set_title(f"CPU per record, {t['records']:,} records")
+    ax.set_xlim(0, max(values) * 1.2)
+    fig.tight_layout()
+    fig.savefig(os.path.join(dest, "pipeline-cpu.png"), dpi=90)
+    plt.close(fig)
+    return True
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=os.path.join(HERE, "..", "docs", "images"), help="where the images go")
+    args = p.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    drawn = [name for name, draw in (("writer-capacity", writer_capacity), ("hot-partition", hot_partition),
+                                     ("pipeline-cpu", pipeline_cpu)) if draw(args.out)]
+    missing = {"writer-capacity", "hot-partition", "pipeline-cpu"} - set(drawn)
+    print(f"drew {', '.join(drawn) or 'nothing'} into {args.out}")
+    if missing:
+        print(f"no output yet for {', '.join(sorted(missing))}: run bench/<name> first", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
