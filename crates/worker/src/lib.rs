@@ -15,7 +15,8 @@
 //!   delete or tag when expired) and creation of missing tables on demand.
 //! - [`telemetry`]: `/metrics` (Prometheus), `/healthz`, `/readyz`, and the
 //!   `healthcheck` client.
-//! - [`verify`]: reads produced events back from DynamoDB, content compared.
+//! - [`verify`]: reads produced events back from DynamoDB, content compared,
+//!   under an adaptive limit that cannot overload the backend.
 
 pub mod config;
 pub mod coordinator;

@@ -23,7 +23,7 @@ use tidemark_worker::produce::{ProduceSpec, Target};
 use tidemark_worker::query;
 use tidemark_worker::tables::{CreateMissingTables, RoundKind, TableManager, TablePolicy};
 use tidemark_worker::telemetry::{self, Readiness};
-use tidemark_worker::verify::verify;
+use tidemark_worker::verify::{VerifyError, VerifyOptions, verify};
 use tidemark_writer::Writer;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -69,7 +69,7 @@ enum Command {
     /// Check that every event of a manifest (from produce --manifest) is
     /// stored, with the right content, where `run` writes it.
     #[command(
-        after_help = "Example:\n  tidemark verify --config localstack/tidemark.toml --manifest produced.jsonl"
+        after_help = "Example:\n  tidemark verify --config localstack/tidemark.toml --manifest produced.jsonl\n\nExit status: 0 every event stored as produced, 1 some missing or different,\n69 DynamoDB unavailable (nothing answered for 120 s)."
     )]
     Verify(VerifyArgs),
     /// Read an entity's events back (parallel queries, merged in time order).
@@ -313,6 +313,11 @@ fn main() -> std::process::ExitCode {
             // `{:#}` prints the whole cause chain on one line, without the
             // backtrace anyhow would add under RUST_BACKTRACE.
             eprintln!("error: {e:#}");
+            // EX_UNAVAILABLE: the backend, not the data, is the problem, so
+            // a caller (scripts/demo) can tell "try later" from "missing".
+            if let Some(VerifyError::Unavailable { .. }) = e.downcast_ref::<VerifyError>() {
+                return std::process::ExitCode::from(69);
+            }
             std::process::ExitCode::FAILURE
         }
     }
@@ -580,7 +585,14 @@ async fn cmd_verify(config: &Config, args: &VerifyArgs) -> Result<()> {
         .filter(|l| !l.trim().is_empty())
         .map(|l| l.as_bytes().to_vec())
         .collect();
-    let report = verify(&aws_sdk_dynamodb::Client::new(&sdk), &router, &events).await?;
+    let options = VerifyOptions::for_sdk(&sdk);
+    let report = verify(
+        &aws_sdk_dynamodb::Client::new(&sdk),
+        &router,
+        &events,
+        &options,
+    )
+    .await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -592,7 +604,7 @@ async fn cmd_verify(config: &Config, args: &VerifyArgs) -> Result<()> {
             println!("  {e}");
         }
     }
-    if report.found != report.events {
+    if !report.complete() {
         bail!(
             "{} of {} events are not stored as produced",
             report.events - report.found,
