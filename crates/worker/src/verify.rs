@@ -271,7 +271,8 @@ where
     let mut last_success = Instant::now();
     let mut resume_at = Instant::now();
     let mut failures = 0u64;
-    let mut last_error = String::new();
+    // Named even when every call is still out at the deadline.
+    let mut last_error = String::from("no call finished");
     // Start time and window of the calls in flight, by call number.
     let mut starts: HashMap<u64, (Instant, u64)> = HashMap::new();
     let mut next_call = 0u64;
