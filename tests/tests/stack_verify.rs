@@ -180,4 +180,13 @@ async fn verify_finds_every_stored_item_and_reports_missing_and_changed_ones() {
         };
         assert!(listed, "unexpected example {example}");
     }
+    // The emulator is shared and keeps everything in memory.
+    for table in by_table.keys() {
+        client
+            .delete_table()
+            .table_name(table)
+            .send()
+            .await
+            .unwrap();
+    }
 }
