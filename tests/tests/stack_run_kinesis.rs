@@ -112,7 +112,7 @@ async fn run_stopped_mid_stream_then_restarted_loses_and_duplicates_nothing() {
     // Nothing lost: every event is there, with its content.
     let router = Router::new(config.schema.clone()).unwrap();
     let ddb = stack.dynamodb();
-    let verified = tidemark_worker::verify::verify(&ddb, &router, &manifest)
+    let verified = tidemark_worker::verify::verify(&ddb, &router, &manifest, &Default::default())
         .await
         .unwrap();
     assert_eq!(verified.found, EVENTS, "{verified:?}");

@@ -109,7 +109,7 @@ async fn sqs_run_stores_every_event_deletes_every_message_and_restarts_without_l
     assert_eq!(report1.dead_lettered() + report2.dead_lettered(), 0);
     let router = Router::new(config.schema.clone()).unwrap();
     let ddb = stack.dynamodb();
-    let verified = tidemark_worker::verify::verify(&ddb, &router, &manifest)
+    let verified = tidemark_worker::verify::verify(&ddb, &router, &manifest, &Default::default())
         .await
         .unwrap();
     assert_eq!(verified.found, EVENTS, "{verified:?}");

@@ -36,7 +36,8 @@
 //!   delete or tag when expired) and creation of missing tables on demand.
 //! - [`telemetry`]: `/metrics` (Prometheus, every metric described),
 //!   `/healthz`, `/readyz`, and the `healthcheck` client.
-//! - [`verify`]: reads produced events back from DynamoDB, content compared.
+//! - [`verify`]: reads produced events back from DynamoDB, content compared,
+//!   under an adaptive limit that cannot overload the backend.
 //!
 //! The binary (`src/main.rs`) only parses, loads the config, starts logs,
 //! dispatches to `src/cmd/<command>.rs` (each owning its clap arguments) and

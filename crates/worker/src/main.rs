@@ -7,6 +7,7 @@ mod cmd;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use tidemark_worker::config::{Config, LogFormat};
+use tidemark_worker::verify::VerifyError;
 
 /// Moves time-series events from Kinesis or SQS into per-period DynamoDB
 /// tables with write-sharded keys.
@@ -48,7 +49,7 @@ enum Command {
     /// Check that every event of a manifest (from produce --manifest) is
     /// stored, with the right content, where `run` writes it.
     #[command(
-        after_help = "Example:\n  tidemark verify --config localstack/tidemark.toml --manifest produced.jsonl"
+        after_help = "Example:\n  tidemark verify --config localstack/tidemark.toml --manifest produced.jsonl\n\nExit status: 0 every event stored as produced, 1 some missing or different,\n69 DynamoDB unavailable (nothing answered for 120 s)."
     )]
     Verify(cmd::verify::Args),
     /// Read an entity's events back (parallel queries, merged in time order).
@@ -93,6 +94,11 @@ fn main() -> std::process::ExitCode {
             // `{:#}` prints the whole cause chain on one line, without the
             // backtrace anyhow would add under RUST_BACKTRACE.
             eprintln!("error: {e:#}");
+            // EX_UNAVAILABLE: the backend, not the data, is the problem, so
+            // a caller (scripts/demo) can tell "try later" from "missing".
+            if let Some(VerifyError::Unavailable { .. }) = e.downcast_ref::<VerifyError>() {
+                return std::process::ExitCode::from(69);
+            }
             std::process::ExitCode::FAILURE
         }
     }

@@ -1,18 +1,34 @@
 //! Proof that events are stored: for each event of a manifest (one JSON
 //! event per line, as `produce --manifest` writes), compute where `run`
 //! writes it and read that item back with BatchGetItem, comparing content.
+//!
+//! Verification must not knock over the backend it checks (issue 29): the
+//! manifest gives every key, so reads are point reads (BatchGetItem, 100 keys
+//! a call), never Query pages that cost the emulator seconds each. Calls run
+//! with SDK retries off, under an adaptive limit ([`Aimd`]): it starts at
+//! [`VerifyOptions::initial_concurrency`], grows by one per window of fast
+//! successes, halves on a timeout, throttle or unprocessed keys, and each
+//! such signal pauses new calls for a full-jitter back-off. When no call has
+//! succeeded for [`VerifyOptions::unavailable_after`], verification stops
+//! with [`VerifyError::Unavailable`], distinct from a report of missing or
+//! differing items.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+use aws_config::retry::RetryConfig;
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::batch_get_item::BatchGetItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 use backon::BackoffBuilder;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use serde::Serialize;
 use tidemark_schema::route::{RouteCache, Router};
 use tidemark_schema::{Item, Origin};
+use tokio::time::Instant;
 
 /// Outcome of a verification.
 #[derive(Debug, Default, Clone, Serialize, PartialEq, Eq)]
@@ -31,16 +47,96 @@ pub struct VerifyReport {
     pub examples: Vec<String>,
 }
 
-/// Errors verifying.
+impl VerifyReport {
+    /// Whether every event of the manifest is stored as produced.
+    pub fn complete(&self) -> bool {
+        self.found == self.events
+    }
+}
+
+/// Errors verifying. Missing or differing items are not errors: they are
+/// counted in the [`VerifyReport`].
 #[derive(Debug, thiserror::Error)]
-#[error("verify: {0}")]
-pub struct VerifyError(String);
+pub enum VerifyError {
+    /// The backend answered nothing useful (timeouts, throttles, refused
+    /// connections, 5xx) for the whole [`VerifyOptions::unavailable_after`]
+    /// window: whether the items are stored is unknown.
+    #[error(
+        "DynamoDB at {endpoint} unavailable: no successful read for {}s ({failures} calls failed; last error: {last})",
+        waited.as_secs()
+    )]
+    Unavailable {
+        /// The endpoint verified against ([`VerifyOptions::endpoint`]).
+        endpoint: String,
+        /// How long no call succeeded.
+        waited: Duration,
+        /// Calls that failed in that time.
+        failures: u64,
+        /// The last failure.
+        last: String,
+    },
+    /// An error retrying cannot fix (access denied, a malformed request).
+    #[error("verify: {0}")]
+    Failed(String),
+}
+
+/// How verification reads: limits, timeouts and the endpoint's name.
+#[derive(Debug, Clone)]
+pub struct VerifyOptions {
+    /// The endpoint's name in errors (a URL, or the region's endpoint).
+    pub endpoint: String,
+    /// Calls in flight at the start.
+    pub initial_concurrency: usize,
+    /// Most calls in flight, however fast the backend answers.
+    pub max_concurrency: usize,
+    /// Longest wait for one call (made once: SDK retries are off).
+    pub attempt_timeout: Duration,
+    /// Give up with [`VerifyError::Unavailable`] after this long without a
+    /// successful call.
+    pub unavailable_after: Duration,
+}
+
+impl Default for VerifyOptions {
+    fn default() -> Self {
+        VerifyOptions {
+            endpoint: "the default DynamoDB endpoint".into(),
+            initial_concurrency: 2,
+            max_concurrency: 8,
+            // Generous for the local emulator, which serves one request at
+            // a time: a call may wait behind the worker's own.
+            attempt_timeout: Duration::from_secs(30),
+            unavailable_after: Duration::from_secs(120),
+        }
+    }
+}
+
+impl VerifyOptions {
+    /// The defaults, with the endpoint named as the SDK resolves it:
+    /// `AWS_ENDPOINT_URL_DYNAMODB`, then `AWS_ENDPOINT_URL`, else the region's.
+    pub fn for_sdk(sdk: &aws_config::SdkConfig) -> VerifyOptions {
+        let endpoint = std::env::var("AWS_ENDPOINT_URL_DYNAMODB")
+            .ok()
+            .or_else(|| sdk.endpoint_url().map(str::to_owned))
+            .unwrap_or_else(|| {
+                let region = sdk.region().map(ToString::to_string).unwrap_or_default();
+                format!("the DynamoDB endpoint of region {region:?}")
+            });
+        VerifyOptions {
+            endpoint,
+            ..VerifyOptions::default()
+        }
+    }
+}
+
+/// A table's (partition key, sort key) of one item.
+type Key = (String, String);
 
 /// Verifies `events` (raw JSON each) against DynamoDB.
 pub async fn verify(
     client: &aws_sdk_dynamodb::Client,
     router: &Router,
     events: &[Vec<u8>],
+    options: &VerifyOptions,
 ) -> Result<VerifyReport, VerifyError> {
     let attrs = router.config().key_attributes.clone();
     let origin = Origin::Kinesis {
@@ -51,7 +147,7 @@ pub async fn verify(
     };
     let mut report = VerifyReport::default();
     // table -> expected items by (pk, sk)
-    let mut expected: HashMap<String, HashMap<(String, String), Item>> = HashMap::new();
+    let mut expected: HashMap<String, HashMap<Key, Item>> = HashMap::new();
     let mut cache = RouteCache::default();
     for raw in events {
         report.events += 1;
@@ -73,51 +169,39 @@ pub async fn verify(
             Ok((Err(_), _)) | Err(_) => report.unroutable += 1,
         }
     }
-    // Jobs read in parallel: verification of a large manifest is otherwise
-    // bound by round trips. A partition with many expected keys is read with
-    // paged Queries over its sort-key range (a handful of calls); the rest
-    // with BatchGetItem, 100 keys a call.
     let mut jobs = Vec::new();
     for (table, items) in &expected {
-        let mut by_pk: HashMap<&str, Vec<(String, String)>> = HashMap::new();
-        for key in items.keys() {
-            by_pk.entry(key.0.as_str()).or_default().push(key.clone());
-        }
-        let mut singles = Vec::new();
-        for (_, keys) in by_pk {
-            if keys.len() >= QUERY_THRESHOLD {
-                jobs.push(Job::Partition(table.clone(), keys));
-            } else {
-                singles.extend(keys);
-            }
-        }
-        for chunk in singles.chunks(100) {
-            jobs.push(Job::Keys(table.clone(), chunk.to_vec()));
+        // Sorted, so one call's keys sit together in the table.
+        let mut keys: Vec<Key> = items.keys().cloned().collect();
+        keys.sort_unstable();
+        for chunk in keys.chunks(BATCH_GET_KEYS) {
+            jobs.push(Job {
+                table: table.clone(),
+                keys: chunk.to_vec(),
+            });
         }
     }
-    let results: Vec<Result<JobResult, VerifyError>> = futures::stream::iter(jobs)
-        .map(|job| async {
-            match job {
-                Job::Keys(table, chunk) => {
-                    let stored = fetch(client, &table, &chunk, &attrs.pk, &attrs.sk).await?;
-                    Ok((table, chunk, stored))
-                }
-                Job::Partition(table, keys) => {
-                    let stored =
-                        query_partition(client, &table, &keys, &attrs.pk, &attrs.sk).await?;
-                    Ok((table, keys, stored))
-                }
-            }
-        })
-        .buffer_unordered(8)
-        .collect()
-        .await;
-    for r in results {
-        let (table, chunk, stored) = r?;
-        let items = &expected[&table];
-        for key in &chunk {
-            match stored.get(key) {
-                Some(item) if Some(item) == items.get(key) => report.found += 1,
+    // One attempt per call: a timed-out attempt the SDK resent would leave
+    // the backend working on the abandoned one as well.
+    let conf = client
+        .config()
+        .to_builder()
+        .retry_config(RetryConfig::disabled())
+        .timeout_config(crate::sdk::timeouts(options.attempt_timeout))
+        .build();
+    let once = aws_sdk_dynamodb::Client::from_conf(conf);
+    let (pk, sk) = (attrs.pk.as_str(), attrs.sk.as_str());
+    let stored = drive(jobs, options, |job| batch_get(&once, job, pk, sk)).await?;
+    let none = HashMap::new();
+    let mut tables: Vec<_> = expected.iter().collect();
+    tables.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    for (table, items) in tables {
+        let got = stored.get(table).unwrap_or(&none);
+        let mut keys: Vec<_> = items.iter().collect();
+        keys.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        for (key, want) in keys {
+            match got.get(key) {
+                Some(item) if item == want => report.found += 1,
                 Some(_) => {
                     report.mismatched += 1;
                     note(&mut report, format!("mismatch {table} {}|{}", key.0, key.1));
@@ -132,79 +216,329 @@ pub async fn verify(
     Ok(report)
 }
 
-/// Expected keys in one partition from which a Query beats point reads.
-const QUERY_THRESHOLD: usize = 200;
+/// Keys per BatchGetItem call (DynamoDB's limit).
+const BATCH_GET_KEYS: usize = 100;
 
-/// A job's table, the keys it looked for, and the items found by key.
-type JobResult = (
-    String,
-    Vec<(String, String)>,
-    HashMap<(String, String), Item>,
-);
-
-/// One unit of verification work.
-enum Job {
-    /// Point reads of up to 100 keys.
-    Keys(String, Vec<(String, String)>),
-    /// All expected keys of one partition (same pk), read by Query.
-    Partition(String, Vec<(String, String)>),
+/// One BatchGetItem's worth of keys in one table.
+#[derive(Debug, Clone)]
+struct Job {
+    table: String,
+    keys: Vec<Key>,
 }
 
-/// Reads one partition's items between the smallest and largest expected
-/// sort keys (consistent, all pages).
-async fn query_partition(
-    client: &aws_sdk_dynamodb::Client,
-    table: &str,
-    keys: &[(String, String)],
-    pk: &str,
-    sk: &str,
-) -> Result<HashMap<(String, String), Item>, VerifyError> {
-    let partition = keys.first().map(|k| k.0.clone()).unwrap_or_default();
-    let low = keys.iter().map(|k| &k.1).min().cloned().unwrap_or_default();
-    let high = keys.iter().map(|k| &k.1).max().cloned().unwrap_or_default();
-    let mut stored = HashMap::new();
-    let mut start = None;
+/// What one call returned.
+#[derive(Debug, Default)]
+struct Read {
+    /// Items found, by key.
+    items: HashMap<Key, Item>,
+    /// Keys DynamoDB did not read this time (throttled or over its limit).
+    unprocessed: Vec<Key>,
+}
+
+/// Why one call failed.
+#[derive(Debug)]
+enum CallError {
+    /// Timeouts, throttles, refused connections, 5xx: back off, try again.
+    Congestion(String),
+    /// The table does not exist: none of its items is stored.
+    MissingTable,
+    /// Retrying will not help.
+    Fatal(String),
+}
+
+/// Runs `jobs` through `read` under the adaptive limit and back-off; returns
+/// the items found, by table. Generic over `read` so the control loop is
+/// tested in simulated time against a scripted backend.
+async fn drive<F, Fut>(
+    jobs: Vec<Job>,
+    options: &VerifyOptions,
+    read: F,
+) -> Result<HashMap<String, HashMap<Key, Item>>, VerifyError>
+where
+    F: Fn(Job) -> Fut,
+    Fut: Future<Output = Result<Read, CallError>>,
+{
+    let mut queue: VecDeque<Job> = jobs.into();
+    let mut in_flight = FuturesUnordered::new();
+    let mut law = Aimd::new(
+        options.initial_concurrency,
+        options.max_concurrency,
+        // A success this fast shows spare capacity; a slower one holds the
+        // limit where it is.
+        options.attempt_timeout / 10,
+    );
+    let mut stored: HashMap<String, HashMap<Key, Item>> = HashMap::new();
+    let mut last_success = Instant::now();
+    let mut resume_at = Instant::now();
+    let mut failures = 0u64;
+    // Named even when every call is still out at the deadline.
+    let mut last_error = String::from("no call finished");
+    // Start time and window of the calls in flight, by call number.
+    let mut starts: HashMap<u64, (Instant, u64)> = HashMap::new();
+    let mut next_call = 0u64;
     loop {
-        let out = client
-            .query()
-            .table_name(table)
-            .consistent_read(true)
-            .key_condition_expression("#pk = :pk AND #sk BETWEEN :lo AND :hi")
-            .expression_attribute_names("#pk", pk)
-            .expression_attribute_names("#sk", sk)
-            .expression_attribute_values(":pk", AttributeValue::S(partition.clone()))
-            .expression_attribute_values(":lo", AttributeValue::S(low.clone()))
-            .expression_attribute_values(":hi", AttributeValue::S(high.clone()))
-            .set_exclusive_start_key(start.take())
-            .send()
-            .await;
-        let out = match out {
-            Ok(o) => o,
-            Err(e) if is_missing_table(&e) => return Ok(stored),
-            Err(e) => {
-                return Err(VerifyError(
-                    aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string(),
-                ));
+        if Instant::now() >= resume_at {
+            while in_flight.len() < law.limit() {
+                let Some(job) = queue.pop_front() else { break };
+                let window = law.window();
+                let call = read(job.clone());
+                let id = next_call;
+                next_call += 1;
+                starts.insert(id, (Instant::now(), window));
+                in_flight.push(async move { (id, job, window, call.await) });
+            }
+        }
+        if in_flight.is_empty() && queue.is_empty() {
+            return Ok(stored);
+        }
+        let give_up_at = last_success + options.unavailable_after;
+        let done = tokio::select! {
+            Some(done) = in_flight.next() => done,
+            () = tokio::time::sleep_until(resume_at), if Instant::now() < resume_at => continue,
+            () = tokio::time::sleep_until(give_up_at) => {
+                // In-flight calls are dropped: nobody waits for them.
+                return Err(VerifyError::Unavailable {
+                    endpoint: options.endpoint.clone(),
+                    waited: options.unavailable_after,
+                    failures,
+                    last: last_error,
+                });
             }
         };
-        for item in out.items() {
-            let get = |name: &str| {
-                item.get(name)
-                    .and_then(|v| v.as_s().ok())
-                    .cloned()
-                    .unwrap_or_default()
-            };
-            stored.insert((get(pk), get(sk)), item.clone());
+        let (id, job, window, result) = done;
+        let now = Instant::now();
+        let took = starts.remove(&id).map_or(Duration::ZERO, |(s, _)| now - s);
+        // A call out far longer than the others take is likely to time out,
+        // and on a backend that serves one request at a time it holds up
+        // the rest: cut now rather than when its timeout fires.
+        let stalled = starts
+            .values()
+            .filter(|(s, _)| now - *s > law.fast)
+            .map(|(_, w)| *w)
+            .max();
+        if let Some(w) = stalled {
+            law.on_congestion(w);
         }
-        match out.last_evaluated_key {
-            Some(k) if !k.is_empty() => start = Some(k),
-            _ => return Ok(stored),
+        let stalled = stalled.is_some();
+        match result {
+            Ok(read) => {
+                last_success = Instant::now();
+                law.on_success(took, stalled);
+                stored
+                    .entry(job.table.clone())
+                    .or_default()
+                    .extend(read.items);
+                if !read.unprocessed.is_empty() {
+                    // DynamoDB read only part: it is at its limit.
+                    law.on_congestion(window);
+                    resume_at = resume_at.max(Instant::now() + full_jitter(law.backoff()));
+                    queue.push_back(Job {
+                        table: job.table,
+                        keys: read.unprocessed,
+                    });
+                }
+            }
+            Err(CallError::MissingTable) => {
+                last_success = Instant::now();
+                law.on_success(took, stalled);
+            }
+            Err(CallError::Congestion(e)) => {
+                failures += 1;
+                last_error = e;
+                law.on_congestion(window);
+                resume_at = resume_at.max(Instant::now() + full_jitter(law.backoff()));
+                queue.push_front(job);
+            }
+            Err(CallError::Fatal(e)) => return Err(VerifyError::Failed(e)),
         }
     }
 }
 
+/// The concurrency law: additive increase, multiplicative decrease.
+///
+/// - A fast success adds `1 / limit`, so the limit grows by about one per
+///   window of fast calls, up to the cap; not while some call is slow.
+/// - A congestion signal halves the limit (never below 1) and lengthens the
+///   back-off; signals from calls launched before the last cut count once,
+///   so eight calls timing out together halve the limit once, not eight times.
+/// - A call still out after the fast threshold, while others finish, is a
+///   congestion signal too (its window's one cut), before its timeout fires.
+/// - After a cut the limit regrows to one below the level that was cut, and
+///   probes that level again only after [`PROBE_AFTER`] successes.
+/// - Each success shortens the back-off by one step: one lucky call does not
+///   reset it while the backend is still struggling.
+#[derive(Debug, Clone)]
+pub(crate) struct Aimd {
+    limit: f64,
+    max: f64,
+    fast: Duration,
+    /// Back-off steps: the delay cap is `BACKOFF_BASE * 2^(steps - 1)`.
+    steps: u32,
+    /// Bumped at every cut; a call carries the window it started in.
+    window: u64,
+    /// The limit when congestion last cut it.
+    ceiling: Option<f64>,
+    /// Successes since the last cut.
+    since_cut: u32,
+}
+
+/// Successes after a cut before the limit may again reach the level that
+/// caused it: probing that level costs timeouts, so it is done rarely.
+const PROBE_AFTER: u32 = 100;
+
+/// First back-off step.
+const BACKOFF_BASE: Duration = Duration::from_millis(200);
+/// Longest back-off.
+const BACKOFF_MAX: Duration = Duration::from_secs(10);
+
+impl Aimd {
+    pub(crate) fn new(initial: usize, max: usize, fast: Duration) -> Aimd {
+        let max = max.max(1) as f64;
+        Aimd {
+            limit: (initial.max(1) as f64).min(max),
+            max,
+            fast,
+            steps: 0,
+            window: 0,
+            ceiling: None,
+            since_cut: 0,
+        }
+    }
+
+    /// Calls allowed in flight.
+    pub(crate) fn limit(&self) -> usize {
+        self.limit.floor() as usize
+    }
+
+    /// The window a call launched now belongs to.
+    pub(crate) fn window(&self) -> u64 {
+        self.window
+    }
+
+    /// A call succeeded after `took`; `stalled` when another call is still
+    /// out after longer than the fast threshold (a timeout may be coming, so
+    /// this is no time to add load).
+    pub(crate) fn on_success(&mut self, took: Duration, stalled: bool) {
+        self.since_cut = self.since_cut.saturating_add(1);
+        let cap = match self.ceiling {
+            Some(c) if self.since_cut < PROBE_AFTER => (c - 1.0).max(1.0).min(self.max),
+            _ => self.max,
+        };
+        if took <= self.fast && !stalled && self.limit < cap {
+            self.limit = (self.limit + 1.0 / self.limit).min(cap);
+        }
+        self.steps = self.steps.saturating_sub(1);
+    }
+
+    /// A call launched in `window` timed out or was throttled.
+    pub(crate) fn on_congestion(&mut self, window: u64) {
+        if window == self.window {
+            self.ceiling = Some(self.limit.floor());
+            self.since_cut = 0;
+            self.limit = (self.limit / 2.0).max(1.0);
+            self.steps = (self.steps + 1).min(16);
+            self.window += 1;
+        }
+    }
+
+    /// The current back-off's upper bound (zero when none is due).
+    pub(crate) fn backoff(&self) -> Duration {
+        match self.steps {
+            0 => Duration::ZERO,
+            n => BACKOFF_BASE
+                .saturating_mul(1 << (n - 1).min(10))
+                .min(BACKOFF_MAX),
+        }
+    }
+}
+
+/// A delay drawn uniformly from `[0, cap]` ("full jitter"): clients backing
+/// off together spread out instead of returning together.
+fn full_jitter(cap: Duration) -> Duration {
+    cap.mul_f64(fastrand::f64())
+}
+
+/// One BatchGetItem call (consistent) of `job`'s keys.
+async fn batch_get(
+    client: &aws_sdk_dynamodb::Client,
+    job: Job,
+    pk: &str,
+    sk: &str,
+) -> Result<Read, CallError> {
+    let ka = KeysAndAttributes::builder()
+        .set_keys(Some(key_maps(&job.keys, pk, sk)))
+        .consistent_read(true)
+        .build()
+        .map_err(|e| CallError::Fatal(e.to_string()))?;
+    let out = client
+        .batch_get_item()
+        .request_items(&job.table, ka)
+        .send()
+        .await
+        .map_err(|e| classify(&e))?;
+    let items = out
+        .responses()
+        .and_then(|r| r.get(&job.table))
+        .into_iter()
+        .flatten()
+        .map(|item| (key_of(item, pk, sk), item.clone()))
+        .collect();
+    let unprocessed = out
+        .unprocessed_keys()
+        .and_then(|u| u.get(&job.table))
+        .map(|k| k.keys().iter().map(|m| key_of(m, pk, sk)).collect())
+        .unwrap_or_default();
+    Ok(Read { items, unprocessed })
+}
+
+/// Sorts a failed call into back off, missing table, or give up.
+fn classify(e: &SdkError<BatchGetItemError>) -> CallError {
+    let text = aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string();
+    match e {
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
+            CallError::Congestion(text)
+        }
+        SdkError::ServiceError(s) => match s.err().code() {
+            Some("ResourceNotFoundException") => CallError::MissingTable,
+            Some(
+                "ProvisionedThroughputExceededException"
+                | "RequestLimitExceeded"
+                | "ThrottlingException"
+                | "InternalServerError",
+            ) => CallError::Congestion(text),
+            _ if s.raw().status().is_server_error() => CallError::Congestion(text),
+            _ => CallError::Fatal(text),
+        },
+        _ => CallError::Fatal(text),
+    }
+}
+
+/// The key attribute maps of `keys`.
+fn key_maps(keys: &[Key], pk: &str, sk: &str) -> Vec<HashMap<String, AttributeValue>> {
+    keys.iter()
+        .map(|(p, s)| {
+            HashMap::from([
+                (pk.to_string(), AttributeValue::S(p.clone())),
+                (sk.to_string(), AttributeValue::S(s.clone())),
+            ])
+        })
+        .collect()
+}
+
+/// The (pk, sk) of a stored item or key map.
+fn key_of(item: &HashMap<String, AttributeValue>, pk: &str, sk: &str) -> Key {
+    let get = |name: &str| {
+        item.get(name)
+            .and_then(|v| v.as_s().ok())
+            .cloned()
+            .unwrap_or_default()
+    };
+    (get(pk), get(sk))
+}
+
 /// Reads the items of `keys` in `table` (BatchGetItem, unprocessed keys
-/// retried); a missing table holds nothing.
+/// retried, the client's own retries as configured); a missing table holds
+/// nothing. For callers that pace themselves (the chaos checker).
 pub async fn fetch(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
@@ -212,15 +546,7 @@ pub async fn fetch(
     pk: &str,
     sk: &str,
 ) -> Result<HashMap<(String, String), Item>, VerifyError> {
-    let mut request: Vec<HashMap<String, AttributeValue>> = keys
-        .iter()
-        .map(|(p, s)| {
-            HashMap::from([
-                (pk.to_string(), AttributeValue::S(p.clone())),
-                (sk.to_string(), AttributeValue::S(s.clone())),
-            ])
-        })
-        .collect();
+    let mut request = key_maps(keys, pk, sk);
     let mut stored = HashMap::new();
     // Unprocessed keys are read again after a back-off with jitter.
     let mut delays = backon::ExponentialBuilder::default()
@@ -234,7 +560,7 @@ pub async fn fetch(
             .set_keys(Some(request))
             .consistent_read(true)
             .build()
-            .map_err(|e| VerifyError(e.to_string()))?;
+            .map_err(|e| VerifyError::Failed(e.to_string()))?;
         let out = match client
             .batch_get_item()
             .request_items(table, ka)
@@ -244,7 +570,7 @@ pub async fn fetch(
             Ok(o) => o,
             Err(e) if is_missing_table(&e) => break,
             Err(e) => {
-                return Err(VerifyError(
+                return Err(VerifyError::Failed(
                     aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string(),
                 ));
             }
@@ -255,13 +581,7 @@ pub async fn fetch(
             .into_iter()
             .flatten()
         {
-            let get = |name: &str| {
-                item.get(name)
-                    .and_then(|v| v.as_s().ok())
-                    .cloned()
-                    .unwrap_or_default()
-            };
-            stored.insert((get(pk), get(sk)), item.clone());
+            stored.insert(key_of(item, pk, sk), item.clone());
         }
         request = out
             .unprocessed_keys()
@@ -294,4 +614,377 @@ fn event_time(router: &Router, raw: &[u8], origin: &Origin) -> DateTime<Utc> {
         .ok()
         .and_then(|e| DateTime::from_timestamp_millis(e.timestamp_ms))
         .unwrap_or_else(Utc::now)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use std::cell::{Cell, RefCell};
+    use std::rc::Rc;
+
+    const FAST: Duration = Duration::from_secs(3);
+
+    #[test]
+    fn the_limit_grows_by_about_one_per_window_of_fast_successes_up_to_the_cap() {
+        let mut law = Aimd::new(2, 8, FAST);
+        assert_eq!(law.limit(), 2);
+        // 2 + 1/2 + 1/2.5 + 1/2.9: three fast successes, limit 3.
+        for _ in 0..3 {
+            law.on_success(Duration::from_millis(50), false);
+        }
+        assert_eq!(law.limit(), 3);
+        for _ in 0..1000 {
+            law.on_success(Duration::from_millis(50), false);
+        }
+        assert_eq!(law.limit(), 8, "capped");
+    }
+
+    #[test]
+    fn after_a_cut_the_limit_stays_below_the_level_cut_until_a_probe_is_due() {
+        let mut law = Aimd::new(4, 8, FAST);
+        law.on_congestion(law.window());
+        assert_eq!(law.limit(), 2);
+        for _ in 0..PROBE_AFTER - 1 {
+            law.on_success(Duration::from_millis(50), false);
+        }
+        assert_eq!(law.limit(), 3, "one below the level cut");
+        // 3 + 1/3 + 1/3.33 + 1/3.63 + 1/3.91: four more successes.
+        for _ in 0..4 {
+            law.on_success(Duration::from_millis(50), false);
+        }
+        assert_eq!(law.limit(), 4, "probing again");
+    }
+
+    #[test]
+    fn slow_successes_or_a_stalled_call_hold_the_limit() {
+        let mut law = Aimd::new(2, 8, FAST);
+        for _ in 0..100 {
+            law.on_success(Duration::from_secs(5), false);
+            law.on_success(Duration::from_millis(50), true);
+        }
+        assert_eq!(law.limit(), 2);
+    }
+
+    #[test]
+    fn congestion_halves_once_per_window_and_never_below_one() {
+        let mut law = Aimd::new(8, 8, FAST);
+        let w = law.window();
+        // Eight calls of one window time out together: one cut.
+        for _ in 0..8 {
+            law.on_congestion(w);
+        }
+        assert_eq!(law.limit(), 4);
+        law.on_congestion(law.window());
+        assert_eq!(law.limit(), 2);
+        law.on_congestion(law.window());
+        law.on_congestion(law.window());
+        law.on_congestion(law.window());
+        assert_eq!(law.limit(), 1);
+    }
+
+    #[test]
+    fn back_off_grows_per_cut_is_capped_and_one_success_does_not_reset_it() {
+        let mut law = Aimd::new(2, 8, FAST);
+        assert_eq!(law.backoff(), Duration::ZERO);
+        law.on_congestion(law.window());
+        assert_eq!(law.backoff(), BACKOFF_BASE);
+        law.on_congestion(law.window());
+        assert_eq!(law.backoff(), BACKOFF_BASE * 2);
+        for _ in 0..20 {
+            law.on_congestion(law.window());
+        }
+        assert_eq!(law.backoff(), BACKOFF_MAX);
+        law.on_success(Duration::from_millis(10), false);
+        assert_eq!(law.backoff(), BACKOFF_MAX, "one success is one step down");
+        for _ in 0..20 {
+            law.on_success(Duration::from_millis(10), false);
+        }
+        assert_eq!(law.backoff(), Duration::ZERO);
+    }
+
+    #[test]
+    fn full_jitter_stays_within_its_cap() {
+        let cap = Duration::from_secs(2);
+        let draws: Vec<Duration> = (0..1000).map(|_| full_jitter(cap)).collect();
+        assert!(draws.iter().all(|d| *d <= cap));
+        assert!(draws.iter().any(|d| *d < cap / 2), "spread, not a constant");
+    }
+
+    fn jobs(n: usize) -> Vec<Job> {
+        (0..n)
+            .map(|j| Job {
+                table: "t".into(),
+                keys: (0..100)
+                    .map(|k| (format!("p{j}"), format!("s{k:03}")))
+                    .collect(),
+            })
+            .collect()
+    }
+
+    fn all_found(job: &Job) -> Read {
+        Read {
+            items: job
+                .keys
+                .iter()
+                .map(|k| (k.clone(), HashMap::new()))
+                .collect(),
+            unprocessed: Vec::new(),
+        }
+    }
+
+    fn options() -> VerifyOptions {
+        VerifyOptions {
+            endpoint: "http://127.0.0.1:9".into(),
+            ..VerifyOptions::default()
+        }
+    }
+
+    /// A backend that serves `capacity` calls at a time in 100 ms. A call
+    /// beyond that is throttled at once (DynamoDB), or with `hang` waits
+    /// out the attempt timeout (an emulator or a connection that is stuck).
+    struct Backend {
+        capacity: usize,
+        hang: bool,
+        in_flight: Cell<usize>,
+        peak: Cell<usize>,
+        calls: Cell<usize>,
+        timeouts: Cell<usize>,
+    }
+
+    impl Backend {
+        fn new(capacity: usize, hang: bool) -> Rc<Backend> {
+            Rc::new(Backend {
+                capacity,
+                hang,
+                in_flight: Cell::new(0),
+                peak: Cell::new(0),
+                calls: Cell::new(0),
+                timeouts: Cell::new(0),
+            })
+        }
+
+        fn throttled_share(&self) -> f64 {
+            self.timeouts.get() as f64 / self.calls.get() as f64
+        }
+
+        async fn call(self: Rc<Self>, job: Job, timeout: Duration) -> Result<Read, CallError> {
+            self.calls.set(self.calls.get() + 1);
+            self.in_flight.set(self.in_flight.get() + 1);
+            self.peak.set(self.peak.get().max(self.in_flight.get()));
+            let overloaded = self.in_flight.get() > self.capacity;
+            let result = if overloaded && self.hang {
+                tokio::time::sleep(timeout).await;
+                self.timeouts.set(self.timeouts.get() + 1);
+                Err(CallError::Congestion("attempt timeout".into()))
+            } else if overloaded {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                self.timeouts.set(self.timeouts.get() + 1);
+                Err(CallError::Congestion("ThrottlingException".into()))
+            } else {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                Ok(all_found(&job))
+            };
+            self.in_flight.set(self.in_flight.get() - 1);
+            result
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_throttling_backend_gets_few_excess_calls_and_every_key_is_read() {
+        let backend = Backend::new(3, false);
+        let opts = options();
+        let stored = drive(jobs(200), &opts, |job| {
+            backend.clone().call(job, opts.attempt_timeout)
+        })
+        .await
+        .unwrap();
+        assert_eq!(stored["t"].len(), 200 * 100);
+        assert!(backend.peak.get() <= opts.max_concurrency);
+        // Each probe past capacity costs a throttle, then the limit halves
+        // and backs off: a few wasted calls over 200 jobs, not a storm.
+        let throttled = backend.throttled_share();
+        assert!(throttled < 0.05, "{throttled}");
+        assert_eq!(
+            backend.calls.get(),
+            200 + backend.timeouts.get(),
+            "only failed calls are repeated"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_backend_that_hangs_past_capacity_costs_few_timeouts() {
+        let backend = Backend::new(3, true);
+        let opts = options();
+        let stored = drive(jobs(200), &opts, |job| {
+            backend.clone().call(job, opts.attempt_timeout)
+        })
+        .await
+        .unwrap();
+        assert_eq!(stored["t"].len(), 200 * 100);
+        // Every probe of the 4th slot hangs the backend's whole queue (4
+        // timeouts); probes are PROBE_AFTER successes apart.
+        let timeouts = backend.timeouts.get();
+        assert!(timeouts <= 20, "{timeouts} timeouts");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fast_backend_is_read_at_the_cap() {
+        let backend = Backend::new(usize::MAX, false);
+        let opts = options();
+        let started = Instant::now();
+        drive(jobs(400), &opts, |job| {
+            backend.clone().call(job, opts.attempt_timeout)
+        })
+        .await
+        .unwrap();
+        assert_eq!(backend.peak.get(), opts.max_concurrency);
+        assert_eq!(backend.calls.get(), 400);
+        // 400 calls of 100 ms at (soon) 8 at a time: about 5 s, not 40 s.
+        assert!(
+            started.elapsed() < Duration::from_secs(8),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dead_backend_is_unavailable_at_the_deadline_with_few_calls() {
+        let backend = Backend::new(0, true);
+        let opts = VerifyOptions {
+            unavailable_after: Duration::from_secs(120),
+            ..options()
+        };
+        let started = Instant::now();
+        let err = drive(jobs(50), &opts, |job| {
+            backend.clone().call(job, opts.attempt_timeout)
+        })
+        .await
+        .unwrap_err();
+        assert_eq!(started.elapsed(), opts.unavailable_after);
+        let VerifyError::Unavailable {
+            endpoint,
+            failures,
+            last,
+            ..
+        } = &err
+        else {
+            panic!("{err:?}");
+        };
+        assert_eq!(endpoint, "http://127.0.0.1:9");
+        assert!(last.contains("attempt timeout"));
+        // 2 calls, then 1 at a time every 30 s plus back-off: about 5 in all.
+        assert!(backend.calls.get() <= 6, "{} calls", backend.calls.get());
+        assert!(*failures >= 3);
+        assert!(err.to_string().contains("http://127.0.0.1:9"), "{err}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn refused_calls_back_off_instead_of_spinning() {
+        let calls = Cell::new(0usize);
+        let opts = VerifyOptions {
+            unavailable_after: Duration::from_secs(60),
+            ..options()
+        };
+        let err = drive(jobs(5), &opts, |_job| {
+            calls.set(calls.get() + 1);
+            async { Err::<Read, _>(CallError::Congestion("connection refused".into())) }
+        })
+        .await
+        .unwrap_err();
+        assert!(matches!(err, VerifyError::Unavailable { .. }));
+        // Back-off capped at 10 s (mean 5 s) over 60 s: tens of calls, not
+        // the millions an instant retry loop would send.
+        assert!(calls.get() < 60, "{} calls", calls.get());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unprocessed_keys_are_read_again_after_a_back_off() {
+        let seen = RefCell::new(Vec::new());
+        let opts = options();
+        let stored = drive(jobs(4), &opts, |job| {
+            seen.borrow_mut().push(job.keys.len());
+            // The first read of each full job leaves its second half.
+            let read = if job.keys.len() == 100 {
+                let (done, rest) = job.keys.split_at(50);
+                Read {
+                    items: done.iter().map(|k| (k.clone(), HashMap::new())).collect(),
+                    unprocessed: rest.to_vec(),
+                }
+            } else {
+                all_found(&job)
+            };
+            async move { Ok(read) }
+        })
+        .await
+        .unwrap();
+        assert_eq!(stored["t"].len(), 400);
+        assert_eq!(seen.borrow().iter().filter(|n| **n == 50).count(), 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fatal_error_stops_at_once_and_a_missing_table_holds_nothing() {
+        let opts = options();
+        let err = drive(jobs(3), &opts, |_job| async {
+            Err::<Read, _>(CallError::Fatal("AccessDeniedException".into()))
+        })
+        .await
+        .unwrap_err();
+        assert!(matches!(err, VerifyError::Failed(ref e) if e.contains("AccessDenied")));
+        let stored = drive(jobs(3), &opts, |_job| async {
+            Err::<Read, _>(CallError::MissingTable)
+        })
+        .await
+        .unwrap();
+        assert!(stored.is_empty());
+    }
+
+    /// Real time, real SDK: nothing listens on the port, so every call is
+    /// refused; verify must give up at its deadline, naming the endpoint.
+    #[tokio::test]
+    async fn an_unreachable_endpoint_is_unavailable_within_the_deadline() {
+        use aws_config::{BehaviorVersion, Region};
+        use tidemark_schema::route::RouterConfig;
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let url = format!("http://127.0.0.1:{port}");
+        let sdk = aws_config::defaults(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+                "test", "test", None, None, "test",
+            ))
+            .load()
+            .await;
+        let client = aws_sdk_dynamodb::Client::from_conf(
+            aws_sdk_dynamodb::config::Builder::from(&sdk)
+                .endpoint_url(&url)
+                .build(),
+        );
+        let router = Router::new(RouterConfig::with_prefix("verify_unreachable")).unwrap();
+        let spec = crate::produce::ProduceSpec {
+            devices: 5,
+            count: 300,
+            hot_factor: 1,
+            seed: 7,
+        };
+        let events: Vec<Vec<u8>> = (0..spec.count)
+            .map(|n| serde_json::to_vec(&spec.event(n, Utc::now())).unwrap())
+            .collect();
+        let opts = VerifyOptions {
+            endpoint: url.clone(),
+            unavailable_after: Duration::from_secs(3),
+            ..VerifyOptions::default()
+        };
+        let started = std::time::Instant::now();
+        let err = verify(&client, &router, &events, &opts).await.unwrap_err();
+        let took = started.elapsed();
+        assert!(matches!(err, VerifyError::Unavailable { .. }), "{err:?}");
+        assert!(err.to_string().contains(&url), "{err}");
+        assert!(
+            took >= Duration::from_secs(3) && took < Duration::from_secs(5),
+            "{took:?}"
+        );
+    }
 }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use tidemark_schema::route::Router;
 use tidemark_worker::config::Config;
+use tidemark_worker::verify::{VerifyOptions, verify};
 
 /// Arguments of `verify`.
 #[derive(Debug, clap::Args)]
@@ -29,9 +30,14 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
         .filter(|l| !l.trim().is_empty())
         .map(|l| l.as_bytes().to_vec())
         .collect();
-    let report =
-        tidemark_worker::verify::verify(&aws_sdk_dynamodb::Client::new(&sdk), &router, &events)
-            .await?;
+    let options = VerifyOptions::for_sdk(&sdk);
+    let report = verify(
+        &aws_sdk_dynamodb::Client::new(&sdk),
+        &router,
+        &events,
+        &options,
+    )
+    .await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -43,7 +49,7 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
             println!("  {e}");
         }
     }
-    if report.found != report.events {
+    if !report.complete() {
         bail!(
             "{} of {} events are not stored as produced",
             report.events - report.found,
