@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use crate::batch::{Entry, TableQueue};
 use crate::config::WriterConfig;
-use crate::error::{ErrorClass, WriterError, classify_describe, classify_raw};
+use crate::error::{Failure, WriterError, classify_describe, classify_raw};
 use crate::rate::{Admit, CallFeedback, Capacity, RateController, RateParams};
 use crate::response::{self, BatchAnswer};
 use crate::stats::{SharedStats, TableStats};
@@ -339,7 +339,7 @@ impl TableTask {
                 }
             }
             Ok(Err(e)) => match classify_describe(&e) {
-                ErrorClass::Fatal { code, message } => {
+                Failure::Fatal { code, message } => {
                     return Err(WriterError::Fatal {
                         table: self.table.clone(),
                         code,
@@ -347,7 +347,7 @@ impl TableTask {
                     });
                 }
                 // Writes will meet it and ask the handler.
-                ErrorClass::TableMissing(_) => self.next_describe = now + self.cfg.backoff_cap,
+                Failure::TableMissing(_) => self.next_describe = now + self.cfg.backoff_cap,
                 other => {
                     tracing::warn!(table = %self.table, error = ?other, "DescribeTable failed; pacing at the initial rate");
                     self.next_describe = now + self.cfg.backoff_cap;
@@ -379,7 +379,7 @@ impl TableTask {
             failed: false,
         };
         let class = match result {
-            Err(_) => ErrorClass::Transient("call timed out".into()),
+            Err(_) => Failure::Transient("call timed out".into()),
             Ok(Ok(resp)) if resp.status == 200 => {
                 match response::parse(
                     &resp.body,
@@ -397,30 +397,30 @@ impl TableTask {
                     }
                     // What was stored is unknown: send it all again (puts
                     // are idempotent); never acknowledge what was not confirmed.
-                    Err(msg) => ErrorClass::Transient(msg),
+                    Err(msg) => Failure::Transient(msg),
                 }
             }
             Ok(Ok(resp)) => classify_raw(resp.status, &resp.body),
-            Ok(Err(TransportError::Unavailable(msg))) => ErrorClass::Transient(msg),
-            Ok(Err(TransportError::Invalid(msg))) => ErrorClass::Fatal {
+            Ok(Err(TransportError::Unavailable(msg))) => Failure::Transient(msg),
+            Ok(Err(TransportError::Invalid(msg))) => Failure::Fatal {
                 code: "RequestBuild".into(),
                 message: msg,
             },
         };
         match class {
-            ErrorClass::Throttled => {
+            Failure::Throttled => {
                 fb.throttled = true;
                 self.stats.throttled(0);
                 self.retry(batch, isolated, now);
             }
-            ErrorClass::Transient(msg) => {
+            Failure::Transient(msg) => {
                 tracing::debug!(table = %self.table, error = %msg, "transient BatchWriteItem failure");
                 fb.failed = true;
                 self.stats.transient();
                 self.retry(batch, isolated, now);
             }
-            ErrorClass::Invalid(msg) => self.bisect(batch, msg),
-            ErrorClass::TableMissing(msg) => {
+            Failure::Invalid(msg) => self.bisect(batch, msg),
+            Failure::TableMissing(msg) => {
                 tracing::info!(table = %self.table, message = %msg, "table missing; asking the handler");
                 self.missing_wait.push(batch);
                 if !self.handler_running {
@@ -430,7 +430,7 @@ impl TableTask {
                         .push(async move { Event::Missing(fut.await) }.boxed());
                 }
             }
-            ErrorClass::Fatal { code, message } => {
+            Failure::Fatal { code, message } => {
                 return Err(WriterError::Fatal {
                     table: self.table.clone(),
                     code,

@@ -56,7 +56,7 @@ use tracing::{debug, info, warn};
 
 pub use config::{SqsConfig, SqsConfigError};
 
-use crate::error::{AwsError, ErrorClass, classify};
+use crate::error::{AwsError, ErrorClass, HttpStatus};
 use crate::record::{Ack, AckTarget, Defect, Record};
 use config::MAX_RECEIVE_BATCH;
 use ledger::{Admit, Entry, Ledger, Phase, Released};
@@ -110,33 +110,14 @@ pub enum SqsError {
     Task(String),
 }
 
-/// Classifies an SQS error: SQS's own throttling and missing-queue codes,
-/// then the crate-wide rules.
+/// Wraps an SQS error; SQS's own throttling and missing-queue codes are in
+/// the shared lists of `tidemark-aws-errors`.
 fn sqs_error<E, R>(op: &'static str, err: &SdkError<E, R>) -> AwsError
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug,
+    R: HttpStatus + std::fmt::Debug,
 {
-    let mut e = AwsError::new(op, err);
-    e.class = match err {
-        SdkError::ServiceError(s) => match s.err().code() {
-            Some(
-                "RequestThrottled"
-                | "AWS.SimpleQueueService.RequestThrottled"
-                | "OverLimit"
-                | "KmsThrottled"
-                | "KmsThrottlingException",
-            ) => ErrorClass::Throttled,
-            Some(
-                "AWS.SimpleQueueService.NonExistentQueue"
-                | "QueueDoesNotExist"
-                | "AWS.SimpleQueueService.QueueDoesNotExist",
-            ) => ErrorClass::NotFound,
-            _ => classify(err),
-        },
-        _ => classify(err),
-    };
-    e
+    AwsError::new(op, err)
 }
 
 /// The ledger plus what every removal must update; the records' [`Ack`]s
