@@ -6,6 +6,8 @@
 //! - [`ErrorClass`]: what the caller should do about a failed call.
 //! - [`THROTTLING_CODES`], [`TRANSIENT_CODES`], [`INVALID_CODES`],
 //!   [`NOT_FOUND_CODES`]: the code lists, one per class.
+//! - [`ACCESS_DENIED_CODES`], [`is_access_denied`]: which fatal codes are
+//!   missing permissions.
 //! - [`classify_code`]: code and HTTP status to class (the rules).
 //! - [`classify`]: any `SdkError<E, R>` whose `E: ProvideErrorMetadata`.
 //! - [`classify_http`]: a raw HTTP error answer (status and JSON body with
@@ -112,6 +114,16 @@ pub const NOT_FOUND_CODES: &[&str] = &[
     "AWS.SimpleQueueService.NonExistentQueue",
     "AWS.SimpleQueueService.QueueDoesNotExist",
 ];
+
+/// Codes meaning the caller's identity may not make the call. They are
+/// [`ErrorClass::Fatal`]; [`is_access_denied`] tells them from other fatal
+/// codes for callers that give up on one item rather than stop.
+pub const ACCESS_DENIED_CODES: &[&str] = &["AccessDeniedException", "AccessDenied"];
+
+/// True when `code` says the caller lacks permission for the call.
+pub fn is_access_denied(code: Option<&str>) -> bool {
+    code.is_some_and(|c| ACCESS_DENIED_CODES.contains(&c))
+}
 
 /// Classifies by error code and HTTP status (`None` when unknown).
 pub fn classify_code(code: Option<&str>, status: Option<u16>) -> ErrorClass {
@@ -236,7 +248,10 @@ mod tests {
         cases.extend(NOT_FOUND_CODES.iter().map(|c| (*c, ErrorClass::NotFound)));
         cases.extend([
             ("ExpiredIteratorException", ErrorClass::ExpiredIterator),
-            ("ConditionalCheckFailedException", ErrorClass::ConditionFailed),
+            (
+                "ConditionalCheckFailedException",
+                ErrorClass::ConditionFailed,
+            ),
             ("AccessDeniedException", ErrorClass::Fatal),
             ("UnrecognizedClientException", ErrorClass::Fatal),
             ("AccessDenied", ErrorClass::Fatal),
@@ -245,14 +260,33 @@ mod tests {
         assert!(cases.len() > 35, "{}", cases.len());
         for (code, want) in cases {
             assert_eq!(classify_code(Some(code), Some(400)), want, "{code} at 400");
-            assert_eq!(classify_code(Some(code), None), want, "{code} without status");
+            assert_eq!(
+                classify_code(Some(code), None),
+                want,
+                "{code} without status"
+            );
         }
     }
 
     #[test]
+    fn access_denied_is_fatal_and_recognised() {
+        for code in ACCESS_DENIED_CODES {
+            assert!(is_access_denied(Some(code)), "{code}");
+            assert_eq!(classify_code(Some(code), Some(400)), ErrorClass::Fatal);
+        }
+        assert!(!is_access_denied(Some("UnrecognizedClientException")));
+        assert!(!is_access_denied(None));
+    }
+
+    #[test]
     fn no_list_holds_a_code_twice() {
-        let all: Vec<&str> = [THROTTLING_CODES, TRANSIENT_CODES, INVALID_CODES, NOT_FOUND_CODES]
-            .concat();
+        let all: Vec<&str> = [
+            THROTTLING_CODES,
+            TRANSIENT_CODES,
+            INVALID_CODES,
+            NOT_FOUND_CODES,
+        ]
+        .concat();
         let mut sorted = all.clone();
         sorted.sort_unstable();
         sorted.dedup();
@@ -271,7 +305,11 @@ mod tests {
             (None, None, ErrorClass::Retry),
             // A known code wins over the status.
             (Some("ValidationException"), Some(500), ErrorClass::Invalid),
-            (Some("ThrottlingException"), Some(500), ErrorClass::Throttled),
+            (
+                Some("ThrottlingException"),
+                Some(500),
+                ErrorClass::Throttled,
+            ),
         ];
         for (code, status, want) in cases {
             assert_eq!(classify_code(*code, *status), *want, "{code:?} {status:?}");
@@ -285,9 +323,18 @@ mod tests {
 
     #[test]
     fn sdk_errors_classify_by_kind_and_code() {
-        assert_eq!(classify(&service_error("ResourceNotFoundException")), ErrorClass::NotFound);
-        assert_eq!(classify(&service_error("ThrottlingException")), ErrorClass::Throttled);
-        assert_eq!(classify(&service_error("AccessDeniedException")), ErrorClass::Fatal);
+        assert_eq!(
+            classify(&service_error("ResourceNotFoundException")),
+            ErrorClass::NotFound
+        );
+        assert_eq!(
+            classify(&service_error("ThrottlingException")),
+            ErrorClass::Throttled
+        );
+        assert_eq!(
+            classify(&service_error("AccessDeniedException")),
+            ErrorClass::Fatal
+        );
         assert_eq!(error_code(&service_error("X")), Some("X"));
         let timeout: SdkError<DescribeTableError, ()> = SdkError::timeout_error("slow");
         assert_eq!(classify(&timeout), ErrorClass::Retry);
@@ -352,7 +399,12 @@ mod tests {
         ];
         for (status, body, class, code, message) in cases {
             let got = classify_http(*status, body);
-            assert_eq!(got.class, *class, "{status} {}", String::from_utf8_lossy(body));
+            assert_eq!(
+                got.class,
+                *class,
+                "{status} {}",
+                String::from_utf8_lossy(body)
+            );
             assert_eq!(got.code.as_deref(), *code);
             assert_eq!(got.message.as_deref(), *message);
         }

@@ -90,11 +90,17 @@ mod tests {
             SdkError::<GetRecordsError, ()>::service_error(GetRecordsError::generic(meta), ())
         };
         for (code, want) in [
-            ("ProvisionedThroughputExceededException", ErrorClass::Throttled),
+            (
+                "ProvisionedThroughputExceededException",
+                ErrorClass::Throttled,
+            ),
             ("KMSThrottlingException", ErrorClass::Throttled),
             ("LimitExceededException", ErrorClass::Throttled),
             ("ExpiredIteratorException", ErrorClass::ExpiredIterator),
-            ("ConditionalCheckFailedException", ErrorClass::ConditionFailed),
+            (
+                "ConditionalCheckFailedException",
+                ErrorClass::ConditionFailed,
+            ),
             ("ResourceNotFoundException", ErrorClass::NotFound),
             ("ValidationException", ErrorClass::Fatal),
             ("InternalFailure", ErrorClass::Retry),

@@ -281,10 +281,11 @@ fn note(report: &mut VerifyReport, example: String) {
     }
 }
 
-fn is_missing_table<E: ProvideErrorMetadata, R>(
+/// Generic over the operation (BatchGetItem and Query both call it).
+fn is_missing_table<E: ProvideErrorMetadata, R: tidemark_aws_errors::HttpStatus>(
     e: &aws_sdk_dynamodb::error::SdkError<E, R>,
 ) -> bool {
-    e.as_service_error().and_then(ProvideErrorMetadata::code) == Some("ResourceNotFoundException")
+    tidemark_aws_errors::classify(e) == tidemark_aws_errors::ErrorClass::NotFound
 }
 
 fn event_time(router: &Router, raw: &[u8], origin: &Origin) -> DateTime<Utc> {

@@ -85,7 +85,12 @@ impl Failure {
 /// and JSON body (see [`tidemark_aws_errors::classify_http`]).
 pub(crate) fn classify_raw(status: u16, body: &[u8]) -> Failure {
     let e = tidemark_aws_errors::classify_http(status, body);
-    Failure::from_class(e.class, e.code.as_deref(), e.message.as_deref(), Some(status))
+    Failure::from_class(
+        e.class,
+        e.code.as_deref(),
+        e.message.as_deref(),
+        Some(status),
+    )
 }
 
 /// Classifies a DescribeTable failure.
@@ -125,12 +130,14 @@ mod tests {
 
     #[test]
     fn codes_map_to_actions() {
-        let c = |code| Failure::from_class(
-            tidemark_aws_errors::classify_code(Some(code), Some(400)),
-            Some(code),
-            Some("m"),
-            Some(400),
-        );
+        let c = |code| {
+            Failure::from_class(
+                tidemark_aws_errors::classify_code(Some(code), Some(400)),
+                Some(code),
+                Some("m"),
+                Some(400),
+            )
+        };
         assert_eq!(
             c("ProvisionedThroughputExceededException"),
             Failure::Throttled
@@ -148,7 +155,10 @@ mod tests {
             c("UnrecognizedClientException"),
             Failure::Fatal { .. }
         ));
-        assert!(matches!(classify_raw(503, br#"{"__type":"Whatever"}"#), Failure::Transient(_)));
+        assert!(matches!(
+            classify_raw(503, br#"{"__type":"Whatever"}"#),
+            Failure::Transient(_)
+        ));
         // The two lists disagreed; the shared one throttles these.
         assert_eq!(c("LimitExceededException"), Failure::Throttled);
         assert_eq!(c("KMSThrottlingException"), Failure::Throttled);
