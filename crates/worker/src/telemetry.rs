@@ -36,9 +36,14 @@ impl Readiness {
     }
 }
 
-/// Installs the global Prometheus recorder for the `metrics` facade.
+/// Installs the global Prometheus recorder for the `metrics` facade and
+/// describes the writer's and consumer's metrics, so `/metrics` carries a
+/// HELP line for each.
 pub fn install_recorder() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildError> {
-    metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()
+    let handle = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
+    tidemark_writer::metrics::describe();
+    tidemark_consumer::metrics::describe();
+    Ok(handle)
 }
 
 /// Serves the endpoints on `listener` until `shutdown`.
@@ -144,6 +149,27 @@ pub async fn check(addr: SocketAddr, path: &str, timeout: Duration) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn writer_and_consumer_metrics_render_help_lines() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            tidemark_writer::metrics::describe();
+            tidemark_consumer::metrics::describe();
+            metrics::counter!(tidemark_writer::metrics::CALLS).increment(1);
+            metrics::gauge!(tidemark_consumer::metrics::sqs::RECEIVERS).set(1.0);
+        });
+        let text = handle.render();
+        assert!(
+            text.contains("# HELP tidemark_writer_calls_total BatchWriteItem calls made."),
+            "{text}"
+        );
+        assert!(
+            text.contains("# HELP tidemark_consumer_sqs_receivers Receivers running."),
+            "{text}"
+        );
+    }
 
     #[tokio::test]
     async fn endpoints_answer_and_readiness_follows_state() {

@@ -164,16 +164,6 @@ impl RateController {
         self.limit.floor().max(1.0) as usize
     }
 
-    /// Calls in flight, as counted by `on_send` / `on_result`.
-    pub fn in_flight(&self) -> usize {
-        self.in_flight
-    }
-
-    /// The capacity last reported, if any.
-    pub fn capacity(&self) -> Option<Capacity> {
-        self.capacity
-    }
-
     /// New capacity information (first DescribeTable, or a later change).
     /// A provisioned table starts at (or is re-targeted to) its provisioned
     /// WCU; a change of capacity forgets the old throttle level.

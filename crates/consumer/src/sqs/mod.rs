@@ -57,33 +57,11 @@ use tracing::{debug, info, warn};
 pub use config::{SqsConfig, SqsConfigError};
 
 use crate::error::{AwsError, ErrorClass, HttpStatus};
+use crate::metrics::sqs as metric;
 use crate::record::{Ack, AckTarget, Defect, Record};
 use config::MAX_RECEIVE_BATCH;
 use ledger::{Admit, Entry, Ledger, Phase, Released};
 use scaler::{Decision, Scaler};
-
-/// Metric names (the `metrics` facade; install any recorder).
-pub mod metric {
-    /// Counter, label `format` (`single`, `array`, `sns`, `undecodable`):
-    /// messages received.
-    pub const MESSAGES_RECEIVED: &str = "tidemark_consumer_sqs_messages_received_total";
-    /// Counter: records (events) handed to the pipeline.
-    pub const RECORDS_DELIVERED: &str = "tidemark_consumer_sqs_records_delivered_total";
-    /// Counter: messages deleted after full acknowledgement.
-    pub const MESSAGES_DELETED: &str = "tidemark_consumer_sqs_messages_deleted_total";
-    /// Counter, label `reason` (`shutdown`, `stale`): messages made visible
-    /// again without being deleted.
-    pub const MESSAGES_RELEASED: &str = "tidemark_consumer_sqs_messages_released_total";
-    /// Counter: visibility extensions that succeeded.
-    pub const VISIBILITY_EXTENDED: &str = "tidemark_consumer_sqs_visibility_extensions_total";
-    /// Counter, label `op` (`receive`, `delete`, `change_visibility`):
-    /// failed calls or batch entries.
-    pub const CALL_ERRORS: &str = "tidemark_consumer_sqs_call_errors_total";
-    /// Gauge: receivers running.
-    pub const RECEIVERS: &str = "tidemark_consumer_sqs_receivers";
-    /// Gauge: messages received and not yet deleted or released.
-    pub const IN_FLIGHT: &str = "tidemark_consumer_sqs_in_flight_messages";
-}
 
 /// Calls of DeleteMessageBatch in flight at once.
 const DELETE_CONCURRENCY: usize = 4;
