@@ -357,7 +357,9 @@ mod tests {
 
     #[test]
     fn raw_answers_classify_by_type_and_status() {
-        let cases: &[(u16, &[u8], ErrorClass, Option<&str>, Option<&str>)] = &[
+        /// Status, body, then the class, code and message expected.
+        type Case<'a> = (u16, &'a [u8], ErrorClass, Option<&'a str>, Option<&'a str>);
+        let cases: &[Case<'_>] = &[
             (
                 400,
                 br#"{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException","message":"slow"}"#,

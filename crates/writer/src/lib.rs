@@ -24,12 +24,12 @@
 //! - `sigv4` (private): SigV4 for that one request shape, signing key cached.
 //! - `response` (private): reads a successful answer (consumed capacity,
 //!   keys of unprocessed items).
-//! - [`stats`]: [`WriterStats`].
+//! - [`stats`]: [`WriterStats`], the counters the worker prints.
 //! - [`metrics`]: every metric name, and [`metrics::describe`] for HELP lines.
 //!
 //! Dependencies run one way: `writer` → `table` → {`batch`, `rate`,
-//! `transport`, `response`, `error`, `stats`} → {`ack`, `missing`, `config`};
-//! `ack` and `missing` import no other module of the crate.
+//! `transport` (→ `sigv4`, `batch`), `response`, `error`, `stats`
+//! (→ `metrics`)}; `ack`, `missing` and `config` import no module of the crate.
 //!
 //! Guarantees:
 //! - **Acknowledge after store**: a completion says `Stored` only after a
