@@ -40,7 +40,6 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::types::{
     ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry, Message,
     MessageSystemAttributeName,
@@ -56,7 +55,7 @@ use tracing::{debug, info, warn};
 
 pub use config::{SqsConfig, SqsConfigError};
 
-use crate::error::{AwsError, ErrorClass, HttpStatus};
+use crate::error::{AwsError, ErrorClass};
 use crate::metrics::sqs as metric;
 use crate::record::{Ack, AckTarget, Defect, Record};
 use config::MAX_RECEIVE_BATCH;
@@ -86,16 +85,6 @@ pub enum SqsError {
     /// A task of the source panicked (a bug).
     #[error("sqs source task failed: {0}")]
     Task(String),
-}
-
-/// Wraps an SQS error; SQS's own throttling and missing-queue codes are in
-/// the shared lists of `tidemark-aws-errors`.
-fn sqs_error<E, R>(op: &'static str, err: &SdkError<E, R>) -> AwsError
-where
-    E: ProvideErrorMetadata + std::error::Error + 'static,
-    R: HttpStatus + std::fmt::Debug,
-{
-    AwsError::new(op, err)
 }
 
 /// The ledger plus what every removal must update; the records' [`Ack`]s
@@ -396,7 +385,7 @@ async fn receiver(ctx: Arc<Ctx>) {
         match out {
             Err(err) => {
                 ctx.shared.permits.add_permits(n);
-                let e = sqs_error("ReceiveMessage", &err);
+                let e = AwsError::new("ReceiveMessage", &err);
                 metrics::counter!(metric::CALL_ERRORS, "op" => "receive").increment(1);
                 if matches!(e.class, ErrorClass::Fatal | ErrorClass::NotFound) {
                     ctx.fail(e.into());
@@ -653,7 +642,7 @@ async fn change_visibility(ctx: &Ctx, items: &[(String, i32)]) -> VisibilityOutc
                 Err(err) => {
                     metrics::counter!(metric::CALL_ERRORS, "op" => "change_visibility")
                         .increment(1);
-                    warn!(error = %sqs_error("ChangeMessageVisibilityBatch", &err), "visibility change failed");
+                    warn!(error = %AwsError::new("ChangeMessageVisibilityBatch", &err), "visibility change failed");
                 }
             }
             outcome
@@ -866,7 +855,7 @@ async fn delete_batch(ctx: Arc<Ctx>, batch: Vec<(u64, String)>) {
         }
         Err(err) => {
             metrics::counter!(metric::CALL_ERRORS, "op" => "delete").increment(1);
-            let e = sqs_error("DeleteMessageBatch", &err);
+            let e = AwsError::new("DeleteMessageBatch", &err);
             warn!(error = %e, "delete failed; retrying");
             let mut ledger = ctx.shared.lock();
             for (id, _) in &batch {
@@ -905,6 +894,7 @@ mod tests {
 
     #[test]
     fn sqs_codes_are_classified() {
+        use aws_sdk_sqs::error::SdkError;
         use aws_sdk_sqs::operation::receive_message::ReceiveMessageError;
         use aws_smithy_types::error::ErrorMetadata;
         let err = |code: &str| {
@@ -915,15 +905,15 @@ mod tests {
             )
         };
         assert_eq!(
-            sqs_error("ReceiveMessage", &err("RequestThrottled")).class,
+            AwsError::new("ReceiveMessage", &err("RequestThrottled")).class,
             ErrorClass::Throttled
         );
         assert_eq!(
-            sqs_error("ReceiveMessage", &err("OverLimit")).class,
+            AwsError::new("ReceiveMessage", &err("OverLimit")).class,
             ErrorClass::Throttled
         );
         assert_eq!(
-            sqs_error(
+            AwsError::new(
                 "ReceiveMessage",
                 &err("AWS.SimpleQueueService.NonExistentQueue")
             )
@@ -931,15 +921,15 @@ mod tests {
             ErrorClass::NotFound
         );
         assert_eq!(
-            sqs_error("ReceiveMessage", &err("AccessDenied")).class,
+            AwsError::new("ReceiveMessage", &err("AccessDenied")).class,
             ErrorClass::Fatal
         );
         assert_eq!(
-            sqs_error("ReceiveMessage", &err("InternalError")).class,
+            AwsError::new("ReceiveMessage", &err("InternalError")).class,
             ErrorClass::Fatal
         );
         assert_eq!(
-            sqs_error("ReceiveMessage", &err("ServiceUnavailable")).class,
+            AwsError::new("ReceiveMessage", &err("ServiceUnavailable")).class,
             ErrorClass::Retry
         );
     }
