@@ -1,66 +1,11 @@
-//! Errors, and the one place AWS errors are classified.
+//! The consumer's errors; AWS errors are classified by `tidemark-aws-errors`.
 
 use aws_sdk_kinesis::error::{ProvideErrorMetadata, SdkError};
 
 use crate::config::ConfigError;
 
-/// How the rest of the crate treats a failed AWS call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorClass {
-    /// Transient (network, timeout, 5xx): retry after a short delay.
-    Retry,
-    /// Throttled: back off exponentially.
-    Throttled,
-    /// A shard iterator older than 5 minutes: get a new one.
-    ExpiredIterator,
-    /// A conditional write lost (lease taken or counter moved): not an error
-    /// of the call, the answer is "no".
-    ConditionFailed,
-    /// The stream, shard or table does not exist.
-    NotFound,
-    /// Anything else (validation, access denied): do not retry.
-    Fatal,
-}
-
-/// Classifies any AWS SDK error by its error code and HTTP status.
-pub fn classify<E: ProvideErrorMetadata, R>(err: &SdkError<E, R>) -> ErrorClass {
-    match err {
-        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
-            ErrorClass::Retry
-        }
-        SdkError::ServiceError(e) => classify_code(e.err().code()),
-        _ => ErrorClass::Fatal,
-    }
-}
-
-/// Classifies an AWS error code (`None`: no code, treated as transient).
-pub fn classify_code(code: Option<&str>) -> ErrorClass {
-    match code {
-        Some(
-            "ProvisionedThroughputExceededException"
-            | "ThrottlingException"
-            | "Throttling"
-            | "LimitExceededException"
-            | "KMSThrottlingException"
-            | "RequestLimitExceeded"
-            | "TooManyRequestsException",
-        ) => ErrorClass::Throttled,
-        Some("ExpiredIteratorException") => ErrorClass::ExpiredIterator,
-        Some("ConditionalCheckFailedException") => ErrorClass::ConditionFailed,
-        Some("ResourceNotFoundException") => ErrorClass::NotFound,
-        Some(
-            "InternalFailure"
-            | "InternalServerError"
-            | "InternalServerErrorException"
-            | "ServiceUnavailable"
-            | "ServiceUnavailableException"
-            | "ResourceInUseException"
-            | "TransactionConflictException",
-        )
-        | None => ErrorClass::Retry,
-        Some(_) => ErrorClass::Fatal,
-    }
-}
+/// How the crate treats a failed AWS call: the workspace's one classifier.
+pub use tidemark_aws_errors::{ErrorClass, HttpStatus, classify};
 
 /// A failed AWS call, classified.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -76,11 +21,17 @@ pub struct AwsError {
 
 impl AwsError {
     /// Wraps an SDK error of operation `op`.
-    pub fn new<E: ProvideErrorMetadata + std::error::Error + 'static, R: std::fmt::Debug>(
-        op: &'static str,
-        err: &SdkError<E, R>,
-    ) -> Self {
-        let class = classify(err);
+    pub fn new<E, R>(op: &'static str, err: &SdkError<E, R>) -> Self
+    where
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+        R: HttpStatus + std::fmt::Debug,
+    {
+        let class = match classify(err) {
+            // The consumer sends no user content: a rejected request is a
+            // bug or a misconfiguration, so it stops like any other.
+            ErrorClass::Invalid => ErrorClass::Fatal,
+            class => class,
+        };
         let message = match err {
             SdkError::ServiceError(e) => format!(
                 "{}: {}",
@@ -129,25 +80,34 @@ pub enum ConsumerError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use aws_sdk_kinesis::operation::get_records::GetRecordsError;
+    use aws_smithy_types::error::ErrorMetadata;
 
     #[test]
-    fn codes_map_to_classes() {
-        assert_eq!(
-            classify_code(Some("ProvisionedThroughputExceededException")),
-            ErrorClass::Throttled
-        );
-        assert_eq!(
-            classify_code(Some("ExpiredIteratorException")),
-            ErrorClass::ExpiredIterator
-        );
-        assert_eq!(
-            classify_code(Some("ConditionalCheckFailedException")),
-            ErrorClass::ConditionFailed
-        );
-        assert_eq!(
-            classify_code(Some("ValidationException")),
-            ErrorClass::Fatal
-        );
-        assert_eq!(classify_code(None), ErrorClass::Retry);
+    fn aws_errors_take_the_shared_class_invalid_is_fatal() {
+        let err = |code: &str| {
+            let meta = ErrorMetadata::builder().code(code).message("m").build();
+            SdkError::<GetRecordsError, ()>::service_error(GetRecordsError::generic(meta), ())
+        };
+        for (code, want) in [
+            (
+                "ProvisionedThroughputExceededException",
+                ErrorClass::Throttled,
+            ),
+            ("KMSThrottlingException", ErrorClass::Throttled),
+            ("LimitExceededException", ErrorClass::Throttled),
+            ("ExpiredIteratorException", ErrorClass::ExpiredIterator),
+            (
+                "ConditionalCheckFailedException",
+                ErrorClass::ConditionFailed,
+            ),
+            ("ResourceNotFoundException", ErrorClass::NotFound),
+            ("ValidationException", ErrorClass::Fatal),
+            ("InternalFailure", ErrorClass::Retry),
+        ] {
+            let e = AwsError::new("GetRecords", &err(code));
+            assert_eq!(e.class, want, "{code}");
+            assert_eq!(e.message, format!("{code}: m"));
+        }
     }
 }

@@ -32,25 +32,7 @@ use crate::record::Record;
 use crate::status::{ShardState, StatusHandle};
 use tidemark_schema::SharedStr;
 
-/// Metric names (the `metrics` facade; install any recorder).
-pub mod metric {
-    /// Counter, label `shard`: user records delivered.
-    pub const RECORDS_READ: &str = "tidemark_consumer_records_read_total";
-    /// Gauge, label `shard`: MillisBehindLatest of the last GetRecords.
-    pub const MILLIS_BEHIND: &str = "tidemark_consumer_millis_behind_latest";
-    /// Gauge: leases held by this worker.
-    pub const LEASES_HELD: &str = "tidemark_consumer_leases_held";
-    /// Counter, label `shard`: GetRecords calls.
-    pub const GET_RECORDS: &str = "tidemark_consumer_get_records_calls_total";
-    /// Counter, label `shard`: GetRecords calls throttled.
-    pub const THROTTLED: &str = "tidemark_consumer_get_records_throttled_total";
-    /// Counter, labels `shard`, `result` (`ok`, `lost`, `error`): checkpoint writes.
-    pub const CHECKPOINTS: &str = "tidemark_consumer_checkpoint_writes_total";
-    /// Counter, label `kind` (`take`, `steal`, `lost`, `release`): lease changes.
-    pub const LEASE_CHANGES: &str = "tidemark_consumer_lease_changes_total";
-    /// Counter, label `shard`: KPL aggregates that failed their MD5 or decoding.
-    pub const CORRUPT_AGGREGATES: &str = "tidemark_consumer_corrupt_aggregates_total";
-}
+use crate::metrics::kinesis as metric;
 
 /// Fencing state of a held lease, shared by renewer and checkpointer so their
 /// counter-bumping writes never race.

@@ -435,7 +435,7 @@ fn fenced<T, E>(
 ) -> Fenced
 where
     E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
-    T: std::fmt::Debug,
+    T: crate::error::HttpStatus + std::fmt::Debug,
 {
     match res {
         Ok(c) => Ok(Some(c)),

@@ -15,7 +15,10 @@
 //! - [`fixture`]: the JSON-lines fixture format, recorder and replay source.
 //! - [`sqs`]: [`sqs::SqsSource`], long-poll receivers, visibility heartbeats,
 //!   delete after acknowledgement, FIFO group order (see its module docs).
-//! - [`config`], [`error`], [`status`].
+//! - [`metrics`]: every metric name, and [`metrics::describe`] for HELP lines.
+//! - [`error`]: [`ConsumerError`], [`error::AwsError`]; AWS errors are
+//!   classified by `tidemark-aws-errors` (re-exported as [`error::ErrorClass`]).
+//! - [`config`], [`status`].
 //!
 //! Guarantees:
 //! - At-least-once: a checkpoint never passes a record that is not
@@ -37,6 +40,7 @@ pub mod fixture;
 pub mod kinesis;
 pub mod kpl;
 pub mod lease;
+pub mod metrics;
 pub mod pacer;
 pub mod record;
 pub mod sqs;

@@ -6,7 +6,10 @@
 
 use std::time::Duration;
 
-use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata};
+use aws_sdk_dynamodb::error::DisplayErrorContext;
+use aws_sdk_dynamodb::operation::create_table::CreateTableError;
+use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
     ScalarAttributeType, TableStatus,
@@ -79,8 +82,11 @@ impl MaintenanceLease {
             .billing_mode(BillingMode::PayPerRequest)
             .send()
             .await;
+        // ResourceInUse: another worker is creating it; wait for ACTIVE below.
         if let Err(e) = created
-            && e.code() != Some("ResourceInUseException")
+            && !e
+                .as_service_error()
+                .is_some_and(CreateTableError::is_resource_in_use_exception)
         {
             return Err(self.err("CreateTable", DisplayErrorContext(e).to_string()));
         }
@@ -124,7 +130,12 @@ impl MaintenanceLease {
             .await;
         match out {
             Ok(_) => Ok(true),
-            Err(e) if e.code() == Some("ConditionalCheckFailedException") => Ok(false),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(PutItemError::is_conditional_check_failed_exception) =>
+            {
+                Ok(false)
+            }
             Err(e) => Err(self.err("PutItem", DisplayErrorContext(e).to_string())),
         }
     }
@@ -142,7 +153,12 @@ impl MaintenanceLease {
             .await;
         match out {
             Ok(_) => Ok(()),
-            Err(e) if e.code() == Some("ConditionalCheckFailedException") => Ok(()),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(DeleteItemError::is_conditional_check_failed_exception) =>
+            {
+                Ok(())
+            }
             Err(e) => Err(self.err("DeleteItem", DisplayErrorContext(e).to_string())),
         }
     }

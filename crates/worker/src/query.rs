@@ -1,7 +1,7 @@
 //! Reading back: runs the schema's query plans against DynamoDB (queries in
 //! parallel, pages followed to the end) and merges the results in time order.
 
-use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata};
+use aws_sdk_dynamodb::error::DisplayErrorContext;
 use futures::StreamExt;
 use tidemark_schema::Item;
 use tidemark_schema::period::TableNaming;
@@ -111,7 +111,13 @@ async fn run_one(
         }
         let out = match req.send().await {
             Ok(o) => o,
-            Err(e) if e.code() == Some("ResourceNotFoundException") => return Ok(items),
+            Err(e)
+                if e.as_service_error().is_some_and(
+                    aws_sdk_dynamodb::operation::query::QueryError::is_resource_not_found_exception,
+                ) =>
+            {
+                return Ok(items);
+            }
             Err(e) => {
                 return Err(QueryError::Call {
                     table: q.table.clone(),

@@ -15,6 +15,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata};
+use aws_sdk_dynamodb::operation::create_table::CreateTableError;
+use aws_sdk_dynamodb::operation::delete_table::DeleteTableError;
+use aws_sdk_dynamodb::operation::describe_table::DescribeTableError;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ProvisionedThroughput,
     ScalarAttributeType, TableStatus, Tag, TimeToLiveSpecification, WarmThroughput,
@@ -22,6 +25,7 @@ use aws_sdk_dynamodb::types::{
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use serde::Serialize;
+use tidemark_aws_errors::{ErrorClass, classify, is_access_denied};
 use tidemark_schema::period::{
     Billing, Capacity, CapacityTiers, Lifecycle, LifecycleState, PeriodRef, TableNaming,
 };
@@ -321,7 +325,12 @@ impl TableManager {
             let d = match self.client.describe_table().table_name(&name).send().await {
                 Ok(d) => d,
                 // Deleted between the listing and now.
-                Err(e) if e.code() == Some("ResourceNotFoundException") => continue,
+                Err(e)
+                    if e.as_service_error()
+                        .is_some_and(DescribeTableError::is_resource_not_found_exception) =>
+                {
+                    continue;
+                }
                 Err(e) => return Err(TablesError::call("DescribeTable", &name, e)),
             };
             let Some(table) = d.table() else { continue };
@@ -421,7 +430,9 @@ impl TableManager {
             Action::Delete { table } => {
                 match self.client.delete_table().table_name(table).send().await {
                     Ok(_) => {}
-                    Err(e) if e.code() == Some("ResourceNotFoundException") => {}
+                    Err(e)
+                        if e.as_service_error()
+                            .is_some_and(DeleteTableError::is_resource_not_found_exception) => {}
                     Err(e) => return Err(TablesError::call("DeleteTable", table, e)),
                 }
                 info!(table, "expired table deleted");
@@ -513,7 +524,10 @@ impl TableManager {
         }
         match req.send().await {
             Ok(_) => info!(table, "table created"),
-            Err(e) if e.code() == Some("ResourceInUseException") => {}
+            // Another worker is creating it; wait for ACTIVE below.
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(CreateTableError::is_resource_in_use_exception) => {}
             Err(e) => return Err(TablesError::call("CreateTable", table, e)),
         }
         self.wait_active(table).await?;
@@ -533,7 +547,8 @@ impl TableManager {
             {
                 Ok(_) => {}
                 // Already enabled (a concurrent creator got there first).
-                Err(e) if e.code() == Some("ValidationException") => {}
+                // ValidationException is not a modelled error of the call.
+                Err(e) if classify(&e) == ErrorClass::Invalid => {}
                 Err(e) => return Err(TablesError::call("UpdateTimeToLive", table, e)),
             }
         }
@@ -549,7 +564,9 @@ impl TableManager {
                     return Ok(());
                 }
                 Ok(_) => {}
-                Err(e) if e.code() == Some("ResourceNotFoundException") => {}
+                Err(e)
+                    if e.as_service_error()
+                        .is_some_and(DescribeTableError::is_resource_not_found_exception) => {}
                 Err(e) => return Err(TablesError::call("DescribeTable", table, e)),
             }
             if start.elapsed() > self.active_timeout {
@@ -615,7 +632,7 @@ impl MissingTableHandler for CreateMissingTables {
             });
             match manager.create(&table, capacity, warm).await {
                 Ok(()) => MissingTableAction::Retry,
-                Err(e) if e.code() == Some("AccessDeniedException") => {
+                Err(e) if is_access_denied(e.code()) => {
                     MissingTableAction::Reject(format!("cannot create table {table}: {e}"))
                 }
                 Err(e) => {

@@ -54,8 +54,8 @@ pub fn install_recorder() -> Result<PrometheusHandle, metrics_exporter_prometheu
 /// `describe()` functions.
 pub fn describe_all() {
     crate::metrics::describe();
-    // LEAD: add tidemark_writer::metrics::describe() and
-    // tidemark_consumer::metrics::describe() here when those land.
+    tidemark_writer::metrics::describe();
+    tidemark_consumer::metrics::describe();
 }
 
 /// Serves the endpoints on `listener` until `shutdown`.
@@ -161,6 +161,27 @@ pub async fn check(addr: SocketAddr, path: &str, timeout: Duration) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn writer_and_consumer_metrics_render_help_lines() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            tidemark_writer::metrics::describe();
+            tidemark_consumer::metrics::describe();
+            metrics::counter!(tidemark_writer::metrics::CALLS).increment(1);
+            metrics::gauge!(tidemark_consumer::metrics::sqs::RECEIVERS).set(1.0);
+        });
+        let text = handle.render();
+        assert!(
+            text.contains("# HELP tidemark_writer_calls_total BatchWriteItem calls made."),
+            "{text}"
+        );
+        assert!(
+            text.contains("# HELP tidemark_consumer_sqs_receivers Receivers running."),
+            "{text}"
+        );
+    }
 
     #[tokio::test]
     async fn endpoints_answer_and_readiness_follows_state() {

@@ -26,6 +26,7 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use serde::Serialize;
+use tidemark_aws_errors::ErrorClass;
 use tidemark_schema::route::{RouteCache, Router};
 use tidemark_schema::{Item, Origin};
 use tokio::time::Instant;
@@ -491,24 +492,17 @@ async fn batch_get(
     Ok(Read { items, unprocessed })
 }
 
-/// Sorts a failed call into back off, missing table, or give up.
+/// Sorts a failed call into back off, missing table, or give up, by the
+/// shared classifier (one list of throttling codes for the whole worker).
 fn classify(e: &SdkError<BatchGetItemError>) -> CallError {
     let text = aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string();
-    match e {
-        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
-            CallError::Congestion(text)
-        }
-        SdkError::ServiceError(s) => match s.err().code() {
-            Some("ResourceNotFoundException") => CallError::MissingTable,
-            Some(
-                "ProvisionedThroughputExceededException"
-                | "RequestLimitExceeded"
-                | "ThrottlingException"
-                | "InternalServerError",
-            ) => CallError::Congestion(text),
-            _ if s.raw().status().is_server_error() => CallError::Congestion(text),
-            _ => CallError::Fatal(text),
-        },
+    if e.as_service_error()
+        .is_some_and(BatchGetItemError::is_resource_not_found_exception)
+    {
+        return CallError::MissingTable;
+    }
+    match tidemark_aws_errors::classify(e) {
+        ErrorClass::Retry | ErrorClass::Throttled => CallError::Congestion(text),
         _ => CallError::Fatal(text),
     }
 }
@@ -601,10 +595,11 @@ fn note(report: &mut VerifyReport, example: String) {
     }
 }
 
-fn is_missing_table<E: ProvideErrorMetadata, R>(
+/// Generic over the operation (BatchGetItem and Query both call it).
+fn is_missing_table<E: ProvideErrorMetadata, R: tidemark_aws_errors::HttpStatus>(
     e: &aws_sdk_dynamodb::error::SdkError<E, R>,
 ) -> bool {
-    e.as_service_error().and_then(ProvideErrorMetadata::code) == Some("ResourceNotFoundException")
+    tidemark_aws_errors::classify(e) == tidemark_aws_errors::ErrorClass::NotFound
 }
 
 fn event_time(router: &Router, raw: &[u8], origin: &Origin) -> DateTime<Utc> {

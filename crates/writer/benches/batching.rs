@@ -13,7 +13,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use tidemark_schema::size::item_size;
 use tidemark_schema::{Item, ItemKey, WireItem};
-use tidemark_writer::batch::{TableQueue, request_body};
+use tidemark_writer::bench::{TableQueue, request_body};
 
 const ITEMS: usize = 10_000;
 

@@ -1,7 +1,9 @@
-//! The writer's error type, and the one place DynamoDB errors are classified.
+//! The writer's error type, and what the writer does about each class of
+//! DynamoDB error (the classes come from `tidemark-aws-errors`).
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::describe_table::DescribeTableError;
+use tidemark_aws_errors::{ErrorClass, classify};
 
 /// Why the writer stopped or refused a submission.
 #[derive(Debug, thiserror::Error)]
@@ -28,9 +30,10 @@ pub enum WriterError {
     TaskFailed(String),
 }
 
-/// What to do about a failed call.
+/// What the table loop does about a failed call: the shared
+/// [`ErrorClass`] with the text the loop logs or reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum ErrorClass {
+pub(crate) enum Failure {
     /// The table is over capacity: back off, cut the rate, retry.
     Throttled,
     /// 5xx, timeout, connection: back off and retry, without limit.
@@ -43,87 +46,75 @@ pub(crate) enum ErrorClass {
     Fatal { code: String, message: String },
 }
 
-const THROTTLE_CODES: &[&str] = &[
-    "ProvisionedThroughputExceededException",
-    "ThrottlingException",
-    "RequestLimitExceeded",
-    "Throttling",
-    "TooManyRequestsException",
-];
-
-const TRANSIENT_CODES: &[&str] = &[
-    "InternalServerError",
-    "InternalFailure",
-    "ServiceUnavailable",
-    "ServiceUnavailableException",
-    "RequestTimeout",
-    "RequestTimeoutException",
-    "TransactionConflictException",
-    "ReplicatedWriteConflictException",
-    "InvalidEndpointException",
-    "PriorRequestNotComplete",
-];
-
-/// Errors about the content of items: DynamoDB refused them, and would again.
-const INVALID_CODES: &[&str] = &[
-    "ValidationException",
-    "ItemCollectionSizeLimitExceededException",
-    "SerializationException",
-];
-
-/// Classifies by error code and HTTP status. Unknown 4xx codes are fatal on
-/// purpose: retrying them forever would hide a misconfiguration, and
-/// dead-lettering them would drop good data.
-pub(crate) fn classify_code(
-    code: Option<&str>,
-    message: Option<&str>,
-    status: Option<u16>,
-) -> ErrorClass {
-    let message = message.unwrap_or_default().to_owned();
-    match code {
-        Some(c) if THROTTLE_CODES.contains(&c) => ErrorClass::Throttled,
-        Some(c) if TRANSIENT_CODES.contains(&c) => ErrorClass::Transient(format!("{c}: {message}")),
-        Some(c) if INVALID_CODES.contains(&c) => ErrorClass::Invalid(if message.is_empty() {
-            c.to_owned()
-        } else {
-            message
-        }),
-        Some("ResourceNotFoundException") => ErrorClass::TableMissing(message),
-        _ if status.is_some_and(|s| s >= 500) => {
-            ErrorClass::Transient(format!("HTTP {}: {message}", status.unwrap_or_default()))
+impl Failure {
+    /// The writer's action for a classified error. Unknown 4xx codes are
+    /// fatal on purpose: retrying them forever would hide a
+    /// misconfiguration, and dead-lettering them would drop good data.
+    fn from_class(
+        class: ErrorClass,
+        code: Option<&str>,
+        message: Option<&str>,
+        status: Option<u16>,
+    ) -> Self {
+        let message = message.unwrap_or_default().to_owned();
+        let status_text = || format!("HTTP {}", status.map_or("?".into(), |s| s.to_string()));
+        match class {
+            ErrorClass::Throttled => Self::Throttled,
+            ErrorClass::Retry => Self::Transient(format!(
+                "{}: {message}",
+                code.map_or_else(status_text, str::to_owned)
+            )),
+            ErrorClass::Invalid => Self::Invalid(match code {
+                Some(c) if message.is_empty() => c.to_owned(),
+                _ => message,
+            }),
+            ErrorClass::NotFound => Self::TableMissing(message),
+            // BatchWriteItem and DescribeTable have no condition and no
+            // iterator: such an answer is as unexpected as an unknown code.
+            ErrorClass::ConditionFailed | ErrorClass::ExpiredIterator | ErrorClass::Fatal => {
+                Self::Fatal {
+                    code: code.map_or_else(status_text, str::to_owned),
+                    message,
+                }
+            }
         }
-        Some(c) => ErrorClass::Fatal {
-            code: c.to_owned(),
-            message,
-        },
-        None if status == Some(429) => ErrorClass::Throttled,
-        None => ErrorClass::Fatal {
-            code: format!("HTTP {}", status.map_or("?".into(), |s| s.to_string())),
-            message,
-        },
     }
 }
 
-fn classify_sdk<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static>(
-    err: &SdkError<E, aws_smithy_runtime_api::http::Response>,
-    modeled_code: impl Fn(&E) -> Option<&'static str>,
-) -> ErrorClass {
+/// Classifies a BatchWriteItem answer that is not HTTP 200 from its status
+/// and JSON body (see [`tidemark_aws_errors::classify_http`]).
+pub(crate) fn classify_raw(status: u16, body: &[u8]) -> Failure {
+    let e = tidemark_aws_errors::classify_http(status, body);
+    Failure::from_class(
+        e.class,
+        e.code.as_deref(),
+        e.message.as_deref(),
+        Some(status),
+    )
+}
+
+/// Classifies a DescribeTable failure.
+pub(crate) fn classify_describe(
+    err: &SdkError<DescribeTableError, aws_smithy_runtime_api::http::Response>,
+) -> Failure {
     match err {
         SdkError::ServiceError(se) => {
             let e = se.err();
-            let code = e.code().or_else(|| modeled_code(e));
-            classify_code(code, e.message(), Some(se.raw().status().as_u16()))
+            if e.is_resource_not_found_exception() {
+                return Failure::TableMissing(e.message().unwrap_or_default().to_owned());
+            }
+            let status = se.raw().status().as_u16();
+            Failure::from_class(classify(err), e.code(), e.message(), Some(status))
         }
-        // No response came back: the request may or may not have been applied;
-        // puts are idempotent, so sending again is safe.
+        // No response came back: DescribeTable only reads, so asking again is safe.
         SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
-            ErrorClass::Transient(format!(
+            Failure::Transient(format!(
                 "{}",
                 aws_smithy_types::error::display::DisplayErrorContext(err)
             ))
         }
         // The request could not even be built (credentials, region, ...).
-        _ => ErrorClass::Fatal {
+        _ => Failure::Fatal {
             code: "RequestConstruction".into(),
             message: format!(
                 "{}",
@@ -133,108 +124,78 @@ fn classify_sdk<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'sta
     }
 }
 
-/// Classifies a BatchWriteItem answer that is not HTTP 200 from its status
-/// and JSON body (`{"__type":"...#Code","message":"..."}`, as DynamoDB sends
-/// errors; some services spell it `Message`).
-pub(crate) fn classify_raw(status: u16, body: &[u8]) -> ErrorClass {
-    #[derive(serde::Deserialize)]
-    struct Body {
-        #[serde(rename = "__type")]
-        kind: Option<String>,
-        #[serde(alias = "Message")]
-        message: Option<String>,
-    }
-    let parsed: Option<Body> = serde_json::from_slice(body).ok();
-    let code = parsed
-        .as_ref()
-        .and_then(|b| b.kind.as_deref())
-        .map(|t| t.rsplit('#').next().unwrap_or(t));
-    let message = parsed.as_ref().and_then(|b| b.message.as_deref());
-    let fallback;
-    let message = match (code, message) {
-        (None, None) => {
-            fallback = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
-            Some(fallback.as_str())
-        }
-        _ => message,
-    };
-    classify_code(code, message, Some(status))
-}
-
-/// Classifies a DescribeTable failure.
-pub(crate) fn classify_describe(
-    err: &SdkError<DescribeTableError, aws_smithy_runtime_api::http::Response>,
-) -> ErrorClass {
-    classify_sdk(err, |e| match e {
-        DescribeTableError::ResourceNotFoundException(_) => Some("ResourceNotFoundException"),
-        DescribeTableError::InternalServerError(_) => Some("InternalServerError"),
-        DescribeTableError::InvalidEndpointException(_) => Some("InvalidEndpointException"),
-        _ => None,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn codes_map_to_actions() {
-        let c = |code| classify_code(Some(code), Some("m"), Some(400));
+        let c = |code| {
+            Failure::from_class(
+                tidemark_aws_errors::classify_code(Some(code), Some(400)),
+                Some(code),
+                Some("m"),
+                Some(400),
+            )
+        };
         assert_eq!(
             c("ProvisionedThroughputExceededException"),
-            ErrorClass::Throttled
+            Failure::Throttled
         );
-        assert_eq!(c("ThrottlingException"), ErrorClass::Throttled);
-        assert_eq!(c("ValidationException"), ErrorClass::Invalid("m".into()));
+        assert_eq!(c("ThrottlingException"), Failure::Throttled);
+        assert_eq!(c("ValidationException"), Failure::Invalid("m".into()));
         assert_eq!(
             c("ResourceNotFoundException"),
-            ErrorClass::TableMissing("m".into())
+            Failure::TableMissing("m".into())
         );
         assert!(
-            matches!(c("AccessDeniedException"), ErrorClass::Fatal { code, .. } if code == "AccessDeniedException")
+            matches!(c("AccessDeniedException"), Failure::Fatal { code, .. } if code == "AccessDeniedException")
         );
         assert!(matches!(
             c("UnrecognizedClientException"),
-            ErrorClass::Fatal { .. }
+            Failure::Fatal { .. }
         ));
         assert!(matches!(
-            classify_code(Some("Whatever"), None, Some(503)),
-            ErrorClass::Transient(_)
+            classify_raw(503, br#"{"__type":"Whatever"}"#),
+            Failure::Transient(_)
         ));
-        assert!(matches!(c("InternalServerError"), ErrorClass::Transient(_)));
-        assert_eq!(classify_code(None, None, Some(429)), ErrorClass::Throttled);
+        // The two lists disagreed; the shared one throttles these.
+        assert_eq!(c("LimitExceededException"), Failure::Throttled);
+        assert_eq!(c("KMSThrottlingException"), Failure::Throttled);
+        assert!(matches!(c("InternalServerError"), Failure::Transient(_)));
+        assert_eq!(classify_raw(429, b""), Failure::Throttled);
     }
 
     #[test]
     fn raw_answers_classify_by_type_and_status() {
         let throttled = br#"{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException","message":"slow"}"#;
-        assert_eq!(classify_raw(400, throttled), ErrorClass::Throttled);
+        assert_eq!(classify_raw(400, throttled), Failure::Throttled);
         assert_eq!(
             classify_raw(
                 400,
                 br#"{"__type":"com.amazon.coral.validate#ValidationException","Message":"bad item"}"#
             ),
-            ErrorClass::Invalid("bad item".into())
+            Failure::Invalid("bad item".into())
         );
         assert_eq!(
             classify_raw(
                 400,
                 br#"{"__type":"x#ResourceNotFoundException","message":"gone"}"#
             ),
-            ErrorClass::TableMissing("gone".into())
+            Failure::TableMissing("gone".into())
         );
         assert!(matches!(
             classify_raw(400, br#"{"__type":"x#AccessDeniedException","message":"no"}"#),
-            ErrorClass::Fatal { code, message } if code == "AccessDeniedException" && message == "no"
+            Failure::Fatal { code, message } if code == "AccessDeniedException" && message == "no"
         ));
         // A proxy's HTML error page: the status decides, the text is kept.
         assert!(matches!(
             classify_raw(502, b"<html>bad gateway</html>"),
-            ErrorClass::Transient(m) if m.contains("bad gateway")
+            Failure::Transient(m) if m.contains("bad gateway")
         ));
         assert!(matches!(
             classify_raw(403, b"denied"),
-            ErrorClass::Fatal { code, .. } if code == "HTTP 403"
+            Failure::Fatal { code, .. } if code == "HTTP 403"
         ));
     }
 }

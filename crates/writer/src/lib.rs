@@ -5,20 +5,31 @@
 //! Modules:
 //! - [`config`]: [`WriterConfig`], every knob with its default.
 //! - [`writer`]: [`Writer::start`], [`WriterHandle`] (submit, flush, close,
-//!   stats), submissions and outcomes; a dispatcher routes to one task per table.
-//! - `table` (private): one table's loop: batching, pacing, retries, bisection,
-//!   missing-table handling.
-//! - [`batch`]: the pure per-table queue (entries in reusable slots, one map
-//!   by key hash): coalescing, 25 items / 16 MB batches.
-//! - [`rate`]: the pure rate control law (token-bucket pacing, AIMD, adaptive
-//!   concurrency), tested by deterministic simulation.
-//! - [`error`]: [`WriterError`], and the one place DynamoDB errors are classified.
+//!   stats), [`Submission`]; a dispatcher routes to one task per table.
+//! - [`ack`]: acknowledgements ([`Complete`], [`Completion`],
+//!   [`WriteOutcome`]) and what a submission carries through batching
+//!   (token, memory permits).
+//! - [`missing`]: writes to a missing table ([`MissingTableHandler`]) and the
+//!   bookkeeping of batches waiting for its answer.
+//! - `table` (private): one table's loop: batching, pacing, retries, bisection.
+//! - `batch` (private): the pure per-table queue (entries in reusable slots,
+//!   one map by key hash): coalescing, 25 items / 16 MB batches.
+//! - `rate` (private): the pure rate control law (token-bucket pacing, AIMD,
+//!   adaptive concurrency), tested by deterministic simulation.
+//! - [`error`]: [`WriterError`], and the writer's action per class of
+//!   DynamoDB error (classes from `tidemark-aws-errors`).
 //! - [`transport`]: [`Transport`] and [`HttpTransport`]: one BatchWriteItem
-//!   body to DynamoDB as a SigV4-signed POST on the SDK's HTTP connector.
+//!   body to DynamoDB as a SigV4-signed POST on the SDK's HTTP connector;
+//!   `transport::body` (private) builds that body from a batch.
 //! - `sigv4` (private): SigV4 for that one request shape, signing key cached.
 //! - `response` (private): reads a successful answer (consumed capacity,
 //!   keys of unprocessed items).
-//! - [`stats`]: [`WriterStats`] and the metric names.
+//! - [`stats`]: [`WriterStats`], the counters the worker prints.
+//! - [`metrics`]: every metric name, and [`metrics::describe`] for HELP lines.
+//!
+//! Dependencies run one way: `writer` → `table` → {`batch`, `rate`,
+//! `transport` (→ `sigv4`, `batch`), `response`, `error`, `stats`
+//! (→ `metrics`)}; `ack`, `missing` and `config` import no module of the crate.
 //!
 //! Guarantees:
 //! - **Acknowledge after store**: a completion says `Stored` only after a
@@ -40,10 +51,13 @@
 //!   calls at once, so an older value can never land after a newer one.
 //! - **Tables are independent**: each has its own queue, pacer and back-off.
 
-pub mod batch;
+pub mod ack;
+pub(crate) mod batch;
 pub mod config;
 pub mod error;
-pub mod rate;
+pub mod metrics;
+pub mod missing;
+pub(crate) mod rate;
 mod response;
 mod sigv4;
 pub mod stats;
@@ -51,11 +65,18 @@ mod table;
 pub mod transport;
 pub mod writer;
 
+/// For the crate's criterion benches only (`benches/batching.rs`): the
+/// private queue and body builder they measure. Not a stable API.
+#[doc(hidden)]
+pub mod bench {
+    pub use crate::batch::{Entry, TableQueue};
+    pub use crate::transport::body::request_body;
+}
+
+pub use ack::{Complete, Completion, WriteOutcome};
 pub use config::WriterConfig;
 pub use error::WriterError;
+pub use missing::{MissingTableAction, MissingTableHandler, RejectMissing};
 pub use stats::WriterStats;
 pub use transport::{HttpSettings, HttpTransport, RawResponse, Transport, TransportError};
-pub use writer::{
-    Complete, Completion, MissingTableAction, MissingTableHandler, RejectMissing, Submission,
-    WriteOutcome, Writer, WriterHandle,
-};
+pub use writer::{Submission, Writer, WriterHandle};

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 /// What DescribeTable said about a table's write capacity.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Capacity {
+pub(crate) enum Capacity {
     /// Provisioned mode: the smallest write capacity of the table and its
     /// global secondary indexes, in WCU/s.
     Provisioned {
@@ -46,7 +46,7 @@ pub enum Capacity {
 /// Tuning of the control law. The defaults are what the simulations in this
 /// module's tests are run with.
 #[derive(Debug, Clone)]
-pub struct RateParams {
+pub(crate) struct RateParams {
     /// Starting rate of an on-demand table without warm throughput (WCU/s).
     pub on_demand_initial: f64,
     /// Floor of the rate (WCU/s).
@@ -86,7 +86,7 @@ impl Default for RateParams {
 
 /// May a call start now?
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Admit {
+pub(crate) enum Admit {
     /// Yes: call [`RateController::on_send`] with its WCU.
     Go,
     /// The pacer's balance is negative; retry after this long.
@@ -97,7 +97,7 @@ pub enum Admit {
 
 /// How one BatchWriteItem call ended, as the controller needs to know it.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct CallFeedback {
+pub(crate) struct CallFeedback {
     /// When the call was sent (from [`RateController::on_send`]'s caller).
     pub sent_at: Instant,
     /// WCU the table consumed (ConsumedCapacity, or the stored items' estimate).
@@ -111,7 +111,7 @@ pub struct CallFeedback {
 
 /// The control state of one table. See the module documentation for the law.
 #[derive(Debug, Clone)]
-pub struct RateController {
+pub(crate) struct RateController {
     p: RateParams,
     capacity: Option<Capacity>,
     cap: Option<f64>,
@@ -132,7 +132,7 @@ pub struct RateController {
 impl RateController {
     /// A controller for a table whose capacity is not known yet: it plans the
     /// on-demand initial rate until [`on_capacity`](Self::on_capacity).
-    pub fn new(p: RateParams, now: Instant) -> Self {
+    pub(crate) fn new(p: RateParams, now: Instant) -> Self {
         let rate = p.on_demand_initial.max(p.min_rate);
         let limit = 4.0_f64.min(p.max_concurrency as f64).max(1.0);
         RateController {
@@ -155,29 +155,19 @@ impl RateController {
     }
 
     /// The planned rate, WCU/s.
-    pub fn rate(&self) -> f64 {
+    pub(crate) fn rate(&self) -> f64 {
         self.rate
     }
 
     /// The current limit on calls in flight.
-    pub fn concurrency_limit(&self) -> usize {
+    pub(crate) fn concurrency_limit(&self) -> usize {
         self.limit.floor().max(1.0) as usize
-    }
-
-    /// Calls in flight, as counted by `on_send` / `on_result`.
-    pub fn in_flight(&self) -> usize {
-        self.in_flight
-    }
-
-    /// The capacity last reported, if any.
-    pub fn capacity(&self) -> Option<Capacity> {
-        self.capacity
     }
 
     /// New capacity information (first DescribeTable, or a later change).
     /// A provisioned table starts at (or is re-targeted to) its provisioned
     /// WCU; a change of capacity forgets the old throttle level.
-    pub fn on_capacity(&mut self, capacity: Capacity, now: Instant) {
+    pub(crate) fn on_capacity(&mut self, capacity: Capacity, now: Instant) {
         self.refill(now);
         if self.capacity == Some(capacity) {
             return;
@@ -198,7 +188,7 @@ impl RateController {
     }
 
     /// May a call start now?
-    pub fn poll_send(&mut self, now: Instant) -> Admit {
+    pub(crate) fn poll_send(&mut self, now: Instant) -> Admit {
         self.refill(now);
         if self.in_flight >= self.concurrency_limit() {
             return Admit::AtConcurrencyLimit;
@@ -214,14 +204,14 @@ impl RateController {
     }
 
     /// A call carrying `wcu` estimated units was sent at `now`.
-    pub fn on_send(&mut self, wcu: f64, now: Instant) {
+    pub(crate) fn on_send(&mut self, wcu: f64, now: Instant) {
         self.refill(now);
         self.tokens -= wcu;
         self.in_flight += 1;
     }
 
     /// A call ended.
-    pub fn on_result(&mut self, fb: CallFeedback, now: Instant) {
+    pub(crate) fn on_result(&mut self, fb: CallFeedback, now: Instant) {
         self.refill(now);
         let saturated = self.in_flight >= self.concurrency_limit();
         self.in_flight = self.in_flight.saturating_sub(1);
@@ -237,7 +227,7 @@ impl RateController {
 
     /// Throughput the table accepted over the last window (WCU/s), once a
     /// full window has passed since the controller started.
-    pub fn accepted_rate(&self, now: Instant) -> Option<f64> {
+    pub(crate) fn accepted_rate(&self, now: Instant) -> Option<f64> {
         let w = self.p.accept_window;
         (now.duration_since(self.started) >= w).then(|| self.accepted_sum / w.as_secs_f64())
     }

@@ -1,4 +1,4 @@
-//! Counters the worker prints, and the metric names the writer reports.
+//! Counters the worker prints (the metric names are in `crate::metrics`).
 //!
 //! Every counter is both kept here (for [`WriterStats`]) and sent to the
 //! `metrics` facade with a `table` label (dead letters with `reason`).
@@ -9,30 +9,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 use tidemark_schema::Reason;
-
-/// Metric names, all prefixed `tidemark_writer_`.
-pub mod names {
-    /// Counter: items DynamoDB confirmed (one per distinct key written).
-    pub const ITEMS_STORED: &str = "tidemark_writer_items_stored_total";
-    /// Counter: BatchWriteItem calls made.
-    pub const CALLS: &str = "tidemark_writer_calls_total";
-    /// Counter: calls throttled (exception, or any UnprocessedItems).
-    pub const THROTTLES: &str = "tidemark_writer_throttled_calls_total";
-    /// Counter: items returned in UnprocessedItems.
-    pub const UNPROCESSED: &str = "tidemark_writer_unprocessed_items_total";
-    /// Counter: items queued again for another attempt (any cause).
-    pub const RETRIES: &str = "tidemark_writer_retried_items_total";
-    /// Counter: calls that failed transiently (5xx, timeout, connection).
-    pub const TRANSIENT_ERRORS: &str = "tidemark_writer_transient_errors_total";
-    /// Counter: WCU DynamoDB reported consumed (ReturnConsumedCapacity TOTAL).
-    pub const CONSUMED_WCU: &str = "tidemark_writer_consumed_wcu_total";
-    /// Gauge: the rate the controller plans, WCU/s.
-    pub const RATE: &str = "tidemark_writer_rate_wcu";
-    /// Histogram: BatchWriteItem call latency, seconds.
-    pub const CALL_SECONDS: &str = "tidemark_writer_call_seconds";
-    /// Counter: submissions completed as Rejected, label `reason`.
-    pub const DEAD_LETTERS: &str = "tidemark_writer_dead_letters_total";
-}
 
 /// A snapshot of the writer's counters since it started.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -108,15 +84,15 @@ impl TableStats {
     pub(crate) fn new(table: &str, shared: std::sync::Arc<SharedStats>) -> Self {
         let t = table.to_owned();
         TableStats {
-            stored: counter!(names::ITEMS_STORED, "table" => t.clone()),
-            calls: counter!(names::CALLS, "table" => t.clone()),
-            throttles: counter!(names::THROTTLES, "table" => t.clone()),
-            unprocessed: counter!(names::UNPROCESSED, "table" => t.clone()),
-            retries: counter!(names::RETRIES, "table" => t.clone()),
-            transient: counter!(names::TRANSIENT_ERRORS, "table" => t.clone()),
-            consumed: counter!(names::CONSUMED_WCU, "table" => t.clone()),
-            rate: gauge!(names::RATE, "table" => t.clone()),
-            latency: histogram!(names::CALL_SECONDS, "table" => t.clone()),
+            stored: counter!(crate::metrics::ITEMS_STORED, "table" => t.clone()),
+            calls: counter!(crate::metrics::CALLS, "table" => t.clone()),
+            throttles: counter!(crate::metrics::THROTTLES, "table" => t.clone()),
+            unprocessed: counter!(crate::metrics::UNPROCESSED, "table" => t.clone()),
+            retries: counter!(crate::metrics::RETRIES, "table" => t.clone()),
+            transient: counter!(crate::metrics::TRANSIENT_ERRORS, "table" => t.clone()),
+            consumed: counter!(crate::metrics::CONSUMED_WCU, "table" => t.clone()),
+            rate: gauge!(crate::metrics::RATE, "table" => t.clone()),
+            latency: histogram!(crate::metrics::CALL_SECONDS, "table" => t.clone()),
             table: t,
             shared,
         }
@@ -173,6 +149,6 @@ impl TableStats {
 
 /// Counts `tokens` submissions rejected for `reason`.
 pub(crate) fn dead_letter(shared: &SharedStats, reason: Reason, tokens: u64) {
-    counter!(names::DEAD_LETTERS, "reason" => reason.as_str()).increment(tokens);
+    counter!(crate::metrics::DEAD_LETTERS, "reason" => reason.as_str()).increment(tokens);
     shared.dead_lettered.fetch_add(tokens, Ordering::Relaxed);
 }

@@ -17,16 +17,15 @@ use tidemark_schema::{ItemKey, Reason, WireItem};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use crate::ack::{Complete, Permits, Token, WriteOutcome};
 use crate::batch::{Entry, TableQueue};
 use crate::config::WriterConfig;
-use crate::error::{ErrorClass, WriterError, classify_describe, classify_raw};
+use crate::error::{Failure, WriterError, classify_describe, classify_raw};
+use crate::missing::{MissingTableAction, MissingTableHandler, MissingWait};
 use crate::rate::{Admit, CallFeedback, Capacity, RateController, RateParams};
 use crate::response::{self, BatchAnswer};
 use crate::stats::{SharedStats, TableStats};
 use crate::transport::{RawResponse, Transport, TransportError};
-use crate::writer::{
-    Complete, MissingTableAction, MissingTableHandler, Permits, Token, WriteOutcome,
-};
 
 type HttpResponse = aws_smithy_runtime_api::http::Response;
 type Batch = Vec<Entry<Token>>;
@@ -76,8 +75,7 @@ pub(crate) struct TableTask {
     /// Halves of a batch DynamoDB refused as invalid: sent alone, first.
     isolated: VecDeque<Batch>,
     /// Batches that found the table missing, waiting for the handler.
-    missing_wait: Vec<Batch>,
-    handler_running: bool,
+    missing_wait: MissingWait<Batch>,
     ctl: RateController,
     events: FuturesUnordered<BoxFuture<'static, Event>>,
     calls_in_flight: usize,
@@ -135,8 +133,7 @@ impl TableTask {
             rx_open: true,
             queue: TableQueue::default(),
             isolated: VecDeque::new(),
-            missing_wait: Vec::new(),
-            handler_running: false,
+            missing_wait: MissingWait::default(),
             events: FuturesUnordered::new(),
             calls_in_flight: 0,
             hold_until: None,
@@ -190,9 +187,8 @@ impl TableTask {
     fn idle(&self) -> bool {
         self.queue.is_empty()
             && self.isolated.is_empty()
-            && self.missing_wait.is_empty()
+            && self.missing_wait.is_idle()
             && self.calls_in_flight == 0
-            && !self.handler_running
     }
 
     fn on_msg(&mut self, m: TableMsg, now: std::time::Instant) {
@@ -236,7 +232,7 @@ impl TableTask {
     /// Sends every batch that is due and admitted; returns when to look again
     /// (None: only an event or a message can change anything).
     fn dispatch(&mut self, now: Instant) -> Result<Option<Instant>, WriterError> {
-        if !self.capacity_known || self.handler_running {
+        if !self.capacity_known || self.missing_wait.asking() {
             return Ok(None);
         }
         if let Some(h) = self.hold_until {
@@ -276,7 +272,7 @@ impl TableTask {
 
     fn send(&mut self, batch: Batch, isolated: bool, now: Instant) -> Result<(), WriterError> {
         let wcu: u64 = batch.iter().map(|e| e.wcu).sum();
-        let body = crate::batch::request_body(&self.table, &batch);
+        let body = crate::transport::request_body(&self.table, &batch);
         self.ctl.on_send(wcu as f64, now.into_std());
         self.calls_in_flight += 1;
         let call = self.transport.batch_write_item(body.into());
@@ -339,7 +335,7 @@ impl TableTask {
                 }
             }
             Ok(Err(e)) => match classify_describe(&e) {
-                ErrorClass::Fatal { code, message } => {
+                Failure::Fatal { code, message } => {
                     return Err(WriterError::Fatal {
                         table: self.table.clone(),
                         code,
@@ -347,7 +343,7 @@ impl TableTask {
                     });
                 }
                 // Writes will meet it and ask the handler.
-                ErrorClass::TableMissing(_) => self.next_describe = now + self.cfg.backoff_cap,
+                Failure::TableMissing(_) => self.next_describe = now + self.cfg.backoff_cap,
                 other => {
                     tracing::warn!(table = %self.table, error = ?other, "DescribeTable failed; pacing at the initial rate");
                     self.next_describe = now + self.cfg.backoff_cap;
@@ -379,7 +375,7 @@ impl TableTask {
             failed: false,
         };
         let class = match result {
-            Err(_) => ErrorClass::Transient("call timed out".into()),
+            Err(_) => Failure::Transient("call timed out".into()),
             Ok(Ok(resp)) if resp.status == 200 => {
                 match response::parse(
                     &resp.body,
@@ -397,40 +393,38 @@ impl TableTask {
                     }
                     // What was stored is unknown: send it all again (puts
                     // are idempotent); never acknowledge what was not confirmed.
-                    Err(msg) => ErrorClass::Transient(msg),
+                    Err(msg) => Failure::Transient(msg),
                 }
             }
             Ok(Ok(resp)) => classify_raw(resp.status, &resp.body),
-            Ok(Err(TransportError::Unavailable(msg))) => ErrorClass::Transient(msg),
-            Ok(Err(TransportError::Invalid(msg))) => ErrorClass::Fatal {
+            Ok(Err(TransportError::Unavailable(msg))) => Failure::Transient(msg),
+            Ok(Err(TransportError::Invalid(msg))) => Failure::Fatal {
                 code: "RequestBuild".into(),
                 message: msg,
             },
         };
         match class {
-            ErrorClass::Throttled => {
+            Failure::Throttled => {
                 fb.throttled = true;
                 self.stats.throttled(0);
                 self.retry(batch, isolated, now);
             }
-            ErrorClass::Transient(msg) => {
+            Failure::Transient(msg) => {
                 tracing::debug!(table = %self.table, error = %msg, "transient BatchWriteItem failure");
                 fb.failed = true;
                 self.stats.transient();
                 self.retry(batch, isolated, now);
             }
-            ErrorClass::Invalid(msg) => self.bisect(batch, msg),
-            ErrorClass::TableMissing(msg) => {
+            Failure::Invalid(msg) => self.bisect(batch, msg),
+            Failure::TableMissing(msg) => {
                 tracing::info!(table = %self.table, message = %msg, "table missing; asking the handler");
-                self.missing_wait.push(batch);
-                if !self.handler_running {
-                    self.handler_running = true;
+                if self.missing_wait.park(batch) {
                     let fut = self.missing.on_missing(&self.table);
                     self.events
                         .push(async move { Event::Missing(fut.await) }.boxed());
                 }
             }
-            ErrorClass::Fatal { code, message } => {
+            Failure::Fatal { code, message } => {
                 return Err(WriterError::Fatal {
                     table: self.table.clone(),
                     code,
@@ -515,8 +509,7 @@ impl TableTask {
     }
 
     fn on_missing_answer(&mut self, action: MissingTableAction) {
-        self.handler_running = false;
-        let waiting = std::mem::take(&mut self.missing_wait);
+        let waiting = self.missing_wait.answered();
         match action {
             MissingTableAction::Retry => {
                 for b in waiting.into_iter().rev() {

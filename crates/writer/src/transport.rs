@@ -34,6 +34,9 @@ use thiserror::Error;
 
 use crate::sigv4::{CONTENT_TYPE, FastSigner, TARGET};
 
+pub(crate) mod body;
+pub(crate) use body::request_body;
+
 /// What DynamoDB answered, before interpretation: the writer reads the
 /// status and JSON body (UnprocessedItems, or `__type` and message).
 #[derive(Debug, Clone, PartialEq, Eq)]

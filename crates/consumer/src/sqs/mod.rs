@@ -40,7 +40,6 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::types::{
     ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry, Message,
     MessageSystemAttributeName,
@@ -56,34 +55,12 @@ use tracing::{debug, info, warn};
 
 pub use config::{SqsConfig, SqsConfigError};
 
-use crate::error::{AwsError, ErrorClass, classify};
+use crate::error::{AwsError, ErrorClass};
+use crate::metrics::sqs as metric;
 use crate::record::{Ack, AckTarget, Defect, Record};
 use config::MAX_RECEIVE_BATCH;
 use ledger::{Admit, Entry, Ledger, Phase, Released};
 use scaler::{Decision, Scaler};
-
-/// Metric names (the `metrics` facade; install any recorder).
-pub mod metric {
-    /// Counter, label `format` (`single`, `array`, `sns`, `undecodable`):
-    /// messages received.
-    pub const MESSAGES_RECEIVED: &str = "tidemark_consumer_sqs_messages_received_total";
-    /// Counter: records (events) handed to the pipeline.
-    pub const RECORDS_DELIVERED: &str = "tidemark_consumer_sqs_records_delivered_total";
-    /// Counter: messages deleted after full acknowledgement.
-    pub const MESSAGES_DELETED: &str = "tidemark_consumer_sqs_messages_deleted_total";
-    /// Counter, label `reason` (`shutdown`, `stale`): messages made visible
-    /// again without being deleted.
-    pub const MESSAGES_RELEASED: &str = "tidemark_consumer_sqs_messages_released_total";
-    /// Counter: visibility extensions that succeeded.
-    pub const VISIBILITY_EXTENDED: &str = "tidemark_consumer_sqs_visibility_extensions_total";
-    /// Counter, label `op` (`receive`, `delete`, `change_visibility`):
-    /// failed calls or batch entries.
-    pub const CALL_ERRORS: &str = "tidemark_consumer_sqs_call_errors_total";
-    /// Gauge: receivers running.
-    pub const RECEIVERS: &str = "tidemark_consumer_sqs_receivers";
-    /// Gauge: messages received and not yet deleted or released.
-    pub const IN_FLIGHT: &str = "tidemark_consumer_sqs_in_flight_messages";
-}
 
 /// Calls of DeleteMessageBatch in flight at once.
 const DELETE_CONCURRENCY: usize = 4;
@@ -108,35 +85,6 @@ pub enum SqsError {
     /// A task of the source panicked (a bug).
     #[error("sqs source task failed: {0}")]
     Task(String),
-}
-
-/// Classifies an SQS error: SQS's own throttling and missing-queue codes,
-/// then the crate-wide rules.
-fn sqs_error<E, R>(op: &'static str, err: &SdkError<E, R>) -> AwsError
-where
-    E: ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug,
-{
-    let mut e = AwsError::new(op, err);
-    e.class = match err {
-        SdkError::ServiceError(s) => match s.err().code() {
-            Some(
-                "RequestThrottled"
-                | "AWS.SimpleQueueService.RequestThrottled"
-                | "OverLimit"
-                | "KmsThrottled"
-                | "KmsThrottlingException",
-            ) => ErrorClass::Throttled,
-            Some(
-                "AWS.SimpleQueueService.NonExistentQueue"
-                | "QueueDoesNotExist"
-                | "AWS.SimpleQueueService.QueueDoesNotExist",
-            ) => ErrorClass::NotFound,
-            _ => classify(err),
-        },
-        _ => classify(err),
-    };
-    e
 }
 
 /// The ledger plus what every removal must update; the records' [`Ack`]s
@@ -437,7 +385,7 @@ async fn receiver(ctx: Arc<Ctx>) {
         match out {
             Err(err) => {
                 ctx.shared.permits.add_permits(n);
-                let e = sqs_error("ReceiveMessage", &err);
+                let e = AwsError::new("ReceiveMessage", &err);
                 metrics::counter!(metric::CALL_ERRORS, "op" => "receive").increment(1);
                 if matches!(e.class, ErrorClass::Fatal | ErrorClass::NotFound) {
                     ctx.fail(e.into());
@@ -694,7 +642,7 @@ async fn change_visibility(ctx: &Ctx, items: &[(String, i32)]) -> VisibilityOutc
                 Err(err) => {
                     metrics::counter!(metric::CALL_ERRORS, "op" => "change_visibility")
                         .increment(1);
-                    warn!(error = %sqs_error("ChangeMessageVisibilityBatch", &err), "visibility change failed");
+                    warn!(error = %AwsError::new("ChangeMessageVisibilityBatch", &err), "visibility change failed");
                 }
             }
             outcome
@@ -907,7 +855,7 @@ async fn delete_batch(ctx: Arc<Ctx>, batch: Vec<(u64, String)>) {
         }
         Err(err) => {
             metrics::counter!(metric::CALL_ERRORS, "op" => "delete").increment(1);
-            let e = sqs_error("DeleteMessageBatch", &err);
+            let e = AwsError::new("DeleteMessageBatch", &err);
             warn!(error = %e, "delete failed; retrying");
             let mut ledger = ctx.shared.lock();
             for (id, _) in &batch {
@@ -946,6 +894,7 @@ mod tests {
 
     #[test]
     fn sqs_codes_are_classified() {
+        use aws_sdk_sqs::error::SdkError;
         use aws_sdk_sqs::operation::receive_message::ReceiveMessageError;
         use aws_smithy_types::error::ErrorMetadata;
         let err = |code: &str| {
@@ -956,15 +905,15 @@ mod tests {
             )
         };
         assert_eq!(
-            sqs_error("ReceiveMessage", &err("RequestThrottled")).class,
+            AwsError::new("ReceiveMessage", &err("RequestThrottled")).class,
             ErrorClass::Throttled
         );
         assert_eq!(
-            sqs_error("ReceiveMessage", &err("OverLimit")).class,
+            AwsError::new("ReceiveMessage", &err("OverLimit")).class,
             ErrorClass::Throttled
         );
         assert_eq!(
-            sqs_error(
+            AwsError::new(
                 "ReceiveMessage",
                 &err("AWS.SimpleQueueService.NonExistentQueue")
             )
@@ -972,15 +921,15 @@ mod tests {
             ErrorClass::NotFound
         );
         assert_eq!(
-            sqs_error("ReceiveMessage", &err("AccessDenied")).class,
+            AwsError::new("ReceiveMessage", &err("AccessDenied")).class,
             ErrorClass::Fatal
         );
         assert_eq!(
-            sqs_error("ReceiveMessage", &err("InternalError")).class,
+            AwsError::new("ReceiveMessage", &err("InternalError")).class,
             ErrorClass::Fatal
         );
         assert_eq!(
-            sqs_error("ReceiveMessage", &err("ServiceUnavailable")).class,
+            AwsError::new("ReceiveMessage", &err("ServiceUnavailable")).class,
             ErrorClass::Retry
         );
     }

@@ -20,7 +20,7 @@ use super::{Entry, PER_ITEM_OVERHEAD, REQUEST_OVERHEAD};
 /// hash (about 2^-64 per pair) only lose coalescing and wait for each other's
 /// calls; they are never both in flight, so ordering stays safe.
 #[derive(Debug)]
-pub struct RefQueue<T> {
+pub(crate) struct RefQueue<T> {
     entries: HashMap<u64, Entry<T>>,
     order: VecDeque<u64>,
     /// Key hash → id of the pending entry of that key.
@@ -36,7 +36,7 @@ pub struct RefQueue<T> {
 impl<T> RefQueue<T> {
     /// A queue whose batches hold at most `max_items` items and
     /// `max_bytes` of request body.
-    pub fn with_limits(max_items: usize, max_bytes: usize) -> Self {
+    pub(crate) fn with_limits(max_items: usize, max_bytes: usize) -> Self {
         RefQueue {
             entries: HashMap::new(),
             order: VecDeque::new(),
@@ -50,19 +50,19 @@ impl<T> RefQueue<T> {
     }
 
     /// Distinct keys pending (not in flight).
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.order.len()
     }
 
     /// Keys currently in flight (taken by [`take_batch`](Self::take_batch)
     /// and not yet released).
-    pub fn in_flight_keys(&self) -> usize {
+    pub(crate) fn in_flight_keys(&self) -> usize {
         self.in_flight.len()
     }
 
     /// Queues an item; if its key is already pending, the new item replaces
     /// the pending one and the token joins it.
-    pub fn push(&mut self, key: ItemKey, item: WireItem, wcu: u64, token: T, now: Instant) {
+    pub(crate) fn push(&mut self, key: ItemKey, item: WireItem, wcu: u64, token: T, now: Instant) {
         let key_hash = self.hasher.hash_one(&key);
         if let Some(id) = self.by_key.get(&key_hash)
             && let Some(e) = self.entries.get_mut(id)
@@ -94,7 +94,7 @@ impl<T> RefQueue<T> {
     /// Puts entries that were in flight back at the front, in their order,
     /// and releases their keys. If a newer submission of the same key arrived
     /// meanwhile, the newer item wins and the old tokens join it.
-    pub fn requeue_front(&mut self, batch: Vec<Entry<T>>) {
+    pub(crate) fn requeue_front(&mut self, batch: Vec<Entry<T>>) {
         for mut e in batch.into_iter().rev() {
             self.in_flight.remove(&e.key_hash);
             if let Some(id) = self.by_key.get(&e.key_hash)
@@ -115,7 +115,7 @@ impl<T> RefQueue<T> {
     }
 
     /// Releases the keys of a finished call (stored or rejected).
-    pub fn release<'a>(&mut self, entries: impl IntoIterator<Item = &'a Entry<T>>)
+    pub(crate) fn release<'a>(&mut self, entries: impl IntoIterator<Item = &'a Entry<T>>)
     where
         T: 'a,
     {
@@ -126,7 +126,7 @@ impl<T> RefQueue<T> {
 
     /// Is a batch due: a full one can be made, the oldest entry has waited
     /// `linger`, or `force` (flush / shutdown) and anything is pending?
-    pub fn due(&self, now: Instant, linger: std::time::Duration, force: bool) -> bool {
+    pub(crate) fn due(&self, now: Instant, linger: std::time::Duration, force: bool) -> bool {
         if self.order.is_empty() {
             return false;
         }
@@ -136,7 +136,7 @@ impl<T> RefQueue<T> {
     }
 
     /// When the oldest pending entry's linger runs out.
-    pub fn deadline(&self, linger: std::time::Duration) -> Option<Instant> {
+    pub(crate) fn deadline(&self, linger: std::time::Duration) -> Option<Instant> {
         self.order
             .front()
             .and_then(|id| self.entries.get(id))
@@ -153,7 +153,7 @@ impl<T> RefQueue<T> {
     /// Takes the next batch from the front: up to `max_items` entries whose
     /// keys are not in flight, within `max_bytes`. Their keys become in
     /// flight. Empty when every pending key is in flight.
-    pub fn take_batch(&mut self) -> Vec<Entry<T>> {
+    pub(crate) fn take_batch(&mut self) -> Vec<Entry<T>> {
         let mut batch = Vec::new();
         let mut deferred = Vec::new();
         let mut bytes = REQUEST_OVERHEAD;
@@ -188,7 +188,7 @@ impl<T> RefQueue<T> {
     }
 
     /// Removes everything pending (for a table that will not come back).
-    pub fn drain(&mut self) -> Vec<Entry<T>> {
+    pub(crate) fn drain(&mut self) -> Vec<Entry<T>> {
         let mut out = Vec::with_capacity(self.order.len());
         while let Some(id) = self.order.pop_front() {
             if let Some(e) = self.entries.remove(&id) {
