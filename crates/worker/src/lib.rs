@@ -13,8 +13,12 @@
 //! - [`sdk`]: the AWS SDK configuration (standard chain plus timeouts).
 //! - [`tables`]: period table maintenance (create, resize by lifecycle tier,
 //!   delete or tag when expired) and creation of missing tables on demand.
-//! - [`telemetry`]: `/metrics` (Prometheus), `/healthz`, `/readyz`, and the
-//!   `healthcheck` client.
+//! - [`telemetry`]: `/metrics` (Prometheus, with the writer's and consumer's
+//!   HELP lines), `/healthz`, `/readyz`, and the `healthcheck` client.
+//!
+//! AWS errors are told apart by the SDK's typed methods
+//! (`is_resource_not_found_exception()`, ...) or, where no typed error
+//! exists, by the shared classifier `tidemark-aws-errors`; never by string.
 //! - [`verify`]: reads produced events back from DynamoDB, content compared.
 
 pub mod config;
