@@ -44,6 +44,10 @@
 //! maps errors to exit codes; `src/cmd/render.rs` is the one place output
 //! is formatted (tables, CSV, JSON lines).
 //!
+//! AWS errors are told apart by the SDK's typed methods
+//! (`is_resource_not_found_exception()`, ...) or, where no typed error
+//! exists, by the shared classifier `tidemark-aws-errors`; never by string.
+//!
 //! Guarantees: at-least-once. A record is acknowledged (checkpointed or
 //! deleted) only after DynamoDB confirmed its write or its dead letter is
 //! durable; a graceful shutdown drains everything in flight first.
