@@ -114,14 +114,19 @@ impl LocalStack {
         std::sync::Arc::new(t)
     }
 
-    /// The stack's SDK config pointed at `url` (e.g. a limits proxy) with the
-    /// SDK's own retries off, so a test sees every throttle and fault.
-    pub fn sdk_without_retries(&self, url: &str) -> SdkConfig {
-        self.sdk
-            .to_builder()
-            .endpoint_url(url)
-            .retry_config(RetryConfig::disabled())
-            .build()
+    /// The same stack with the SDK's own retries off, so a test sees every
+    /// throttle and fault (e.g. `stack.without_retries().dynamodb_at(proxy)`).
+    /// Endpoints stay per client: an `AWS_ENDPOINT_URL_*` variable would
+    /// override one set on the shared config.
+    pub fn without_retries(&self) -> LocalStack {
+        LocalStack {
+            sdk: self
+                .sdk
+                .to_builder()
+                .retry_config(RetryConfig::disabled())
+                .build(),
+            ..self.clone()
+        }
     }
 
     /// A DynamoDB client for the local stack.

@@ -39,7 +39,7 @@ fn put(pk: &str, sk: &str, pad: usize) -> WriteRequest {
 async fn sdk_writes_and_reads_through_the_proxy_and_gets_dynamodb_validation_errors() {
     let stack = tidemark_tests::stack().await;
     let proxy = tidemark_tests::start_limits_proxy(&stack, |_| {}).await;
-    let c = Client::new(&stack.sdk_without_retries(&proxy.url));
+    let c = stack.without_retries().dynamodb_at(&proxy.url);
     let table = tidemark_tests::unique_name("limits-it");
     create_table(&c, &table, 1000).await;
 
@@ -129,7 +129,7 @@ async fn sdk_writes_and_reads_through_the_proxy_and_gets_dynamodb_validation_err
 async fn throttles_with_unprocessed_items_then_the_exception_and_sink_counts_exactly() {
     let stack = tidemark_tests::stack().await;
     let proxy = tidemark_tests::start_limits_proxy(&stack, |c| c.sink = true).await;
-    let c = Client::new(&stack.sdk_without_retries(&proxy.url));
+    let c = stack.without_retries().dynamodb_at(&proxy.url);
     let table = tidemark_tests::unique_name("limits-sink");
     // 50 WCU: one second of credit is 50 one-KB-or-less items.
     create_table(&c, &table, 50).await;
@@ -197,7 +197,7 @@ async fn throttles_with_unprocessed_items_then_the_exception_and_sink_counts_exa
 async fn partly_admitted_batches_forward_exactly_the_admitted_items() {
     let stack = tidemark_tests::stack().await;
     let proxy = tidemark_tests::start_limits_proxy(&stack, |_| {}).await;
-    let c = Client::new(&stack.sdk_without_retries(&proxy.url));
+    let c = stack.without_retries().dynamodb_at(&proxy.url);
     let table = tidemark_tests::unique_name("limits-fwd");
     create_table(&c, &table, 50).await;
 
@@ -269,7 +269,7 @@ async fn boto3_works_through_the_proxy_unchanged() {
         python.display()
     );
     let proxy = tidemark_tests::start_limits_proxy(&stack, |_| {}).await;
-    let c = Client::new(&stack.sdk_without_retries(&proxy.url));
+    let c = stack.without_retries().dynamodb_at(&proxy.url);
     let table = tidemark_tests::unique_name("limits-boto3");
     create_table(&c, &table, 1000).await;
     let script = format!(
@@ -321,14 +321,14 @@ async fn injected_faults_reach_the_sdk_as_server_errors_and_dropped_connections(
         c.faults.fault_seed = Some(1);
     })
     .await;
-    let c = Client::new(&stack.sdk_without_retries(&proxy.url));
+    let c = stack.without_retries().dynamodb_at(&proxy.url);
     let err = c.list_tables().send().await.expect_err("injected 5xx");
     let status = err.raw_response().map(|r| r.status().as_u16());
     assert!(matches!(status, Some(500 | 503)), "{err:?}");
     assert_eq!(proxy.proxy.stats().faults.errors_injected, 1);
 
     let proxy = tidemark_tests::start_limits_proxy(&stack, |c| c.faults.fault_drop = 1.0).await;
-    let c = Client::new(&stack.sdk_without_retries(&proxy.url));
+    let c = stack.without_retries().dynamodb_at(&proxy.url);
     let err = c
         .list_tables()
         .send()

@@ -30,7 +30,7 @@ async fn active_stream(c: &Client, name: &str) -> String {
 async fn sixth_get_records_in_a_second_is_throttled_and_puts_are_capped_per_shard() {
     let stack = tidemark_tests::stack().await;
     let proxy = tidemark_tests::start_limits_proxy(&stack, |c| c.kinesis_write_records = 100).await;
-    let c = Client::new(&stack.sdk_without_retries(&proxy.url));
+    let c = stack.without_retries().kinesis_at(&proxy.url);
     let stream = tidemark_tests::unique_name("limits-it");
     let shard = active_stream(&c, &stream).await;
 
