@@ -20,7 +20,7 @@ WCU, SIZE = 10_000, 200
 
 def main():
     proxy = h.Proxy()
-    exe = os.path.join(h.target_dir(), "debug", "examples", "write_load")
+    exe = os.path.join(h.target_dir(), "debug", "write_load")
     results = {}
     try:
         for mode in ("time", "time_bucket:10"):

@@ -45,9 +45,9 @@ def measure(proxy, table, run):
 
 
 def tidemark(proxy, table):
-    exe = os.path.join(h.target_dir(), "debug", "examples", "write_load")
+    exe = os.path.join(h.target_dir(), "debug", "write_load")
     if not os.path.exists(exe):
-        raise SystemExit(f"{exe} missing: cargo build -p tidemark-limits --example write_load")
+        raise SystemExit(f"{exe} missing: cargo build -p tidemark-bench --bin write_load")
     out = subprocess.run([exe, proxy.url, table, str(RATE), str(SECS), str(SIZE), "spread"],
                          capture_output=True, text=True, check=True, env={**os.environ, "RUST_LOG": "warn"})
     r = json.loads(out.stdout.strip().splitlines()[-1])

@@ -1,21 +1,41 @@
 //! Shared helpers for Tidemark's end-to-end tests.
 //!
-//! Integration tests need the local AWS stack (`localstack/up`). They run only
-//! when `TIDEMARK_IT=1` (set by `scripts/test`); otherwise [`integration`]
-//! prints why the test is skipped and returns `None`. When enabled, the
-//! endpoints come from the standard `AWS_ENDPOINT_URL_*` variables (or from
-//! `localstack/.env` when those are unset), and must be loopback addresses: a
-//! test never talks to real AWS.
+//! Where tests live (see docs/testing.md): every test that needs the local
+//! AWS stack (`localstack/up`) is in `tests/tests/stack_<area>.rs`, carries
+//! `#[cfg_attr(not(feature = "stack"), ignore = "needs the local AWS stack
+//! (scripts/test runs it)")]` and starts with [`stack`]. A plain
+//! `cargo test` lists those tests as ignored; with `--features
+//! tidemark-tests/stack` (what `scripts/test` runs) they run, and an absent
+//! stack fails them. The endpoints come from the standard
+//! `AWS_ENDPOINT_URL_*` variables (or from `localstack/.env` when those are
+//! unset), and must be loopback addresses: a test never talks to real AWS.
+//!
+//! Helpers:
+//! - [`stack`]: the [`LocalStack`] handle (clients), or a panic saying why not.
+//! - Kinesis: [`create_stream`], [`wait_stream_active`], [`put_records`].
+//! - DynamoDB: [`create_table`], [`scan_items`], [`count_items`].
+//! - SQS: [`create_queue`], [`send_messages`], [`queue_counts`].
+//! - The limits proxy in-process: [`start_limits_proxy`], [`LimitsProxy`].
+//! - [`unique_name`], [`wait_until`] (polls a condition with a deadline).
+//! - Legacy: [`integration`], the runtime `TIDEMARK_IT` switch, kept until
+//!   the last tests that call it move to `stack_*.rs`.
 
 // Test support: a panic here is a failed test, with the message saying why.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use aws_config::retry::RetryConfig;
 use aws_config::{BehaviorVersion, SdkConfig};
+use aws_sdk_dynamodb::types::{AttributeValue, Select};
+use aws_sdk_kinesis::primitives::Blob;
+use aws_sdk_kinesis::types::PutRecordsRequestEntry;
+use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
 
 pub mod worker;
 
@@ -96,6 +116,21 @@ impl LocalStack {
         std::sync::Arc::new(t)
     }
 
+    /// The same stack with the SDK's own retries off, so a test sees every
+    /// throttle and fault (e.g. `stack.without_retries().dynamodb_at(proxy)`).
+    /// Endpoints stay per client: an `AWS_ENDPOINT_URL_*` variable would
+    /// override one set on the shared config.
+    pub fn without_retries(&self) -> LocalStack {
+        LocalStack {
+            sdk: self
+                .sdk
+                .to_builder()
+                .retry_config(RetryConfig::disabled())
+                .build(),
+            ..self.clone()
+        }
+    }
+
     /// A DynamoDB client for the local stack.
     pub fn dynamodb(&self) -> aws_sdk_dynamodb::Client {
         self.dynamodb_at(&self.dynamodb_url)
@@ -110,9 +145,60 @@ impl LocalStack {
     }
 }
 
-/// Returns the local stack, or `None` (after printing the reason) when
-/// integration tests are off. Panics, saying what to do, when they are on but
-/// the endpoints are missing or not on loopback.
+/// The local stack, for a test in `tests/tests/stack_*.rs`. Panics, saying
+/// what to do, when an endpoint is missing, not on loopback, or does not
+/// accept a connection: with the `stack` feature on, an absent stack is a
+/// failure, never a skip.
+pub async fn stack() -> LocalStack {
+    let stack = match LocalStack::from_env().await {
+        Ok(stack) => stack,
+        Err(e) => panic!("this test needs the local AWS stack, but {e}"),
+    };
+    for url in [&stack.kinesis_url, &stack.dynamodb_url, &stack.sqs_url] {
+        if let Err(e) = probe(url).await {
+            panic!(
+                "this test needs the local AWS stack, but {url} is unreachable ({e}): run localstack/up"
+            );
+        }
+    }
+    stack
+}
+
+/// Opens (and drops) a TCP connection to a loopback URL's host and port.
+async fn probe(url: &str) -> Result<(), String> {
+    let authority = url
+        .split_once("://")
+        .map_or(url, |(_, rest)| rest)
+        .split(['/', '?', '#'])
+        .next()
+        .unwrap_or_default();
+    let addr = if authority
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+        && !authority.ends_with(']')
+    {
+        authority.to_owned()
+    } else {
+        format!("{authority}:80")
+    };
+    match tokio::time::timeout(
+        Duration::from_secs(3),
+        tokio::net::TcpStream::connect(&addr),
+    )
+    .await
+    {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("no answer within 3 s".to_owned()),
+    }
+}
+
+/// Legacy gate, for tests not yet moved to `tests/tests/stack_*.rs`: the
+/// local stack when `TIDEMARK_IT=1`, otherwise `None` after printing why the
+/// test is skipped (a skip that `cargo test` counts as a pass, which is why
+/// new tests use [`stack`] and the `stack` feature instead). Panics, saying
+/// what to do, when switched on but the endpoints are missing or not on
+/// loopback.
 pub async fn integration(test: &str) -> Option<LocalStack> {
     if !integration_enabled() {
         // Written to the stderr handle, not with eprintln!: libtest captures
@@ -323,6 +409,223 @@ pub async fn wait_stream_active(client: &aws_sdk_kinesis::Client, name: &str) {
     .await;
 }
 
+/// Puts `(partition key, data)` records in calls of 500, in order, and
+/// returns (shard id, sequence number) per record. Panics if an entry fails
+/// (kinesis-local never throttles; behind a limits proxy, put directly).
+pub async fn put_records(
+    client: &aws_sdk_kinesis::Client,
+    stream: &str,
+    records: &[(String, Vec<u8>)],
+) -> Vec<(String, String)> {
+    let mut out = Vec::with_capacity(records.len());
+    for chunk in records.chunks(500) {
+        let entries: Vec<_> = chunk
+            .iter()
+            .map(|(pk, d)| {
+                PutRecordsRequestEntry::builder()
+                    .partition_key(pk)
+                    .data(Blob::new(d.clone()))
+                    .build()
+                    .expect("partition key and data are set")
+            })
+            .collect();
+        let res = client
+            .put_records()
+            .stream_name(stream)
+            .set_records(Some(entries))
+            .send()
+            .await
+            .expect("PutRecords");
+        assert_eq!(
+            res.failed_record_count(),
+            Some(0),
+            "PutRecords to {stream} failed some entries"
+        );
+        for r in res.records() {
+            out.push((
+                r.shard_id().expect("a stored record's shard").to_owned(),
+                r.sequence_number()
+                    .expect("a stored record's sequence number")
+                    .to_owned(),
+            ));
+        }
+    }
+    out
+}
+
+/// Every item of `table` (a paginated Scan).
+pub async fn scan_items(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+) -> Vec<HashMap<String, AttributeValue>> {
+    let mut out = Vec::new();
+    let mut start = None;
+    loop {
+        let page = client
+            .scan()
+            .table_name(table)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .expect("Scan");
+        out.extend(page.items().iter().cloned());
+        start = page.last_evaluated_key().cloned();
+        if start.is_none() {
+            return out;
+        }
+    }
+}
+
+/// The number of items in `table` (a paginated `Select::Count` Scan).
+pub async fn count_items(client: &aws_sdk_dynamodb::Client, table: &str) -> usize {
+    let mut n = 0;
+    let mut start = None;
+    loop {
+        let page = client
+            .scan()
+            .table_name(table)
+            .select(Select::Count)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .expect("Scan");
+        n += usize::try_from(page.count()).expect("a count is never negative");
+        start = page.last_evaluated_key().cloned();
+        if start.is_none() {
+            return n;
+        }
+    }
+}
+
+/// Creates a queue named [`unique_name`]`(prefix)` (with `.fifo` and the
+/// FIFO attribute when `fifo`); returns its URL.
+pub async fn create_queue(client: &aws_sdk_sqs::Client, prefix: &str, fifo: bool) -> String {
+    let mut req = client.create_queue();
+    if fifo {
+        req = req
+            .queue_name(format!("{}.fifo", unique_name(prefix)))
+            .attributes(QueueAttributeName::FifoQueue, "true");
+    } else {
+        req = req.queue_name(unique_name(prefix));
+    }
+    req.send()
+        .await
+        .unwrap_or_else(|e| panic!("CreateQueue failed (is the local stack up?): {e:?}"))
+        .queue_url
+        .expect("CreateQueue returns the queue's URL")
+}
+
+/// Sends `(FIFO group, body)` messages, 10 per call, in order; a FIFO
+/// message gets a deduplication id unique within the call sequence.
+pub async fn send_messages(
+    client: &aws_sdk_sqs::Client,
+    url: &str,
+    bodies: &[(Option<String>, String)],
+) {
+    for (c, chunk) in bodies.chunks(10).enumerate() {
+        let entries = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, (group, body))| {
+                let mut e = SendMessageBatchRequestEntry::builder()
+                    .id(format!("e{i}"))
+                    .message_body(body);
+                if let Some(g) = group {
+                    e = e
+                        .message_group_id(g)
+                        .message_deduplication_id(format!("d{c}-{i}"));
+                }
+                e.build().expect("id and body are set")
+            })
+            .collect();
+        let out = client
+            .send_message_batch()
+            .queue_url(url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .expect("SendMessageBatch");
+        assert!(out.failed().is_empty(), "{:?}", out.failed());
+    }
+}
+
+/// (visible, in flight) message counts of a queue.
+pub async fn queue_counts(client: &aws_sdk_sqs::Client, url: &str) -> (u64, u64) {
+    let attrs = client
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+        .send()
+        .await
+        .expect("GetQueueAttributes")
+        .attributes
+        .expect("the asked attributes");
+    let n = |k: QueueAttributeName| {
+        attrs[&k]
+            .parse::<u64>()
+            .expect("a message count is a number")
+    };
+    (
+        n(QueueAttributeName::ApproximateNumberOfMessages),
+        n(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+    )
+}
+
+/// A limits proxy running in-process on 127.0.0.1 in front of the local
+/// stack; it stops when dropped.
+#[derive(Debug)]
+pub struct LimitsProxy {
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    /// The proxy, for reading its stats directly.
+    pub proxy: Arc<tidemark_limits::Proxy>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Drop for LimitsProxy {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            // The server may have ended already; nothing to stop then.
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// Starts a limits proxy in front of `stack`'s emulators, its config
+/// adjusted by `tweak` (AWS's limits by default).
+pub async fn start_limits_proxy(
+    stack: &LocalStack,
+    tweak: impl FnOnce(&mut tidemark_limits::Config),
+) -> LimitsProxy {
+    let mut config = tidemark_limits::Config::with_upstreams(
+        &stack.dynamodb_url,
+        &stack.kinesis_url,
+        &stack.sqs_url,
+    );
+    tweak(&mut config);
+    config.validate().expect("a valid limits proxy config");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind 127.0.0.1:0");
+    let url = format!("http://{}", listener.local_addr().expect("bound address"));
+    let proxy = Arc::new(tidemark_limits::Proxy::new(config).expect("limits proxy"));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(tidemark_limits::serve(
+        listener,
+        proxy.clone(),
+        async move {
+            // A dropped sender stops the server too.
+            let _ = stopped.await;
+        },
+    ));
+    LimitsProxy {
+        url,
+        proxy,
+        stop: Some(stop),
+    }
+}
+
 /// Polls `check` until it returns `Some`, or panics with `what` after `deadline`.
 pub async fn wait_until<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
 where
@@ -339,16 +642,6 @@ where
             "timed out after {deadline:?} waiting for {what}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// The local stack for a stack test (`tests/tests/stack_*.rs`). Panics, saying
-/// what to do, when it is unreachable: with the `stack` feature on, an absent
-/// stack is a failure, not a skip.
-pub async fn stack() -> LocalStack {
-    match LocalStack::from_env().await {
-        Ok(stack) => stack,
-        Err(e) => panic!("stack test without the local AWS stack: {e}"),
     }
 }
 

@@ -20,9 +20,9 @@
 //!   [`SharedStr`]), item keys, dead-letter reasons, DynamoDB item sizing.
 //! - [`timefmt`]: fixed-width UTC rendering and the accepted time range.
 //! - [`wire`]: [`WireItem`], an item encoded once as DynamoDB JSON (what the
-//!   writer sends), with its size; encode from and decode to SDK maps.
-//! - [`tree`]: the JSON trees the wire readers accept: serde_json's `Value`,
-//!   or [`tree::JsonRef`], which borrows its strings from the request.
+//!   writer sends), with its size; encode from and decode to SDK maps; the
+//!   readers take any [`wire::Tree`] (serde_json's `Value`, or the limits
+//!   proxy's borrowed tree).
 //!
 //! Guarantees:
 //! - Determinism: every function here is pure. The same record, config and
@@ -50,7 +50,6 @@ pub mod route;
 pub mod size;
 pub mod strategy;
 pub mod timefmt;
-pub mod tree;
 pub mod wire;
 
 pub use event::{Event, EventConfig, EventError, Extractor};

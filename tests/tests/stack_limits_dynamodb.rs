@@ -1,9 +1,8 @@
 //! DynamoDB through the proxy with the AWS SDK for Rust (and boto3), against
-//! the local stack. Run with TIDEMARK_IT=1 after loading localstack/.env.
+//! the local stack. Needs the local stack: run with the `stack` feature
+//! (see docs/testing.md). Moved here from tools/limits/tests.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
-
-mod common;
 
 use std::collections::HashMap;
 
@@ -32,14 +31,16 @@ fn put(pk: &str, sk: &str, pad: usize) -> WriteRequest {
         .build()
 }
 
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
 #[tokio::test]
 async fn sdk_writes_and_reads_through_the_proxy_and_gets_dynamodb_validation_errors() {
-    let Some(urls) = common::stack("sdk_writes_and_reads_through_the_proxy") else {
-        return;
-    };
-    let proxy = common::start(&urls, |_| {}).await;
-    let c = Client::new(&common::sdk_config(&proxy.url).await);
-    let table = common::unique("limits-it");
+    let stack = tidemark_tests::stack().await;
+    let proxy = tidemark_tests::start_limits_proxy(&stack, |_| {}).await;
+    let c = stack.without_retries().dynamodb_at(&proxy.url);
+    let table = tidemark_tests::unique_name("limits-it");
     create_table(&c, &table, 1000).await;
 
     // 25 items pass and land in the emulator.
@@ -120,14 +121,16 @@ async fn sdk_writes_and_reads_through_the_proxy_and_gets_dynamodb_validation_err
     assert_eq!(stats.dynamodb.tables[&table].stats.accepted_items, 25);
 }
 
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
 #[tokio::test]
 async fn throttles_with_unprocessed_items_then_the_exception_and_sink_counts_exactly() {
-    let Some(urls) = common::stack("throttles_with_unprocessed_items") else {
-        return;
-    };
-    let proxy = common::start(&urls, |c| c.sink = true).await;
-    let c = Client::new(&common::sdk_config(&proxy.url).await);
-    let table = common::unique("limits-sink");
+    let stack = tidemark_tests::stack().await;
+    let proxy = tidemark_tests::start_limits_proxy(&stack, |c| c.sink = true).await;
+    let c = stack.without_retries().dynamodb_at(&proxy.url);
+    let table = tidemark_tests::unique_name("limits-sink");
     // 50 WCU: one second of credit is 50 one-KB-or-less items.
     create_table(&c, &table, 50).await;
 
@@ -186,14 +189,16 @@ async fn throttles_with_unprocessed_items_then_the_exception_and_sink_counts_exa
     assert_eq!(scan.count(), 0);
 }
 
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
 #[tokio::test]
 async fn partly_admitted_batches_forward_exactly_the_admitted_items() {
-    let Some(urls) = common::stack("partly_admitted_batches_forward") else {
-        return;
-    };
-    let proxy = common::start(&urls, |_| {}).await;
-    let c = Client::new(&common::sdk_config(&proxy.url).await);
-    let table = common::unique("limits-fwd");
+    let stack = tidemark_tests::stack().await;
+    let proxy = tidemark_tests::start_limits_proxy(&stack, |_| {}).await;
+    let c = stack.without_retries().dynamodb_at(&proxy.url);
+    let table = tidemark_tests::unique_name("limits-fwd");
     create_table(&c, &table, 50).await;
 
     // Offer 25-item batches until one is split: the proxy forwards the
@@ -245,22 +250,27 @@ async fn partly_admitted_batches_forward_exactly_the_admitted_items() {
     );
 }
 
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
 #[tokio::test]
 async fn boto3_works_through_the_proxy_unchanged() {
-    let Some(urls) = common::stack("boto3_works_through_the_proxy_unchanged") else {
-        return;
-    };
-    let python = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../localstack/.cache/venv/bin/python"
+    let stack = tidemark_tests::stack().await;
+    // moto's venv (localstack/up installs boto3 there); TIDEMARK_PYTHON
+    // names another interpreter, e.g. from a worktree without its own venv.
+    let python = std::env::var_os("TIDEMARK_PYTHON").map_or_else(
+        || tidemark_tests::repo_root().join("localstack/.cache/venv/bin/python"),
+        std::path::PathBuf::from,
     );
     assert!(
-        std::path::Path::new(python).exists(),
-        "TIDEMARK_IT=1 needs moto's venv with boto3 at {python}"
+        python.exists(),
+        "this test needs moto's venv with boto3 at {} (or TIDEMARK_PYTHON)",
+        python.display()
     );
-    let proxy = common::start(&urls, |_| {}).await;
-    let c = Client::new(&common::sdk_config(&proxy.url).await);
-    let table = common::unique("limits-boto3");
+    let proxy = tidemark_tests::start_limits_proxy(&stack, |_| {}).await;
+    let c = stack.without_retries().dynamodb_at(&proxy.url);
+    let table = tidemark_tests::unique_name("limits-boto3");
     create_table(&c, &table, 1000).await;
     let script = format!(
         r#"
@@ -299,24 +309,26 @@ print(t.query(KeyConditionExpression=boto3.dynamodb.conditions.Key("pk").eq("b")
     );
 }
 
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
 #[tokio::test]
 async fn injected_faults_reach_the_sdk_as_server_errors_and_dropped_connections() {
-    let Some(urls) = common::stack("injected_faults_reach_the_sdk") else {
-        return;
-    };
-    let proxy = common::start(&urls, |c| {
+    let stack = tidemark_tests::stack().await;
+    let proxy = tidemark_tests::start_limits_proxy(&stack, |c| {
         c.faults.fault_dynamodb_errors = 1.0;
         c.faults.fault_seed = Some(1);
     })
     .await;
-    let c = Client::new(&common::sdk_config(&proxy.url).await);
+    let c = stack.without_retries().dynamodb_at(&proxy.url);
     let err = c.list_tables().send().await.expect_err("injected 5xx");
     let status = err.raw_response().map(|r| r.status().as_u16());
     assert!(matches!(status, Some(500 | 503)), "{err:?}");
     assert_eq!(proxy.proxy.stats().faults.errors_injected, 1);
 
-    let proxy = common::start(&urls, |c| c.faults.fault_drop = 1.0).await;
-    let c = Client::new(&common::sdk_config(&proxy.url).await);
+    let proxy = tidemark_tests::start_limits_proxy(&stack, |c| c.faults.fault_drop = 1.0).await;
+    let c = stack.without_retries().dynamodb_at(&proxy.url);
     let err = c
         .list_tables()
         .send()

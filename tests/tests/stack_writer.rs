@@ -4,7 +4,9 @@
 //! 300 WCU/s, though the table says 1,000, so the writer starts too fast, is
 //! throttled, and must adapt without losing anything.
 //!
-//! Skipped unless TIDEMARK_IT=1; then it fails loudly if the stack is down.
+//! Needs the local stack: run with the `stack` feature (see docs/testing.md);
+//! without it the test is listed as ignored. Moved here from
+//! crates/writer/tests/integration.rs.
 
 // Test code: a panic in a helper is a failed assertion (clippy.toml allows
 // this in #[test] functions only).
@@ -24,29 +26,6 @@ use tidemark_writer::{Completion, RejectMissing, Submission, WriteOutcome, Write
 const ITEMS: usize = 10_000;
 const TABLES: usize = 3;
 
-/// Starts a limits proxy in front of `stack`'s emulators; returns its URL.
-async fn start_proxy(stack: &tidemark_tests::LocalStack) -> (String, Arc<tidemark_limits::Proxy>) {
-    let mut limits = tidemark_limits::Config::with_upstreams(
-        &stack.dynamodb_url,
-        &stack.kinesis_url,
-        &stack.sqs_url,
-    );
-    limits.partition_wcu = 300.0;
-    limits.initial_credit_secs = 0.0;
-    limits.burst_secs = 0.0;
-    limits.validate().unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let proxy = Arc::new(tidemark_limits::Proxy::new(limits).unwrap());
-    // The proxy lives as long as the test's runtime.
-    tokio::spawn(tidemark_limits::serve(
-        listener,
-        proxy.clone(),
-        std::future::pending::<()>(),
-    ));
-    (url, proxy)
-}
-
 async fn create_table(c: &Client, name: &str) {
     let capacity = TableCapacity::Provisioned {
         read: 1_000,
@@ -55,39 +34,33 @@ async fn create_table(c: &Client, name: &str) {
     tidemark_tests::create_table(c, name, true, capacity).await;
 }
 
+/// The (pk, sk) keys stored in `table`.
 async fn read_back(c: &Client, table: &str) -> HashSet<(String, String)> {
     let mut keys = HashSet::new();
-    let mut start = None;
-    loop {
-        let out = c
-            .scan()
-            .table_name(table)
-            .set_exclusive_start_key(start)
-            .send()
-            .await
-            .unwrap();
-        for it in out.items() {
-            if let (Some(AttributeValue::S(pk)), Some(AttributeValue::S(sk))) =
-                (it.get("pk"), it.get("sk"))
-            {
-                keys.insert((pk.clone(), sk.clone()));
-            }
-        }
-        start = out.last_evaluated_key().cloned();
-        if start.is_none() {
-            return keys;
+    for it in tidemark_tests::scan_items(c, table).await {
+        if let (Some(AttributeValue::S(pk)), Some(AttributeValue::S(sk))) =
+            (it.get("pk"), it.get("sk"))
+        {
+            keys.insert((pk.clone(), sk.clone()));
         }
     }
+    keys
 }
 
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_items_across_three_tables_are_all_stored() {
-    let Some(stack) =
-        tidemark_tests::integration("ten_thousand_items_across_three_tables_are_all_stored").await
-    else {
-        return;
-    };
-    let (ep, proxy) = start_proxy(&stack).await;
+    let stack = tidemark_tests::stack().await;
+    let proxy = tidemark_tests::start_limits_proxy(&stack, |limits| {
+        limits.partition_wcu = 300.0;
+        limits.initial_credit_secs = 0.0;
+        limits.burst_secs = 0.0;
+    })
+    .await;
+    let ep = proxy.url.clone();
     let c = stack.dynamodb_at(&ep);
     let run = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -147,7 +120,7 @@ async fn ten_thousand_items_across_three_tables_are_all_stored() {
         ITEMS as f64 / elapsed.as_secs_f64()
     );
     // The proxy did throttle, and accepted every item at least once.
-    let counters = proxy.stats().dynamodb.counters;
+    let counters = proxy.proxy.stats().dynamodb.counters;
     assert!(
         counters.requests_throttled + counters.requests_partial > 0,
         "the proxy never throttled: {counters:?}"

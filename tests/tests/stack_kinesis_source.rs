@@ -1,5 +1,6 @@
 //! End-to-end tests of the Kinesis consumer against kinesis-local (Kinesis)
-//! and moto (DynamoDB). Skipped unless TIDEMARK_IT=1.
+//! and moto (DynamoDB). Needs the local stack: run with the `stack` feature
+//! (see docs/testing.md); without it these tests are listed as ignored.
 //!
 //! The sink glue here stores each record as one DynamoDB item keyed by the
 //! record's derived event id (shard:sequence:sub-sequence) with plain
@@ -18,16 +19,16 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, PutRequest,
-    ScalarAttributeType, Select, WriteRequest,
+    ScalarAttributeType, WriteRequest,
 };
-use aws_sdk_kinesis::primitives::Blob;
-use aws_sdk_kinesis::types::{PutRecordsRequestEntry, Shard, ShardIteratorType};
+use aws_sdk_kinesis::types::{Shard, ShardIteratorType};
 use futures::StreamExt;
 use tidemark_consumer::fixture::{ReplaySource, read_fixture};
 use tidemark_consumer::{KinesisConfig, KinesisSource, Record, StatusHandle};
 use tidemark_schema::{Origin, Reason};
 use tidemark_tests::{
-    LocalStack, TableCapacity, integration, repo_root, unique_name, wait_stream_active, wait_until,
+    LocalStack, TableCapacity, count_items, put_records, repo_root, scan_items, unique_name,
+    wait_stream_active, wait_until,
 };
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -78,48 +79,6 @@ async fn split_first_shard(stack: &LocalStack, stream: &str) -> Vec<Shard> {
 
 async fn wait_active(stack: &LocalStack, name: &str) {
     wait_stream_active(&stack.kinesis(), name).await;
-}
-
-/// Puts `(partition key, data)` records in calls of 500, in order, retrying
-/// failed entries. Returns (shard id, sequence number) per record.
-async fn put(
-    stack: &LocalStack,
-    stream: &str,
-    records: &[(String, Vec<u8>)],
-) -> Vec<(String, String)> {
-    let k = stack.kinesis();
-    let mut out = Vec::new();
-    for chunk in records.chunks(500) {
-        let entries: Vec<_> = chunk
-            .iter()
-            .map(|(pk, d)| {
-                PutRecordsRequestEntry::builder()
-                    .partition_key(pk)
-                    .data(Blob::new(d.clone()))
-                    .build()
-                    .unwrap()
-            })
-            .collect();
-        let res = k
-            .put_records()
-            .stream_name(stream)
-            .set_records(Some(entries))
-            .send()
-            .await
-            .expect("PutRecords");
-        assert_eq!(
-            res.failed_record_count(),
-            Some(0),
-            "kinesis-local never throttles"
-        );
-        for r in res.records() {
-            out.push((
-                r.shard_id().unwrap().to_string(),
-                r.sequence_number().unwrap().to_string(),
-            ));
-        }
-    }
-    out
 }
 
 /// JSON events `{"pk":..,"n":..}` with `n` increasing per key.
@@ -298,51 +257,10 @@ async fn write_batch(
     }
 }
 
-async fn scan_items(stack: &LocalStack, table: &str) -> Vec<HashMap<String, AttributeValue>> {
-    let ddb = stack.dynamodb();
-    let mut out = Vec::new();
-    let mut start = None;
-    loop {
-        let page = ddb
-            .scan()
-            .table_name(table)
-            .set_exclusive_start_key(start)
-            .send()
-            .await
-            .expect("Scan");
-        out.extend(page.items().iter().cloned());
-        start = page.last_evaluated_key().cloned();
-        if start.is_none() {
-            return out;
-        }
-    }
-}
-
-async fn count_items(stack: &LocalStack, table: &str) -> usize {
-    let ddb = stack.dynamodb();
-    let mut n = 0;
-    let mut start = None;
-    loop {
-        let page = ddb
-            .scan()
-            .table_name(table)
-            .select(Select::Count)
-            .set_exclusive_start_key(start)
-            .send()
-            .await
-            .expect("Scan");
-        n += page.count() as usize;
-        start = page.last_evaluated_key().cloned();
-        if start.is_none() {
-            return n;
-        }
-    }
-}
-
 /// The (pk, data) multiset stored in `table`.
 async fn stored_payloads(stack: &LocalStack, table: &str) -> BTreeMap<Vec<u8>, usize> {
     let mut m = BTreeMap::new();
-    for it in scan_items(stack, table).await {
+    for it in scan_items(&stack.dynamodb(), table).await {
         let data = it["data"].as_b().unwrap().as_ref().to_vec();
         *m.entry(data).or_insert(0) += 1;
     }
@@ -373,11 +291,13 @@ fn owned(w: &Worker) -> usize {
 
 /// 4 shards, 20,000 records, two workers: every record stored exactly once,
 /// leases split 2/2.
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kinesis_two_workers_20k_records_exactly_once() {
-    let Some(stack) = integration("kinesis_two_workers_20k_records_exactly_once").await else {
-        return;
-    };
+    let stack = tidemark_tests::stack().await;
     init_logs();
     let stream = create_stream(&stack, 4).await;
     let leases = unique_name("leases");
@@ -402,7 +322,7 @@ async fn kinesis_two_workers_20k_records_exactly_once() {
     );
     drop(sink);
     // Consumption runs while the records are being put.
-    put(&stack, &stream, &input).await;
+    put_records(&stack.kinesis(), &stream, &input).await;
     eprintln!("put 20000 records in {:?}", t.elapsed());
     wait_acked(&log, 20_000, Duration::from_secs(120)).await;
     eprintln!(
@@ -425,7 +345,11 @@ async fn kinesis_two_workers_20k_records_exactly_once() {
             String::from_utf8_lossy(d)
         );
     }
-    assert_eq!(count_items(&stack, &table).await, 20_000, "no extra items");
+    assert_eq!(
+        count_items(&stack.dynamodb(), &table).await,
+        20_000,
+        "no extra items"
+    );
     let delivered = log.lock().unwrap().deliveries.len();
     assert!(delivered >= 20_000, "delivered {delivered}");
     a.stop.cancel();
@@ -437,18 +361,20 @@ async fn kinesis_two_workers_20k_records_exactly_once() {
 
 /// A worker aborted without shutdown: the other holds every lease within
 /// 2 x failover time and finishes; nothing lost.
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kinesis_aborted_worker_leases_taken_over() {
-    let Some(stack) = integration("kinesis_aborted_worker_leases_taken_over").await else {
-        return;
-    };
+    let stack = tidemark_tests::stack().await;
     init_logs();
     let failover = 2;
     let stream = create_stream(&stack, 4).await;
     let leases = unique_name("leases");
     let table = create_item_table(&stack).await;
     let first = events(20, 2_000, 0);
-    put(&stack, &stream, &first).await;
+    put_records(&stack.kinesis(), &stream, &first).await;
     let (sink, _log, store) = spawn_store(&stack, &table);
     let a = start_worker(
         &stack,
@@ -475,7 +401,7 @@ async fn kinesis_aborted_worker_leases_taken_over() {
     let second = events(20, 2_000, 2_000);
     let putter = {
         let (stack, stream, second) = (stack.clone(), stream.clone(), second.clone());
-        tokio::spawn(async move { put(&stack, &stream, &second).await })
+        tokio::spawn(async move { put_records(&stack.kinesis(), &stream, &second).await })
     };
     wait_until(
         "B holds all 4 leases",
@@ -508,16 +434,18 @@ async fn kinesis_aborted_worker_leases_taken_over() {
 
 /// Graceful shutdown releases leases: the other worker holds them all in
 /// under 2 s (failover 3 s, so expiry cannot explain it).
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kinesis_graceful_shutdown_hands_over_fast() {
-    let Some(stack) = integration("kinesis_graceful_shutdown_hands_over_fast").await else {
-        return;
-    };
+    let stack = tidemark_tests::stack().await;
     init_logs();
     let stream = create_stream(&stack, 4).await;
     let leases = unique_name("leases");
     let table = create_item_table(&stack).await;
-    put(&stack, &stream, &events(10, 400, 0)).await;
+    put_records(&stack.kinesis(), &stream, &events(10, 400, 0)).await;
     let (sink, _log, store) = spawn_store(&stack, &table);
     let a = start_worker(
         &stack,
@@ -563,17 +491,19 @@ async fn kinesis_graceful_shutdown_hands_over_fast() {
 
 /// A KCL-format lease table with checkpoints written from KCL's documented
 /// schema is resumed from those checkpoints, not from the start.
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kinesis_resumes_kcl_lease_table() {
-    let Some(stack) = integration("kinesis_resumes_kcl_lease_table").await else {
-        return;
-    };
+    let stack = tidemark_tests::stack().await;
     init_logs();
     let stream = create_stream(&stack, 2).await;
     let leases = unique_name("kcl-leases");
     let table = create_item_table(&stack).await;
     let input = events(10, 400, 0);
-    let positions = put(&stack, &stream, &input).await;
+    let positions = put_records(&stack.kinesis(), &stream, &input).await;
     // Per shard, checkpoint at its 50th record.
     let mut per_shard: BTreeMap<String, Vec<(String, Vec<u8>)>> = BTreeMap::new();
     for ((shard, seq), (_, data)) in positions.iter().zip(&input) {
@@ -669,11 +599,13 @@ async fn kinesis_resumes_kcl_lease_table() {
 
 /// One shard split and two merged mid-stream: everything stored, per-key
 /// stream order, children after parents.
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kinesis_split_and_merge_mid_stream() {
-    let Some(stack) = integration("kinesis_split_and_merge_mid_stream").await else {
-        return;
-    };
+    let stack = tidemark_tests::stack().await;
     init_logs();
     let k = stack.kinesis();
     let stream = create_stream(&stack, 3).await;
@@ -682,11 +614,11 @@ async fn kinesis_split_and_merge_mid_stream() {
     let (sink, log, store) = spawn_store(&stack, &table);
     let w = start_worker(&stack, config(&stream, &leases, "worker", 2), sink);
     let mut all = events(30, 600, 0);
-    put(&stack, &stream, &all).await;
+    put_records(&stack.kinesis(), &stream, &all).await;
     // Split shard 0 at the middle of its range; merge shards 1 and 2.
     let shards = split_first_shard(&stack, &stream).await;
     let more = events(30, 600, 600);
-    put(&stack, &stream, &more).await;
+    put_records(&stack.kinesis(), &stream, &more).await;
     all.extend(more);
     k.merge_shards()
         .stream_name(&stream)
@@ -697,7 +629,7 @@ async fn kinesis_split_and_merge_mid_stream() {
         .expect("MergeShards");
     wait_active(&stack, &stream).await;
     let more = events(30, 600, 1200);
-    put(&stack, &stream, &more).await;
+    put_records(&stack.kinesis(), &stream, &more).await;
     all.extend(more);
     wait_acked(&log, 1800, Duration::from_secs(60)).await;
     let stored = stored_payloads(&stack, &table).await;
@@ -762,11 +694,13 @@ async fn kinesis_split_and_merge_mid_stream() {
 
 /// KPL aggregates made by aws-kinesis-agg, put into a stream: every user
 /// record stored, the corrupt aggregate dead-lettered, the shard goes on.
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kinesis_kpl_aggregates_live() {
-    let Some(stack) = integration("kinesis_kpl_aggregates_live").await else {
-        return;
-    };
+    let stack = tidemark_tests::stack().await;
     init_logs();
     let fixture = read_fixture(&repo_root().join("tests/fixtures/kpl_aggregates.jsonl")).unwrap();
     let stream = create_stream(&stack, 1).await;
@@ -776,7 +710,7 @@ async fn kinesis_kpl_aggregates_live() {
         .iter()
         .map(|f| (f.partition_key.clone(), f.bytes().unwrap()))
         .collect();
-    put(&stack, &stream, &input).await;
+    put_records(&stack.kinesis(), &stream, &input).await;
     let (sink, log, store) = spawn_store(&stack, &table);
     let w = start_worker(&stack, config(&stream, &leases, "worker", 2), sink);
     // 261 user records plus the dead-lettered aggregate.
@@ -799,15 +733,17 @@ async fn kinesis_kpl_aggregates_live() {
     w.stop.cancel();
     w.task.await.unwrap().unwrap();
     store.await.unwrap();
-    assert_eq!(count_items(&stack, &table).await, 261);
+    assert_eq!(count_items(&stack.dynamodb(), &table).await, 261);
 }
 
 /// Replaying a recorded fixture produces the same items as live consumption.
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kinesis_replay_equals_live() {
-    let Some(stack) = integration("kinesis_replay_equals_live").await else {
-        return;
-    };
+    let stack = tidemark_tests::stack().await;
     init_logs();
     let fixture = read_fixture(&repo_root().join("tests/fixtures/iot_plain.jsonl")).unwrap();
     let stream = create_stream(&stack, 2).await;
@@ -816,7 +752,7 @@ async fn kinesis_replay_equals_live() {
         .iter()
         .map(|f| (f.partition_key.clone(), f.bytes().unwrap()))
         .collect();
-    put(&stack, &stream, &input).await;
+    put_records(&stack.kinesis(), &stream, &input).await;
     // Live.
     let live = create_item_table(&stack).await;
     let (sink, live_log, store) = spawn_store(&stack, &live);
@@ -854,23 +790,24 @@ async fn kinesis_replay_equals_live() {
         v.sort();
         v
     };
-    let a = norm(scan_items(&stack, &live).await);
-    let b = norm(scan_items(&stack, &replayed).await);
+    let a = norm(scan_items(&stack.dynamodb(), &live).await);
+    let b = norm(scan_items(&stack.dynamodb(), &replayed).await);
     assert_eq!(a.len(), input.len());
     assert_eq!(a, b, "replay wrote different items than live consumption");
 }
 
 /// Reading a stream directly (no consumer) gives its records: used to make
 /// sure the shard iterator types the consumer relies on behave here.
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
 #[tokio::test]
 async fn kinesis_local_at_sequence_number_includes_the_record() {
-    let Some(stack) = integration("kinesis_local_at_sequence_number_includes_the_record").await
-    else {
-        return;
-    };
+    let stack = tidemark_tests::stack().await;
     init_logs();
     let stream = create_stream(&stack, 1).await;
-    let pos = put(&stack, &stream, &events(1, 3, 0)).await;
+    let pos = put_records(&stack.kinesis(), &stream, &events(1, 3, 0)).await;
     let k = stack.kinesis();
     let it = k
         .get_shard_iterator()
@@ -895,15 +832,17 @@ async fn kinesis_local_at_sequence_number_includes_the_record() {
 /// At most `max_unacked_per_shard` records of a shard are in flight: with a
 /// sink that holds every acknowledgement, reading pauses; once it
 /// acknowledges, everything arrives.
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kinesis_unacked_limit_pauses_reading() {
-    let Some(stack) = integration("kinesis_unacked_limit_pauses_reading").await else {
-        return;
-    };
+    let stack = tidemark_tests::stack().await;
     init_logs();
     let stream = create_stream(&stack, 1).await;
     let leases = unique_name("leases");
-    put(&stack, &stream, &events(5, 1_000, 0)).await;
+    put_records(&stack.kinesis(), &stream, &events(5, 1_000, 0)).await;
     let mut cfg = config(&stream, &leases, "worker", 2);
     cfg.max_unacked_per_shard = 100;
     let (tx, mut rx) = mpsc::channel::<Vec<Record>>(64);
@@ -946,18 +885,20 @@ async fn kinesis_unacked_limit_pauses_reading() {
 
 /// A stream resharded before the first worker ever starts: on its very first
 /// pass the worker must still read the parent to its end before the children.
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kinesis_resharded_before_start_reads_parent_first() {
-    let Some(stack) = integration("kinesis_resharded_before_start_reads_parent_first").await else {
-        return;
-    };
+    let stack = tidemark_tests::stack().await;
     init_logs();
     let stream = create_stream(&stack, 1).await;
     let mut all = events(10, 300, 0);
-    put(&stack, &stream, &all).await;
+    put_records(&stack.kinesis(), &stream, &all).await;
     let shards = split_first_shard(&stack, &stream).await;
     let more = events(10, 300, 300);
-    put(&stack, &stream, &more).await;
+    put_records(&stack.kinesis(), &stream, &more).await;
     all.extend(more);
     let table = create_item_table(&stack).await;
     let (sink, log, store) = spawn_store(&stack, &table);

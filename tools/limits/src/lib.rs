@@ -9,6 +9,8 @@
 //! - [`kinesis`]: Kinesis per-shard read/write limits and shard mapping, pure.
 //! - [`ddb_json`]: DynamoDB wire JSON: item sizes (by `tidemark_schema::size`),
 //!   keys, canonical digests.
+//! - [`json_ref`]: [`json_ref::JsonRef`], parsed JSON that borrows its strings
+//!   from the request body (what BatchWriteItem is read into).
 //! - [`aws_error`]: error bodies exactly as DynamoDB and Kinesis send them.
 //! - [`fault`]: injected 5xx errors, latency and dropped connections.
 //! - [`sink`]: sink mode's record of accepted writes.
@@ -33,6 +35,7 @@ pub mod config;
 pub mod ddb_json;
 pub mod dynamo;
 pub mod fault;
+pub mod json_ref;
 pub mod kinesis;
 pub mod proxy;
 pub mod server;

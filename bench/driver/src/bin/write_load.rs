@@ -1,6 +1,8 @@
 //! Benchmark driver: offers a paced load of ~N-byte items to one table through
 //! the Tidemark writer (crates/writer), then prints a JSON summary. Used by
-//! bench/writer-capacity and bench/hot-partition; the proxy measures goodput.
+//! bench/writer-capacity and bench/hot-partition (built with
+//! `cargo build -p tidemark-bench --bin write_load`); the proxy measures
+//! goodput.
 //!
 //! write_load ENDPOINT TABLE RATE SECS ITEM_BYTES KEYS
 //! KEYS: `spread` (1,000 devices), `time` (hour-only partition key), or
@@ -56,7 +58,7 @@ async fn main() {
         .load()
         .await;
     let client = aws_sdk_dynamodb::Client::new(&conf);
-    // Start-up: a bad endpoint is a usage error of this example.
+    // Start-up: a bad endpoint is a usage error of this driver.
     let transport = tidemark_writer::HttpTransport::from_sdk(&conf).expect("a usable endpoint");
     let (handle, task) = Writer::start(
         client,

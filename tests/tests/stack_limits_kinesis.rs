@@ -1,34 +1,18 @@
 //! Kinesis through the proxy with the AWS SDK for Rust, against kinesis-local.
-//! Run with TIDEMARK_IT=1 after loading localstack/.env.
+//! Needs the local stack: run with the `stack` feature
+//! (see docs/testing.md). Moved here from tools/limits/tests.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
-
-mod common;
 
 use std::time::Duration;
 
 use aws_sdk_kinesis::Client;
 use aws_sdk_kinesis::error::ProvideErrorMetadata as _;
 use aws_sdk_kinesis::primitives::Blob;
-use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ShardIteratorType, StreamStatus};
+use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ShardIteratorType};
 
 async fn active_stream(c: &Client, name: &str) -> String {
-    c.create_stream()
-        .stream_name(name)
-        .shard_count(1)
-        .send()
-        .await
-        .expect("create stream");
-    common::wait_for("stream ACTIVE", Duration::from_secs(30), || async {
-        let d = c
-            .describe_stream_summary()
-            .stream_name(name)
-            .send()
-            .await
-            .ok()?;
-        (d.stream_description_summary()?.stream_status() == &StreamStatus::Active).then_some(())
-    })
-    .await;
+    tidemark_tests::create_stream(c, name, 1).await;
     let shards = c
         .list_shards()
         .stream_name(name)
@@ -38,14 +22,16 @@ async fn active_stream(c: &Client, name: &str) -> String {
     shards.shards()[0].shard_id().to_owned()
 }
 
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
 #[tokio::test]
 async fn sixth_get_records_in_a_second_is_throttled_and_puts_are_capped_per_shard() {
-    let Some(urls) = common::stack("sixth_get_records_in_a_second_is_throttled") else {
-        return;
-    };
-    let proxy = common::start(&urls, |c| c.kinesis_write_records = 100).await;
-    let c = Client::new(&common::sdk_config(&proxy.url).await);
-    let stream = common::unique("limits-it");
+    let stack = tidemark_tests::stack().await;
+    let proxy = tidemark_tests::start_limits_proxy(&stack, |c| c.kinesis_write_records = 100).await;
+    let c = stack.without_retries().kinesis_at(&proxy.url);
+    let stream = tidemark_tests::unique_name("limits-it");
     let shard = active_stream(&c, &stream).await;
 
     let it = c

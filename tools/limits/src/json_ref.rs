@@ -1,11 +1,11 @@
-//! Parsed JSON as the wire readers see it: serde_json's [`Value`], or a
-//! [`JsonRef`] whose strings borrow from the bytes it was read from.
+//! [`JsonRef`]: parsed JSON whose strings borrow from the bytes it was read
+//! from, for the schema crate's wire readers ([`Tree`]).
 //!
-//! The limits proxy reads every BatchWriteItem it admits (keys, sizes,
-//! digests). As `Value`, each attribute of each item cost a String for its
+//! The proxy reads every BatchWriteItem it admits (keys, sizes, digests). As
+//! serde_json's `Value`, each attribute of each item cost a String for its
 //! name, another for its tag, a map node and a String for its text; as
 //! `JsonRef` the texts stay in the request and an object is one vector. The
-//! readers in [`crate::wire`] take either through [`Tree`].
+//! readers in `tidemark_schema::wire` take either through [`Tree`].
 
 use std::borrow::Cow;
 use std::fmt;
@@ -14,42 +14,7 @@ use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Number, Value};
 
-use crate::event::NameSeed;
-
-/// What the wire readers need of a parsed JSON value.
-pub trait Tree: Sized + fmt::Display {
-    /// The text of a string.
-    fn as_str(&self) -> Option<&str>;
-    /// A boolean's value.
-    fn as_bool(&self) -> Option<bool>;
-    /// An array's elements.
-    fn as_array(&self) -> Option<&[Self]>;
-    /// An object's members, each name once (a repeated name keeps its last
-    /// value, as serde_json's maps do).
-    fn members(&self) -> Option<impl ExactSizeIterator<Item = (&str, &Self)>>;
-    /// An object's member by name.
-    fn get(&self, name: &str) -> Option<&Self> {
-        self.members()?.find(|(k, _)| *k == name).map(|(_, v)| v)
-    }
-}
-
-impl Tree for Value {
-    fn as_str(&self) -> Option<&str> {
-        Value::as_str(self)
-    }
-    fn as_bool(&self) -> Option<bool> {
-        Value::as_bool(self)
-    }
-    fn as_array(&self) -> Option<&[Value]> {
-        Value::as_array(self).map(Vec::as_slice)
-    }
-    fn members(&self) -> Option<impl ExactSizeIterator<Item = (&str, &Value)>> {
-        Some(self.as_object()?.iter().map(|(k, v)| (k.as_str(), v)))
-    }
-    fn get(&self, name: &str) -> Option<&Value> {
-        self.as_object()?.get(name)
-    }
-}
+use tidemark_schema::wire::Tree;
 
 /// A JSON value whose strings and names borrow from the text it was parsed
 /// from where they have no escapes. Objects keep their members in the order
@@ -194,7 +159,12 @@ impl<'de> Visitor<'de> for JsonVisitor {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut members: Vec<(Cow<'de, str>, JsonRef<'de>)> = Vec::new();
-        while let Some(NameSeed(k)) = map.next_key()? {
+        // A member name read as a JsonRef is a string, borrowed where it has
+        // no escapes (serde_json lends names out as it lends out strings).
+        while let Some(name) = map.next_key::<JsonRef<'de>>()? {
+            let JsonRef::String(k) = name else {
+                return Err(serde::de::Error::custom("a member name is not a string"));
+            };
             let v = map.next_value()?;
             match members.iter_mut().find(|(name, _)| *name == k) {
                 Some(slot) => slot.1 = v,
@@ -215,6 +185,8 @@ impl<'de> Deserialize<'de> for JsonRef<'de> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use proptest::prelude::*;
+    use tidemark_schema::wire::wire_item_size;
 
     #[test]
     fn reads_like_value_and_borrows_plain_strings() {
@@ -232,5 +204,56 @@ mod tests {
         assert_eq!(again, v);
         assert!(JsonRef::parse(b"{\"a\":").is_err());
         assert!(JsonRef::parse(b"{\"a\":\"caf\xe9\"}").is_err());
+    }
+
+    /// JSON shaped like DynamoDB attribute values: tag-like names (and a
+    /// foreign one), any leaf, nesting; well-formed and malformed mixed.
+    fn attr_like() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i32>().prop_map(Value::from),
+            "(\\PC|[\"\\\\\u{0}-\u{1f}é])*".prop_map(Value::from),
+            "[A-Za-z0-9+/]{0,6}=?".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 48, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::btree_map(
+                    prop_oneof![
+                        Just("S"),
+                        Just("N"),
+                        Just("B"),
+                        Just("BOOL"),
+                        Just("NULL"),
+                        Just("SS"),
+                        Just("NS"),
+                        Just("BS"),
+                        Just("L"),
+                        Just("M"),
+                        Just("a\"b"),
+                    ]
+                    .prop_map(str::to_owned),
+                    inner,
+                    0..3,
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        /// The schema's wire readers give a borrowed tree the answers, errors
+        /// included, they give serde_json's `Value` for the same text.
+        #[test]
+        fn wire_item_size_reads_a_borrowed_tree_like_value(
+            item in proptest::collection::btree_map("[a-z]{1,3}", attr_like(), 0..5),
+        ) {
+            let v = Value::Object(item.into_iter().collect());
+            let text = v.to_string();
+            let borrowed = JsonRef::parse(text.as_bytes()).unwrap();
+            prop_assert_eq!(wire_item_size(&borrowed), wire_item_size(&v));
+            prop_assert_eq!(borrowed.to_value(), v);
+        }
     }
 }

@@ -9,9 +9,10 @@
 //! read into a [`JsonRef`] that borrows from the request body, single-item
 //! calls into serde_json's `Value`. Tests hold the two to the same answers.
 
+pub use crate::json_ref::JsonRef;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-pub use tidemark_schema::tree::{JsonRef, Tree};
+pub use tidemark_schema::wire::Tree;
 // serde_json's escaping (a proptest holds them together), copying strings
 // that need none whole.
 use tidemark_schema::wire::{write_elements, write_members, write_str};

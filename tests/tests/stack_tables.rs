@@ -1,5 +1,6 @@
 //! Table maintenance against DynamoDB (moto): one table walked through its
 //! whole life with simulated `now`s, checking the capacity of every tier.
+//! Needs the local stack: run with the `stack` feature (see docs/testing.md).
 
 // Helpers outside #[test] fns: a panic there is a failed assertion too.
 #![allow(clippy::unwrap_used)]
@@ -9,7 +10,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tidemark_schema::period::{Billing, Capacity, CapacityTiers, LifecycleState, Period};
 use tidemark_schema::route::RouterConfig;
-use tidemark_tests::{integration, unique_name};
+use tidemark_tests::unique_name;
 use tidemark_worker::config::ExpiryAction;
 use tidemark_worker::tables::{Action, RoundKind, TableManager, TablePolicy};
 
@@ -30,11 +31,13 @@ async fn state_of(
         .map(|t| (t.state, t.capacity))
 }
 
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
 #[tokio::test]
 async fn rotate_walks_a_table_through_every_state() {
-    let Some(stack) = integration("rotate_walks_a_table_through_every_state").await else {
-        return;
-    };
+    let stack = tidemark_tests::stack().await;
     let prefix = unique_name("life").replace('-', "_");
     let mut router = RouterConfig::with_prefix(&prefix);
     router.period = Period::Day;
@@ -133,11 +136,13 @@ async fn rotate_walks_a_table_through_every_state() {
     }
 }
 
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
 #[tokio::test]
 async fn tables_of_others_are_never_touched() {
-    let Some(stack) = integration("tables_of_others_are_never_touched").await else {
-        return;
-    };
+    let stack = tidemark_tests::stack().await;
     let prefix = unique_name("mine").replace('-', "_");
     let mut router = RouterConfig::with_prefix(&prefix);
     router.retention = Duration::from_secs(86_400);
