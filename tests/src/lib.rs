@@ -17,14 +17,11 @@
 //! - SQS: [`create_queue`], [`send_messages`], [`queue_counts`].
 //! - The limits proxy in-process: [`start_limits_proxy`], [`LimitsProxy`].
 //! - [`unique_name`], [`wait_until`] (polls a condition with a deadline).
-//! - Legacy: [`integration`], the runtime `TIDEMARK_IT` switch, kept until
-//!   the last tests that call it move to `stack_*.rs`.
 
 // Test support: a panic here is a failed test, with the message saying why.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -52,11 +49,6 @@ pub fn repo_root() -> PathBuf {
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."))
-}
-
-/// Whether integration tests are switched on (`TIDEMARK_IT=1`).
-pub fn integration_enabled() -> bool {
-    std::env::var("TIDEMARK_IT").is_ok_and(|v| v == "1")
 }
 
 /// Endpoints and clients of the local stack.
@@ -190,28 +182,6 @@ async fn probe(url: &str) -> Result<(), String> {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err("no answer within 3 s".to_owned()),
-    }
-}
-
-/// Legacy gate, for tests not yet moved to `tests/tests/stack_*.rs`: the
-/// local stack when `TIDEMARK_IT=1`, otherwise `None` after printing why the
-/// test is skipped (a skip that `cargo test` counts as a pass, which is why
-/// new tests use [`stack`] and the `stack` feature instead). Panics, saying
-/// what to do, when switched on but the endpoints are missing or not on
-/// loopback.
-pub async fn integration(test: &str) -> Option<LocalStack> {
-    if !integration_enabled() {
-        // Written to the stderr handle, not with eprintln!: libtest captures
-        // the print macros of passing tests, and a skip must be visible.
-        let _ = writeln!(
-            std::io::stderr(),
-            "skipping {test}: it needs the local AWS stack; run scripts/test, or localstack/up and then TIDEMARK_IT=1 cargo test"
-        );
-        return None;
-    }
-    match LocalStack::from_env().await {
-        Ok(stack) => Some(stack),
-        Err(e) => panic!("TIDEMARK_IT=1 but {e}"),
     }
 }
 

@@ -1,6 +1,6 @@
 //! The ECS task role in `deploy/cloudformation/tidemark.yaml` grants exactly
 //! what the worker calls: every AWS action the code calls is granted, and
-//! every granted action is called. No network, not gated by TIDEMARK_IT.
+//! every granted action is called. No network, not a stack test.
 //!
 //! How the two sides are found:
 //!

@@ -835,14 +835,14 @@ mod tests {
     mod sim {
         use super::*;
 
-        pub struct Worker {
-            pub id: String,
-            pub held: HashMap<String, u64>,
-            pub obs: Observations,
+        pub(super) struct Worker {
+            pub(super) id: String,
+            pub(super) held: HashMap<String, u64>,
+            pub(super) obs: Observations,
         }
 
         /// One pass: renew, list, plan, take/steal. Returns ownership changes.
-        pub fn pass(
+        pub(super) fn pass(
             w: &mut Worker,
             table: &mut HashMap<String, Lease>,
             now: Instant,

@@ -3,6 +3,9 @@
 //! Run: `cargo bench -p tidemark-schema --bench route`. Criterion's
 //! throughput line reports elements/s; time per iteration is ns per event.
 
+// criterion_main! generates an undocumented `main`.
+#![allow(missing_docs)]
+
 use std::hint::black_box;
 
 use chrono::{DateTime, Utc};

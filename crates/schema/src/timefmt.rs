@@ -32,7 +32,7 @@ pub(crate) struct Civil {
 
 impl Civil {
     /// `None` only outside chrono's range (far beyond [`END_TIMESTAMP_MS`]).
-    pub fn from_ms(ms: i64) -> Option<Civil> {
+    pub(crate) fn from_ms(ms: i64) -> Option<Civil> {
         let t = DateTime::<Utc>::from_timestamp_millis(ms)?;
         Some(Civil {
             year: t.year(),

@@ -2,6 +2,8 @@
 //! second one core can coalesce into 25-item batches and turn into
 //! BatchWriteItem request bodies (the CPU work the writer adds per item).
 
+// criterion_main! generates an undocumented `main`.
+#![allow(missing_docs)]
 // Test code: a panic in a helper is a failed assertion (clippy.toml allows
 // this in #[test] functions only).
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -15,7 +15,7 @@ use tidemark_worker::deadletter::DeadLetter;
 use crate::events::{PoisonKind, find_marker};
 
 /// Every item of a table (consistent scan, all pages).
-pub async fn scan(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<Vec<Item>> {
+pub(crate) async fn scan(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<Vec<Item>> {
     let mut items = Vec::new();
     let mut start = None;
     loop {
@@ -40,7 +40,7 @@ pub async fn scan(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<Vec<
 
 /// A table's item count as DescribeTable gives it (exact and live on the
 /// local stack; real DynamoDB refreshes it about every six hours).
-pub async fn item_count(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<u64> {
+pub(crate) async fn item_count(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<u64> {
     let out = client
         .describe_table()
         .table_name(table)
@@ -53,7 +53,7 @@ pub async fn item_count(client: &aws_sdk_dynamodb::Client, table: &str) -> Resul
 }
 
 /// Every table name (all pages).
-pub async fn tables(client: &aws_sdk_dynamodb::Client) -> Result<Vec<String>> {
+pub(crate) async fn tables(client: &aws_sdk_dynamodb::Client) -> Result<Vec<String>> {
     let mut names = Vec::new();
     let mut start: Option<String> = None;
     loop {
@@ -76,23 +76,23 @@ pub async fn tables(client: &aws_sdk_dynamodb::Client) -> Result<Vec<String>> {
 
 /// Stored items against produced events.
 #[derive(Debug, Default, Clone)]
-pub struct ItemReport {
+pub(crate) struct ItemReport {
     /// Valid events produced.
-    pub expected: u64,
+    pub(crate) expected: u64,
     /// Items found with exactly the expected content.
-    pub found: u64,
+    pub(crate) found: u64,
     /// Expected items not found.
-    pub lost: u64,
+    pub(crate) lost: u64,
     /// Items under an expected key with other content.
-    pub mismatched: u64,
+    pub(crate) mismatched: u64,
     /// Items under keys no event should have (none may exist).
-    pub extra: u64,
+    pub(crate) extra: u64,
     /// Event ids stored under more than one key, beyond the first.
-    pub duplicates: u64,
+    pub(crate) duplicates: u64,
     /// Period tables scanned.
-    pub tables: Vec<String>,
+    pub(crate) tables: Vec<String>,
     /// Up to 10 examples of problems.
-    pub examples: Vec<String>,
+    pub(crate) examples: Vec<String>,
 }
 
 fn s_attr(item: &Item, name: &str) -> String {
@@ -103,7 +103,7 @@ fn s_attr(item: &Item, name: &str) -> String {
 }
 
 /// Scans every period table of the run and compares with `valid`.
-pub async fn items(
+pub(crate) async fn items(
     client: &aws_sdk_dynamodb::Client,
     router: &Router,
     valid: &[Vec<u8>],
@@ -238,7 +238,7 @@ pub async fn items(
 
 /// The verifier's self test: deletes the stored item of the first valid
 /// event and stores a copy of the second under another key.
-pub async fn sabotage(
+pub(crate) async fn sabotage(
     client: &aws_sdk_dynamodb::Client,
     router: &Router,
     valid: &[Vec<u8>],
@@ -301,25 +301,25 @@ fn note(examples: &mut Vec<String>, e: String) {
 
 /// Dead letters against the poison records produced.
 #[derive(Debug, Default, Clone)]
-pub struct DeadLetterReport {
+pub(crate) struct DeadLetterReport {
     /// Entries in the dead-letter table, by reason.
-    pub by_reason: BTreeMap<String, u64>,
+    pub(crate) by_reason: BTreeMap<String, u64>,
     /// Entries in total (a poison record read twice is dead-lettered twice).
-    pub entries: u64,
+    pub(crate) entries: u64,
     /// Poison records with at least one entry, all with the right reason.
-    pub matched: u64,
+    pub(crate) matched: u64,
     /// Poison records with no entry.
-    pub missing: u64,
+    pub(crate) missing: u64,
     /// Poison records with an entry of another reason.
-    pub wrong_reason: u64,
+    pub(crate) wrong_reason: u64,
     /// Entries that are not one of our poison records.
-    pub unexpected: u64,
+    pub(crate) unexpected: u64,
     /// Up to 10 examples of problems.
-    pub examples: Vec<String>,
+    pub(crate) examples: Vec<String>,
 }
 
 /// Scans the dead-letter table and matches its entries to `poison`.
-pub async fn dead_letters(
+pub(crate) async fn dead_letters(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
     poison: &[(u64, PoisonKind)],
@@ -377,21 +377,21 @@ pub async fn dead_letters(
 
 /// One shard's end state.
 #[derive(Debug, Clone)]
-pub struct ShardEnd {
+pub(crate) struct ShardEnd {
     /// Shard id.
-    pub shard: String,
+    pub(crate) shard: String,
     /// Closed by a split or merge.
-    pub closed: bool,
+    pub(crate) closed: bool,
     /// Its lease's checkpoint, as shown.
-    pub checkpoint: String,
+    pub(crate) checkpoint: String,
     /// Whether that is the shard's end.
-    pub at_end: bool,
+    pub(crate) at_end: bool,
 }
 
 /// Each shard of the stream with its lease's checkpoint: a closed shard
 /// must be at SHARD_END, an open one at the last position put to it (or
 /// still at TRIM_HORIZON if nothing was put to it).
-pub async fn checkpoints(
+pub(crate) async fn checkpoints(
     kinesis: &aws_sdk_kinesis::Client,
     leases: &LeaseTable,
     stream: &str,

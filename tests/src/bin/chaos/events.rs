@@ -7,11 +7,11 @@ use tidemark_schema::Reason;
 use tidemark_worker::produce::ProduceSpec;
 
 /// Marker prefix of poison records, followed by the record's index.
-pub const POISON_MARKER: &str = "chaos-poison-";
+pub(crate) const POISON_MARKER: &str = "chaos-poison-";
 
 /// The six kinds of poison the issue asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum PoisonKind {
+pub(crate) enum PoisonKind {
     /// Bytes that are not JSON.
     InvalidJson,
     /// No entity (`deviceId`) field.
@@ -28,7 +28,7 @@ pub enum PoisonKind {
 
 impl PoisonKind {
     /// Every kind, in the order poison records cycle through them.
-    pub const ALL: [PoisonKind; 6] = [
+    pub(crate) const ALL: [PoisonKind; 6] = [
         PoisonKind::InvalidJson,
         PoisonKind::MissingEntity,
         PoisonKind::BadTimestamp,
@@ -38,7 +38,7 @@ impl PoisonKind {
     ];
 
     /// The dead-letter reason the router gives this kind.
-    pub fn reason(self) -> Reason {
+    pub(crate) fn reason(self) -> Reason {
         match self {
             PoisonKind::InvalidJson => Reason::InvalidJson,
             PoisonKind::MissingEntity => Reason::MissingField,
@@ -52,7 +52,7 @@ impl PoisonKind {
 
 /// One record to put: a valid event or a poison record.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Planned {
+pub(crate) enum Planned {
     /// Event `n` of the generator.
     Valid(u64),
     /// Poison record `n` of this kind.
@@ -61,7 +61,7 @@ pub enum Planned {
 
 /// Which of `count` records are poison (about `rate` of them, kinds in
 /// turn), drawn from `seed`.
-pub fn plan(count: u64, rate: f64, seed: u64) -> Vec<Planned> {
+pub(crate) fn plan(count: u64, rate: f64, seed: u64) -> Vec<Planned> {
     let mut rng = fastrand::Rng::with_seed(seed);
     let mut poisons = 0usize;
     (0..count)
@@ -78,12 +78,12 @@ pub fn plan(count: u64, rate: f64, seed: u64) -> Vec<Planned> {
 }
 
 /// The marker of poison record `n`.
-pub fn marker(n: u64) -> String {
+pub(crate) fn marker(n: u64) -> String {
     format!("{POISON_MARKER}{n:010}")
 }
 
 /// Finds a poison marker in a payload and returns its record index.
-pub fn find_marker(payload: &[u8]) -> Option<u64> {
+pub(crate) fn find_marker(payload: &[u8]) -> Option<u64> {
     let m = POISON_MARKER.as_bytes();
     let at = payload.windows(m.len()).position(|w| w == m)? + m.len();
     let digits = payload.get(at..at + 10)?;
@@ -95,7 +95,7 @@ fn iso(t: DateTime<Utc>) -> String {
 }
 
 /// A valid event's JSON, stamped `at`.
-pub fn valid(spec: &ProduceSpec, n: u64, at: DateTime<Utc>) -> Vec<u8> {
+pub(crate) fn valid(spec: &ProduceSpec, n: u64, at: DateTime<Utc>) -> Vec<u8> {
     // Serializing plain strings and numbers cannot fail.
     serde_json::to_vec(&spec.event(n, at)).unwrap_or_default()
 }
@@ -103,7 +103,12 @@ pub fn valid(spec: &ProduceSpec, n: u64, at: DateTime<Utc>) -> Vec<u8> {
 /// A poison record's bytes, produced at `now`, for a schema keeping tables
 /// `retention` after their period. The marker comes first, so it survives
 /// the truncation of large dead-letter payloads.
-pub fn poison(n: u64, kind: PoisonKind, now: DateTime<Utc>, retention: ChronoDuration) -> Vec<u8> {
+pub(crate) fn poison(
+    n: u64,
+    kind: PoisonKind,
+    now: DateTime<Utc>,
+    retention: ChronoDuration,
+) -> Vec<u8> {
     let m = marker(n);
     let event = |ts: String, extra: &str| {
         format!(

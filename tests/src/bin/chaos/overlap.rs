@@ -21,20 +21,20 @@ const ENDS: [&str; 6] = [
 
 /// One incarnation holding one shard.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Interval {
+pub(crate) struct Interval {
     /// Worker id.
-    pub worker: String,
+    pub(crate) worker: String,
     /// Shard id.
-    pub shard: String,
+    pub(crate) shard: String,
     /// From.
-    pub start: DateTime<Utc>,
+    pub(crate) start: DateTime<Utc>,
     /// To.
-    pub end: DateTime<Utc>,
+    pub(crate) end: DateTime<Utc>,
 }
 
 /// The intervals one incarnation's log shows; intervals still open at the
 /// end of the log end at `ended` (the process's end).
-pub fn intervals(worker: &str, log: &str, ended: DateTime<Utc>) -> Vec<Interval> {
+pub(crate) fn intervals(worker: &str, log: &str, ended: DateTime<Utc>) -> Vec<Interval> {
     let mut open: HashMap<String, DateTime<Utc>> = HashMap::new();
     let mut out = Vec::new();
     for line in log.lines() {
@@ -80,19 +80,19 @@ pub fn intervals(worker: &str, log: &str, ended: DateTime<Utc>) -> Vec<Interval>
 /// The largest overlap of two different workers on one shard, with the two
 /// intervals, and how many hand-overs (consecutive holders) each shard saw.
 #[derive(Debug, Clone, Default)]
-pub struct OverlapReport {
+pub(crate) struct OverlapReport {
     /// Largest overlap in milliseconds.
-    pub max_ms: i64,
+    pub(crate) max_ms: i64,
     /// The pair that overlapped most.
-    pub worst: Option<(Interval, Interval)>,
+    pub(crate) worst: Option<(Interval, Interval)>,
     /// Holding intervals seen.
-    pub intervals: usize,
+    pub(crate) intervals: usize,
     /// Overlaps longer than the limit.
-    pub over_limit: Vec<(Interval, Interval, i64)>,
+    pub(crate) over_limit: Vec<(Interval, Interval, i64)>,
 }
 
 /// Compares every pair of intervals of different workers on each shard.
-pub fn overlaps(all: &[Interval], limit_ms: i64) -> OverlapReport {
+pub(crate) fn overlaps(all: &[Interval], limit_ms: i64) -> OverlapReport {
     let mut by_shard: BTreeMap<&str, Vec<&Interval>> = BTreeMap::new();
     for i in all {
         by_shard.entry(&i.shard).or_default().push(i);

@@ -29,35 +29,35 @@ const GIVE_UP_AFTER: Duration = Duration::from_secs(300);
 
 /// What to produce.
 #[derive(Debug, Clone)]
-pub struct ProducerSpec {
+pub(crate) struct ProducerSpec {
     /// The generator of valid events.
-    pub events: ProduceSpec,
+    pub(crate) events: ProduceSpec,
     /// Which records are poison.
-    pub plan: Vec<Planned>,
+    pub(crate) plan: Vec<Planned>,
     /// User records per KPL aggregate.
-    pub aggregate: usize,
+    pub(crate) aggregate: usize,
     /// Target duration of the whole production.
-    pub duration: Duration,
+    pub(crate) duration: Duration,
     /// The schema's retention (for expired-period poison).
-    pub retention: chrono::Duration,
+    pub(crate) retention: chrono::Duration,
 }
 
 /// What was put.
 #[derive(Debug, Default)]
-pub struct Produced {
+pub(crate) struct Produced {
     /// The bytes of every valid event.
-    pub valid: Vec<Vec<u8>>,
+    pub(crate) valid: Vec<Vec<u8>>,
     /// Every poison record: index and kind.
-    pub poison: Vec<(u64, PoisonKind)>,
+    pub(crate) poison: Vec<(u64, PoisonKind)>,
     /// Per shard, the last position put (sequence, last sub-sequence).
-    pub last: HashMap<String, Position>,
+    pub(crate) last: HashMap<String, Position>,
     /// Kinesis records put (aggregates count once).
-    pub records: u64,
+    pub(crate) records: u64,
     /// PutRecords entries refused and sent again.
-    pub refused_entries: u64,
+    pub(crate) refused_entries: u64,
     /// PutRecords calls that failed (after the SDK's own retries) and were
     /// sent again.
-    pub failed_calls: u64,
+    pub(crate) failed_calls: u64,
 }
 
 /// One Kinesis record to put.
@@ -70,7 +70,7 @@ struct Rec {
 
 /// Puts everything in `spec.plan`, paced over `spec.duration`; `progress`
 /// counts the planned records put so far.
-pub async fn produce(
+pub(crate) async fn produce(
     client: aws_sdk_kinesis::Client,
     stream: String,
     spec: ProducerSpec,

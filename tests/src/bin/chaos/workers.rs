@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 
 /// How an incarnation ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Ending {
+pub(crate) enum Ending {
     /// Killed with SIGKILL by the orchestrator.
     Killed,
     /// Exited on its own while it should have been running.
@@ -23,46 +23,46 @@ pub enum Ending {
 
 /// One process's life.
 #[derive(Debug, Clone)]
-pub struct Incarnation {
+pub(crate) struct Incarnation {
     /// Its worker id.
-    pub id: String,
+    pub(crate) id: String,
     /// Its log file (JSON lines on stderr).
-    pub log: PathBuf,
+    pub(crate) log: PathBuf,
     /// When it was started.
-    pub started: DateTime<Utc>,
+    pub(crate) started: DateTime<Utc>,
     /// When it ended, and how.
-    pub ended: Option<(DateTime<Utc>, Ending)>,
+    pub(crate) ended: Option<(DateTime<Utc>, Ending)>,
 }
 
 /// What every worker gets.
 #[derive(Debug, Clone)]
-pub struct Launch {
+pub(crate) struct Launch {
     /// The `tidemark` binary.
-    pub tidemark: PathBuf,
+    pub(crate) tidemark: PathBuf,
     /// The generated config file.
-    pub config: PathBuf,
+    pub(crate) config: PathBuf,
     /// Where the log files go.
-    pub dir: PathBuf,
+    pub(crate) dir: PathBuf,
     /// Endpoint URL (the limits proxy) for Kinesis, DynamoDB and SQS.
-    pub endpoint: String,
+    pub(crate) endpoint: String,
     /// Region.
-    pub region: String,
+    pub(crate) region: String,
 }
 
 /// The running slots and every incarnation so far.
 #[derive(Debug)]
-pub struct Fleet {
+pub(crate) struct Fleet {
     launch: Launch,
     running: Vec<(Child, usize)>,
     /// Every incarnation, in start order.
-    pub history: Vec<Incarnation>,
+    pub(crate) history: Vec<Incarnation>,
     /// SIGKILLs sent.
-    pub kills: u64,
+    pub(crate) kills: u64,
 }
 
 impl Fleet {
     /// Starts `n` workers.
-    pub fn start(launch: Launch, n: usize) -> Result<Fleet> {
+    pub(crate) fn start(launch: Launch, n: usize) -> Result<Fleet> {
         let mut fleet = Fleet {
             launch,
             running: Vec::new(),
@@ -111,7 +111,7 @@ impl Fleet {
     }
 
     /// Kill -9 the worker in `slot` and start a new incarnation there.
-    pub fn kill_and_restart(&mut self, slot: usize) -> Result<String> {
+    pub(crate) fn kill_and_restart(&mut self, slot: usize) -> Result<String> {
         let Some((child, n)) = self.running.get_mut(slot) else {
             anyhow::bail!("no worker slot {slot}");
         };
@@ -128,7 +128,7 @@ impl Fleet {
 
     /// Workers that exited on their own since the last call are recorded as
     /// crashed and restarted; returns their ids.
-    pub fn reap_crashed(&mut self) -> Result<Vec<String>> {
+    pub(crate) fn reap_crashed(&mut self) -> Result<Vec<String>> {
         let mut crashed = Vec::new();
         for slot in 0..self.running.len() {
             let (child, n) = &mut self.running[slot];
@@ -143,14 +143,14 @@ impl Fleet {
     }
 
     /// Number of slots.
-    pub fn slots(&self) -> usize {
+    pub(crate) fn slots(&self) -> usize {
         self.running.len()
     }
 
     /// SIGTERM to every worker (graceful: drain, checkpoint, release), then
     /// waits for them; a worker still running after `grace` is killed.
     /// Returns the ids of workers that did not exit cleanly.
-    pub async fn stop_all(&mut self, grace: Duration) -> Result<Vec<String>> {
+    pub(crate) async fn stop_all(&mut self, grace: Duration) -> Result<Vec<String>> {
         for (child, _) in &self.running {
             let status = Command::new("kill")
                 .arg("-TERM")
@@ -185,7 +185,7 @@ impl Fleet {
     }
 
     /// Kills whatever still runs (error paths).
-    pub fn kill_all(&mut self) {
+    pub(crate) fn kill_all(&mut self) {
         for (child, _) in &mut self.running {
             let _ = child.kill();
             let _ = child.wait();

@@ -1,5 +1,5 @@
 //! The SQS source end to end against moto: record -> route -> writer ->
-//! acknowledgement -> delete. Skipped unless TIDEMARK_IT=1.
+//! acknowledgement -> delete. Stack tests: ignored unless the `stack` feature is on.
 //!
 //! The glue here stands in for the worker's pipeline: defects and routing
 //! failures go to an in-memory dead-letter list, routed events to the writer,
@@ -19,7 +19,7 @@ use serde_json::json;
 use tidemark_consumer::Record;
 use tidemark_consumer::sqs::{SqsConfig, SqsSource};
 use tidemark_schema::{Origin, Reason, Router, RouterConfig};
-use tidemark_tests::{TableCapacity, integration, unique_name, wait_until};
+use tidemark_tests::{TableCapacity, unique_name, wait_until};
 use tidemark_writer::{
     Completion, RejectMissing, Submission, WriteOutcome, Writer, WriterConfig, WriterHandle,
 };
@@ -320,15 +320,15 @@ async fn wait_queue_empty(sqs: &aws_sdk_sqs::Client, url: &str, within: Duration
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
 async fn sqs_thousand_messages_of_all_shapes_are_stored_and_deleted() {
     // One at a time: moto is one Python process, and its ReceiveMessage
     // hands a message out twice under concurrent load (see module docs).
     let _serial = SERIAL.lock().await;
-    let Some(stack) =
-        integration("sqs_thousand_messages_of_all_shapes_are_stored_and_deleted").await
-    else {
-        return;
-    };
+    let stack = tidemark_tests::stack().await;
     let (sqs, ddb) = (stack.sqs(), stack.dynamodb());
     let writes = stack.dynamodb_transport_at(&stack.dynamodb_url);
     let ts = chrono::Utc::now().timestamp_millis();
@@ -392,13 +392,15 @@ async fn sqs_thousand_messages_of_all_shapes_are_stored_and_deleted() {
 /// throttled by the in-process limits proxy): heartbeats keep every message
 /// invisible, so none is received twice and none is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
 async fn sqs_throttled_table_causes_no_redelivery() {
     // One at a time: moto is one Python process, and its ReceiveMessage
     // hands a message out twice under concurrent load (see module docs).
     let _serial = SERIAL.lock().await;
-    let Some(stack) = integration("sqs_throttled_table_causes_no_redelivery").await else {
-        return;
-    };
+    let stack = tidemark_tests::stack().await;
     let mut limits = tidemark_limits::Config::with_upstreams(
         &stack.dynamodb_url,
         &stack.kinesis_url,
@@ -471,13 +473,15 @@ async fn sqs_throttled_table_causes_no_redelivery() {
 /// The same guarantee without the proxy: the pipeline holds every
 /// acknowledgement for 3x the visibility timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
 async fn sqs_slow_acknowledgements_cause_no_redelivery() {
     // One at a time: moto is one Python process, and its ReceiveMessage
     // hands a message out twice under concurrent load (see module docs).
     let _serial = SERIAL.lock().await;
-    let Some(stack) = integration("sqs_slow_acknowledgements_cause_no_redelivery").await else {
-        return;
-    };
+    let stack = tidemark_tests::stack().await;
     let (sqs, ddb) = (stack.sqs(), stack.dynamodb());
     let writes = stack.dynamodb_transport_at(&stack.dynamodb_url);
     let ts = chrono::Utc::now().timestamp_millis();
@@ -514,13 +518,15 @@ async fn sqs_slow_acknowledgements_cause_no_redelivery() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
 async fn sqs_poison_message_is_dead_lettered_and_deleted() {
     // One at a time: moto is one Python process, and its ReceiveMessage
     // hands a message out twice under concurrent load (see module docs).
     let _serial = SERIAL.lock().await;
-    let Some(stack) = integration("sqs_poison_message_is_dead_lettered_and_deleted").await else {
-        return;
-    };
+    let stack = tidemark_tests::stack().await;
     let (sqs, ddb) = (stack.sqs(), stack.dynamodb());
     let writes = stack.dynamodb_transport_at(&stack.dynamodb_url);
     let ts = chrono::Utc::now().timestamp_millis();
@@ -579,13 +585,15 @@ async fn sqs_poison_message_is_dead_lettered_and_deleted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
 async fn sqs_fifo_groups_are_stored_in_order() {
     // One at a time: moto is one Python process, and its ReceiveMessage
     // hands a message out twice under concurrent load (see module docs).
     let _serial = SERIAL.lock().await;
-    let Some(stack) = integration("sqs_fifo_groups_are_stored_in_order").await else {
-        return;
-    };
+    let stack = tidemark_tests::stack().await;
     let (sqs, ddb) = (stack.sqs(), stack.dynamodb());
     let writes = stack.dynamodb_transport_at(&stack.dynamodb_url);
     let ts = chrono::Utc::now().timestamp_millis();
@@ -656,14 +664,15 @@ async fn sqs_fifo_groups_are_stored_in_order() {
 /// Shutdown with the pipeline stalled: messages never acknowledged are
 /// visible again at once, not after their 30 s visibility timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
 async fn sqs_shutdown_makes_unfinished_messages_visible_at_once() {
     // One at a time: moto is one Python process, and its ReceiveMessage
     // hands a message out twice under concurrent load (see module docs).
     let _serial = SERIAL.lock().await;
-    let Some(stack) = integration("sqs_shutdown_makes_unfinished_messages_visible_at_once").await
-    else {
-        return;
-    };
+    let stack = tidemark_tests::stack().await;
     let sqs = stack.sqs();
     let url = create_queue(&sqs, false).await;
     let bodies: Vec<_> = (0..30u64)

@@ -1,7 +1,11 @@
 //! The real `tidemark` binary against the local stack: a run stopped by
 //! SIGTERM mid-stream and started again loses nothing and stores nothing
 //! twice; `key` names exactly the item `run` wrote; `query` returns exactly
-//! the stored events of a range, in time order. Skipped unless TIDEMARK_IT=1.
+//! the stored events of a range, in time order.
+//!
+//! A stack test (see docs/testing.md) that lives in this crate rather than in
+//! `tests/`: only this crate's tests can name the built binary
+//! (`CARGO_BIN_EXE_tidemark`). Ignored unless the crate's `stack` feature is on.
 
 // Helpers outside #[test] fns: a panic there is a failed assertion too.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -12,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::{AttributeValue, Select};
 use serde_json::Value;
-use tidemark_tests::{LocalStack, integration, unique_name};
+use tidemark_tests::{LocalStack, unique_name};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tidemark");
 
@@ -116,8 +120,8 @@ fn stored_in_log(log: &Path) -> u64 {
     v["fields"]["stored"].as_u64().unwrap()
 }
 
-async fn setup(test: &str) -> Option<Env> {
-    let stack = integration(test).await?;
+async fn setup() -> Env {
+    let stack = tidemark_tests::stack().await;
     let name = unique_name("e2e");
     let dir = std::env::temp_dir().join(&name);
     std::fs::create_dir_all(&dir).unwrap();
@@ -159,21 +163,22 @@ log_format = "json"
     )
     .unwrap();
     tidemark_tests::create_stream(&stack.kinesis(), &name, 2).await;
-    Some(Env {
+    Env {
         stack,
         dir,
         config,
         prefix,
         port,
-    })
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
 async fn sigterm_mid_stream_then_restart_loses_and_duplicates_nothing() {
-    let Some(env) = setup("sigterm_mid_stream_then_restart_loses_and_duplicates_nothing").await
-    else {
-        return;
-    };
+    let env = setup().await;
     const EVENTS: u64 = 3000;
     let manifest = env.dir.join("produced.jsonl");
     // The producer keeps writing (paced) while the first run is stopped, so
@@ -360,10 +365,12 @@ fn first_event_day(manifest: &Path) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
 async fn replay_stores_a_fixture_and_status_lists_its_table() {
-    let Some(env) = setup("replay_stores_a_fixture_and_status_lists_its_table").await else {
-        return;
-    };
+    let env = setup().await;
     let fixture =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/iot_plain.jsonl");
     let records = std::fs::read_to_string(&fixture).unwrap().lines().count();
