@@ -150,7 +150,8 @@ async fn send_sqs(
             .iter()
             .enumerate()
             .map(|(i, e)| {
-                let body = serde_json::to_string(e).map_err(|e| e.to_string())?;
+                let body =
+                    serde_json::to_string(e).map_err(|e| CallFailed::Fatal(e.to_string()))?;
                 let mut m = SendMessageBatchRequestEntry::builder()
                     .id(i.to_string())
                     .message_body(body);
@@ -159,7 +160,7 @@ async fn send_sqs(
                         .message_group_id(&e.device_id)
                         .message_deduplication_id(&e.event_id);
                 }
-                m.build().map_err(|e| e.to_string())
+                m.build().map_err(|e| CallFailed::Fatal(e.to_string()))
             })
             .collect::<Result<Vec<_>, _>>()?;
         let out = client
@@ -168,7 +169,10 @@ async fn send_sqs(
             .set_entries(Some(entries))
             .send()
             .await
-            .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())?;
+            .map_err(|e| {
+                let text = aws_sdk_sqs::error::DisplayErrorContext(&e).to_string();
+                CallFailed::of(&e, text)
+            })?;
         Ok(out
             .failed()
             .iter()
@@ -178,12 +182,40 @@ async fn send_sqs(
     .await
 }
 
+/// Why one call sent nothing.
+#[derive(Debug, Clone, PartialEq)]
+enum CallFailed {
+    /// No answer or a transient one (timeout, connection, 5xx, throttling):
+    /// every entry counts as refused and is sent again after the back-off.
+    Transient(String),
+    /// An answer no retry changes (permissions, a missing stream or queue).
+    Fatal(String),
+}
+
+impl CallFailed {
+    /// Sorts an SDK error by the shared classifier.
+    fn of<E, R>(e: &aws_sdk_kinesis::error::SdkError<E, R>, text: String) -> Self
+    where
+        E: aws_sdk_kinesis::error::ProvideErrorMetadata,
+        R: tidemark_aws_errors::HttpStatus,
+    {
+        if tidemark_aws_errors::classify(e).is_retryable() {
+            Self::Transient(text)
+        } else {
+            Self::Fatal(text)
+        }
+    }
+}
+
 /// Sends `pending` with `call`, which returns the indexes of the entries the
 /// service refused (throttled), and sends those again after a back-off with
-/// jitter, until none is refused or 50 attempts have failed.
+/// jitter, until none is refused or 50 attempts have failed. A call that
+/// failed transiently (it timed out, say, under a loaded emulator) refuses
+/// every entry and takes one of those attempts: the SDK's own retries are
+/// off for produce, so one budget bounds every retry.
 async fn until_accepted<T: Clone>(
     mut pending: Vec<T>,
-    mut call: impl AsyncFnMut(&[T]) -> Result<Vec<usize>, String>,
+    mut call: impl AsyncFnMut(&[T]) -> Result<Vec<usize>, CallFailed>,
 ) -> Result<(), String> {
     use backon::BackoffBuilder;
     let mut delays = backon::ExponentialBuilder::default()
@@ -192,20 +224,27 @@ async fn until_accepted<T: Clone>(
         .with_jitter()
         .with_max_times(50)
         .build();
+    let mut last_failure = None;
     while !pending.is_empty() {
-        let refused = call(&pending).await?;
-        pending = refused
-            .into_iter()
-            .filter_map(|i| pending.get(i).cloned())
-            .collect();
-        if pending.is_empty() {
-            break;
+        match call(&pending).await {
+            Ok(refused) => {
+                pending = refused
+                    .into_iter()
+                    .filter_map(|i| pending.get(i).cloned())
+                    .collect();
+                if pending.is_empty() {
+                    break;
+                }
+            }
+            Err(CallFailed::Fatal(e)) => return Err(e),
+            Err(CallFailed::Transient(e)) => last_failure = Some(e),
         }
         match delays.next() {
             Some(d) => tokio::time::sleep(d).await,
             None => {
+                let why = last_failure.map_or(String::new(), |e| format!(" (last failure: {e})"));
                 return Err(format!(
-                    "{} entries still refused after 50 attempts",
+                    "{} entries still refused after 50 attempts{why}",
                     pending.len()
                 ));
             }
@@ -214,39 +253,73 @@ async fn until_accepted<T: Clone>(
     Ok(())
 }
 
-/// PutRecords of raw `(partition key, data)` records, retrying refused ones.
+/// Most data bytes in one PutRecords call. The API allows 5 MiB, but a call
+/// that large takes seconds on a loaded emulator (kinesis-local took 6.5 s
+/// for 4 MB), long enough to hit the attempt timeout; 1 MiB calls keep each
+/// attempt short and a retry cheap.
+const MAX_PUT_BYTES: usize = 1 << 20;
+
+/// Splits `records` into PutRecords calls of at most 500 records and
+/// [`MAX_PUT_BYTES`] of keys and data (a record larger than that goes alone).
+fn put_calls(records: Vec<(String, Vec<u8>)>) -> Vec<Vec<(String, Vec<u8>)>> {
+    let mut calls = Vec::new();
+    let mut call: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut bytes = 0;
+    for r in records {
+        let size = r.0.len() + r.1.len();
+        if !call.is_empty() && (call.len() == 500 || bytes + size > MAX_PUT_BYTES) {
+            calls.push(std::mem::take(&mut call));
+            bytes = 0;
+        }
+        bytes += size;
+        call.push(r);
+    }
+    if !call.is_empty() {
+        calls.push(call);
+    }
+    calls
+}
+
+/// PutRecords of raw `(partition key, data)` records, in calls of at most
+/// [`MAX_PUT_BYTES`], retrying refused ones.
 async fn put_kinesis(
     client: &aws_sdk_kinesis::Client,
     stream: &str,
     records: Vec<(String, Vec<u8>)>,
 ) -> Result<(), String> {
-    until_accepted(records, async |pending: &[(String, Vec<u8>)]| {
-        let entries = pending
-            .iter()
-            .map(|(k, d)| {
-                PutRecordsRequestEntry::builder()
-                    .partition_key(k)
-                    .data(Blob::new(d.clone()))
-                    .build()
-                    .map_err(|e| e.to_string())
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let out = client
-            .put_records()
-            .stream_name(stream)
-            .set_records(Some(entries))
-            .send()
-            .await
-            .map_err(|e| aws_sdk_kinesis::error::DisplayErrorContext(e).to_string())?;
-        Ok(out
-            .records()
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| r.error_code().is_some())
-            .map(|(i, _)| i)
-            .collect())
-    })
-    .await
+    for records in put_calls(records) {
+        until_accepted(records, async |pending: &[(String, Vec<u8>)]| {
+            let entries = pending
+                .iter()
+                .map(|(k, d)| {
+                    PutRecordsRequestEntry::builder()
+                        .partition_key(k)
+                        .data(Blob::new(d.clone()))
+                        .build()
+                        .map_err(|e| CallFailed::Fatal(e.to_string()))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let out = client
+                .put_records()
+                .stream_name(stream)
+                .set_records(Some(entries))
+                .send()
+                .await
+                .map_err(|e| {
+                    let text = aws_sdk_kinesis::error::DisplayErrorContext(&e).to_string();
+                    CallFailed::of(&e, text)
+                })?;
+            Ok(out
+                .records()
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.error_code().is_some())
+                .map(|(i, _)| i)
+                .collect())
+        })
+        .await?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -290,6 +363,68 @@ mod tests {
             result,
             Err("2 entries still refused after 50 attempts".to_string())
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_call_is_sent_again_and_a_fatal_one_ends_at_once() {
+        let mut calls = 0;
+        let result = until_accepted(vec![1, 2, 3], async |pending: &[i32]| {
+            calls += 1;
+            match calls {
+                1 | 2 => Err(CallFailed::Transient("attempt timeout".into())),
+                _ => Ok(if pending.len() == 3 { vec![] } else { vec![0] }),
+            }
+        })
+        .await;
+        assert_eq!(result, Ok(()));
+        assert_eq!(calls, 3, "two timed-out calls, then every entry at once");
+
+        let mut calls = 0;
+        let result = until_accepted(vec![1], async |_: &[i32]| {
+            calls += 1;
+            Err(CallFailed::Fatal("AccessDenied".into()))
+        })
+        .await;
+        assert_eq!(result, Err("AccessDenied".to_string()));
+        assert_eq!(calls, 1, "a fatal answer is not retried");
+
+        let result = until_accepted(vec![1], async |_: &[i32]| {
+            Err(CallFailed::Transient("attempt timeout".into()))
+        })
+        .await;
+        assert_eq!(
+            result,
+            Err("1 entries still refused after 50 attempts (last failure: attempt timeout)".into())
+        );
+    }
+
+    #[test]
+    fn put_calls_hold_at_most_500_records_and_a_mebibyte() {
+        let record = |n: usize| ("k".to_string(), vec![0u8; n]);
+        // 600 small records: 500 + 100.
+        let sizes: Vec<usize> = put_calls((0..600).map(|_| record(10)).collect())
+            .iter()
+            .map(Vec::len)
+            .collect();
+        assert_eq!(sizes, vec![500, 100]);
+        // 300 KiB records: three fit in 1 MiB, the fourth starts a new call.
+        let calls = put_calls((0..7).map(|_| record(300 << 10)).collect());
+        assert_eq!(
+            calls.iter().map(Vec::len).collect::<Vec<_>>(),
+            vec![3, 3, 1]
+        );
+        for call in &calls {
+            let bytes: usize = call.iter().map(|(k, d)| k.len() + d.len()).sum();
+            assert!(bytes <= MAX_PUT_BYTES, "{bytes}");
+        }
+        // A record over the cap goes alone; nothing is lost or reordered.
+        let calls = put_calls(vec![record(1), record(2 << 20), record(3)]);
+        assert_eq!(
+            calls.iter().map(Vec::len).collect::<Vec<_>>(),
+            vec![1, 1, 1]
+        );
+        let lens: Vec<usize> = calls.concat().iter().map(|r| r.1.len()).collect();
+        assert_eq!(lens, vec![1, 2 << 20, 3]);
     }
 
     #[test]

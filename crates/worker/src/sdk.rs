@@ -35,6 +35,17 @@ pub async fn load() -> SdkConfig {
         .await
 }
 
+/// `sdk` with one attempt per call, of at most `attempt`: for callers that
+/// retry on their own budget (`produce`, `verify`). A timed-out attempt the
+/// SDK resent would leave the backend working on the abandoned one as well,
+/// and two retry loops stacked multiply each other.
+pub fn single_attempt(sdk: &SdkConfig, attempt: Duration) -> SdkConfig {
+    sdk.to_builder()
+        .retry_config(aws_config::retry::RetryConfig::disabled())
+        .timeout_config(timeouts(attempt))
+        .build()
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]

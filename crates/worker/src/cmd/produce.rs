@@ -47,7 +47,12 @@ pub(crate) struct Args {
 }
 
 pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
-    let sdk = tidemark_worker::sdk::load().await;
+    // Produce retries failed calls itself (one budget of 50 attempts); an
+    // attempt gets 30 s, as a loaded emulator can take seconds per call.
+    let sdk = tidemark_worker::sdk::single_attempt(
+        &tidemark_worker::sdk::load().await,
+        std::time::Duration::from_secs(30),
+    );
     let target = match &config.source {
         SourceConfig::Kinesis(k) if args.aggregate > 1 => Target::KinesisAggregated(
             aws_sdk_kinesis::Client::new(&sdk),
