@@ -4,6 +4,10 @@
 //! The glue here stands in for the worker's pipeline: defects and routing
 //! failures go to an in-memory dead-letter list, routed events to the writer,
 //! and each record is acknowledged when the writer says Stored or Rejected.
+//! These test the SQS source itself, so the glue counts every delivery and
+//! can hold acknowledgements back, which the real `Worker` cannot show; the
+//! `run` command with an SQS source is tested end to end through `Worker` in
+//! `stack_run_sqs.rs`.
 
 // Test helpers outside #[test] fns: a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -12,14 +16,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aws_sdk_dynamodb::types::Select;
-use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
 use bytes::Bytes;
 use serde_json::json;
 use tidemark_consumer::Record;
 use tidemark_consumer::sqs::{SqsConfig, SqsSource};
 use tidemark_schema::{Origin, Reason, Router, RouterConfig};
-use tidemark_tests::{TableCapacity, unique_name, wait_until};
+use tidemark_tests::{
+    TableCapacity, count_items, create_queue, queue_counts, send_messages, unique_name, wait_until,
+};
 use tidemark_writer::{
     Completion, RejectMissing, Submission, WriteOutcome, Writer, WriterConfig, WriterHandle,
 };
@@ -129,86 +133,6 @@ async fn create_table(ddb: &aws_sdk_dynamodb::Client, name: &str, wcu: Option<i6
         None => TableCapacity::OnDemand,
     };
     tidemark_tests::create_table(ddb, name, true, capacity).await;
-}
-
-async fn count_items(ddb: &aws_sdk_dynamodb::Client, table: &str) -> usize {
-    let mut total = 0;
-    let mut start = None;
-    loop {
-        let out = ddb
-            .scan()
-            .table_name(table)
-            .select(Select::Count)
-            .set_exclusive_start_key(start)
-            .send()
-            .await
-            .expect("Scan");
-        total += usize::try_from(out.count()).unwrap();
-        start = out.last_evaluated_key;
-        if start.is_none() {
-            return total;
-        }
-    }
-}
-
-/// (visible, in flight) message counts of a queue.
-async fn queue_counts(sqs: &aws_sdk_sqs::Client, url: &str) -> (u64, u64) {
-    let attrs = sqs
-        .get_queue_attributes()
-        .queue_url(url)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
-        .send()
-        .await
-        .expect("GetQueueAttributes")
-        .attributes
-        .unwrap();
-    let n = |k: QueueAttributeName| attrs[&k].parse::<u64>().unwrap();
-    (
-        n(QueueAttributeName::ApproximateNumberOfMessages),
-        n(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
-    )
-}
-
-async fn create_queue(sqs: &aws_sdk_sqs::Client, fifo: bool) -> String {
-    let mut req = sqs.create_queue();
-    if fifo {
-        req = req
-            .queue_name(format!("{}.fifo", unique_name("sqs-src")))
-            .attributes(QueueAttributeName::FifoQueue, "true");
-    } else {
-        req = req.queue_name(unique_name("sqs-src"));
-    }
-    req.send().await.expect("CreateQueue").queue_url.unwrap()
-}
-
-/// Sends bodies (with optional FIFO group), 10 per call, in order.
-async fn send_all(sqs: &aws_sdk_sqs::Client, url: &str, bodies: &[(Option<String>, String)]) {
-    for (c, chunk) in bodies.chunks(10).enumerate() {
-        let entries = chunk
-            .iter()
-            .enumerate()
-            .map(|(i, (group, body))| {
-                let mut e = SendMessageBatchRequestEntry::builder()
-                    .id(format!("e{i}"))
-                    .message_body(body);
-                if let Some(g) = group {
-                    e = e
-                        .message_group_id(g)
-                        .message_deduplication_id(format!("d{c}-{i}"));
-                }
-                e.build().unwrap()
-            })
-            .collect();
-        let out = sqs
-            .send_message_batch()
-            .queue_url(url)
-            .set_entries(Some(entries))
-            .send()
-            .await
-            .expect("SendMessageBatch");
-        assert!(out.failed().is_empty(), "{:?}", out.failed());
-    }
 }
 
 fn event(ts_ms: i64, id: String, group: &str, seq: u64) -> serde_json::Value {
@@ -333,7 +257,7 @@ async fn sqs_thousand_messages_of_all_shapes_are_stored_and_deleted() {
     let writes = stack.dynamodb_transport_at(&stack.dynamodb_url);
     let ts = chrono::Utc::now().timestamp_millis();
     let (router, table) = router_and_table(&ddb, ts, None).await;
-    let url = create_queue(&sqs, false).await;
+    let url = create_queue(&sqs, "sqs-src", false).await;
 
     // 250 each of: single, array of 9, SNS(single), SNS(array of 9) = 5,000.
     let mut bodies = Vec::new();
@@ -355,7 +279,7 @@ async fn sqs_thousand_messages_of_all_shapes_are_stored_and_deleted() {
         };
         bodies.push((None, body));
     }
-    send_all(&sqs, &url, &bodies).await;
+    send_messages(&sqs, &url, &bodies).await;
 
     // Moto's ReceiveMessage takes seconds with 1,000 messages queued; a
     // longer visibility keeps this test about shapes and throughput (the
@@ -423,7 +347,7 @@ async fn sqs_throttled_table_causes_no_redelivery() {
     let ts = chrono::Utc::now().timestamp_millis();
     // 5 WCU/s, 20 one-WCU events: seconds of writing under throttling.
     let (router, table) = router_and_table(&ddb, ts, Some(5)).await;
-    let url = create_queue(&sqs, false).await;
+    let url = create_queue(&sqs, "sqs-src", false).await;
     let bodies: Vec<_> = (0..10u64)
         .map(|m| {
             let events = vec![
@@ -433,7 +357,7 @@ async fn sqs_throttled_table_causes_no_redelivery() {
             (None, json!(events).to_string())
         })
         .collect();
-    send_all(&sqs, &url, &bodies).await;
+    send_messages(&sqs, &url, &bodies).await;
 
     let mut cfg = test_config(&url);
     cfg.visibility_timeout = Duration::from_secs(2);
@@ -486,11 +410,11 @@ async fn sqs_slow_acknowledgements_cause_no_redelivery() {
     let writes = stack.dynamodb_transport_at(&stack.dynamodb_url);
     let ts = chrono::Utc::now().timestamp_millis();
     let (router, table) = router_and_table(&ddb, ts, None).await;
-    let url = create_queue(&sqs, false).await;
+    let url = create_queue(&sqs, "sqs-src", false).await;
     let bodies: Vec<_> = (0..30u64)
         .map(|m| (None, event(ts, format!("s{m}"), "", m).to_string()))
         .collect();
-    send_all(&sqs, &url, &bodies).await;
+    send_messages(&sqs, &url, &bodies).await;
     let mut cfg = test_config(&url);
     cfg.visibility_timeout = Duration::from_secs(2);
     cfg.heartbeat_margin = Duration::from_secs(1);
@@ -531,7 +455,7 @@ async fn sqs_poison_message_is_dead_lettered_and_deleted() {
     let writes = stack.dynamodb_transport_at(&stack.dynamodb_url);
     let ts = chrono::Utc::now().timestamp_millis();
     let (router, table) = router_and_table(&ddb, ts, None).await;
-    let url = create_queue(&sqs, false).await;
+    let url = create_queue(&sqs, "sqs-src", false).await;
     let poison = [
         "this is not JSON {".to_string(),
         "42".to_string(),
@@ -543,7 +467,7 @@ async fn sqs_poison_message_is_dead_lettered_and_deleted() {
     for (i, p) in poison.iter().enumerate() {
         bodies.insert(5 + 6 * i, (None, p.clone()));
     }
-    send_all(&sqs, &url, &bodies).await;
+    send_messages(&sqs, &url, &bodies).await;
     let h = Harness::start(
         sqs.clone(),
         ddb.clone(),
@@ -598,7 +522,7 @@ async fn sqs_fifo_groups_are_stored_in_order() {
     let writes = stack.dynamodb_transport_at(&stack.dynamodb_url);
     let ts = chrono::Utc::now().timestamp_millis();
     let (router, table) = router_and_table(&ddb, ts, None).await;
-    let url = create_queue(&sqs, true).await;
+    let url = create_queue(&sqs, "sqs-src", true).await;
     // Runs of 10 messages of one group, the groups interleaved run by run:
     // a receive then brings up to 10 messages of one group at once, and the
     // source must hand them to the writer one after the other.
@@ -616,7 +540,7 @@ async fn sqs_fifo_groups_are_stored_in_order() {
             }
         }
     }
-    send_all(&sqs, &url, &bodies).await;
+    send_messages(&sqs, &url, &bodies).await;
     let mut cfg = test_config(&url);
     // One receiver: moto's ReceiveMessage is not atomic across concurrent
     // calls (two calls at once were seen to split one group's run between
@@ -674,11 +598,11 @@ async fn sqs_shutdown_makes_unfinished_messages_visible_at_once() {
     let _serial = SERIAL.lock().await;
     let stack = tidemark_tests::stack().await;
     let sqs = stack.sqs();
-    let url = create_queue(&sqs, false).await;
+    let url = create_queue(&sqs, "sqs-src", false).await;
     let bodies: Vec<_> = (0..30u64)
         .map(|m| (None, json!({"seq": m}).to_string()))
         .collect();
-    send_all(&sqs, &url, &bodies).await;
+    send_messages(&sqs, &url, &bodies).await;
     let mut cfg = test_config(&url);
     cfg.visibility_timeout = Duration::from_secs(30);
     cfg.heartbeat_margin = Duration::from_secs(10);
