@@ -101,11 +101,6 @@ const OPERATOR_ONLY: &[(&str, &str, &str)] = &[
     ),
     (
         "crates/worker/src/verify.rs",
-        "dynamodb:Query",
-        "`tidemark verify` proves a produced manifest was stored",
-    ),
-    (
-        "crates/worker/src/verify.rs",
         "dynamodb:BatchGetItem",
         "`tidemark verify` proves a produced manifest was stored",
     ),
