@@ -44,6 +44,7 @@ use aws_sdk_sqs::types::{
     ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry, Message,
     MessageSystemAttributeName,
 };
+use aws_smithy_types::timeout::TimeoutConfig;
 use backon::{BackoffBuilder, ExponentialBuilder};
 use bytes::Bytes;
 use tidemark_schema::{Origin, Reason};
@@ -71,6 +72,8 @@ const DELETE_RETRY_TICK: Duration = Duration::from_secs(1);
 const EMPTY_SHORT_POLL_PAUSE: Duration = Duration::from_millis(100);
 /// After the shutdown grace, how long the last deletes may take.
 const FINAL_DELETE_TIME: Duration = Duration::from_secs(5);
+/// Time a long poll's answer may take beyond its `wait_time`.
+const RECEIVE_MARGIN: Duration = Duration::from_secs(10);
 
 /// Errors of the SQS source.
 #[derive(Debug, thiserror::Error)]
@@ -211,6 +214,30 @@ pub fn retry_delay(cfg: &SqsConfig, receive_count: u32) -> Duration {
 }
 
 /// Back-off between failed receive calls.
+/// The client's timeouts with an attempt limit that outlasts a long poll of
+/// `wait`. The worker's 10 s attempt timeout is shorter than SQS's 20 s long
+/// poll: every poll of a quiet queue would time out, and a message that
+/// arrived during an abandoned poll would stay invisible, its receive count
+/// raised, until its visibility ended.
+fn receive_timeouts(base: Option<&TimeoutConfig>, wait: Duration) -> TimeoutConfig {
+    let attempt = wait + RECEIVE_MARGIN;
+    let mut builder = base.map_or_else(TimeoutConfig::builder, TimeoutConfig::to_builder);
+    if base
+        .and_then(TimeoutConfig::operation_attempt_timeout)
+        .is_none_or(|t| t < attempt)
+    {
+        builder = builder.operation_attempt_timeout(attempt);
+    }
+    // The operation limit (all attempts) must leave room for one attempt too.
+    if base
+        .and_then(TimeoutConfig::operation_timeout)
+        .is_some_and(|t| t < attempt)
+    {
+        builder = builder.operation_timeout(attempt);
+    }
+    builder.build()
+}
+
 fn receive_backoff() -> impl Iterator<Item = Duration> {
     ExponentialBuilder::new()
         .with_min_delay(Duration::from_millis(100))
@@ -360,6 +387,10 @@ async fn acquire(ctx: &Ctx) -> Option<usize> {
 async fn receiver(ctx: Arc<Ctx>) {
     let mut backoff = receive_backoff();
     let wait = i32::try_from(ctx.cfg.wait_time.as_secs()).unwrap_or(20);
+    let timeouts = receive_timeouts(
+        ctx.client.config().timeout_config(),
+        Duration::from_secs(u64::from(wait.unsigned_abs())),
+    );
     loop {
         if ctx.stop.is_cancelled() {
             return;
@@ -380,6 +411,10 @@ async fn receiver(ctx: Arc<Ctx>) {
             .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
             .message_system_attribute_names(MessageSystemAttributeName::SentTimestamp)
             .message_system_attribute_names(MessageSystemAttributeName::MessageGroupId)
+            .customize()
+            .config_override(
+                aws_sdk_sqs::config::Builder::default().timeout_config(timeouts.clone()),
+            )
             .send()
             .await;
         match out {
@@ -868,6 +903,32 @@ async fn delete_batch(ctx: Arc<Ctx>, batch: Vec<(u64, String)>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_poll_outlasts_the_attempt_timeout_and_keeps_the_rest() {
+        let wait = Duration::from_secs(20);
+        // The worker's SDK settings: 3.1 s to connect, 10 s an attempt.
+        let worker = TimeoutConfig::builder()
+            .connect_timeout(Duration::from_millis(3100))
+            .operation_attempt_timeout(Duration::from_secs(10))
+            .build();
+        let t = receive_timeouts(Some(&worker), wait);
+        assert_eq!(t.operation_attempt_timeout(), Some(wait + RECEIVE_MARGIN));
+        assert_eq!(t.connect_timeout(), Some(Duration::from_millis(3100)));
+        assert_eq!(t.operation_timeout(), None);
+        // A longer attempt limit stays; an operation limit shorter than one
+        // poll grows to it.
+        let roomy = TimeoutConfig::builder()
+            .operation_attempt_timeout(Duration::from_secs(60))
+            .operation_timeout(Duration::from_secs(15))
+            .build();
+        let t = receive_timeouts(Some(&roomy), wait);
+        assert_eq!(t.operation_attempt_timeout(), Some(Duration::from_secs(60)));
+        assert_eq!(t.operation_timeout(), Some(wait + RECEIVE_MARGIN));
+        // No client timeouts at all: the poll still gets a bound.
+        let t = receive_timeouts(None, Duration::ZERO);
+        assert_eq!(t.operation_attempt_timeout(), Some(RECEIVE_MARGIN));
+    }
 
     #[test]
     fn retry_delay_grows_from_min_and_is_capped() {
