@@ -169,3 +169,47 @@ pub async fn queue_depth(sqs: &aws_sdk_sqs::Client, queue: &str) -> u64 {
         .unwrap_or_default();
     attrs.values().map(|v| v.parse::<u64>().unwrap()).sum()
 }
+
+/// A worker config for stack tests: `source` (a whole `[source]` section),
+/// tables named after `name` (time_bucket keys, 4 shards, daily tables at
+/// 1,000 WCU), file dead letters at `dead`, telemetry on `listen`.
+pub fn test_toml(source: &str, name: &str, dead: &Path, listen: &str) -> String {
+    format!(
+        r#"
+{source}
+[schema]
+table_prefix = "{name}"
+period = "day"
+ttl_attribute = "expires_at"
+key = {{ strategy = "time_bucket", shards = 4, bucket = "hour" }}
+tiers = {{ active = {{ read = 300, write = 1000 }}, prebuild = {{ read = 300, write = 1000 }} }}
+
+[dead_letters]
+kind = "file"
+path = "{dead}"
+
+[maintenance]
+coordinator_table = "{name}-coordinator"
+
+[telemetry]
+listen = "{listen}"
+log_format = "json"
+"#,
+        dead = dead.display()
+    )
+}
+
+/// The `[source]` section of a Kinesis test worker reading stream `name`
+/// (a 3 s failover and 1 s checkpoints keep hand-overs quick).
+pub fn kinesis_source(name: &str) -> String {
+    format!(
+        r#"[source]
+kind = "kinesis"
+stream = "{name}"
+lease_table = "{name}-leases"
+worker_id = "e2e-worker"
+failover_time = "3s"
+checkpoint_interval = "1s"
+"#
+    )
+}

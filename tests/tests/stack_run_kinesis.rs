@@ -13,40 +13,14 @@ use serde_json::Value;
 use tidemark_consumer::fixture::read_fixture;
 use tidemark_schema::query::TimeRange;
 use tidemark_schema::route::Router;
-use tidemark_tests::worker::{Running, config, item_count, produce, sdk};
+use tidemark_tests::worker::{
+    Running, config, item_count, kinesis_source, produce, sdk, test_toml,
+};
 use tidemark_tests::{repo_root, unique_name, wait_until};
 use tidemark_worker::produce::{ProduceSpec, Target};
 
 fn toml(name: &str, dead: &std::path::Path) -> String {
-    format!(
-        r#"
-[source]
-kind = "kinesis"
-stream = "{name}"
-lease_table = "{name}-leases"
-worker_id = "e2e-worker"
-failover_time = "3s"
-checkpoint_interval = "1s"
-
-[schema]
-table_prefix = "{name}"
-period = "day"
-ttl_attribute = "expires_at"
-key = {{ strategy = "time_bucket", shards = 4, bucket = "hour" }}
-tiers = {{ active = {{ read = 300, write = 1000 }}, prebuild = {{ read = 300, write = 1000 }} }}
-
-[dead_letters]
-kind = "file"
-path = "{dead}"
-
-[maintenance]
-coordinator_table = "{name}-coordinator"
-
-[telemetry]
-listen = "127.0.0.1:0"
-"#,
-        dead = dead.display()
-    )
+    test_toml(&kinesis_source(name), name, dead, "127.0.0.1:0")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -8,37 +8,14 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tidemark_schema::route::Router;
-use tidemark_tests::worker::{Running, config, item_count, produce, queue_depth, sdk};
+use tidemark_tests::worker::{Running, config, item_count, produce, queue_depth, sdk, test_toml};
 use tidemark_tests::{unique_name, wait_until};
 use tidemark_worker::produce::{ProduceSpec, Target};
 
 fn toml(name: &str, queue_url: &str, dead: &std::path::Path) -> String {
-    format!(
-        r#"
-[source]
-kind = "sqs"
-queue_url = "{queue_url}"
-wait_time = "1s"
-
-[schema]
-table_prefix = "{name}"
-period = "day"
-ttl_attribute = "expires_at"
-key = {{ strategy = "time_bucket", shards = 4, bucket = "hour" }}
-tiers = {{ active = {{ read = 300, write = 1000 }}, prebuild = {{ read = 300, write = 1000 }} }}
-
-[dead_letters]
-kind = "file"
-path = "{dead}"
-
-[maintenance]
-coordinator_table = "{name}-coordinator"
-
-[telemetry]
-listen = "127.0.0.1:0"
-"#,
-        dead = dead.display()
-    )
+    let source =
+        format!("[source]\nkind = \"sqs\"\nqueue_url = \"{queue_url}\"\nwait_time = \"1s\"\n");
+    test_toml(&source, name, dead, "127.0.0.1:0")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -128,40 +128,13 @@ async fn setup() -> Env {
     let prefix = name.clone();
     let port = free_port();
     let config = dir.join("tidemark.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"
-[source]
-kind = "kinesis"
-stream = "{name}"
-lease_table = "{name}-leases"
-worker_id = "e2e-worker"
-failover_time = "3s"
-checkpoint_interval = "1s"
-
-[schema]
-table_prefix = "{prefix}"
-period = "day"
-ttl_attribute = "expires_at"
-key = {{ strategy = "time_bucket", shards = 4, bucket = "hour" }}
-tiers = {{ active = {{ read = 300, write = 1000 }}, prebuild = {{ read = 300, write = 1000 }} }}
-
-[dead_letters]
-kind = "file"
-path = "{dl}"
-
-[maintenance]
-coordinator_table = "{name}-coordinator"
-
-[telemetry]
-listen = "127.0.0.1:{port}"
-log_format = "json"
-"#,
-            dl = dir.join("dead.jsonl").display()
-        ),
-    )
-    .unwrap();
+    let toml = tidemark_tests::worker::test_toml(
+        &tidemark_tests::worker::kinesis_source(&name),
+        &prefix,
+        &dir.join("dead.jsonl"),
+        &format!("127.0.0.1:{port}"),
+    );
+    std::fs::write(&config, toml).unwrap();
     tidemark_tests::create_stream(&stack.kinesis(), &name, 2).await;
     Env {
         stack,
