@@ -13,9 +13,11 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use aws_sdk_kinesis::types::{Shard, ShardIteratorType};
+use futures::StreamExt;
 use tokio::sync::{Mutex, Notify, mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -26,7 +28,10 @@ use crate::checkpoint::AckTracker;
 use crate::config::{InitialPosition, KinesisConfig};
 use crate::convert::{RawRecord, push_user_records};
 use crate::error::{AwsError, ConsumerError, ErrorClass};
-use crate::lease::{self, BalanceInput, Checkpoint, Lease, LeaseTable, Observations};
+use crate::lease::{
+    self, BalanceInput, Checkpoint, Lease, LeasePhase, LeaseTable, LeaseTiming, Observations,
+    Written,
+};
 use crate::pacer::Pacer;
 use crate::record::Record;
 use crate::status::{ShardState, StatusHandle};
@@ -34,20 +39,69 @@ use tidemark_schema::SharedStr;
 
 use crate::metrics::kinesis as metric;
 
-/// Fencing state of a held lease, shared by renewer and checkpointer so their
-/// counter-bumping writes never race.
+/// A held lease, shared by the renewer, the coordinator and the reader.
 #[derive(Debug)]
-struct LeaseState {
-    counter: u64,
-    last_renewed: Instant,
-    /// Set once the lease is lost or released: no more writes.
-    gone: bool,
+struct HeldLease {
+    key: String,
+    /// The fencing counter. Every counter-bumping write (renew, checkpoint,
+    /// release) holds this lock, so they never race each other.
+    counter: Mutex<u64>,
+    /// Send time of the last successful fenced write: the lease deadline
+    /// ([`LeaseTiming::phase`]) is judged from it.
+    renewed: watch::Sender<Instant>,
+    /// Cancelled when the lease is lost (refused write, or past the failover
+    /// time without a renewal): no more writes, the reader stops.
+    lost: CancellationToken,
+    /// Set once released: no more writes.
+    released: AtomicBool,
+}
+
+impl HeldLease {
+    fn new(key: &str, written: Written) -> Self {
+        Self {
+            key: key.to_string(),
+            counter: Mutex::new(written.counter),
+            renewed: watch::Sender::new(written.sent),
+            lost: CancellationToken::new(),
+            released: AtomicBool::new(false),
+        }
+    }
+
+    /// True once lost or released.
+    fn is_gone(&self) -> bool {
+        self.lost.is_cancelled() || self.released.load(Ordering::Relaxed)
+    }
+
+    /// Records a successful fenced write (called with the counter lock held).
+    fn renewed(&self, counter: &mut u64, w: Written) {
+        *counter = w.counter;
+        // Keep the latest send time: a renew and a checkpoint may overlap.
+        self.renewed.send_if_modified(|t| {
+            let newer = w.sent > *t;
+            if newer {
+                *t = w.sent;
+            }
+            newer
+        });
+    }
+
+    /// Marks the lease lost (once), with metrics and status.
+    fn fence(&self, status: &StatusHandle) {
+        if self.lost.is_cancelled() {
+            return;
+        }
+        self.lost.cancel();
+        metrics::counter!(metric::LEASE_CHANGES, "kind" => "lost").increment(1);
+        status.update(&self.key, |s| {
+            s.owned = false;
+            s.state = ShardState::Lost;
+        });
+    }
 }
 
 #[derive(Debug)]
 struct Held {
-    state: Arc<Mutex<LeaseState>>,
-    lost: CancellationToken,
+    lease: Arc<HeldLease>,
     task: AbortOnDrop,
 }
 
@@ -76,6 +130,8 @@ struct Ctx {
     kinesis: aws_sdk_kinesis::Client,
     table: LeaseTable,
     status: StatusHandle,
+    /// Leases held now, renewed by the renewer task.
+    held: std::sync::Mutex<HashMap<String, Arc<HeldLease>>>,
     /// Latest lease-table snapshot, for parent checks.
     snapshot: watch::Sender<Arc<Vec<Lease>>>,
     /// A shard ended: run shard discovery now.
@@ -102,7 +158,11 @@ impl KinesisSource {
         kinesis: aws_sdk_kinesis::Client,
         dynamodb: aws_sdk_dynamodb::Client,
     ) -> Self {
-        let table = LeaseTable::new(dynamodb, config.lease_table.clone());
+        let table = LeaseTable::with_timing(
+            dynamodb,
+            config.lease_table.clone(),
+            LeaseTiming::new(config.failover_time),
+        );
         Self {
             config,
             kinesis,
@@ -132,6 +192,7 @@ impl KinesisSource {
             kinesis: self.kinesis,
             table: self.table,
             status: self.status,
+            held: std::sync::Mutex::new(HashMap::new()),
             snapshot: watch::Sender::new(Arc::new(Vec::new())),
             sync_now: Notify::new(),
             sink,
@@ -149,10 +210,15 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
     let mut obs = Observations::default();
     let mut next_sync = Instant::now();
     let mut sync_failures = 0u32;
+    // Renewals run on their own clock: a slow Scan or ListShards in this
+    // loop never delays them.
+    let renewer_stop = CancellationToken::new();
+    let renewer = AbortOnDrop(tokio::spawn(renew_loop(ctx.clone(), renewer_stop.clone())));
     loop {
         if ctx.shutdown.is_cancelled() {
             break;
         }
+        prune(&ctx, &mut held);
         let pass_start = Instant::now();
         let mut wake = pass_start + tick;
         if Instant::now() >= next_sync {
@@ -176,7 +242,6 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
                 }
             }
         }
-        renew_all(&ctx, &mut held).await;
         match ctx.table.list().await {
             Ok(leases) => {
                 let now = Instant::now();
@@ -208,14 +273,18 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
                             continue;
                         };
                         match ctx.table.acquire(observed, &cfg.worker_id).await {
-                            Ok(Some(counter)) => {
+                            Ok(Some(written)) => {
                                 info!(worker = %cfg.worker_id, shard = %key, kind, "lease acquired");
                                 metrics::counter!(metric::LEASE_CHANGES, "kind" => kind)
                                     .increment(1);
                                 let mut lease = observed.clone();
-                                lease.counter = counter;
+                                lease.counter = written.counter;
                                 lease.owner = Some(cfg.worker_id.clone());
-                                held.insert(key.clone(), spawn_reader(&ctx, lease));
+                                let h = spawn_reader(&ctx, lease, written);
+                                if let Ok(mut m) = ctx.held.lock() {
+                                    m.insert(key.clone(), h.lease.clone());
+                                }
+                                held.insert(key.clone(), h);
                             }
                             Ok(None) => debug!(shard = %key, "lease race lost"),
                             Err(e) => warn!(shard = %key, error = %e, "acquire failed"),
@@ -235,8 +304,8 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
             _ = ctx.sync_now.notified() => next_sync = Instant::now(),
         }
     }
-    // Shutdown: readers drain, checkpoint and release on their own; keep their
-    // leases renewed meanwhile so nobody steals them mid-drain.
+    // Shutdown: readers drain, checkpoint and release on their own; the
+    // renewer keeps their leases meanwhile so nobody steals them mid-drain.
     let deadline = Instant::now() + cfg.shutdown_grace;
     if let Ok(mut d) = ctx.drain_deadline.lock() {
         *d = Some(deadline);
@@ -247,9 +316,10 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
         if held.is_empty() || Instant::now() >= hard_stop {
             break;
         }
-        renew_all(&ctx, &mut held).await;
         tokio::time::sleep(Duration::from_millis(50).min(tick)).await;
     }
+    renewer_stop.cancel();
+    drop(renewer);
     for key in held.keys() {
         warn!(shard = %key, "reader did not finish in time; aborting it");
     }
@@ -258,67 +328,77 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
     Ok(())
 }
 
-/// Renews every held lease at most once per `failover_time / 3`; drops leases
-/// that are lost, unrenewed for `failover_time`, or whose reader finished.
-async fn renew_all(ctx: &Ctx, held: &mut HashMap<String, Held>) {
-    let me = &ctx.config.worker_id;
-    let fo = ctx.config.failover_time;
-    let renew_every = fo / 3;
-    let mut dropped = Vec::new();
-    for (key, h) in held.iter() {
-        if h.task.is_finished() {
-            dropped.push(key.clone());
-            continue;
-        }
-        let mut st = h.state.lock().await;
-        if st.gone {
-            // Given up by its reader (checkpoint refused, or released): make
-            // sure the status no longer claims it.
+/// Most lease renewals in flight at once.
+const MAX_CONCURRENT_RENEWALS: usize = 16;
+
+/// Drops leases that are lost, released, or whose reader finished.
+fn prune(ctx: &Ctx, held: &mut HashMap<String, Held>) {
+    held.retain(|key, h| {
+        let keep = !h.task.is_finished() && !h.lease.is_gone();
+        if !keep {
+            // Make sure the status no longer claims it.
             ctx.status.update(key, |s| s.owned = false);
-            dropped.push(key.clone());
-            continue;
-        }
-        if st.last_renewed.elapsed() < renew_every / 2 {
-            continue;
-        }
-        match ctx.table.renew(key, me, st.counter).await {
-            Ok(Some(c)) => {
-                st.counter = c;
-                st.last_renewed = Instant::now();
+            if let Ok(mut m) = ctx.held.lock() {
+                m.remove(key);
             }
-            Ok(None) => {
-                info!(shard = %key, "lease lost");
-                st.gone = true;
-            }
-            Err(e) => warn!(shard = %key, error = %e, "renew failed"),
         }
-        // Self-fencing: others may take a lease we failed to renew in time.
-        if !st.gone && st.last_renewed.elapsed() >= fo {
-            warn!(shard = %key, "lease not renewed within failover time; giving it up");
-            st.gone = true;
+        keep
+    });
+}
+
+/// Renews every held lease once per `failover_time / 3`, concurrently (at
+/// most [`MAX_CONCURRENT_RENEWALS`] at once), each bounded by the lease
+/// table's operation deadline (below the renewal period).
+async fn renew_loop(ctx: Arc<Ctx>, stop: CancellationToken) {
+    let every = ctx.config.failover_time / 3;
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
         }
-        if st.gone {
-            h.lost.cancel();
-            metrics::counter!(metric::LEASE_CHANGES, "kind" => "lost").increment(1);
-            ctx.status.update(key, |s| {
-                s.owned = false;
-                s.state = ShardState::Lost;
-            });
-            dropped.push(key.clone());
-        }
-    }
-    for k in dropped {
-        held.remove(&k);
+        let leases: Vec<Arc<HeldLease>> = match ctx.held.lock() {
+            Ok(m) => m.values().cloned().collect(),
+            Err(_) => return,
+        };
+        futures::stream::iter(leases)
+            .for_each_concurrent(MAX_CONCURRENT_RENEWALS, |l| renew_one(&ctx, l))
+            .await;
     }
 }
 
-fn spawn_reader(ctx: &Arc<Ctx>, lease: Lease) -> Held {
-    let state = Arc::new(Mutex::new(LeaseState {
-        counter: lease.counter,
-        last_renewed: Instant::now(),
-        gone: false,
-    }));
-    let lost = CancellationToken::new();
+/// One renewal; marks the lease lost when refused or past the failover time.
+async fn renew_one(ctx: &Ctx, lease: Arc<HeldLease>) {
+    let me = &ctx.config.worker_id;
+    let timing = ctx.table.timing();
+    let mut counter = lease.counter.lock().await;
+    if lease.is_gone() {
+        return;
+    }
+    // A checkpoint write renews as well.
+    let since = *lease.renewed.borrow();
+    if since.elapsed() < ctx.config.failover_time / 6 {
+        return;
+    }
+    match ctx.table.renew(&lease.key, me, *counter).await {
+        Ok(Some(w)) => lease.renewed(&mut counter, w),
+        Ok(None) => {
+            info!(shard = %lease.key, "lease lost");
+            lease.fence(&ctx.status);
+        }
+        Err(e) => warn!(shard = %lease.key, error = %e, "renew failed"),
+    }
+    // Self-fencing: others may take a lease we failed to renew in time.
+    if !lease.is_gone() && timing.phase(*lease.renewed.borrow(), Instant::now()) == LeasePhase::Lost
+    {
+        warn!(shard = %lease.key, "lease not renewed within failover time; giving it up");
+        lease.fence(&ctx.status);
+    }
+}
+
+fn spawn_reader(ctx: &Arc<Ctx>, lease: Lease, written: Written) -> Held {
+    let held = Arc::new(HeldLease::new(&lease.key, written));
     ctx.status.update(&lease.key, |s| {
         *s = Default::default();
         s.owned = true;
@@ -326,14 +406,14 @@ fn spawn_reader(ctx: &Arc<Ctx>, lease: Lease) -> Held {
     let reader = Reader {
         ctx: ctx.clone(),
         shard: lease.key.clone(),
-        state: state.clone(),
-        lost: lost.clone(),
+        lease: held.clone(),
+        renewed: held.renewed.subscribe(),
         tracker: Arc::new(AckTracker::new()),
         written: lease.checkpoint.clone(),
         last_write: Instant::now(),
     };
     let task = AbortOnDrop(tokio::spawn(reader.run(lease)));
-    Held { state, lost, task }
+    Held { lease: held, task }
 }
 
 /// ListShards, then a lease for every shard that has none, parents first.
@@ -433,8 +513,9 @@ enum Stop {
 struct Reader {
     ctx: Arc<Ctx>,
     shard: String,
-    state: Arc<Mutex<LeaseState>>,
-    lost: CancellationToken,
+    lease: Arc<HeldLease>,
+    /// Send times of successful renewals of `lease`.
+    renewed: watch::Receiver<Instant>,
     tracker: Arc<AckTracker>,
     /// Last checkpoint written (or read at acquisition).
     written: Checkpoint,
@@ -455,7 +536,7 @@ impl Reader {
     }
 
     fn stopped(&self) -> Option<Stop> {
-        if self.lost.is_cancelled() {
+        if self.lease.lost.is_cancelled() {
             Some(Stop::Lost)
         } else if self.ctx.shutdown.is_cancelled() {
             Some(Stop::Shutdown)
@@ -468,9 +549,88 @@ impl Reader {
     async fn guard<T>(&self, fut: impl Future<Output = T>) -> Result<T, Stop> {
         tokio::select! {
             biased;
-            _ = self.lost.cancelled() => Err(Stop::Lost),
+            _ = self.lease.lost.cancelled() => Err(Stop::Lost),
             _ = self.ctx.shutdown.cancelled() => Err(Stop::Shutdown),
             v = fut => Ok(v),
+        }
+    }
+
+    /// The lease's phase now.
+    fn phase(&self) -> LeasePhase {
+        self.ctx
+            .table
+            .timing()
+            .phase(*self.renewed.borrow(), Instant::now())
+    }
+
+    /// Returns the lease deadline once the lease is live; while it is past
+    /// its deadline (paused), waits for a renewal. Past the failover time the
+    /// lease is lost, whatever the coordinator is doing.
+    async fn wait_live(&mut self) -> Result<Instant, Stop> {
+        let mut paused = false;
+        loop {
+            if let Some(stop) = self.stopped() {
+                return Err(stop);
+            }
+            let sent = *self.renewed.borrow_and_update();
+            match self.ctx.table.timing().phase(sent, Instant::now()) {
+                LeasePhase::Live { until } => {
+                    if paused {
+                        info!(shard = %self.shard, "lease renewed in time; reading resumes");
+                        self.ctx
+                            .status
+                            .update(&self.shard, |s| s.state = ShardState::Reading);
+                    }
+                    return Ok(until);
+                }
+                LeasePhase::Paused { lost_at } => {
+                    if !paused {
+                        paused = true;
+                        warn!(shard = %self.shard, "lease deadline passed without a renewal; not submitting or checkpointing until one succeeds");
+                        metrics::counter!(metric::LEASE_PAUSES).increment(1);
+                        self.ctx
+                            .status
+                            .update(&self.shard, |s| s.state = ShardState::Paused);
+                    }
+                    let lost = self.lease.lost.clone();
+                    let shutdown = self.ctx.shutdown.clone();
+                    tokio::select! {
+                        _ = lost.cancelled() => {}
+                        _ = shutdown.cancelled() => {}
+                        _ = self.renewed.changed() => {}
+                        _ = tokio::time::sleep_until(lost_at) => {}
+                    }
+                }
+                LeasePhase::Lost => {
+                    warn!(shard = %self.shard, "lease not renewed within failover time; reader stops");
+                    self.lease.fence(&self.ctx.status);
+                    return Err(Stop::Lost);
+                }
+            }
+        }
+    }
+
+    /// Hands `batch` to the sink, only while the lease is live: a send that
+    /// would complete past the lease deadline waits for a renewal instead.
+    async fn submit(&mut self, batch: Vec<Record>) -> Result<(), Stop> {
+        loop {
+            let until = self.wait_live().await?;
+            let sink = self.ctx.sink.clone();
+            let permit = tokio::select! {
+                biased;
+                _ = self.lease.lost.cancelled() => return Err(Stop::Lost),
+                _ = self.ctx.shutdown.cancelled() => return Err(Stop::Shutdown),
+                p = sink.reserve() => match p {
+                    Ok(p) => p,
+                    // The pipeline is gone: nothing more can be acknowledged.
+                    Err(_) => return Err(Stop::Shutdown),
+                },
+                _ = tokio::time::sleep_until(until) => continue,
+            };
+            if matches!(self.phase(), LeasePhase::Live { .. }) {
+                permit.send(batch);
+                return Ok(());
+            }
         }
     }
 
@@ -527,6 +687,10 @@ impl Reader {
                 return Ok(stop);
             }
             if let Err(stop) = self.guard(pacer.ready()).await {
+                return Ok(stop);
+            }
+            // Past the lease deadline, reading waits for a renewal.
+            if let Err(stop) = self.wait_live().await {
                 return Ok(stop);
             }
             let room = max.saturating_sub(self.tracker.in_flight()).max(1);
@@ -617,13 +781,10 @@ impl Reader {
                 s.records_read += n;
                 s.in_flight = in_flight;
             });
-            if !batch.is_empty() {
-                match self.guard(self.ctx.sink.send(batch)).await {
-                    Ok(Ok(())) => {}
-                    // The pipeline is gone: nothing more can be acknowledged.
-                    Ok(Err(_)) => return Ok(Stop::Shutdown),
-                    Err(stop) => return Ok(stop),
-                }
+            if !batch.is_empty()
+                && let Err(stop) = self.submit(batch).await
+            {
+                return Ok(stop);
             }
             match out.next_shard_iterator() {
                 Some(next) => iterator = next.to_string(),
@@ -659,6 +820,9 @@ impl Reader {
                 Err(stop) => return Ok(stop),
             }
         }
+        if let Err(stop) = self.wait_live().await {
+            return Ok(stop);
+        }
         let written = self.write_checkpoint(Checkpoint::ShardEnd, &children).await;
         if written {
             info!(shard = %self.shard, ?children, "shard ended");
@@ -683,7 +847,7 @@ impl Reader {
             .ok()
             .and_then(|d| *d)
             .unwrap_or_else(|| Instant::now() + self.ctx.config.shutdown_grace);
-        let lost = self.lost.clone();
+        let lost = self.lease.lost.clone();
         tokio::select! {
             _ = self.tracker.wait_for(|w| w.in_flight() == 0) => {}
             _ = tokio::time::sleep_until(deadline) => {
@@ -719,11 +883,14 @@ impl Reader {
         self.write_checkpoint(cp, &[]).await;
     }
 
-    /// A fenced checkpoint write; a failed condition means the lease is lost.
+    /// A fenced checkpoint write, only while the lease is live; a failed
+    /// condition means the lease is lost.
     async fn write_checkpoint(&mut self, cp: Checkpoint, children: &[String]) -> bool {
         let me = &self.ctx.config.worker_id;
-        let mut st = self.state.lock().await;
-        if st.gone {
+        let lease = self.lease.clone();
+        let mut counter = lease.counter.lock().await;
+        // Judged with the lock held: a renewal in flight may have moved it.
+        if lease.is_gone() || !matches!(self.phase(), LeasePhase::Live { .. }) {
             return false;
         }
         let label = self.shard.clone();
@@ -731,13 +898,12 @@ impl Reader {
         match self
             .ctx
             .table
-            .checkpoint(&self.shard, me, st.counter, &cp, children)
+            .checkpoint(&self.shard, me, *counter, &cp, children)
             .await
         {
-            Ok(Some(c)) => {
-                st.counter = c;
+            Ok(Some(w)) => {
                 // A successful conditional write proves ownership like a renewal.
-                st.last_renewed = Instant::now();
+                lease.renewed(&mut counter, w);
                 metrics::counter!(metric::CHECKPOINTS, "shard" => label, "result" => "ok")
                     .increment(1);
                 let shown = match &cp {
@@ -754,13 +920,7 @@ impl Reader {
                 metrics::counter!(metric::CHECKPOINTS, "shard" => label, "result" => "lost")
                     .increment(1);
                 info!(shard = %self.shard, "checkpoint refused: lease lost");
-                st.gone = true;
-                self.lost.cancel();
-                metrics::counter!(metric::LEASE_CHANGES, "kind" => "lost").increment(1);
-                self.ctx.status.update(&self.shard, |s| {
-                    s.owned = false;
-                    s.state = ShardState::Lost;
-                });
+                lease.fence(&self.ctx.status);
                 false
             }
             Err(e) => {
@@ -774,12 +934,12 @@ impl Reader {
 
     async fn release(&mut self) {
         let me = &self.ctx.config.worker_id;
-        let mut st = self.state.lock().await;
-        if st.gone {
+        let counter = self.lease.counter.lock().await;
+        if self.lease.is_gone() {
             return;
         }
-        st.gone = true;
-        match self.ctx.table.release(&self.shard, me, st.counter).await {
+        self.lease.released.store(true, Ordering::Relaxed);
+        match self.ctx.table.release(&self.shard, me, *counter).await {
             Ok(Some(_)) => {
                 // Logged so lease hand-overs can be reconstructed from logs.
                 info!(shard = %self.shard, "lease released");

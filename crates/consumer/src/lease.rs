@@ -15,6 +15,7 @@
 //! matter.
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
@@ -190,25 +191,239 @@ fn n(v: u64) -> AttributeValue {
     AttributeValue::N(v.to_string())
 }
 
+/// Timing of the lease-table writes and of a holder's lease deadline, all
+/// derived from the failover time so that one setting keeps them consistent.
+///
+/// - `attempt`: one attempt of a conditional write (`failover / 8`, at most
+///   10 s). The SDK does not retry these writes: a timed-out attempt may have
+///   been applied, and a blind resend would fail its condition.
+/// - `writes`: no new write attempt starts later than this after the first
+///   (`failover / 5`). With the re-read that may follow, one operation ends
+///   within `writes + attempt`, below `failover / 3`, the renewal period.
+/// - `margin`: a holder stops submitting records and checkpointing at
+///   `send time of its last successful renew + failover - margin`
+///   (`failover / 5`), and treats the lease as lost at `+ failover`, the
+///   earliest moment another worker may take it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseTiming {
+    /// The failover time: a lease whose counter stays put this long is free.
+    pub failover: Duration,
+    /// Longest wait for one attempt of a lease-table call.
+    pub attempt: Duration,
+    /// No new write attempt starts later than this after the first.
+    pub writes: Duration,
+    /// How long before the failover time a holder stops acting.
+    pub margin: Duration,
+}
+
+/// Where a holder stands with its lease, judged on its own clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeasePhase {
+    /// Held: records may be submitted and checkpoints written until `until`.
+    Live {
+        /// The lease deadline.
+        until: Instant,
+    },
+    /// Past the deadline: submit nothing, checkpoint nothing; a renewal sent
+    /// before `lost_at` brings the lease back to live.
+    Paused {
+        /// When the lease counts as lost.
+        lost_at: Instant,
+    },
+    /// Another worker may hold it now: stop for good.
+    Lost,
+}
+
+impl LeaseTiming {
+    /// The timing for `failover`.
+    pub fn new(failover: Duration) -> Self {
+        Self {
+            failover,
+            attempt: (failover / 8).min(Duration::from_secs(10)),
+            writes: failover / 5,
+            margin: failover / 5,
+        }
+    }
+
+    /// The longest one lease-table operation (writes plus re-read) takes.
+    pub fn op_bound(&self) -> Duration {
+        self.writes + self.attempt
+    }
+
+    /// The phase at `now` of a lease whose last successful renew (or other
+    /// fenced write) was sent at `renewed`. Another worker takes a lease only
+    /// after seeing its counter unchanged for `failover` on its own clock,
+    /// and it cannot see the new counter before the write was sent, so
+    /// `renewed + failover` is the earliest instant the lease can move.
+    pub fn phase(&self, renewed: Instant, now: Instant) -> LeasePhase {
+        let lost_at = renewed + self.failover;
+        let until = lost_at - self.margin;
+        if now < until {
+            LeasePhase::Live { until }
+        } else if now < lost_at {
+            LeasePhase::Paused { lost_at }
+        } else {
+            LeasePhase::Lost
+        }
+    }
+}
+
+impl Default for LeaseTiming {
+    fn default() -> Self {
+        Self::new(crate::config::default_failover_time())
+    }
+}
+
+/// A fenced write that was applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    /// The lease counter after the write.
+    pub counter: u64,
+    /// When the operation's first attempt was sent: the lease is safe until
+    /// `sent + failover` (see [`LeaseTiming::phase`]).
+    pub sent: Instant,
+}
+
+/// Result of a fenced write: `Ok(Some(_))` when applied, `Ok(None)` when the
+/// condition failed (someone else moved the lease), `Err` when it is unknown
+/// (every attempt failed or timed out within the operation's deadline).
+pub type Fenced = Result<Option<Written>, AwsError>;
+
+/// Runs one conditional write with a bounded retry and no blind resends:
+/// `attempt` sends it once; after an attempt that may have been applied
+/// (timed out, connection lost, 5xx), a failed condition on a later attempt
+/// is checked with `reread` (a consistent read, true when the item shows our
+/// own write), as the KCL's `renewLease` does. Throttling is retried (the
+/// write was not applied); any other error ends the operation. Returns the
+/// first attempt's send time when applied.
+///
+/// This is the one place lease-table writes are sent and retried.
+pub async fn write_once<A, AF, R, RF>(
+    timing: &LeaseTiming,
+    op: &'static str,
+    mut attempt: A,
+    mut reread: R,
+) -> Result<Option<Instant>, AwsError>
+where
+    A: FnMut() -> AF,
+    AF: Future<Output = Result<(), AwsError>>,
+    R: FnMut() -> RF,
+    RF: Future<Output = Result<bool, AwsError>>,
+{
+    let sent = Instant::now();
+    let write_until = sent + timing.writes;
+    let hard_stop = write_until + timing.attempt;
+    let mut ambiguous = false;
+    let mut delay = Duration::from_millis(20);
+    loop {
+        let now = Instant::now();
+        let limit = (now + timing.attempt).min(hard_stop);
+        let err = match tokio::time::timeout_at(limit, attempt()).await {
+            Ok(Ok(())) => return Ok(Some(sent)),
+            Ok(Err(e)) if e.class == ErrorClass::ConditionFailed => {
+                if !ambiguous {
+                    return Ok(None);
+                }
+                return match tokio::time::timeout_at(hard_stop, reread()).await {
+                    Ok(Ok(true)) => {
+                        tracing::info!(
+                            op,
+                            "condition failed after an unanswered attempt, but the lease shows our write: accepted"
+                        );
+                        Ok(Some(sent))
+                    }
+                    Ok(Ok(false)) => Ok(None),
+                    Ok(Err(e)) => Err(e),
+                    Err(_) => Err(timed_out(op, "GetItem (re-read)")),
+                };
+            }
+            Ok(Err(e)) => match e.class {
+                ErrorClass::Throttled => e,
+                ErrorClass::Retry => {
+                    ambiguous = true;
+                    e
+                }
+                _ => return Err(e),
+            },
+            Err(_) => {
+                ambiguous = true;
+                timed_out(op, "attempt")
+            }
+        };
+        // Full jitter keeps workers that failed together from retrying together.
+        let pause = delay.mul_f64(jitter());
+        if Instant::now() + pause >= write_until {
+            return Err(err);
+        }
+        tokio::time::sleep(pause).await;
+        delay = (delay * 2).min(timing.attempt);
+    }
+}
+
+fn timed_out(op: &'static str, what: &str) -> AwsError {
+    AwsError {
+        op,
+        class: ErrorClass::Retry,
+        message: format!("{what} timed out"),
+    }
+}
+
+/// A factor in [0.5, 1.5) from the clock's low bits: enough to spread retries
+/// without a random-number dependency.
+fn jitter() -> f64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    0.5 + f64::from(nanos % 1000) / 1000.0
+}
+
 /// The lease table. Every write that touches an owned lease is conditional on
 /// `leaseCounter` (and owner), so a worker that lost a lease cannot write it.
+///
+/// Conditional writes and their re-reads use a copy of the client with SDK
+/// retries off and the attempt timeout of [`LeaseTiming`]; see
+/// [`write_once`]. Table set-up and the Scan keep the client as given.
 #[derive(Debug, Clone)]
 pub struct LeaseTable {
     client: Client,
+    writes: Client,
     table: String,
+    timing: LeaseTiming,
 }
 
-/// Result of a fenced write: `Ok(Some(counter))` is the new counter,
-/// `Ok(None)` means the condition failed (someone else moved the lease).
-pub type Fenced = Result<Option<u64>, AwsError>;
-
 impl LeaseTable {
-    /// A handle on table `table`.
+    /// A handle on table `table`, with the timing of the default failover
+    /// time.
     pub fn new(client: Client, table: impl Into<String>) -> Self {
+        Self::with_timing(client, table, LeaseTiming::default())
+    }
+
+    /// A handle on table `table` whose writes follow `timing`.
+    pub fn with_timing(client: Client, table: impl Into<String>, timing: LeaseTiming) -> Self {
+        let conf = client.config();
+        let connect = conf.timeout_config().and_then(|t| t.connect_timeout());
+        let mut timeouts = aws_sdk_dynamodb::config::timeout::TimeoutConfig::builder()
+            .operation_attempt_timeout(timing.attempt);
+        timeouts.set_connect_timeout(connect);
+        let timeouts = timeouts.build();
+        let writes = Client::from_conf(
+            conf.to_builder()
+                .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
+                .timeout_config(timeouts)
+                .build(),
+        );
         Self {
             client,
+            writes,
             table: table.into(),
+            timing,
         }
+    }
+
+    /// The timing of this table's writes.
+    pub fn timing(&self) -> &LeaseTiming {
+        &self.timing
     }
 
     /// The table name.
@@ -327,17 +542,79 @@ impl LeaseTable {
         }
     }
 
+    /// The lease `key` (consistent read); `None` when there is none. Uses the
+    /// single-attempt client: it is the re-read of [`write_once`].
+    pub async fn get(&self, key: &str) -> Result<Option<Lease>, AwsError> {
+        let out = self
+            .writes
+            .get_item()
+            .table_name(&self.table)
+            .key("leaseKey", AttributeValue::S(key.to_string()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| AwsError::new("GetItem", &e))?;
+        match out.item() {
+            None => Ok(None),
+            Some(item) => Lease::from_item(item).map(Some).map_err(|p| AwsError {
+                op: "GetItem",
+                class: ErrorClass::Fatal,
+                message: format!("lease {key} in {}: {p}", self.table),
+            }),
+        }
+    }
+
+    /// Sends a conditional write with [`write_once`]; after an unanswered
+    /// attempt, a failed condition is checked against the item: `ours` says
+    /// whether it shows this write applied.
+    async fn send_fenced<B, S, E>(
+        &self,
+        op: &'static str,
+        key: &str,
+        req: B,
+        counter_after: u64,
+        ours: impl Fn(&Lease) -> bool,
+    ) -> Fenced
+    where
+        B: Clone + SendFenced<Sdk = S, Err = E>,
+        E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
+        S: crate::error::HttpStatus + std::fmt::Debug,
+    {
+        let sent = write_once(
+            &self.timing,
+            op,
+            || {
+                let req = req.clone();
+                async move { req.send_fenced().await.map_err(|e| AwsError::new(op, &e)) }
+            },
+            || async {
+                Ok(self
+                    .get(key)
+                    .await?
+                    .is_some_and(|l| l.counter == counter_after && ours(&l)))
+            },
+        )
+        .await?;
+        Ok(sent.map(|sent| Written {
+            counter: counter_after,
+            sent,
+        }))
+    }
+
     /// Creates `lease` unless one with its key exists. Returns true if created.
     pub async fn create_lease(&self, lease: &Lease) -> Result<bool, AwsError> {
-        let res = self
-            .client
+        let req = self
+            .writes
             .put_item()
             .table_name(&self.table)
             .set_item(Some(lease.to_item()))
-            .condition_expression("attribute_not_exists(leaseKey)")
-            .send()
-            .await;
-        fenced(res.map(|_| 0), "PutItem").map(|r| r.is_some())
+            .condition_expression("attribute_not_exists(leaseKey)");
+        // Whoever created it, the lease exists: a re-read only decides
+        // whether to log "created".
+        let r = self
+            .send_fenced("PutItem", &lease.key, req, lease.counter, |_| false)
+            .await?;
+        Ok(r.is_some())
     }
 
     /// Takes a free, expired or someone else's lease whose counter is still
@@ -345,8 +622,8 @@ impl LeaseTable {
     pub async fn acquire(&self, observed: &Lease, me: &str) -> Fenced {
         let next = observed.counter + 1;
         let switches = u64::from(observed.owner.as_deref() != Some(me));
-        let res = self
-            .client
+        let req = self
+            .writes
             .update_item()
             .table_name(&self.table)
             .key("leaseKey", AttributeValue::S(observed.key.clone()))
@@ -357,30 +634,33 @@ impl LeaseTable {
             .expression_attribute_values(":c", n(observed.counter))
             .expression_attribute_values(":n", n(next))
             .expression_attribute_values(":me", AttributeValue::S(me.to_string()))
-            .expression_attribute_values(":s", n(switches))
-            .send()
-            .await;
-        fenced(res.map(|_| next), "UpdateItem(acquire)")
+            .expression_attribute_values(":s", n(switches));
+        self.send_fenced("UpdateItem(acquire)", &observed.key, req, next, |l| {
+            l.owner.as_deref() == Some(me)
+        })
+        .await
     }
 
     /// Renews a held lease (bumps the counter).
     pub async fn renew(&self, key: &str, me: &str, counter: u64) -> Fenced {
-        let res = self
+        let req = self
             .owned_update(key, me, counter)
-            .update_expression("SET leaseCounter = :n")
-            .send()
-            .await;
-        fenced(res.map(|_| counter + 1), "UpdateItem(renew)")
+            .update_expression("SET leaseCounter = :n");
+        self.send_fenced("UpdateItem(renew)", key, req, counter + 1, |l| {
+            l.owner.as_deref() == Some(me)
+        })
+        .await
     }
 
     /// Releases a held lease: owner cleared, so others take it at once.
     pub async fn release(&self, key: &str, me: &str, counter: u64) -> Fenced {
-        let res = self
+        let req = self
             .owned_update(key, me, counter)
-            .update_expression("SET leaseCounter = :n REMOVE leaseOwner")
-            .send()
-            .await;
-        fenced(res.map(|_| counter + 1), "UpdateItem(release)")
+            .update_expression("SET leaseCounter = :n REMOVE leaseOwner");
+        self.send_fenced("UpdateItem(release)", key, req, counter + 1, |l| {
+            l.owner.is_none()
+        })
+        .await
     }
 
     /// Writes a checkpoint of a held lease (and the child shard ids at shard
@@ -406,10 +686,10 @@ impl LeaseTable {
             req.update_expression(format!("{set}, childShardIds = :kids"))
                 .expression_attribute_values(":kids", AttributeValue::Ss(children.to_vec()))
         };
-        fenced(
-            req.send().await.map(|_| counter + 1),
-            "UpdateItem(checkpoint)",
-        )
+        self.send_fenced("UpdateItem(checkpoint)", key, req, counter + 1, |l| {
+            l.owner.as_deref() == Some(me) && &l.checkpoint == checkpoint
+        })
+        .await
     }
 
     fn owned_update(
@@ -418,7 +698,7 @@ impl LeaseTable {
         me: &str,
         counter: u64,
     ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
-        self.client
+        self.writes
             .update_item()
             .table_name(&self.table)
             .key("leaseKey", AttributeValue::S(key.to_string()))
@@ -429,24 +709,32 @@ impl LeaseTable {
     }
 }
 
-fn fenced<T, E>(
-    res: Result<u64, aws_sdk_dynamodb::error::SdkError<E, T>>,
-    op: &'static str,
-) -> Fenced
-where
-    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
-    T: crate::error::HttpStatus + std::fmt::Debug,
-{
-    match res {
-        Ok(c) => Ok(Some(c)),
-        Err(e) => {
-            let err = AwsError::new(op, &e);
-            if err.class == ErrorClass::ConditionFailed {
-                Ok(None)
-            } else {
-                Err(err)
-            }
-        }
+/// The two request builders lease writes use, sent once.
+trait SendFenced {
+    type Sdk;
+    type Err;
+    fn send_fenced(
+        self,
+    ) -> impl Future<Output = Result<(), aws_sdk_dynamodb::error::SdkError<Self::Err, Self::Sdk>>>;
+}
+
+impl SendFenced for aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+    type Sdk = aws_sdk_dynamodb::config::http::HttpResponse;
+    type Err = aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+    async fn send_fenced(
+        self,
+    ) -> Result<(), aws_sdk_dynamodb::error::SdkError<Self::Err, Self::Sdk>> {
+        self.send().await.map(|_| ())
+    }
+}
+
+impl SendFenced for aws_sdk_dynamodb::operation::put_item::builders::PutItemFluentBuilder {
+    type Sdk = aws_sdk_dynamodb::config::http::HttpResponse;
+    type Err = aws_sdk_dynamodb::operation::put_item::PutItemError;
+    async fn send_fenced(
+        self,
+    ) -> Result<(), aws_sdk_dynamodb::error::SdkError<Self::Err, Self::Sdk>> {
+        self.send().await.map(|_| ())
     }
 }
 
@@ -675,6 +963,172 @@ mod tests {
             obs.is_expired(&lease("b", None, 1), t0, fo),
             "free is expired"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lease_phases_on_the_holders_clock() {
+        let t = LeaseTiming::new(Duration::from_secs(10));
+        assert!(t.op_bound() < t.failover / 3, "{:?}", t.op_bound());
+        let sent = Instant::now();
+        let s = Duration::from_secs;
+        assert_eq!(t.phase(sent, sent), LeasePhase::Live { until: sent + s(8) });
+        assert_eq!(
+            t.phase(sent, sent + s(8)),
+            LeasePhase::Paused {
+                lost_at: sent + s(10)
+            }
+        );
+        assert_eq!(t.phase(sent, sent + s(10)), LeasePhase::Lost);
+        // A renewal sent later moves every bound.
+        let later = sent + s(7);
+        assert!(matches!(
+            t.phase(later, sent + s(9)),
+            LeasePhase::Live { .. }
+        ));
+    }
+
+    fn err(class: ErrorClass) -> AwsError {
+        AwsError {
+            op: "UpdateItem(renew)",
+            class,
+            message: "test".into(),
+        }
+    }
+
+    /// A lease item as the server sees it: `counter`, and the attempts sent.
+    #[derive(Default)]
+    struct Server {
+        counter: std::sync::Mutex<u64>,
+        attempts: std::sync::atomic::AtomicU32,
+        rereads: std::sync::atomic::AtomicU32,
+    }
+
+    /// Runs a renew of counter 5 against `server`, whose behaviour per
+    /// attempt number (0-based) is `script`.
+    async fn renew_with(
+        server: &Server,
+        script: impl Fn(u32) -> Step,
+    ) -> (Result<Option<Instant>, AwsError>, Duration) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let timing = LeaseTiming::new(Duration::from_secs(10));
+        let started = Instant::now();
+        let r = write_once(
+            &timing,
+            "UpdateItem(renew)",
+            || {
+                let n = server.attempts.fetch_add(1, SeqCst);
+                let step = script(n);
+                async move {
+                    let apply = || {
+                        let mut c = server.counter.lock().unwrap();
+                        if *c != 5 {
+                            return Err(err(ErrorClass::ConditionFailed));
+                        }
+                        *c = 6;
+                        Ok(())
+                    };
+                    match step {
+                        Step::Answer => apply(),
+                        // Applied, but the answer never comes.
+                        Step::Hang => {
+                            let _ = apply();
+                            std::future::pending().await
+                        }
+                        Step::Fail(class) => Err(err(class)),
+                    }
+                }
+            },
+            || {
+                server.rereads.fetch_add(1, SeqCst);
+                async { Ok(*server.counter.lock().unwrap() == 6) }
+            },
+        )
+        .await;
+        (r, started.elapsed())
+    }
+
+    #[derive(Clone, Copy)]
+    enum Step {
+        Answer,
+        Hang,
+        Fail(ErrorClass),
+    }
+
+    fn server(counter: u64) -> Server {
+        Server {
+            counter: std::sync::Mutex::new(counter),
+            ..Server::default()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_applied_write_whose_answer_was_lost_is_recognised_on_reread() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let s = server(5);
+        let t0 = Instant::now();
+        let (r, took) = renew_with(&s, |n| if n == 0 { Step::Hang } else { Step::Answer }).await;
+        // The resend failed its condition (our own first write moved the
+        // counter); the re-read shows counter 6: accepted, with the first
+        // attempt's send time.
+        assert_eq!(r.unwrap(), Some(t0));
+        assert_eq!(s.attempts.load(SeqCst), 2);
+        assert_eq!(s.rereads.load(SeqCst), 1);
+        assert!(took < LeaseTiming::new(Duration::from_secs(10)).op_bound());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_plain_condition_failure_is_a_lost_lease_without_reread() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let s = server(7);
+        let (r, _) = renew_with(&s, |_| Step::Answer).await;
+        assert_eq!(r.unwrap(), None);
+        assert_eq!(s.rereads.load(SeqCst), 0);
+        // A throttled attempt was not applied: still no re-read.
+        let s = server(7);
+        let (r, _) = renew_with(&s, |n| {
+            if n == 0 {
+                Step::Fail(ErrorClass::Throttled)
+            } else {
+                Step::Answer
+            }
+        })
+        .await;
+        assert_eq!(r.unwrap(), None);
+        assert_eq!((s.attempts.load(SeqCst), s.rereads.load(SeqCst)), (2, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reread_showing_another_write_is_a_lost_lease() {
+        let s = server(5);
+        // First attempt hangs without applying; meanwhile another worker
+        // takes the lease (counter 9).
+        let (r, _) = renew_with(&s, |n| {
+            if n == 0 {
+                *s.counter.lock().unwrap() = 9;
+                Step::Fail(ErrorClass::Retry)
+            } else {
+                Step::Answer
+            }
+        })
+        .await;
+        assert_eq!(r.unwrap(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_are_bounded_by_the_operation_deadline() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let timing = LeaseTiming::new(Duration::from_secs(10));
+        let s = server(5);
+        let (r, took) = renew_with(&s, |_| Step::Hang).await;
+        assert!(r.is_err());
+        assert!(took <= timing.op_bound(), "{took:?}");
+        assert!(took < timing.failover / 3);
+        assert!(s.attempts.load(SeqCst) >= 2, "retried within the budget");
+        // A fatal error is not retried.
+        let s = server(5);
+        let (r, _) = renew_with(&s, |_| Step::Fail(ErrorClass::Fatal)).await;
+        assert_eq!(r.unwrap_err().class, ErrorClass::Fatal);
+        assert_eq!(s.attempts.load(SeqCst), 1);
     }
 
     struct Scenario {

@@ -20,6 +20,9 @@ pub mod kinesis {
     pub const CHECKPOINTS: &str = "tidemark_consumer_checkpoint_writes_total";
     /// Counter, label `kind` (`take`, `steal`, `lost`, `release`): lease changes.
     pub const LEASE_CHANGES: &str = "tidemark_consumer_lease_changes_total";
+    /// Counter: a reader passed its lease deadline without a renewal and
+    /// paused (nothing submitted, nothing checkpointed) until one came.
+    pub const LEASE_PAUSES: &str = "tidemark_consumer_lease_pauses_total";
     /// Counter, label `shard`: KPL aggregates that failed their MD5 or decoding.
     pub const CORRUPT_AGGREGATES: &str = "tidemark_consumer_corrupt_aggregates_total";
 }
@@ -83,6 +86,11 @@ const HELP: &[(&str, Kind, &str)] = &[
         kinesis::LEASE_CHANGES,
         Kind::Counter,
         "Lease changes (label `kind` (`take`, `steal`, `lost`, `release`)).",
+    ),
+    (
+        kinesis::LEASE_PAUSES,
+        Kind::Counter,
+        "Readers paused at their lease deadline, waiting for a renewal.",
     ),
     (
         kinesis::CORRUPT_AGGREGATES,

@@ -15,6 +15,9 @@ pub enum ShardState {
     Draining,
     /// SHARD_END checkpointed.
     Ended,
+    /// Past the lease deadline without a renewal: submitting nothing and
+    /// checkpointing nothing until a renewal succeeds (or the lease is lost).
+    Paused,
     /// Lease lost to another worker (or not renewed in time).
     Lost,
     /// Released at shutdown.
