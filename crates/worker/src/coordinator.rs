@@ -1,165 +1,319 @@
 //! The maintenance lease: at most one worker runs table maintenance at a
-//! time. A single item in a small coordinator table (on-demand, created when
-//! absent), taken and renewed with conditional writes on an expiry time, in
-//! the spirit of KCL's separate CoordinatorState table (the shard lease table
-//! stays in the pure KCL format).
+//! time, and a worker that lost the lease cannot act on a table.
+//!
+//! One item (`leaseKey` = [`MAINTENANCE_KEY`]) in a small coordinator table
+//! (on-demand, created when absent), in the shard leases' format and written
+//! with the same fenced conditional writes
+//! ([`tidemark_consumer::lease::LeaseTable`]: no blind retries, bounded
+//! attempts, re-read after an unanswered attempt):
+//!
+//! - `leaseOwner` and `leaseCounter`; every write is conditional on the
+//!   counter (and the owner, for the holder's own writes) and bumps it.
+//! - The holder renews every `interval`, also while a round runs.
+//! - The others read the item every `interval` and judge expiry on their own
+//!   clock, as for shard leases: a counter unchanged for the failover time
+//!   (`3 × interval`) means the holder is gone, and the lease is taken with a
+//!   write conditional on that counter. They also wake at the exact expiry.
+//! - Before each mutating call of a round the holder confirms the lease
+//!   ([`MaintenanceLease::confirm`]: a fenced renewal whose send time leaves
+//!   the call inside the lease). A stale holder's confirmation fails its
+//!   condition, and the round stops before the call.
+//!
+//! Takeover: a holder that stops without releasing (crash, kill) is replaced
+//! at most failover + interval (4 × interval; 4 min by default) after its
+//! last renewal, plus one round; a holder that shuts down releases the lease
+//! and another worker takes it at its next poll (at most one interval).
 
 use std::time::Duration;
 
-use aws_sdk_dynamodb::error::DisplayErrorContext;
-use aws_sdk_dynamodb::operation::create_table::CreateTableError;
-use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ScalarAttributeType, TableStatus,
+use futures::future::BoxFuture;
+use tidemark_consumer::lease::{
+    Checkpoint, Lease, LeasePhase, LeaseTable, LeaseTiming, Observations, Written,
 };
-use chrono::{DateTime, Utc};
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::tables::{Action, ActionGuard};
 
 /// The lease item's key.
 pub const MAINTENANCE_KEY: &str = "tidemark-maintenance";
 
 /// Errors of the coordinator table.
 #[derive(Debug, thiserror::Error)]
-#[error("coordinator table {table}: {operation}: {message}")]
-pub struct CoordinatorError {
-    table: String,
-    operation: &'static str,
-    message: String,
+pub enum CoordinatorError {
+    /// A call on the coordinator table failed.
+    #[error("coordinator table {table}: {message}")]
+    Call {
+        /// The table.
+        table: String,
+        /// What failed.
+        message: String,
+    },
+    /// This worker does not hold the maintenance lease (any more).
+    #[error("maintenance lease not held by {owner}: {why}")]
+    NotHeld {
+        /// This worker.
+        owner: String,
+        /// Why it is not.
+        why: &'static str,
+    },
+}
+
+/// What a worker knows of the lease.
+#[derive(Debug, Default)]
+struct State {
+    /// Set while held: the counter and the send time of the last renewal.
+    held: Option<Written>,
+    /// Counter observations, for expiry on this worker's clock.
+    observations: Observations,
+    /// The item as last read.
+    last_seen: Option<Lease>,
 }
 
 /// The maintenance lease of one worker.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct MaintenanceLease {
-    client: aws_sdk_dynamodb::Client,
-    table: String,
+    table: LeaseTable,
     owner: String,
-    ttl: Duration,
+    interval: Duration,
+    state: Mutex<State>,
 }
 
 impl MaintenanceLease {
-    /// A lease held as `owner` in `table`, valid `ttl` after each renewal.
+    /// The lease in `table`, held as `owner`, polled and renewed every
+    /// `interval`; it expires after `3 × interval` without a renewal.
     pub fn new(
         client: aws_sdk_dynamodb::Client,
         table: String,
         owner: String,
-        ttl: Duration,
+        interval: Duration,
     ) -> Self {
+        let timing = LeaseTiming::new(interval * 3);
         MaintenanceLease {
-            client,
-            table,
+            table: LeaseTable::with_timing(client, table, timing),
             owner,
-            ttl,
+            interval,
+            state: Mutex::new(State::default()),
         }
     }
 
-    fn err(&self, operation: &'static str, message: String) -> CoordinatorError {
-        CoordinatorError {
-            table: self.table.clone(),
-            operation,
-            message,
+    /// The failover time: a holder silent this long is replaced.
+    pub fn failover(&self) -> Duration {
+        self.table.timing().failover
+    }
+
+    /// Time between polls and renewals.
+    pub fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    fn err(&self, message: impl std::fmt::Display) -> CoordinatorError {
+        CoordinatorError::Call {
+            table: self.table.name().to_string(),
+            message: message.to_string(),
         }
     }
 
-    /// Creates the coordinator table when absent and waits until it is usable.
+    fn not_held(&self, why: &'static str) -> CoordinatorError {
+        CoordinatorError::NotHeld {
+            owner: self.owner.clone(),
+            why,
+        }
+    }
+
+    /// Creates the coordinator table when absent (checking the key schema of
+    /// one that exists), waits until it is usable, and creates the lease item.
     pub async fn ensure_table(&self) -> Result<(), CoordinatorError> {
-        let key = KeySchemaElement::builder()
-            .attribute_name("leaseKey")
-            .key_type(KeyType::Hash)
-            .build()
-            .map_err(|e| self.err("CreateTable", e.to_string()))?;
-        let attr = AttributeDefinition::builder()
-            .attribute_name("leaseKey")
-            .attribute_type(ScalarAttributeType::S)
-            .build()
-            .map_err(|e| self.err("CreateTable", e.to_string()))?;
-        let created = self
-            .client
-            .create_table()
-            .table_name(&self.table)
-            .key_schema(key)
-            .attribute_definitions(attr)
-            .billing_mode(BillingMode::PayPerRequest)
-            .send()
-            .await;
-        // ResourceInUse: another worker is creating it; wait for ACTIVE below.
-        if let Err(e) = created
-            && !e
-                .as_service_error()
-                .is_some_and(CreateTableError::is_resource_in_use_exception)
-        {
-            return Err(self.err("CreateTable", DisplayErrorContext(e).to_string()));
-        }
-        for _ in 0..600 {
-            let d = self
-                .client
-                .describe_table()
-                .table_name(&self.table)
-                .send()
+        self.table
+            .create_if_absent(Duration::from_secs(300))
+            .await
+            .map_err(|e| self.err(e))?;
+        let item = Lease::new(MAINTENANCE_KEY, Checkpoint::TrimHorizon, Vec::new());
+        self.table
+            .create_lease(&item)
+            .await
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// True while this worker holds the lease (as far as it knows).
+    pub async fn is_held(&self) -> bool {
+        self.state.lock().await.held.is_some()
+    }
+
+    /// One poll: the holder renews; the others read the item and take it when
+    /// it is free, expired on their clock, or left in their name by an
+    /// earlier run. Returns whether this worker holds the lease now.
+    pub async fn tick(&self) -> Result<bool, CoordinatorError> {
+        let mut st = self.state.lock().await;
+        if let Some(held) = st.held {
+            return match self
+                .table
+                .renew(MAINTENANCE_KEY, &self.owner, held.counter)
                 .await
-                .map_err(|e| self.err("DescribeTable", DisplayErrorContext(e).to_string()))?;
-            if d.table().and_then(|t| t.table_status()) == Some(&TableStatus::Active) {
-                return Ok(());
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-        Err(self.err(
-            "DescribeTable",
-            "did not become ACTIVE within 5 minutes".into(),
-        ))
-    }
-
-    /// Takes or renews the lease at `now`: succeeds when it is free, expired,
-    /// or already ours. `Ok(false)` when another worker holds it.
-    pub async fn try_acquire(&self, now: DateTime<Utc>) -> Result<bool, CoordinatorError> {
-        let now_ms = now.timestamp_millis();
-        let expires = now_ms + i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX / 2);
-        let out = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .item("leaseKey", AttributeValue::S(MAINTENANCE_KEY.into()))
-            .item("leaseOwner", AttributeValue::S(self.owner.clone()))
-            .item("expiresAtMs", AttributeValue::N(expires.to_string()))
-            .condition_expression(
-                "attribute_not_exists(leaseKey) OR leaseOwner = :me OR expiresAtMs < :now",
-            )
-            .expression_attribute_values(":me", AttributeValue::S(self.owner.clone()))
-            .expression_attribute_values(":now", AttributeValue::N(now_ms.to_string()))
-            .send()
-            .await;
-        match out {
-            Ok(_) => Ok(true),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(PutItemError::is_conditional_check_failed_exception) =>
             {
-                Ok(false)
+                Ok(Some(w)) => {
+                    st.held = Some(w);
+                    Ok(true)
+                }
+                Ok(None) => {
+                    warn!(owner = %self.owner, "maintenance lease lost to another worker");
+                    st.held = None;
+                    Ok(false)
+                }
+                Err(e) => {
+                    let timing = self.table.timing();
+                    if timing.phase(held.sent, Instant::now()) == LeasePhase::Lost {
+                        warn!(owner = %self.owner, "maintenance lease not renewed within failover time; giving it up");
+                        st.held = None;
+                    }
+                    Err(self.err(e))
+                }
+            };
+        }
+        let item = match self.table.get(MAINTENANCE_KEY).await {
+            Ok(Some(item)) => item,
+            Ok(None) => {
+                // Deleted behind our back (or an old table): recreate it.
+                self.ensure_table().await?;
+                return Ok(false);
             }
-            Err(e) => Err(self.err("PutItem", DisplayErrorContext(e).to_string())),
+            Err(e) => return Err(self.err(e)),
+        };
+        let now = Instant::now();
+        let failover = self.failover();
+        st.observations.observe(std::slice::from_ref(&item), now);
+        st.last_seen = Some(item.clone());
+        let mine = item.owner.as_deref() == Some(self.owner.as_str());
+        if !mine && !st.observations.is_expired(&item, now, failover) {
+            return Ok(false);
+        }
+        match self.table.acquire(&item, &self.owner).await {
+            Ok(Some(w)) => {
+                info!(owner = %self.owner, counter = w.counter, previous = ?item.owner, "maintenance lease taken");
+                st.held = Some(w);
+                Ok(true)
+            }
+            Ok(None) => Ok(false),
+            Err(e) => Err(self.err(e)),
         }
     }
 
-    /// Gives the lease up (at shutdown), if it is ours.
+    /// When the lease, held by another worker, expires if its counter does
+    /// not move: the time to poll again.
+    pub async fn next_expiry(&self) -> Option<Instant> {
+        let st = self.state.lock().await;
+        let item = st.last_seen.as_ref()?;
+        st.observations.next_expiry(
+            std::slice::from_ref(item),
+            &self.owner,
+            Instant::now(),
+            self.failover(),
+        )
+    }
+
+    /// Proves the lease is still ours right now, with a fenced renewal,
+    /// before a mutating call: refused when another worker took it, when the
+    /// renewal fails, or when it came back too late to act within the lease.
+    pub async fn confirm(&self) -> Result<(), CoordinatorError> {
+        let mut st = self.state.lock().await;
+        let Some(held) = st.held else {
+            return Err(self.not_held("not taken"));
+        };
+        match self
+            .table
+            .renew(MAINTENANCE_KEY, &self.owner, held.counter)
+            .await
+        {
+            Ok(Some(w)) => {
+                st.held = Some(w);
+                match self.table.timing().phase(w.sent, Instant::now()) {
+                    LeasePhase::Live { .. } => Ok(()),
+                    _ => Err(self.not_held("confirmed too late to act")),
+                }
+            }
+            Ok(None) => {
+                warn!(owner = %self.owner, "maintenance lease taken by another worker; round stopped");
+                st.held = None;
+                Err(self.not_held("taken by another worker"))
+            }
+            Err(e) => Err(self.err(e)),
+        }
+    }
+
+    /// Gives the lease up (at shutdown), if held, so another worker takes it
+    /// at its next poll.
     pub async fn release(&self) -> Result<(), CoordinatorError> {
-        let out = self
-            .client
-            .delete_item()
-            .table_name(&self.table)
-            .key("leaseKey", AttributeValue::S(MAINTENANCE_KEY.into()))
-            .condition_expression("leaseOwner = :me")
-            .expression_attribute_values(":me", AttributeValue::S(self.owner.clone()))
-            .send()
-            .await;
-        match out {
-            Ok(_) => Ok(()),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(DeleteItemError::is_conditional_check_failed_exception) =>
-            {
-                Ok(())
-            }
-            Err(e) => Err(self.err("DeleteItem", DisplayErrorContext(e).to_string())),
+        let mut st = self.state.lock().await;
+        let Some(held) = st.held.take() else {
+            return Ok(());
+        };
+        self.table
+            .release(MAINTENANCE_KEY, &self.owner, held.counter)
+            .await
+            .map_err(|e| self.err(e))?;
+        info!(owner = %self.owner, "maintenance lease released");
+        Ok(())
+    }
+}
+
+impl ActionGuard for MaintenanceLease {
+    fn confirm<'a>(&'a self, _action: &'a Action) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            MaintenanceLease::confirm(self)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+}
+
+/// Runs `round` every interval while this worker holds the maintenance
+/// lease, renewing it meanwhile; polls the lease otherwise; releases it when
+/// `shutdown` is cancelled. `round` is given the lease to confirm before each
+/// mutating call (see [`MaintenanceLease::confirm`]).
+pub async fn maintain<F>(lease: MaintenanceLease, shutdown: CancellationToken, mut round: F)
+where
+    F: for<'a> FnMut(&'a MaintenanceLease) -> BoxFuture<'a, ()>,
+{
+    if let Err(e) = lease.ensure_table().await {
+        error!(error = %e, "maintenance disabled: cannot use the coordinator table");
+        return;
+    }
+    let interval = lease.interval();
+    let mut wake = Instant::now();
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            () = tokio::time::sleep_until(wake) => {}
         }
+        wake = Instant::now() + interval;
+        match lease.tick().await {
+            Ok(true) => {
+                // A round may wait minutes for a table to become ACTIVE: the
+                // lease is renewed alongside, so it is not lost meanwhile.
+                let mut r = round(&lease);
+                loop {
+                    tokio::select! {
+                        () = &mut r => break,
+                        () = tokio::time::sleep(interval) => {
+                            if let Err(e) = lease.tick().await {
+                                warn!(error = %e, "renewing the maintenance lease failed");
+                            }
+                        }
+                    }
+                }
+            }
+            Ok(false) => {
+                if let Some(t) = lease.next_expiry().await {
+                    wake = wake.min(t + Duration::from_millis(5));
+                }
+            }
+            Err(e) => warn!(error = %e, "maintenance lease unavailable"),
+        }
+    }
+    if let Err(e) = lease.release().await {
+        warn!(error = %e, "releasing the maintenance lease failed; it expires by itself");
     }
 }

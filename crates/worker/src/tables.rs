@@ -97,6 +97,16 @@ pub enum Action {
 }
 
 impl Action {
+    /// The action's kind, as in its serialized form.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Action::Create { .. } => "create",
+            Action::Resize { .. } => "resize",
+            Action::Delete { .. } => "delete",
+            Action::TagExpired { .. } => "tag_expired",
+        }
+    }
+
     /// The table the action is about.
     pub fn table(&self) -> &str {
         match self {
@@ -249,6 +259,34 @@ pub enum TablesError {
     /// The table did not become ACTIVE in time.
     #[error("table {0} did not become ACTIVE within {1:?}")]
     NotActive(String, Duration),
+    /// The round's guard refused an action (the maintenance lease is no
+    /// longer ours): the round stopped before it.
+    #[error("{action} {table} refused: {reason}")]
+    Refused {
+        /// The action's kind.
+        action: &'static str,
+        /// The table.
+        table: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Asked before each mutating call of a round (the maintenance lease, see
+/// `coordinator`): an error stops the round before the call.
+pub trait ActionGuard: Sync {
+    /// `Ok` when `action` may run now.
+    fn confirm<'a>(&'a self, action: &'a Action) -> BoxFuture<'a, Result<(), String>>;
+}
+
+/// The guard of commands an operator runs by hand (`tables rotate`).
+#[derive(Debug, Clone, Copy)]
+pub struct Unguarded;
+
+impl ActionGuard for Unguarded {
+    fn confirm<'a>(&'a self, _action: &'a Action) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 impl TablesError {
@@ -269,7 +307,7 @@ impl TablesError {
     fn code(&self) -> Option<&str> {
         match self {
             TablesError::Call { code, .. } => code.as_deref(),
-            TablesError::NotActive(..) => None,
+            TablesError::NotActive(..) | TablesError::Refused { .. } => None,
         }
     }
 }
@@ -390,6 +428,18 @@ impl TableManager {
         kind: RoundKind,
         dry_run: bool,
     ) -> Result<Vec<Applied>, TablesError> {
+        self.round_guarded(now, kind, dry_run, &Unguarded).await
+    }
+
+    /// [`round`](Self::round), asking `guard` before each mutating call; a
+    /// refusal stops the round with [`TablesError::Refused`].
+    pub async fn round_guarded(
+        &self,
+        now: DateTime<Utc>,
+        kind: RoundKind,
+        dry_run: bool,
+        guard: &dyn ActionGuard,
+    ) -> Result<Vec<Applied>, TablesError> {
         let existing = self.list(now).await?;
         let actions = plan_round(&self.policy, &existing, now, kind);
         let mut applied = Vec::with_capacity(actions.len());
@@ -397,6 +447,13 @@ impl TableManager {
             let error = if dry_run {
                 None
             } else {
+                if let Err(reason) = guard.confirm(&action).await {
+                    return Err(TablesError::Refused {
+                        action: action.kind(),
+                        table: action.table().to_string(),
+                        reason,
+                    });
+                }
                 self.apply(&action).await.err().map(|e| {
                     warn!(table = action.table(), error = %e, "maintenance action failed; retried next round");
                     e.to_string()

@@ -29,16 +29,17 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
 use crate::config::{Config, SourceConfig, default_worker_id, process_env};
-use crate::coordinator::MaintenanceLease;
+use crate::coordinator::{MaintenanceLease, maintain};
 use crate::deadletter::{
     DeadLetterConfig, DeadLetterSink, DeadLetters, DynamoDbSink, FileSink, SqsSink,
 };
 use crate::pipeline::{Pipeline, system_clock};
 use crate::tables::{CreateMissingTables, RoundKind, TableManager, TablePolicy};
 use crate::telemetry::{self, Readiness};
+use futures::future::BoxFuture;
 
 /// Why the worker could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -329,13 +330,12 @@ impl Worker {
                 dynamodb.clone(),
                 config.maintenance.coordinator_table.clone(),
                 owner,
-                config.maintenance.interval * 3,
+                config.maintenance.interval,
             );
             tokio::spawn(maintain(
-                data.manager.clone(),
                 lease,
-                config.maintenance.interval,
                 shutdown.clone(),
+                rotate_round(&data.manager),
             ))
         });
 
@@ -388,37 +388,22 @@ impl Worker {
     }
 }
 
-/// Runs a maintenance round every interval while holding the maintenance
-/// lease; releases it at shutdown.
-async fn maintain(
-    manager: TableManager,
-    lease: MaintenanceLease,
-    interval: Duration,
-    shutdown: CancellationToken,
-) {
-    if let Err(e) = lease.ensure_table().await {
-        error!(error = %e, "maintenance disabled: cannot use the coordinator table");
-        return;
-    }
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => break,
-            _ = tick.tick() => {}
-        }
-        match lease.try_acquire(Utc::now()).await {
-            Ok(true) => {
-                if let Err(e) = manager.round(Utc::now(), RoundKind::Rotate, false).await {
-                    warn!(error = %e, "maintenance round failed; retrying next round");
-                }
+/// The worker's maintenance round: a rotate round whose mutating calls the
+/// maintenance lease confirms first.
+fn rotate_round(
+    manager: &TableManager,
+) -> impl for<'a> FnMut(&'a MaintenanceLease) -> BoxFuture<'a, ()> + use<> {
+    let manager = manager.clone();
+    move |lease| {
+        let manager = manager.clone();
+        Box::pin(async move {
+            if let Err(e) = manager
+                .round_guarded(Utc::now(), RoundKind::Rotate, false, lease)
+                .await
+            {
+                warn!(error = %e, "maintenance round failed; retrying next round");
             }
-            Ok(false) => {}
-            Err(e) => warn!(error = %e, "maintenance lease unavailable"),
-        }
-    }
-    if let Err(e) = lease.release().await {
-        warn!(error = %e, "releasing the maintenance lease failed; it expires by itself");
+        })
     }
 }
 
