@@ -1,10 +1,16 @@
-//! The live Kinesis source: a coordinator task that discovers shards, renews,
-//! takes and steals leases, and one reader task per leased shard.
+//! The live Kinesis source: a coordinator task that discovers shards, takes
+//! and steals leases; a renewer task that renews held leases concurrently;
+//! and one reader task per leased shard.
 //!
 //! Guarantees:
 //! - a shard is read by at most one reader of this worker, only while the
-//!   worker holds its lease; a lost lease (failed renewal, or no successful
+//!   worker holds its lease; a lost lease (refused write, or no successful
 //!   renewal for `failover_time`) stops the reader before its next call;
+//! - each reader has a lease deadline (send time of the last successful
+//!   renewal + `failover_time` - margin, [`LeaseTiming::phase`]): past it,
+//!   it submits nothing and checkpoints nothing until a renewal succeeds,
+//!   whatever the coordinator is doing, so it stops before another worker
+//!   may take the shard;
 //! - records are delivered in shard order; a child shard is read only after
 //!   every parent lease is at `SHARD_END`;
 //! - checkpoints only move over acknowledged records, and every checkpoint

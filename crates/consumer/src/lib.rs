@@ -6,8 +6,9 @@
 //!   report per run of acks to the same tracker) and [`Defect`].
 //! - [`checkpoint`]: the pure watermark ([`checkpoint::Watermark`]) and its
 //!   shared wrapper; sequence-number ordering.
-//! - [`lease`]: the KCL 2.x-format lease table (fenced conditional writes)
-//!   and the pure balancing law.
+//! - [`lease`]: the KCL 2.x-format lease table (fenced conditional writes
+//!   without blind retries, [`lease::write_once`]), the pure lease-deadline
+//!   law ([`lease::LeaseTiming`]) and the pure balancing law.
 //! - [`pacer`]: the pure per-shard GetRecords pacing law.
 //! - [`kpl`]: KPL aggregate de-aggregation (MD5-checked).
 //! - [`convert`]: raw Kinesis record to user records (shared by live and replay).
@@ -29,7 +30,9 @@
 //!   sub-sequence) order, and a child shard only after all its parents reached
 //!   `SHARD_END`, so per-partition-key order survives resharding.
 //! - Fencing: every lease write is conditional on `leaseCounter`; a worker
-//!   that lost a lease stops reading the shard and cannot checkpoint it.
+//!   that lost a lease stops reading the shard and cannot checkpoint it, and
+//!   a reader whose lease was not renewed in time stops submitting before
+//!   another worker may take the shard.
 //! - Pacing: at most 5 GetRecords calls/s and 2 MiB/s per shard.
 
 pub mod checkpoint;

@@ -25,7 +25,9 @@
 //!   validated at start with errors naming the key.
 //! - [`pipeline`]: source records → route → writer → acknowledgement; every
 //!   record is acknowledged only once stored or durably dead-lettered.
-//! - [`coordinator`]: the maintenance lease (one maintainer at a time).
+//! - [`coordinator`]: the fenced maintenance lease (one maintainer at a
+//!   time; a stale holder's table changes are refused) and the loop that
+//!   runs rounds while holding it.
 //! - [`deadletter`]: dead-letter entries and their destinations (SQS,
 //!   DynamoDB, JSON-lines file); written with unlimited retries before the ack.
 //! - [`metrics`]: this crate's metric names and their help texts.
