@@ -22,10 +22,12 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-/// A TCP relay to `target` that forwards nothing while frozen.
+/// A TCP relay to `target` that holds requests and responses while frozen
+/// (or only the responses: the server acts, the client hears nothing).
 struct FreezingRelay {
     url: String,
-    frozen: watch::Sender<bool>,
+    requests: watch::Sender<bool>,
+    responses: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
 
@@ -37,8 +39,9 @@ impl FreezingRelay {
             .to_string();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
-        let frozen = watch::Sender::new(false);
-        let rx = frozen.subscribe();
+        let requests = watch::Sender::new(false);
+        let responses = watch::Sender::new(false);
+        let (up, down) = (requests.subscribe(), responses.subscribe());
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let Ok(server) = TcpStream::connect(&target).await else {
@@ -46,15 +49,27 @@ impl FreezingRelay {
                 };
                 let (cr, cw) = client.into_split();
                 let (sr, sw) = server.into_split();
-                tokio::spawn(pump(cr, sw, rx.clone()));
-                tokio::spawn(pump(sr, cw, rx.clone()));
+                tokio::spawn(pump(cr, sw, up.clone()));
+                tokio::spawn(pump(sr, cw, down.clone()));
             }
         });
-        FreezingRelay { url, frozen, task }
+        FreezingRelay {
+            url,
+            requests,
+            responses,
+            task,
+        }
     }
 
+    /// Holds (or lets through) traffic both ways.
     fn freeze(&self, on: bool) {
-        self.frozen.send_replace(on);
+        self.requests.send_replace(on);
+        self.responses.send_replace(on);
+    }
+
+    /// Holds (or lets through) the responses only.
+    fn freeze_responses(&self, on: bool) {
+        self.responses.send_replace(on);
     }
 }
 
@@ -238,4 +253,48 @@ async fn a_reader_stops_before_another_worker_may_take_its_shard() {
             .expect("the consumer stops")
             .unwrap();
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn a_renewal_whose_answer_was_lost_keeps_the_lease() {
+    use tidemark_consumer::lease::{Checkpoint, Lease, LeaseTable, LeaseTiming};
+    let stack = stack().await;
+    let name = unique_name("lease-lost-answer");
+    let relay = FreezingRelay::start(&stack.dynamodb_url).await;
+    let timing = LeaseTiming::new(Duration::from_secs(4));
+    let direct = LeaseTable::with_timing(stack.dynamodb(), &name, timing);
+    direct
+        .create_if_absent(Duration::from_secs(30))
+        .await
+        .unwrap();
+    let lease = Lease::new("shardId-000000000000", Checkpoint::TrimHorizon, vec![]);
+    assert!(direct.create_lease(&lease).await.unwrap());
+    let held = direct.acquire(&lease, "w").await.unwrap().expect("taken");
+    let relayed = LeaseTable::with_timing(stack.dynamodb_at(&relay.url), &name, timing);
+    // Warm the relayed client's connection pool, so the renewal below is
+    // one request on an open connection.
+    relayed.get(&lease.key).await.unwrap();
+
+    // The server applies the first attempt, but its answer is held past the
+    // attempt timeout; the answers flow again before the write's deadline.
+    relay.freeze_responses(true);
+    let renewal = tokio::spawn(async move { relayed.renew(&lease.key, "w", held.counter).await });
+    tokio::time::sleep(timing.attempt + (timing.writes - timing.attempt) / 2).await;
+    relay.freeze_responses(false);
+    let renewed = renewal
+        .await
+        .unwrap()
+        .expect("answered within the deadline");
+    let renewed = renewed.expect("our own applied write is recognised, not a lost lease");
+    assert_eq!(renewed.counter, held.counter + 1);
+    let item = direct.get("shardId-000000000000").await.unwrap().unwrap();
+    assert_eq!(
+        (item.owner.as_deref(), item.counter),
+        (Some("w"), held.counter + 1),
+        "applied exactly once"
+    );
 }

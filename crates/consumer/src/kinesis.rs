@@ -18,6 +18,7 @@
 //!   checkpointed by its old owner).
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -35,8 +36,8 @@ use crate::config::{InitialPosition, KinesisConfig};
 use crate::convert::{RawRecord, push_user_records};
 use crate::error::{AwsError, ConsumerError, ErrorClass};
 use crate::lease::{
-    self, BalanceInput, Checkpoint, Lease, LeasePhase, LeaseTable, LeaseTiming, Observations,
-    Written,
+    self, BalanceInput, Checkpoint, Fenced, Lease, LeasePhase, LeaseTable, LeaseTiming,
+    Observations, Written,
 };
 use crate::pacer::Pacer;
 use crate::record::Record;
@@ -60,6 +61,8 @@ struct HeldLease {
     lost: CancellationToken,
     /// Set once released: no more writes.
     released: AtomicBool,
+    /// The last write ended unanswered: it may have been applied.
+    unsure: AtomicBool,
 }
 
 impl HeldLease {
@@ -70,7 +73,48 @@ impl HeldLease {
             renewed: watch::Sender::new(written.sent),
             lost: CancellationToken::new(),
             released: AtomicBool::new(false),
+            unsure: AtomicBool::new(false),
         }
+    }
+
+    /// Sends a fenced write of this lease at `*counter` (the caller holds
+    /// the counter lock) and records its outcome. When an earlier write
+    /// ended unanswered, a refusal may only mean that one was applied: the
+    /// lease is read back, and if it shows us as owner at the next counter,
+    /// that counter is adopted and the write sent once more. The lease time
+    /// is not extended by the adoption itself (its send time is unknown).
+    async fn write<F, Fut>(
+        &self,
+        table: &LeaseTable,
+        me: &str,
+        counter: &mut u64,
+        send: F,
+    ) -> Fenced
+    where
+        F: Fn(u64) -> Fut,
+        Fut: Future<Output = Fenced>,
+    {
+        let mut r = send(*counter).await;
+        if matches!(r, Ok(None)) && self.unsure.swap(false, Ordering::Relaxed) {
+            r = match table.get(&self.key).await {
+                Ok(Some(l)) if l.owner.as_deref() == Some(me) && l.counter == *counter + 1 => {
+                    info!(shard = %self.key, "an unanswered lease write was applied; lease kept");
+                    *counter = l.counter;
+                    send(*counter).await
+                }
+                Ok(_) => Ok(None),
+                Err(e) => Err(e),
+            };
+        }
+        match &r {
+            Ok(Some(w)) => {
+                self.unsure.store(false, Ordering::Relaxed);
+                self.record_write(counter, *w);
+            }
+            Ok(None) => {}
+            Err(_) => self.unsure.store(true, Ordering::Relaxed),
+        }
+        r
     }
 
     /// True once lost or released.
@@ -79,7 +123,7 @@ impl HeldLease {
     }
 
     /// Records a successful fenced write (called with the counter lock held).
-    fn renewed(&self, counter: &mut u64, w: Written) {
+    fn record_write(&self, counter: &mut u64, w: Written) {
         *counter = w.counter;
         // Keep the latest send time: a renew and a checkpoint may overlap.
         self.renewed.send_if_modified(|t| {
@@ -387,8 +431,13 @@ async fn renew_one(ctx: &Ctx, lease: Arc<HeldLease>) {
     if since.elapsed() < ctx.config.failover_time / 6 {
         return;
     }
-    match ctx.table.renew(&lease.key, me, *counter).await {
-        Ok(Some(w)) => lease.renewed(&mut counter, w),
+    let renewed = lease
+        .write(&ctx.table, me, &mut counter, |c| {
+            ctx.table.renew(&lease.key, me, c)
+        })
+        .await;
+    match renewed {
+        Ok(Some(_)) => {}
         Ok(None) => {
             info!(shard = %lease.key, "lease lost");
             lease.fence(&ctx.status);
@@ -901,15 +950,15 @@ impl Reader {
         }
         let label = self.shard.clone();
         self.last_write = Instant::now();
-        match self
-            .ctx
-            .table
-            .checkpoint(&self.shard, me, *counter, &cp, children)
-            .await
-        {
-            Ok(Some(w)) => {
-                // A successful conditional write proves ownership like a renewal.
-                lease.renewed(&mut counter, w);
+        let table = &self.ctx.table;
+        let written = lease
+            .write(table, me, &mut counter, |c| {
+                table.checkpoint(&self.shard, me, c, &cp, children)
+            })
+            .await;
+        // A successful conditional write proves ownership like a renewal.
+        match written {
+            Ok(Some(_)) => {
                 metrics::counter!(metric::CHECKPOINTS, "shard" => label, "result" => "ok")
                     .increment(1);
                 let shown = match &cp {
@@ -940,12 +989,18 @@ impl Reader {
 
     async fn release(&mut self) {
         let me = &self.ctx.config.worker_id;
-        let counter = self.lease.counter.lock().await;
-        if self.lease.is_gone() {
+        let lease = self.lease.clone();
+        let mut counter = lease.counter.lock().await;
+        if lease.is_gone() {
             return;
         }
-        self.lease.released.store(true, Ordering::Relaxed);
-        match self.ctx.table.release(&self.shard, me, *counter).await {
+        lease.released.store(true, Ordering::Relaxed);
+        let table = &self.ctx.table;
+        let shard = &self.shard;
+        match lease
+            .write(table, me, &mut counter, |c| table.release(shard, me, c))
+            .await
+        {
             Ok(Some(_)) => {
                 // Logged so lease hand-overs can be reconstructed from logs.
                 info!(shard = %self.shard, "lease released");

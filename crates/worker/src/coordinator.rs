@@ -144,8 +144,8 @@ impl MaintenanceLease {
     }
 
     /// One poll: the holder renews; the others read the item and take it when
-    /// it is free, expired on their clock, or left in their name by an
-    /// earlier run. Returns whether this worker holds the lease now.
+    /// it is free or expired on their clock. Returns whether this worker
+    /// holds the lease now.
     pub async fn tick(&self) -> Result<bool, CoordinatorError> {
         let mut st = self.state.lock().await;
         if let Some(held) = st.held {
@@ -186,8 +186,11 @@ impl MaintenanceLease {
         let failover = self.failover();
         st.observations.observe(std::slice::from_ref(&item), now);
         st.last_seen = Some(item.clone());
-        let mine = item.owner.as_deref() == Some(self.owner.as_str());
-        if !mine && !st.observations.is_expired(&item, now, failover) {
+        // An item in our own name that we do not hold is judged like any
+        // other: it may be a live process with the same id (SQS workers on
+        // one host share the host name), and a restarted worker only waits
+        // out one failover time.
+        if !st.observations.is_expired(&item, now, failover) {
             return Ok(false);
         }
         match self.table.acquire(&item, &self.owner).await {
