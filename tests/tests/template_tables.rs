@@ -45,16 +45,21 @@ fn lease_and_coordinator_tables_are_keyed_on_lease_key() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let template =
         std::fs::read_to_string(root.join("deploy/cloudformation/tidemark.yaml")).unwrap();
-    // Both tables hold KCL-format leases: `crates/consumer/src/lease.rs` and
-    // `crates/worker/src/coordinator.rs` key every item on `leaseKey`.
-    for (table, source) in [
-        ("LeaseTable", "crates/consumer/src/lease.rs"),
-        ("CoordinatorTable", "crates/worker/src/coordinator.rs"),
+    // Both tables hold KCL-format leases: `crates/consumer/src/lease.rs` keys
+    // every item on `leaseKey`, and `crates/worker/src/coordinator.rs` keeps
+    // its lease through that module's `LeaseTable`.
+    for (table, source, marker) in [
+        ("LeaseTable", "crates/consumer/src/lease.rs", "\"leaseKey\""),
+        (
+            "CoordinatorTable",
+            "crates/worker/src/coordinator.rs",
+            "LeaseTable::with_timing",
+        ),
     ] {
         let code = std::fs::read_to_string(root.join(source)).unwrap();
         assert!(
-            code.contains("\"leaseKey\""),
-            "{source} no longer names leaseKey: update this test"
+            code.contains(marker),
+            "{source} no longer has {marker}: update this test"
         );
         assert_eq!(
             hash_key(&template, table),

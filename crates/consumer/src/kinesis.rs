@@ -657,7 +657,7 @@ impl Reader {
                     }
                 }
                 LeasePhase::Lost => {
-                    warn!(shard = %self.shard, "lease not renewed within failover time; reader stops");
+                    warn!(shard = %self.shard, "lease not renewed within failover time; giving it up");
                     self.lease.fence(&self.ctx.status);
                     return Err(Stop::Lost);
                 }
