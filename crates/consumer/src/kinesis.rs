@@ -1114,6 +1114,69 @@ mod tests {
             .unwrap()
     }
 
+    mod adoption {
+        use super::super::*;
+        use aws_sdk_dynamodb::Client;
+        use aws_sdk_dynamodb::operation::get_item::GetItemOutput;
+        use aws_sdk_dynamodb::operation::update_item::UpdateItemOutput;
+        use aws_sdk_dynamodb::types::AttributeValue;
+        use aws_smithy_mocks::{RuleMode, mock, mock_client};
+
+        const REFUSED: &str = r#"{"__type":"com.amazonaws.dynamodb.v20120810#ConditionalCheckFailedException","message":"The conditional request failed"}"#;
+
+        fn item(owner: &str, counter: u64) -> GetItemOutput {
+            GetItemOutput::builder()
+                .item("leaseKey", AttributeValue::S("s".into()))
+                .item("leaseOwner", AttributeValue::S(owner.into()))
+                .item("leaseCounter", AttributeValue::N(counter.to_string()))
+                .build()
+        }
+
+        /// A renewal at counter 5 after an earlier unanswered write (or not),
+        /// against a table that refuses the first UpdateItem, then accepts,
+        /// and reads back `owner` at counter 6.
+        async fn renew_after(unsure: bool, owner: &'static str) -> (Fenced, u64, usize) {
+            let update = mock!(Client::update_item)
+                .sequence()
+                .http_status(400, Some(REFUSED.to_string()))
+                .output(|| UpdateItemOutput::builder().build())
+                .build();
+            let get = mock!(Client::get_item).then_output(move || item(owner, 6));
+            let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&update, &get]);
+            let table = LeaseTable::new(client, "leases");
+            let lease = HeldLease::new(
+                "s",
+                Written {
+                    counter: 5,
+                    sent: Instant::now(),
+                },
+            );
+            lease.unsure.store(unsure, Ordering::Relaxed);
+            let mut counter = 5;
+            let r = lease
+                .write(&table, "me", &mut counter, |c| table.renew("s", "me", c))
+                .await;
+            (r, counter, get.num_calls())
+        }
+
+        #[tokio::test]
+        async fn an_applied_unanswered_write_is_adopted_and_the_write_resent() {
+            let (r, counter, reads) = renew_after(true, "me").await;
+            assert_eq!(r.unwrap().map(|w| w.counter), Some(7));
+            assert_eq!((counter, reads), (7, 1));
+        }
+
+        #[tokio::test]
+        async fn a_refusal_is_a_lost_lease_when_nothing_was_unanswered_or_not_ours() {
+            let (r, counter, reads) = renew_after(false, "me").await;
+            assert_eq!(r.unwrap(), None);
+            assert_eq!((counter, reads), (5, 0), "no re-read without doubt");
+            let (r, counter, reads) = renew_after(true, "other").await;
+            assert_eq!(r.unwrap(), None);
+            assert_eq!((counter, reads), (5, 1));
+        }
+    }
+
     #[test]
     fn new_leases_start_positions_and_order() {
         let shards = vec![
