@@ -111,17 +111,31 @@ struct FlushWait {
     reply: oneshot::Sender<()>,
 }
 
+/// What every table task of one writer shares.
+#[derive(Clone)]
+pub(crate) struct Shared {
+    pub(crate) client: Client,
+    pub(crate) transport: Arc<dyn Transport>,
+    pub(crate) cfg: Arc<WriterConfig>,
+    pub(crate) missing: Arc<dyn MissingTableHandler>,
+    pub(crate) stats: Arc<SharedStats>,
+    pub(crate) gov: Governor,
+}
+
 impl TableTask {
     pub(crate) fn new(
         table: String,
-        client: Client,
-        transport: Arc<dyn Transport>,
-        cfg: Arc<WriterConfig>,
-        missing: Arc<dyn MissingTableHandler>,
-        shared: Arc<SharedStats>,
+        shared: Shared,
         rx: mpsc::UnboundedReceiver<TableMsg>,
-        gov: Governor,
     ) -> Self {
+        let Shared {
+            client,
+            transport,
+            cfg,
+            missing,
+            stats: shared,
+            gov,
+        } = shared;
         let now = Instant::now();
         let params = RateParams {
             on_demand_initial: cfg.on_demand_initial_wcu,

@@ -18,7 +18,7 @@ use crate::config::WriterConfig;
 use crate::error::WriterError;
 use crate::missing::MissingTableHandler;
 use crate::stats::{SharedStats, WriterStats};
-use crate::table::{Pending, TableMsg, TableTask};
+use crate::table::{Pending, Shared, TableMsg, TableTask};
 use crate::transport::Transport;
 
 /// One item to write, and who to tell when it is written.
@@ -363,16 +363,15 @@ impl Dispatcher {
             Some(tx) => tx,
             None => {
                 let (tx, trx) = mpsc::unbounded_channel();
-                let task = TableTask::new(
-                    table.to_string(),
-                    self.client.clone(),
-                    self.transport.clone(),
-                    self.config.clone(),
-                    self.missing.clone(),
-                    self.stats.clone(),
-                    trx,
-                    self.gov.clone(),
-                );
+                let shared = Shared {
+                    client: self.client.clone(),
+                    transport: self.transport.clone(),
+                    cfg: self.config.clone(),
+                    missing: self.missing.clone(),
+                    stats: self.stats.clone(),
+                    gov: self.gov.clone(),
+                };
+                let task = TableTask::new(table.to_string(), shared, trx);
                 tasks.spawn(task.run());
                 tables.entry(table.to_string()).or_insert(tx)
             }
