@@ -13,6 +13,7 @@ use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
+use tidemark_governor::{Governor, Outcome, Permit};
 use tidemark_schema::{ItemKey, Reason, WireItem};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -57,9 +58,10 @@ enum Event {
         batch: Batch,
         isolated: bool,
         sent_at: Instant,
+        permit: Permit,
         result: Box<CallResult>,
     },
-    Described(Box<DescribeResult>),
+    Described(Box<DescribeResult>, Permit),
     Missing(MissingTableAction),
 }
 
@@ -82,6 +84,11 @@ pub(crate) struct TableTask {
     hold_until: Option<Instant>,
     backoff: ExponentialBackoff,
     backoff_used: bool,
+    /// Clean calls since the last retry: the back-off resets only after a
+    /// run of them, never on one success (a brownout answers now and then).
+    clean_calls: u32,
+    /// The endpoint's governor, shared with every other DynamoDB caller.
+    gov: Governor,
     rng: fastrand::Rng,
     capacity_known: bool,
     describe_pending: bool,
@@ -104,16 +111,31 @@ struct FlushWait {
     reply: oneshot::Sender<()>,
 }
 
+/// What every table task of one writer shares.
+#[derive(Clone)]
+pub(crate) struct Shared {
+    pub(crate) client: Client,
+    pub(crate) transport: Arc<dyn Transport>,
+    pub(crate) cfg: Arc<WriterConfig>,
+    pub(crate) missing: Arc<dyn MissingTableHandler>,
+    pub(crate) stats: Arc<SharedStats>,
+    pub(crate) gov: Governor,
+}
+
 impl TableTask {
     pub(crate) fn new(
         table: String,
-        client: Client,
-        transport: Arc<dyn Transport>,
-        cfg: Arc<WriterConfig>,
-        missing: Arc<dyn MissingTableHandler>,
-        shared: Arc<SharedStats>,
+        shared: Shared,
         rx: mpsc::UnboundedReceiver<TableMsg>,
     ) -> Self {
+        let Shared {
+            client,
+            transport,
+            cfg,
+            missing,
+            stats: shared,
+            gov,
+        } = shared;
         let now = Instant::now();
         let params = RateParams {
             on_demand_initial: cfg.on_demand_initial_wcu,
@@ -138,6 +160,8 @@ impl TableTask {
             calls_in_flight: 0,
             hold_until: None,
             backoff_used: false,
+            clean_calls: 0,
+            gov,
             rng: fastrand::Rng::new(),
             capacity_known: false,
             describe_pending: false,
@@ -153,7 +177,7 @@ impl TableTask {
         loop {
             let now = Instant::now();
             if !self.describe_pending && now >= self.next_describe {
-                self.start_describe();
+                self.start_describe(now);
             }
             let wake = self.dispatch(now)?;
             self.resolve_flushes();
@@ -257,6 +281,13 @@ impl TableTask {
                 Admit::Wait(d) => return Ok(Some(now + d)),
                 Admit::AtConcurrencyLimit => return Ok(None),
             }
+            // The endpoint's breaker and congestion rate come after the
+            // table's own pacing: while DynamoDB is congested, batches wait
+            // here instead of piling onto it.
+            let permit = match self.gov.poll_admit() {
+                Ok(p) => p,
+                Err(d) => return Ok(Some(now + d)),
+            };
             let batch = if isolated {
                 self.isolated.pop_front().unwrap_or_default()
             } else {
@@ -266,11 +297,17 @@ impl TableTask {
                 // Every due key is in flight: a call result will wake us.
                 return Ok(None);
             }
-            self.send(batch, isolated, now)?;
+            self.send(batch, isolated, permit, now)?;
         }
     }
 
-    fn send(&mut self, batch: Batch, isolated: bool, now: Instant) -> Result<(), WriterError> {
+    fn send(
+        &mut self,
+        batch: Batch,
+        isolated: bool,
+        permit: Permit,
+        now: Instant,
+    ) -> Result<(), WriterError> {
         let wcu: u64 = batch.iter().map(|e| e.wcu).sum();
         let body = crate::transport::request_body(&self.table, &batch);
         self.ctl.on_send(wcu as f64, now.into_std());
@@ -284,6 +321,7 @@ impl TableTask {
                     batch,
                     isolated,
                     sent_at: now,
+                    permit,
                     result,
                 }
             }
@@ -292,7 +330,14 @@ impl TableTask {
         Ok(())
     }
 
-    fn start_describe(&mut self) {
+    fn start_describe(&mut self, now: Instant) {
+        let permit = match self.gov.poll_admit() {
+            Ok(p) => p,
+            Err(wait) => {
+                self.next_describe = now + wait;
+                return;
+            }
+        };
         self.describe_pending = true;
         let call = self
             .client
@@ -301,8 +346,13 @@ impl TableTask {
             .send();
         let timeout = self.cfg.call_timeout;
         self.events.push(
-            async move { Event::Described(Box::new(tokio::time::timeout(timeout, call).await)) }
-                .boxed(),
+            async move {
+                Event::Described(
+                    Box::new(tokio::time::timeout(timeout, call).await),
+                    permit,
+                )
+            }
+            .boxed(),
         );
     }
 
@@ -312,9 +362,10 @@ impl TableTask {
                 batch,
                 isolated,
                 sent_at,
+                permit,
                 result,
-            } => self.on_call(batch, isolated, sent_at, *result),
-            Event::Described(result) => self.on_described(*result),
+            } => self.on_call(batch, isolated, sent_at, permit, *result),
+            Event::Described(result, permit) => self.on_described(*result, permit),
             Event::Missing(action) => {
                 self.on_missing_answer(action);
                 Ok(())
@@ -322,8 +373,17 @@ impl TableTask {
         }
     }
 
-    fn on_described(&mut self, result: DescribeResult) -> Result<(), WriterError> {
+    fn on_described(&mut self, result: DescribeResult, permit: Permit) -> Result<(), WriterError> {
         let now = Instant::now();
+        permit.finish(match &result {
+            Err(_) => Outcome::Congested,
+            Ok(Err(e)) => match classify_describe(e) {
+                Failure::Transient(_) => Outcome::Congested,
+                Failure::Throttled => Outcome::Throttled,
+                _ => Outcome::Answered,
+            },
+            Ok(Ok(_)) => Outcome::Answered,
+        });
         self.describe_pending = false;
         self.capacity_known = true;
         self.next_describe = now + self.cfg.capacity_refresh;
@@ -362,6 +422,7 @@ impl TableTask {
         batch: Batch,
         isolated: bool,
         sent_at: Instant,
+        permit: Permit,
         result: CallResult,
     ) -> Result<(), WriterError> {
         let now = Instant::now();
@@ -384,6 +445,7 @@ impl TableTask {
                     &self.cfg.sk_attribute,
                 ) {
                     Ok(answer) => {
+                        permit.finish(Outcome::Answered);
                         // Unprocessed items of a bisected half rejoin the normal
                         // queue: the half was valid, so they cannot poison a batch.
                         self.on_output(batch, answer, &mut fb, now);
@@ -403,6 +465,11 @@ impl TableTask {
                 message: msg,
             },
         };
+        permit.finish(match class {
+            Failure::Throttled => Outcome::Throttled,
+            Failure::Transient(_) => Outcome::Congested,
+            _ => Outcome::Answered,
+        });
         match class {
             Failure::Throttled => {
                 fb.throttled = true;
@@ -413,7 +480,7 @@ impl TableTask {
                 tracing::debug!(table = %self.table, error = %msg, "transient BatchWriteItem failure");
                 fb.failed = true;
                 self.stats.transient();
-                self.retry(batch, isolated, now);
+                self.retry_congested(batch, isolated, now);
             }
             Failure::Invalid(msg) => self.bisect(batch, msg),
             Failure::TableMissing(msg) => {
@@ -467,14 +534,32 @@ impl TableTask {
             self.stats.throttled(unprocessed as u64);
             self.retry(again, false, now);
         } else if self.backoff_used {
-            self.backoff = backoff_schedule(&self.cfg);
-            self.backoff_used = false;
+            self.clean_calls += 1;
+            if self.clean_calls >= CLEAN_CALLS_TO_RESET {
+                self.backoff = backoff_schedule(&self.cfg);
+                self.backoff_used = false;
+                self.clean_calls = 0;
+            }
         }
         self.complete(stored, &WriteOutcome::Stored);
     }
 
+    /// A call that timed out or failed with a 5xx: besides the table's own
+    /// back-off, the endpoint's back-off and retry budget apply (the batch
+    /// waits, it is never dropped).
+    fn retry_congested(&mut self, batch: Batch, isolated: bool, now: Instant) {
+        self.retry(batch, isolated, now);
+        let mut delay = self.gov.retry_delay();
+        if let Err(wait) = self.gov.try_retry() {
+            delay = delay.max(wait);
+        }
+        let until = now + delay;
+        self.hold_until = Some(self.hold_until.map_or(until, |h| h.max(until)));
+    }
+
     /// Back to the front of the queue after a back-off with full jitter.
     fn retry(&mut self, batch: Batch, isolated: bool, now: Instant) {
+        self.clean_calls = 0;
         self.stats.retried(batch.len() as u64);
         if isolated {
             // Keep a bisected half apart from other items until it is settled.
@@ -517,7 +602,7 @@ impl TableTask {
                 }
                 // The table may have been created with new capacity.
                 if !self.describe_pending {
-                    self.start_describe();
+                    self.start_describe(Instant::now());
                 }
                 self.retry(Vec::new(), false, Instant::now());
             }
@@ -583,6 +668,9 @@ impl TableTask {
         }
     }
 }
+
+/// Clean calls in a row after which the table's back-off starts over.
+const CLEAN_CALLS_TO_RESET: u32 = 8;
 
 fn backoff_schedule(cfg: &WriterConfig) -> ExponentialBackoff {
     // backon gives the capped exponential schedule; full jitter (a uniform

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
+use tidemark_governor::{Governor, Params as GovernorParams};
 use tidemark_schema::size::MAX_ITEM_BYTES;
 use tidemark_schema::{ItemKey, Reason, SharedStr, WireItem};
 use tokio::sync::{Semaphore, mpsc, oneshot};
@@ -17,7 +18,7 @@ use crate::config::WriterConfig;
 use crate::error::WriterError;
 use crate::missing::MissingTableHandler;
 use crate::stats::{SharedStats, WriterStats};
-use crate::table::{Pending, TableMsg, TableTask};
+use crate::table::{Pending, Shared, TableMsg, TableTask};
 use crate::transport::Transport;
 
 /// One item to write, and who to tell when it is written.
@@ -60,11 +61,29 @@ impl Writer {
     /// returned task ends `Ok(())` after [`WriterHandle::close`] (or when
     /// every handle is dropped) once everything submitted is completed, or
     /// `Err` on a fatal error.
+    ///
+    /// The writer gets a DynamoDB [`Governor`] of its own; a worker that
+    /// shares one with its other DynamoDB callers uses
+    /// [`Writer::start_governed`].
     pub fn start(
         client: Client,
         transport: Arc<dyn Transport>,
         config: WriterConfig,
         missing: Arc<dyn MissingTableHandler>,
+    ) -> (WriterHandle, JoinHandle<Result<(), WriterError>>) {
+        let gov = Governor::new("dynamodb", GovernorParams::default());
+        Self::start_governed(client, transport, config, missing, gov)
+    }
+
+    /// [`Writer::start`] with the endpoint's shared [`Governor`]: every
+    /// BatchWriteItem and DescribeTable call is admitted by it, and calls
+    /// that timed out or failed with a 5xx are retried within its budget.
+    pub fn start_governed(
+        client: Client,
+        transport: Arc<dyn Transport>,
+        config: WriterConfig,
+        missing: Arc<dyn MissingTableHandler>,
+        gov: Governor,
     ) -> (WriterHandle, JoinHandle<Result<(), WriterError>>) {
         // The SDK would retry throttling and 5xx up to 3 times inside one
         // `send()`, on top of the writer's own unlimited retries: 3x the calls
@@ -101,6 +120,7 @@ impl Writer {
                 return Err(WriterError::Config(msg));
             }
             let d = Dispatcher {
+                gov,
                 client,
                 transport,
                 config: Arc::new(config),
@@ -254,6 +274,7 @@ impl WriterHandle {
 }
 
 struct Dispatcher {
+    gov: Governor,
     client: Client,
     transport: Arc<dyn Transport>,
     config: Arc<WriterConfig>,
@@ -342,15 +363,15 @@ impl Dispatcher {
             Some(tx) => tx,
             None => {
                 let (tx, trx) = mpsc::unbounded_channel();
-                let task = TableTask::new(
-                    table.to_string(),
-                    self.client.clone(),
-                    self.transport.clone(),
-                    self.config.clone(),
-                    self.missing.clone(),
-                    self.stats.clone(),
-                    trx,
-                );
+                let shared = Shared {
+                    client: self.client.clone(),
+                    transport: self.transport.clone(),
+                    cfg: self.config.clone(),
+                    missing: self.missing.clone(),
+                    stats: self.stats.clone(),
+                    gov: self.gov.clone(),
+                };
+                let task = TableTask::new(table.to_string(), shared, trx);
                 tasks.spawn(task.run());
                 tables.entry(table.to_string()).or_insert(tx)
             }

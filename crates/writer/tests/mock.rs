@@ -56,6 +56,9 @@ struct State {
     throttle_all: bool,
     /// Tables whose every call is throttled.
     throttle_tables: Vec<String>,
+    /// While set, every call hangs (an overloaded endpoint: no answer before
+    /// the writer's call timeout).
+    hang_all: bool,
 }
 
 #[derive(Clone, Default)]
@@ -84,6 +87,14 @@ impl Transport for Fake {
         &self,
         body: Bytes,
     ) -> BoxFuture<'static, Result<RawResponse, TransportError>> {
+        if self.0.lock().unwrap().hang_all {
+            self.0
+                .lock()
+                .unwrap()
+                .calls
+                .push(("hung".into(), Vec::new()));
+            return Box::pin(futures::future::pending());
+        }
         let answer = self.write(&body);
         Box::pin(async move { Ok(answer) })
     }
@@ -864,6 +875,55 @@ async fn a_shared_target_hears_once_per_call() {
     tags.sort_unstable();
     let want: Vec<u64> = (0..20).chain(25..60).collect();
     assert_eq!(tags, want);
+    h.close();
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_brownout_holds_new_calls_instead_of_piling_on() {
+    // Every call hangs past the call timeout for 60 s, then DynamoDB answers
+    // again. The endpoint governor opens its breaker: far fewer calls than a
+    // retry per timeout per concurrent call, and everything is stored after.
+    let fake = Fake::default();
+    let cfg = WriterConfig {
+        linger: Duration::from_millis(5),
+        ..WriterConfig::default()
+    };
+    let timeout = cfg.call_timeout;
+    let (h, task) = start(&fake, cfg);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    fake.0.lock().unwrap().hang_all = true;
+    let brown_start = tokio::time::Instant::now();
+    let feeder = {
+        let (h, fake, tx) = (h.clone(), fake.clone(), tx.clone());
+        tokio::spawn(async move {
+            // New work keeps arriving through the brownout.
+            for i in 0..600 {
+                let k = format!("k{i}");
+                submit(&h, &fake, &tx, "t", item(&k, "v"), &k)
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let hung = fake.calls().len();
+    eprintln!("brownout: {hung} calls in 60 s");
+    fake.0.lock().unwrap().hang_all = false;
+    feeder.await.unwrap();
+    h.flush().await;
+    let out = drain(&mut rx);
+    assert_eq!(out.len(), 600, "every submission completed");
+    assert!(out.values().all(|v| v == &vec![WriteOutcome::Stored]));
+    // Without a governor the writer's 16 concurrent calls would each be
+    // resent after every timeout: 16 x 60 s / timeout.
+    let ungoverned = 16 * (60 / timeout.as_secs().max(1)) as usize;
+    assert!(
+        hung * 4 <= ungoverned,
+        "{hung} calls during the brownout (ungoverned about {ungoverned}); {:?}",
+        brown_start.elapsed()
+    );
     h.close();
     task.await.unwrap().unwrap();
 }

@@ -1,0 +1,209 @@
+//! Back-pressure per AWS endpoint: one [`Governor`] per endpoint (DynamoDB,
+//! Kinesis), shared by every caller of that endpoint, so that a slow or
+//! failing backend sees *less* traffic from Tidemark, not more.
+//!
+//! Modules:
+//! - [`law`]: the pure control law ([`Law`]), driven by `now` and outcomes,
+//!   tested in simulated time.
+//! - [`metrics`]: metric names and their help texts.
+//!
+//! The law has three parts:
+//! - **Circuit breaker.** `trip_after` congestion outcomes in a row (a
+//!   timeout, a 5xx or a connection error; throttling is paced per resource
+//!   by the callers and does not count) open the breaker. While it is open,
+//!   new calls *wait* (nothing is dropped or queued in the endpoint): the
+//!   writer holds its batches, readers hold their GetRecords. When the open
+//!   period ends, one probe call goes; if it is answered the breaker closes,
+//!   otherwise it opens again for twice as long (1 s, 2 s, ... 10 s).
+//! - **Congestion rate.** A congestion outcome cuts the endpoint's request
+//!   rate to half of what was being sent in the last second (once per round
+//!   of calls: outcomes of calls sent before the last cut do not cut again),
+//!   down to `min_rate`. Each answered call raises the limit by one request/s
+//!   (so it doubles per second while everything is answered) until it is far
+//!   above the real demand and is lifted. Timeouts thus cut the rate, not
+//!   only the concurrency.
+//! - **Retry budget and back-off.** A retry of a failed call is allowed while
+//!   the retries in the last `window` stay under `retry_floor_per_sec x
+//!   window + retry_ratio x successes` (10 per 10 s plus 10% of successes by
+//!   default); otherwise the caller waits and asks again. The retry delay's
+//!   cap grows one step (x2) per congestion outcome and comes down one step
+//!   per `successes_per_step` answered calls: one success does not reset it.
+//!
+//! How a caller uses it (the pattern every call site follows):
+//!
+//! ```no_run
+//! # async fn f(gov: tidemark_governor::Governor) {
+//! use tidemark_governor::Outcome;
+//! let permit = gov.admit().await; // waits while the breaker is open
+//! let outcome = Outcome::Answered; // or Congested on a timeout / 5xx
+//! permit.finish(outcome);
+//! // before sending a failed call again:
+//! gov.wait_retry().await; // within budget, after a jittered back-off
+//! # }
+//! ```
+//!
+//! Guarantees: the governor never drops or fails a call; it only delays new
+//! calls and retries. Every delay is finite (the open period and the back-off
+//! are capped), so a caller's own deadline still decides when to give up.
+
+pub mod law;
+pub mod metrics;
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+pub use law::{Admit, Law, Outcome, Params, State};
+use tokio::time::Instant;
+
+/// A cheap-to-clone handle on one endpoint's governor.
+#[derive(Clone, Debug)]
+pub struct Governor {
+    endpoint: Arc<str>,
+    law: Arc<Mutex<Law>>,
+}
+
+impl Governor {
+    /// A governor for `endpoint` (a metric label: `dynamodb`, `kinesis`).
+    pub fn new(endpoint: &str, params: Params) -> Self {
+        Governor {
+            endpoint: endpoint.into(),
+            law: Arc::new(Mutex::new(Law::new(params, Instant::now().into_std()))),
+        }
+    }
+
+    /// The endpoint this governor paces.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut Law) -> T) -> T {
+        // The law holds no invariant a panicking caller could break half-way.
+        let mut law = self.law.lock().unwrap_or_else(PoisonError::into_inner);
+        f(&mut law)
+    }
+
+    /// Admits a call now or says how long to wait (for callers that run
+    /// their own event loop, like the writer's table task).
+    pub fn poll_admit(&self) -> Result<Permit, Duration> {
+        let now = Instant::now();
+        let admit = self.with(|l| {
+            let a = l.poll_admit(now.into_std());
+            self.report(l);
+            a
+        });
+        match admit {
+            Admit::Go { probe } => Ok(Permit {
+                gov: self.clone(),
+                probe,
+                sent_at: now,
+                done: false,
+            }),
+            Admit::Wait(d) => Err(d),
+        }
+    }
+
+    /// Waits until a call may start.
+    pub async fn admit(&self) -> Permit {
+        loop {
+            match self.poll_admit() {
+                Ok(p) => return p,
+                Err(d) => tokio::time::sleep(d).await,
+            }
+        }
+    }
+
+    /// May a failed call be retried now? Counts it if so; otherwise how long
+    /// until the budget allows one.
+    pub fn try_retry(&self) -> Result<(), Duration> {
+        let now = Instant::now().into_std();
+        let r = self.with(|l| l.try_retry(now));
+        if r.is_err() {
+            ::metrics::counter!(metrics::RETRIES_DENIED, "endpoint" => self.endpoint.to_string())
+                .increment(1);
+        }
+        r
+    }
+
+    /// The jittered delay before a retry (full jitter under the current cap).
+    pub fn retry_delay(&self) -> Duration {
+        self.with(|l| l.backoff_cap()).mul_f64(fastrand::f64())
+    }
+
+    /// Waits out a jittered back-off, then until the retry budget allows a
+    /// retry, and counts it.
+    pub async fn wait_retry(&self) {
+        tokio::time::sleep(self.retry_delay()).await;
+        while let Err(d) = self.try_retry() {
+            tokio::time::sleep(d).await;
+        }
+    }
+
+    /// The breaker's state now.
+    pub fn state(&self) -> State {
+        self.with(|l| l.state())
+    }
+
+    fn report(&self, l: &Law) {
+        let state = match l.state() {
+            State::Closed => 0.0,
+            State::HalfOpen { .. } => 1.0,
+            State::Open { .. } => 2.0,
+        };
+        let ep = self.endpoint.to_string();
+        ::metrics::gauge!(metrics::STATE, "endpoint" => ep.clone()).set(state);
+        ::metrics::gauge!(metrics::RATE_LIMIT, "endpoint" => ep.clone())
+            .set(l.rate_limit().unwrap_or(0.0));
+        ::metrics::gauge!(metrics::BACKOFF_LEVEL, "endpoint" => ep)
+            .set(f64::from(l.backoff_level()));
+    }
+
+    fn finish(&self, outcome: Outcome, probe: bool, sent_at: Instant) {
+        let now = Instant::now().into_std();
+        let tripped = self.with(|l| {
+            let before = l.trips();
+            l.on_outcome(outcome, probe, sent_at.into_std(), now);
+            self.report(l);
+            l.trips() > before
+        });
+        if tripped {
+            ::metrics::counter!(metrics::TRIPS, "endpoint" => self.endpoint.to_string())
+                .increment(1);
+            tracing::warn!(endpoint = %self.endpoint, "AWS endpoint congested (timeouts or 5xx in a row): circuit breaker open, new calls wait");
+        }
+    }
+}
+
+/// Permission for one call. Report how it ended with [`Permit::finish`];
+/// dropping it unfinished (the caller gave up) only frees the probe slot.
+#[derive(Debug)]
+pub struct Permit {
+    gov: Governor,
+    probe: bool,
+    sent_at: Instant,
+    done: bool,
+}
+
+impl Permit {
+    /// When the call was admitted.
+    pub fn sent_at(&self) -> Instant {
+        self.sent_at
+    }
+
+    /// Reports the call's outcome.
+    pub fn finish(mut self, outcome: Outcome) {
+        self.done = true;
+        self.gov.finish(outcome, self.probe, self.sent_at);
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        if !self.done {
+            let probe = self.probe;
+            self.gov.with(|l| l.on_abandoned(probe));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
