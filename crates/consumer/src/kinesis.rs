@@ -22,6 +22,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use tidemark_governor::{Governor, Outcome};
 
 use aws_sdk_kinesis::types::{Shard, ShardIteratorType};
 use futures::StreamExt;
@@ -190,6 +191,20 @@ struct Ctx {
     shutdown: CancellationToken,
     /// Set when the shutdown drain started; readers finish by this deadline.
     drain_deadline: std::sync::Mutex<Option<Instant>>,
+    /// Governors of the Kinesis endpoint (admits GetRecords) and of
+    /// DynamoDB (while its breaker is open, readers hold their GetRecords:
+    /// the records could not be written anyway).
+    govs: Option<Governors>,
+}
+
+/// The endpoint governors a [`KinesisSource`] shares with the rest of the
+/// worker.
+#[derive(Debug, Clone)]
+pub struct Governors {
+    /// The DynamoDB endpoint's governor (lease writes; the writer).
+    pub dynamodb: Governor,
+    /// The Kinesis endpoint's governor (GetRecords).
+    pub kinesis: Governor,
 }
 
 /// The Kinesis source. See the module docs for its guarantees.
@@ -199,6 +214,7 @@ pub struct KinesisSource {
     kinesis: aws_sdk_kinesis::Client,
     table: LeaseTable,
     status: StatusHandle,
+    govs: Option<Governors>,
 }
 
 impl KinesisSource {
@@ -218,7 +234,17 @@ impl KinesisSource {
             kinesis,
             table,
             status: StatusHandle::default(),
+            govs: None,
         }
+    }
+
+    /// Shares the worker's endpoint governors: lease writes and GetRecords
+    /// are admitted by them, and reading pauses while DynamoDB's breaker is
+    /// open.
+    pub fn with_governors(mut self, govs: Governors) -> Self {
+        self.table = self.table.with_governor(govs.dynamodb.clone());
+        self.govs = Some(govs);
+        self
     }
 
     /// Per-shard status, live while `run` runs.
@@ -248,6 +274,7 @@ impl KinesisSource {
             sink,
             shutdown,
             drain_deadline: std::sync::Mutex::new(None),
+            govs: self.govs,
         });
         coordinate(ctx).await
     }
@@ -752,6 +779,19 @@ impl Reader {
             let limit = i32::try_from(room)
                 .unwrap_or(i32::MAX)
                 .min(cfg.max_records_per_call);
+            let permit = match &self.ctx.govs {
+                Some(g) => {
+                    let admitted = async {
+                        g.dynamodb.wait_closed().await;
+                        g.kinesis.admit().await
+                    };
+                    match self.guard(admitted).await {
+                        Ok(p) => Some(p),
+                        Err(stop) => return Ok(stop),
+                    }
+                }
+                None => None,
+            };
             let started = Instant::now();
             metrics::counter!(metric::GET_RECORDS, "shard" => shard_label.clone()).increment(1);
             let res = self
@@ -762,6 +802,16 @@ impl Reader {
                 .limit(limit)
                 .send()
                 .await;
+            if let Some(p) = permit {
+                p.finish(match &res {
+                    Ok(_) => Outcome::Answered,
+                    Err(e) => match tidemark_aws_errors::classify(e) {
+                        ErrorClass::Throttled => Outcome::Throttled,
+                        ErrorClass::Retry => Outcome::Congested,
+                        _ => Outcome::Answered,
+                    },
+                });
+            }
             let out = match res {
                 Ok(out) => out,
                 Err(e) => {

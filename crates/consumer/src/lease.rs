@@ -18,6 +18,7 @@ use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
+use tidemark_governor::{Governor, Outcome};
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{
@@ -300,6 +301,7 @@ pub type Fenced = Result<Option<Written>, AwsError>;
 /// This is the one place lease-table writes are sent and retried.
 pub async fn write_once<A, AF, R, RF>(
     timing: &LeaseTiming,
+    gov: Option<&Governor>,
     op: &'static str,
     mut attempt: A,
     mut reread: R,
@@ -318,7 +320,25 @@ where
     loop {
         let now = Instant::now();
         let limit = (now + timing.attempt).min(hard_stop);
-        let err = match tokio::time::timeout_at(limit, attempt()).await {
+        // The endpoint's governor admits the attempt (within the same
+        // deadline: an open breaker cannot hold a lease write past it).
+        let permit = match gov {
+            Some(g) => match tokio::time::timeout_at(limit, g.admit()).await {
+                Ok(p) => Some(p),
+                Err(_) => return Err(timed_out(op, "admission (DynamoDB congested)")),
+            },
+            None => None,
+        };
+        let result = tokio::time::timeout_at(limit, attempt()).await;
+        if let Some(p) = permit {
+            p.finish(match &result {
+                Err(_) => Outcome::Congested,
+                Ok(Err(e)) if e.class == ErrorClass::Retry => Outcome::Congested,
+                Ok(Err(e)) if e.class == ErrorClass::Throttled => Outcome::Throttled,
+                Ok(_) => Outcome::Answered,
+            });
+        }
+        let err = match result {
             Ok(Ok(())) => return Ok(Some(sent)),
             Ok(Err(e)) if e.class == ErrorClass::ConditionFailed => {
                 if !ambiguous {
@@ -390,6 +410,7 @@ pub struct LeaseTable {
     writes: Client,
     table: String,
     timing: LeaseTiming,
+    gov: Option<Governor>,
 }
 
 impl LeaseTable {
@@ -418,7 +439,15 @@ impl LeaseTable {
             writes,
             table: table.into(),
             timing,
+            gov: None,
         }
+    }
+
+    /// Lease writes are admitted by, and report to, the DynamoDB endpoint's
+    /// shared governor.
+    pub fn with_governor(mut self, gov: Governor) -> Self {
+        self.gov = Some(gov);
+        self
     }
 
     /// The timing of this table's writes.
@@ -582,6 +611,7 @@ impl LeaseTable {
     {
         let sent = write_once(
             &self.timing,
+            self.gov.as_ref(),
             op,
             || {
                 let req = req.clone();
@@ -1014,6 +1044,7 @@ mod tests {
         let started = Instant::now();
         let r = write_once(
             &timing,
+            None,
             "UpdateItem(renew)",
             || {
                 let n = server.attempts.fetch_add(1, SeqCst);

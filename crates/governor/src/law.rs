@@ -67,6 +67,18 @@ pub enum Outcome {
     Congested,
 }
 
+impl Outcome {
+    /// The outcome of a call that failed with an error of `class`.
+    pub fn of_class(class: tidemark_aws_errors::ErrorClass) -> Self {
+        use tidemark_aws_errors::ErrorClass;
+        match class {
+            ErrorClass::Retry => Outcome::Congested,
+            ErrorClass::Throttled => Outcome::Throttled,
+            _ => Outcome::Answered,
+        }
+    }
+}
+
 /// The breaker's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {

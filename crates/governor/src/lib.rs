@@ -50,6 +50,9 @@ pub mod law;
 pub mod metrics;
 
 use std::sync::{Arc, Mutex, PoisonError};
+
+use aws_smithy_runtime_api::client::result::SdkError;
+use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use std::time::Duration;
 
 pub use law::{Admit, Law, Outcome, Params, State};
@@ -135,6 +138,39 @@ impl Governor {
         tokio::time::sleep(self.retry_delay()).await;
         while let Err(d) = self.try_retry() {
             tokio::time::sleep(d).await;
+        }
+    }
+
+    /// Runs one SDK call admitted by this governor and reports its outcome
+    /// (classified by `tidemark-aws-errors`). The call's own timeouts and
+    /// retries are the caller's; the governor only delays its start.
+    pub async fn run<T, E, R>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, SdkError<E, R>>>,
+    ) -> Result<T, SdkError<E, R>>
+    where
+        E: ProvideErrorMetadata,
+        R: tidemark_aws_errors::HttpStatus,
+    {
+        let permit = self.admit().await;
+        let result = call.await;
+        permit.finish(match &result {
+            Ok(_) => Outcome::Answered,
+            Err(e) => Outcome::of_class(tidemark_aws_errors::classify(e)),
+        });
+        result
+    }
+
+    /// Waits while the breaker is open, without taking an admission: for
+    /// work that feeds this endpoint without calling it (readers hold their
+    /// GetRecords while DynamoDB, where the records would go, is down).
+    pub async fn wait_closed(&self) {
+        loop {
+            let wait = match self.state() {
+                State::Open { until } => until.saturating_duration_since(Instant::now().into_std()),
+                State::Closed | State::HalfOpen { .. } => return,
+            };
+            tokio::time::sleep(wait.max(Duration::from_millis(10))).await;
         }
     }
 

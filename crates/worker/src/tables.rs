@@ -13,6 +13,7 @@
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
+use tidemark_governor::Governor;
 
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata};
 use aws_sdk_dynamodb::operation::create_table::CreateTableError;
@@ -327,6 +328,8 @@ pub struct Applied {
 pub struct TableManager {
     client: aws_sdk_dynamodb::Client,
     policy: TablePolicy,
+    /// The DynamoDB endpoint's governor: table calls wait while it is open.
+    gov: Option<Governor>,
     /// How long a created table may take to become ACTIVE.
     pub active_timeout: Duration,
 }
@@ -337,7 +340,30 @@ impl TableManager {
         TableManager {
             client,
             policy,
+            gov: None,
             active_timeout: Duration::from_secs(300),
+        }
+    }
+
+    /// Table calls (DescribeTable polling included) are admitted by the
+    /// DynamoDB endpoint's shared governor.
+    pub fn with_governor(mut self, gov: Governor) -> Self {
+        self.gov = Some(gov);
+        self
+    }
+
+    /// One SDK call, through the governor when there is one.
+    async fn call<T, E, R>(
+        &self,
+        fut: impl std::future::Future<Output = Result<T, aws_sdk_dynamodb::error::SdkError<E, R>>>,
+    ) -> Result<T, aws_sdk_dynamodb::error::SdkError<E, R>>
+    where
+        E: aws_sdk_dynamodb::error::ProvideErrorMetadata,
+        R: tidemark_aws_errors::HttpStatus,
+    {
+        match &self.gov {
+            Some(g) => g.run(fut).await,
+            None => fut.await,
         }
     }
 
@@ -360,7 +386,10 @@ impl TableManager {
             let Some(period) = self.policy.naming.parse(&name) else {
                 continue;
             };
-            let d = match self.client.describe_table().table_name(&name).send().await {
+            let d = match self
+                .call(self.client.describe_table().table_name(&name).send())
+                .await
+            {
                 Ok(d) => d,
                 // Deleted between the listing and now.
                 Err(e)
@@ -474,18 +503,22 @@ impl TableManager {
                 ..
             } => self.create(table, *capacity, *warm_write_units).await,
             Action::Resize { table, to, .. } => {
-                self.client
+                let req = self
+                    .client
                     .update_table()
                     .table_name(table)
-                    .provisioned_throughput(throughput(table, *to)?)
-                    .send()
+                    .provisioned_throughput(throughput(table, *to)?);
+                self.call(req.send())
                     .await
                     .map_err(|e| TablesError::call("UpdateTable", table, e))?;
                 info!(table, read = to.read, write = to.write, "table resized");
                 Ok(())
             }
             Action::Delete { table } => {
-                match self.client.delete_table().table_name(table).send().await {
+                match self
+                    .call(self.client.delete_table().table_name(table).send())
+                    .await
+                {
                     Ok(_) => {}
                     Err(e)
                         if e.as_service_error()
@@ -497,10 +530,7 @@ impl TableManager {
             }
             Action::TagExpired { table } => {
                 let d = self
-                    .client
-                    .describe_table()
-                    .table_name(table)
-                    .send()
+                    .call(self.client.describe_table().table_name(table).send())
                     .await
                     .map_err(|e| TablesError::call("DescribeTable", table, e))?;
                 let arn = d
@@ -579,7 +609,7 @@ impl TableManager {
                     .build(),
             );
         }
-        match req.send().await {
+        match self.call(req.send()).await {
             Ok(_) => info!(table, "table created"),
             // Another worker is creating it; wait for ACTIVE below.
             Err(e)
@@ -615,7 +645,9 @@ impl TableManager {
     async fn wait_active(&self, table: &str) -> Result<(), TablesError> {
         let start = Instant::now();
         loop {
-            let d = self.client.describe_table().table_name(table).send().await;
+            let d = self
+                .call(self.client.describe_table().table_name(table).send())
+                .await;
             match d {
                 Ok(d) if d.table().and_then(|t| t.table_status()) == Some(&TableStatus::Active) => {
                     return Ok(());

@@ -56,6 +56,7 @@ pub fn describe_all() {
     crate::metrics::describe();
     tidemark_writer::metrics::describe();
     tidemark_consumer::metrics::describe();
+    tidemark_governor::metrics::describe();
 }
 
 /// Serves the endpoints on `listener` until `shutdown`.

@@ -18,6 +18,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+use tidemark_consumer::kinesis::Governors;
+use tidemark_governor::{Governor, Params as GovernorParams};
 
 use aws_config::SdkConfig;
 use chrono::Utc;
@@ -133,6 +135,8 @@ pub fn table_manager(config: &Config, dynamodb: aws_sdk_dynamodb::Client) -> Tab
 #[derive(Debug)]
 pub struct DataPath {
     manager: TableManager,
+    /// The endpoint governors every AWS caller of this worker shares.
+    governors: Governors,
     writer: WriterHandle,
     writer_task: JoinHandle<Result<(), WriterError>>,
     dead_task: JoinHandle<()>,
@@ -145,7 +149,14 @@ impl DataPath {
     pub async fn start(config: &Config, sdk: &SdkConfig) -> Result<DataPath, WorkerError> {
         let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
         let router = Arc::new(Router::new(config.schema.clone())?);
-        let manager = table_manager(config, dynamodb.clone());
+        // One governor per endpoint, shared by the writer, the table
+        // manager, the lease table and the readers (see tidemark-governor).
+        let governors = Governors {
+            dynamodb: Governor::new("dynamodb", GovernorParams::default()),
+            kinesis: Governor::new("kinesis", GovernorParams::default()),
+        };
+        let manager =
+            table_manager(config, dynamodb.clone()).with_governor(governors.dynamodb.clone());
         // Tables for now are created before reading starts, so the first
         // events do not wait on a creation.
         if let Err(e) = manager.round(Utc::now(), RoundKind::Ensure, false).await {
@@ -155,11 +166,12 @@ impl DataPath {
         // tidemark_writer::transport) but use the same region, credentials
         // and endpoint.
         let transport = tidemark_writer::HttpTransport::from_sdk(sdk)?;
-        let (writer, writer_task) = Writer::start(
+        let (writer, writer_task) = Writer::start_governed(
             dynamodb.clone(),
             Arc::new(transport),
             config.writer.clone(),
             Arc::new(CreateMissingTables::new(manager.clone())),
+            governors.dynamodb.clone(),
         );
         let sink: Arc<dyn DeadLetterSink> = match &config.dead_letters {
             DeadLetterConfig::File { path } => Arc::new(FileSink::new(path.clone())),
@@ -175,6 +187,7 @@ impl DataPath {
         let pipeline = Pipeline::new(router, writer.clone(), dead_letters, system_clock());
         Ok(DataPath {
             manager,
+            governors,
             writer,
             writer_task,
             dead_task,
@@ -195,6 +208,7 @@ impl DataPath {
     pub async fn run(self, rx: mpsc::Receiver<Vec<Record>>) -> Result<Report, WorkerError> {
         let DataPath {
             manager: _,
+            governors: _,
             writer,
             writer_task,
             dead_task,
@@ -342,12 +356,14 @@ impl Worker {
         // A small channel: the pipeline's pace (the writer's backpressure)
         // is what the sources read at.
         let (tx, rx) = mpsc::channel(16);
+        let governors = data.governors.clone();
         let pipe = tokio::spawn(data.run(rx));
         info!(listen = %telemetry_addr, "tidemark running");
         readiness.source_running.store(true, Ordering::Relaxed);
         let source_result: Result<(), WorkerError> = match config.source.clone() {
             SourceConfig::Kinesis(k) => {
                 KinesisSource::new(k, aws_sdk_kinesis::Client::new(&sdk), dynamodb.clone())
+                    .with_governors(governors)
                     .run(tx, shutdown.clone())
                     .await
                     .map_err(Into::into)
