@@ -92,20 +92,9 @@ impl LocalStack {
         &self,
         url: &str,
     ) -> std::sync::Arc<dyn tidemark_writer::Transport> {
-        let t = tidemark_writer::HttpTransport::new(tidemark_writer::HttpSettings {
-            endpoint: url.to_owned(),
-            region: self
-                .sdk
-                .region()
-                .map_or_else(|| "us-east-1".to_owned(), |r| r.as_ref().to_owned()),
-            credentials: self
-                .sdk
-                .credentials_provider()
-                .expect("the local stack's SDK config has credentials"),
-            connect_timeout: std::time::Duration::from_secs(3),
-        })
-        .expect("a valid local endpoint");
-        std::sync::Arc::new(t)
+        std::sync::Arc::new(tidemark_writer::SdkTransport::from_conf(
+            aws_sdk_dynamodb::config::Builder::from(&self.sdk).endpoint_url(url),
+        ))
     }
 
     /// The same stack with the SDK's own retries off, so a test sees every

@@ -46,7 +46,7 @@ pub enum WorkerError {
     /// The schema section does not make a router.
     #[error("schema: {0}")]
     Schema(#[from] tidemark_schema::route::ConfigError),
-    /// The writer's HTTP transport could not be set up from the SDK config.
+    /// The writer's transport could not be set up from the SDK config.
     #[error("writer transport: {0}")]
     Transport(#[from] tidemark_writer::transport::SettingsError),
     /// The telemetry address could not be bound.
@@ -132,6 +132,8 @@ pub fn table_manager(config: &Config, dynamodb: aws_sdk_dynamodb::Client) -> Tab
 #[derive(Debug)]
 pub struct DataPath {
     manager: TableManager,
+    /// The writer's transport: /readyz probes through it.
+    transport: Arc<tidemark_writer::SdkTransport>,
     writer: WriterHandle,
     writer_task: JoinHandle<Result<(), WriterError>>,
     dead_task: JoinHandle<()>,
@@ -150,13 +152,13 @@ impl DataPath {
         if let Err(e) = manager.round(Utc::now(), RoundKind::Ensure, false).await {
             warn!(error = %e, "creating the current tables failed; they are created on first write");
         }
-        // Writes bypass the SDK's operation layer (see
-        // tidemark_writer::transport) but use the same region, credentials
-        // and endpoint.
-        let transport = tidemark_writer::HttpTransport::from_sdk(sdk)?;
+        // Writes go through the SDK's own DynamoDB client for `sdk` (endpoint,
+        // identity cache, signing, HTTP client), with pre-encoded bodies (see
+        // tidemark_writer::transport).
+        let transport = Arc::new(tidemark_writer::SdkTransport::new(sdk)?);
         let (writer, writer_task) = Writer::start(
             dynamodb.clone(),
-            Arc::new(transport),
+            transport.clone(),
             config.writer.clone(),
             Arc::new(CreateMissingTables::new(manager.clone())),
         );
@@ -174,6 +176,7 @@ impl DataPath {
         let pipeline = Pipeline::new(router, writer.clone(), dead_letters, system_clock());
         Ok(DataPath {
             manager,
+            transport,
             writer,
             writer_task,
             dead_task,
@@ -194,6 +197,7 @@ impl DataPath {
     pub async fn run(self, rx: mpsc::Receiver<Vec<Record>>) -> Result<Report, WorkerError> {
         let DataPath {
             manager: _,
+            transport: _,
             writer,
             writer_task,
             dead_task,
@@ -316,7 +320,7 @@ impl Worker {
             telemetry_stop.clone(),
         ));
         tokio::spawn(probe_dynamodb(
-            dynamodb.clone(),
+            data.transport.clone(),
             readiness.clone(),
             telemetry_stop.clone(),
         ));
@@ -422,9 +426,11 @@ async fn maintain(
     }
 }
 
-/// Keeps `dynamodb_reachable` current for /readyz with a cheap call.
+/// Keeps `dynamodb_reachable` current for /readyz with a cheap call on the
+/// writer's own client: the endpoint, credentials, HTTP client (proxy) and
+/// clock-skew state every write uses.
 async fn probe_dynamodb(
-    client: aws_sdk_dynamodb::Client,
+    transport: Arc<tidemark_writer::SdkTransport>,
     readiness: Arc<Readiness>,
     shutdown: CancellationToken,
 ) {
@@ -434,7 +440,13 @@ async fn probe_dynamodb(
             () = shutdown.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let ok = client.list_tables().limit(1).send().await.is_ok();
+        let ok = match transport.probe().await {
+            Ok(()) => true,
+            Err(e) => {
+                warn!(error = %e, "readiness: DynamoDB unreachable on the write path");
+                false
+            }
+        };
         readiness.dynamodb_reachable.store(ok, Ordering::Relaxed);
     }
 }
