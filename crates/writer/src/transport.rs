@@ -7,7 +7,10 @@
 //! `bench/pipeline-cpu`. Everything else about the call is the AWS SDK's own:
 //! [`SdkTransport`] sends an `aws_sdk_dynamodb` BatchWriteItem whose
 //! serialized (empty) input is replaced by the pre-encoded body in an
-//! interceptor at `modify_before_signing`, so the SDK still resolves the
+//! client-level interceptor at `modify_before_signing` (the call's body
+//! reaches it through a task-local set around the call: a per-call
+//! `customize().interceptor(..)` rebuilt the client's configuration on every
+//! call and cost about 2 CPU-µs per record), so the SDK still resolves the
 //! endpoint (its ruleset: FIPS, dual-stack, every partition, account-ID
 //! endpoints), loads credentials through its identity cache (one load per
 //! refresh, shared with the worker's other clients), signs with SigV4
@@ -19,6 +22,7 @@
 use std::sync::{Arc, Mutex};
 
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::config::StalledStreamProtectionConfig;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_smithy_runtime_api::box_error::BoxError;
@@ -107,7 +111,15 @@ impl SdkTransport {
     /// The transport for a DynamoDB client configuration (e.g. one pointed
     /// at a test proxy with `endpoint_url`), with one attempt per call.
     pub fn from_conf(conf: aws_sdk_dynamodb::config::Builder) -> SdkTransport {
-        let conf = conf.retry_config(RetryConfig::disabled()).build();
+        // Stalled-stream protection wraps every request and answer body in a
+        // throughput monitor with its own timer; the writer already bounds
+        // each call with `call_timeout` (and the attempt timeout), and the
+        // bodies are in memory, so it only cost CPU per call here.
+        let conf = conf
+            .retry_config(RetryConfig::disabled())
+            .stalled_stream_protection(StalledStreamProtectionConfig::disabled())
+            .interceptor(PreEncodedBody)
+            .build();
         SdkTransport {
             client: Client::from_conf(conf),
         }
@@ -131,25 +143,33 @@ impl SdkTransport {
     }
 }
 
+tokio::task_local! {
+    /// The call [`PreEncodedBody`] is working for: set around one
+    /// BatchWriteItem's future (its interceptors run inside its polls).
+    static CALL: Arc<Call>;
+}
+
+/// One call's pre-encoded body, and its answer's bytes once read.
+struct Call {
+    body: Bytes,
+    answer: Mutex<Option<Bytes>>,
+}
+
 impl Transport for SdkTransport {
     fn batch_write_item(
         &self,
         body: Bytes,
     ) -> BoxFuture<'static, Result<RawResponse, TransportError>> {
-        let answer = Arc::new(Mutex::new(None));
-        let call = self
-            .client
-            .batch_write_item()
-            .customize()
-            .interceptor(PreEncodedBody {
-                body,
-                answer: answer.clone(),
-            })
-            .send();
+        let call = Arc::new(Call {
+            body,
+            answer: Mutex::new(None),
+        });
+        let send = CALL.scope(call.clone(), self.client.batch_write_item().send());
         Box::pin(async move {
-            match call.await {
+            match send.await {
                 Ok(_) => {
-                    let body = answer
+                    let body = call
+                        .answer
                         .lock()
                         .map_err(|_| TransportError::Unavailable("answer lost".into()))?
                         .take()
@@ -190,22 +210,13 @@ fn answer_of<E: std::error::Error + Send + Sync + 'static>(
     }
 }
 
-/// The per-call interceptor: puts the pre-encoded body in place of the SDK's
-/// serialized input before signing, bounds the answer's size, and keeps the
-/// answer's bytes for the writer's own reader.
-struct PreEncodedBody {
-    body: Bytes,
-    answer: Arc<Mutex<Option<Bytes>>>,
-}
-
-impl std::fmt::Debug for PreEncodedBody {
-    // Items are user data: their size only.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PreEncodedBody")
-            .field("bytes", &self.body.len())
-            .finish_non_exhaustive()
-    }
-}
+/// The writer client's interceptor: for a BatchWriteItem sent by
+/// [`SdkTransport`] (a [`CALL`] is set), puts the pre-encoded body in place of
+/// the SDK's serialized input before signing, bounds the answer's size, and
+/// keeps the answer's bytes for the writer's own reader. Other calls on the
+/// client (the readiness probe) pass untouched.
+#[derive(Debug)]
+struct PreEncodedBody;
 
 impl Intercept for PreEncodedBody {
     fn name(&self) -> &'static str {
@@ -218,11 +229,14 @@ impl Intercept for PreEncodedBody {
         _rc: &RuntimeComponents,
         _cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
+        let Ok(body) = CALL.try_with(|c| c.body.clone()) else {
+            return Ok(());
+        };
         let req = ctx.request_mut();
         // Signing hashes the body that is there now, so the hash is of ours.
-        *req.body_mut() = SdkBody::from(self.body.clone());
         req.headers_mut()
-            .insert("content-length", self.body.len().to_string());
+            .insert("content-length", body.len().to_string());
+        *req.body_mut() = SdkBody::from(body);
         Ok(())
     }
 
@@ -248,9 +262,12 @@ impl Intercept for PreEncodedBody {
         // items); the copy costs less than reading the SDK's typed output.
         if ctx.response().status().is_success()
             && let Some(bytes) = ctx.response().body().bytes()
-            && let Ok(mut slot) = self.answer.lock()
         {
-            *slot = Some(Bytes::copy_from_slice(bytes));
+            let _ = CALL.try_with(|c| {
+                if let Ok(mut slot) = c.answer.lock() {
+                    *slot = Some(Bytes::copy_from_slice(bytes));
+                }
+            });
         }
         Ok(())
     }
@@ -537,5 +554,20 @@ mod tests {
             .unwrap();
         let sent = http.0.lock().unwrap().pop().unwrap();
         assert_eq!(sent, "https://111122223333.ddb.us-east-1.amazonaws.com/");
+    }
+
+    /// Other calls on the writer's client (the readiness probe) are not
+    /// touched by the body swap: ListTables goes out with its own body.
+    #[tokio::test]
+    async fn the_probe_is_sent_as_the_sdk_builds_it() {
+        let (url, server) = one_exchange("200 OK", r#"{"TableNames":[]}"#).await;
+        local(&url).probe().await.unwrap();
+        let req = server.await.unwrap();
+        assert!(
+            req.to_lowercase()
+                .contains("x-amz-target: dynamodb_20120810.listtables"),
+            "{req}"
+        );
+        assert!(req.ends_with(r#"{"Limit":1}"#), "{req}");
     }
 }
