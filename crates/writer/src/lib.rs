@@ -41,8 +41,9 @@
 //!   in one report), unless the writer ends with a fatal error, in which case the
 //!   submissions still in flight are never completed (their sources must not
 //!   advance).
-//! - **Nothing dropped on transient trouble**: throttling, 5xx, timeouts and
-//!   connection errors are retried without limit with capped exponential
+//! - **Nothing dropped on transient trouble**: throttling, 5xx, timeouts,
+//!   connection errors, a skewed signing clock and expired session
+//!   credentials (the SDK corrects or refreshes them) are retried without limit with capped exponential
 //!   back-off and full jitter. Only permanent problems reject an item:
 //!   `ItemTooLarge`, `DynamodbRejected` (isolated by bisection), `TableMissing`.
 //! - **Bounded memory**: `submit` waits while `max_in_flight_items` or
