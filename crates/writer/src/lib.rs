@@ -43,8 +43,8 @@
 //!   advance).
 //! - **Nothing dropped on transient trouble**: throttling, 5xx, timeouts,
 //!   connection errors, a skewed signing clock and expired session
-//!   credentials (the SDK corrects or refreshes them) are retried without limit with capped exponential
-//!   back-off and full jitter. Only permanent problems reject an item:
+//!   credentials (the SDK corrects or refreshes them) are retried without
+//!   limit with capped exponential back-off and full jitter. Only permanent problems reject an item:
 //!   `ItemTooLarge`, `DynamodbRejected` (isolated by bisection), `TableMissing`.
 //! - **Bounded memory**: `submit` waits while `max_in_flight_items` or
 //!   `max_in_flight_bytes` are reached.
