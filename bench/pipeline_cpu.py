@@ -17,6 +17,12 @@ system time filling the cache (1M records: 5.9 against 4.7 CPU-us per
 record): a cost of the fixture file, not of the pipeline, which reads
 Kinesis in production.
 
+A/B mode: with TIDEMARK_BIN_B set to a second tidemark binary (e.g. one
+built from another commit), the two binaries run alternately A, B, A, B...
+TIDEMARK_RUNS times each on the same proxy and fixture (so drift in the
+machine's load hits both alike), the boto3 baseline is skipped, and the
+medians of each and their ratio are reported (pipeline-cpu-ab.json).
+
 Usage: bench/pipeline-cpu   (BENCH_EVENTS=1000000 by default)"""
 
 import base64
@@ -34,6 +40,7 @@ import harness  # noqa: E402
 
 EVENTS = int(os.environ.get("BENCH_EVENTS", "1000000"))
 RUNS = max(1, int(os.environ.get("TIDEMARK_RUNS", "5")))
+BIN_B = os.environ.get("TIDEMARK_BIN_B")
 SHARDS = 4
 TABLE_PREFIX = "pipecpu"
 
@@ -129,6 +136,9 @@ enabled = false
         env.pop("RUST_BACKTRACE", None)
         table = f"{TABLE_PREFIX}_{datetime.now(timezone.utc).strftime('%Y-%m-%d')}"
         series = {}
+        if BIN_B:
+            ab(proxy, env, fx, table, [tidemark, BIN_B], conf.name)
+            return
         runs = [("tidemark", [tidemark, "replay", "--quiet", "--config", conf.name, "--fixture", fx])] * RUNS
         runs.append(("boto3", [sys.executable, os.path.join(os.path.dirname(__file__), "lib", "boto3_replay.py"), fx, proxy.url, table]))
         tidemark_runs = []
@@ -177,6 +187,29 @@ enabled = false
             json.dump(results, f, indent=2)
     finally:
         proxy.close()
+
+
+def ab(proxy, env, fx, table, bins, conf):
+    """Runs bins[0] (A) and bins[1] (B) alternately, RUNS times each."""
+    cpus = {"A": [], "B": []}
+    for i in range(RUNS):
+        for name, binary in zip("AB", bins):
+            warm(fx)
+            proxy.reset()
+            secs, cpu, rss, out = measured([binary, "replay", "--quiet", "--config", conf, "--fixture", fx], env)
+            stored = proxy.sink_count(table)
+            if stored != EVENTS:
+                raise SystemExit(f"{name} stored {stored} of {EVENTS} records")
+            us = cpu * 1e6 / EVENTS
+            cpus[name].append(us)
+            print(f"run {i + 1} {name}: {us:6.2f} CPU-us/record  {EVENTS / secs:9.0f} records/s  peak RSS {rss:7.1f} MB")
+    med = {k: sorted(v)[len(v) // 2] for k, v in cpus.items()}
+    for k, b in zip("AB", bins):
+        print(f"{k} {b}: median {med[k]:.2f} CPU-us/record (range {min(cpus[k]):.2f}-{max(cpus[k]):.2f}, {RUNS} runs)")
+    print(f"ratio A/B: {med['A'] / med['B']:.3f}")
+    with open(os.path.join(harness.OUT, "pipeline-cpu-ab.json"), "w") as f:
+        json.dump({"events": EVENTS, "runs": RUNS, "bins": bins, "cpu_us_per_record": cpus,
+                   "median": med, "ratio_a_over_b": med["A"] / med["B"]}, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@
 //! - DynamoDB: [`create_table`], [`scan_items`], [`count_items`].
 //! - SQS: [`create_queue`], [`send_messages`], [`queue_counts`].
 //! - The limits proxy in-process: [`start_limits_proxy`], [`LimitsProxy`].
+//! - A counting HTTP forward proxy (`HTTP_PROXY` tests):
+//!   [`forward_proxy::start_forward_proxy`].
 //! - [`unique_name`], [`wait_until`] (polls a condition with a deadline).
 
 // Test support: a panic here is a failed test, with the message saying why.
@@ -34,6 +36,7 @@ use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
 
+pub mod forward_proxy;
 pub mod worker;
 
 /// The endpoint variables every integration test needs.
@@ -92,20 +95,9 @@ impl LocalStack {
         &self,
         url: &str,
     ) -> std::sync::Arc<dyn tidemark_writer::Transport> {
-        let t = tidemark_writer::HttpTransport::new(tidemark_writer::HttpSettings {
-            endpoint: url.to_owned(),
-            region: self
-                .sdk
-                .region()
-                .map_or_else(|| "us-east-1".to_owned(), |r| r.as_ref().to_owned()),
-            credentials: self
-                .sdk
-                .credentials_provider()
-                .expect("the local stack's SDK config has credentials"),
-            connect_timeout: std::time::Duration::from_secs(3),
-        })
-        .expect("a valid local endpoint");
-        std::sync::Arc::new(t)
+        std::sync::Arc::new(tidemark_writer::SdkTransport::from_conf(
+            aws_sdk_dynamodb::config::Builder::from(&self.sdk).endpoint_url(url),
+        ))
     }
 
     /// The same stack with the SDK's own retries off, so a test sees every

@@ -108,11 +108,7 @@ const OPERATOR_ONLY: &[(&str, &str, &str)] = &[
 
 /// (file, method name, why it is not an SDK call): zero-argument calls that
 /// look like SDK operations but are not.
-const NOT_SDK: &[(&str, &str, &str)] = &[(
-    "crates/writer/src/sigv4.rs",
-    "query",
-    "`http::Uri::query()`: the signer checks the endpoint has no query string",
-)];
+const NOT_SDK: &[(&str, &str, &str)] = &[];
 
 /// (file, method name, service prefix): calls whose service the file's SDK
 /// imports leave ambiguous (e.g. `tag_resource` in a file using both the

@@ -8,7 +8,11 @@
 //!   [`NOT_FOUND_CODES`]: the code lists, one per class.
 //! - [`ACCESS_DENIED_CODES`], [`is_access_denied`]: which fatal codes are
 //!   missing permissions.
-//! - [`classify_code`]: code and HTTP status to class (the rules).
+//! - [`STALE_SIGNATURE_CODES`], [`is_stale_signature`]: a request signed at
+//!   a skewed time or with expired credentials ("refresh, then retry").
+//! - [`classify_code`]: code and HTTP status to class (the rules);
+//!   [`classify_error`]: the same, reading the message where the code alone
+//!   is ambiguous (`InvalidSignatureException` for a skewed clock).
 //! - [`classify`]: any `SdkError<E, R>` whose `E: ProvideErrorMetadata`.
 //! - [`classify_http`]: a raw HTTP error answer (status and JSON body with
 //!   `__type`), as the writer's own transport receives it.
@@ -18,6 +22,10 @@
 //! - One list of throttling codes for every service: the AWS SDK's own list
 //!   (`aws-runtime` `THROTTLING_ERRORS`) plus the KMS and SQS codes Kinesis
 //!   and SQS send.
+//! - A stale signature (clock skew, expired session token) is
+//!   [`ErrorClass::Retry`], never fatal: the SDK's signer corrects its clock
+//!   from the answer's `Date` header and its identity cache loads fresh
+//!   credentials, so the next attempt, after the caller's back-off, can pass.
 //! - Unknown 4xx codes are [`ErrorClass::Fatal`] on purpose: retrying them
 //!   forever would hide a misconfiguration. Unknown 5xx codes, calls that got
 //!   no answer (timeout, connection) and answers without a code and without a
@@ -125,6 +133,56 @@ pub fn is_access_denied(code: Option<&str>) -> bool {
     code.is_some_and(|c| ACCESS_DENIED_CODES.contains(&c))
 }
 
+/// Codes of a request signed at a time the service does not accept, or with
+/// session credentials that have expired. Both pass once the client signs
+/// again with a corrected clock or refreshed credentials: [`ErrorClass::Retry`].
+pub const STALE_SIGNATURE_CODES: &[&str] = &[
+    // S3-style and EC2-style skew codes (DynamoDB uses
+    // InvalidSignatureException with a "Signature expired" message).
+    "RequestTimeTooSkewed",
+    "RequestExpired",
+    "RequestInTheFuture",
+    // Expired session tokens (DynamoDB, STS, query services).
+    "ExpiredTokenException",
+    "ExpiredToken",
+    "TokenRefreshRequired",
+];
+
+/// The messages DynamoDB (and other JSON services) send with
+/// `InvalidSignatureException` when the signing time is outside the
+/// service's window ("Signature expired: 20261123T221000Z is now earlier
+/// than ...", "Signature not yet current: ..."). A wrong secret key gives
+/// the same code with another message, and stays fatal.
+const SKEWED_SIGNATURE_MESSAGES: &[&str] = &["Signature expired", "Signature not yet current"];
+
+/// True when `code` (and `message`) say the request was signed at a skewed
+/// time or with expired credentials.
+pub fn is_stale_signature(code: Option<&str>, message: Option<&str>) -> bool {
+    match code {
+        Some(c) if STALE_SIGNATURE_CODES.contains(&c) => true,
+        Some("InvalidSignatureException") => message.is_some_and(|m| {
+            SKEWED_SIGNATURE_MESSAGES
+                .iter()
+                .any(|prefix| m.trim_start().starts_with(prefix))
+        }),
+        _ => false,
+    }
+}
+
+/// Classifies by error code, message and HTTP status: a stale signature
+/// ([`is_stale_signature`]) is [`ErrorClass::Retry`], anything else as
+/// [`classify_code`] says.
+pub fn classify_error(
+    code: Option<&str>,
+    message: Option<&str>,
+    status: Option<u16>,
+) -> ErrorClass {
+    if is_stale_signature(code, message) {
+        return ErrorClass::Retry;
+    }
+    classify_code(code, status)
+}
+
 /// Classifies by error code and HTTP status (`None` when unknown).
 pub fn classify_code(code: Option<&str>, status: Option<u16>) -> ErrorClass {
     match code {
@@ -132,6 +190,7 @@ pub fn classify_code(code: Option<&str>, status: Option<u16>) -> ErrorClass {
         Some(c) if TRANSIENT_CODES.contains(&c) => ErrorClass::Retry,
         Some(c) if INVALID_CODES.contains(&c) => ErrorClass::Invalid,
         Some(c) if NOT_FOUND_CODES.contains(&c) => ErrorClass::NotFound,
+        Some(c) if STALE_SIGNATURE_CODES.contains(&c) => ErrorClass::Retry,
         Some("ExpiredIteratorException") => ErrorClass::ExpiredIterator,
         Some("ConditionalCheckFailedException") => ErrorClass::ConditionFailed,
         _ if status.is_some_and(|s| s >= 500) => ErrorClass::Retry,
@@ -176,7 +235,9 @@ pub fn classify<E: ProvideErrorMetadata, R: HttpStatus>(err: &SdkError<E, R>) ->
         SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
             ErrorClass::Retry
         }
-        SdkError::ServiceError(e) => classify_code(e.err().code(), e.raw().http_status()),
+        SdkError::ServiceError(e) => {
+            classify_error(e.err().code(), e.err().message(), e.raw().http_status())
+        }
         _ => ErrorClass::Fatal,
     }
 }
@@ -226,7 +287,7 @@ pub fn classify_http(status: u16, body: &[u8]) -> HttpError {
         (_, m) => m,
     };
     HttpError {
-        class: classify_code(code.as_deref(), Some(status)),
+        class: classify_error(code.as_deref(), message.as_deref(), Some(status)),
         code,
         message,
     }
@@ -285,6 +346,7 @@ mod tests {
             TRANSIENT_CODES,
             INVALID_CODES,
             NOT_FOUND_CODES,
+            STALE_SIGNATURE_CODES,
         ]
         .concat();
         let mut sorted = all.clone();
@@ -426,5 +488,33 @@ mod tests {
         ] {
             assert_eq!(class.is_retryable(), want, "{class:?}");
         }
+    }
+
+    /// Skew and expired credentials are "retry", whatever the service's
+    /// spelling; a bad signature for another reason stays fatal.
+    #[test]
+    fn stale_signatures_are_retried_not_fatal() {
+        let expired = br#"{"__type":"com.amazon.coral.service#InvalidSignatureException","message":"Signature expired: 20261123T221000Z is now earlier than 20261123T222500Z (20261123T224000Z - 15 min.)"}"#;
+        assert_eq!(classify_http(400, expired).class, ErrorClass::Retry);
+        let future = br#"{"__type":"com.amazon.coral.service#InvalidSignatureException","message":"Signature not yet current: 20261123T230000Z is still later than 20261123T225500Z (20261123T224000Z + 15 min.)"}"#;
+        assert_eq!(classify_http(400, future).class, ErrorClass::Retry);
+        let wrong_key = br#"{"__type":"com.amazon.coral.service#InvalidSignatureException","message":"The request signature we calculated does not match the signature you provided."}"#;
+        assert_eq!(classify_http(400, wrong_key).class, ErrorClass::Fatal);
+        let token = br#"{"__type":"com.amazon.coral.service#ExpiredTokenException","message":"The security token included in the request is expired"}"#;
+        assert_eq!(classify_http(400, token).class, ErrorClass::Retry);
+        for code in STALE_SIGNATURE_CODES {
+            assert!(is_stale_signature(Some(code), None), "{code}");
+            assert_eq!(classify_code(Some(code), Some(403)), ErrorClass::Retry);
+        }
+        assert!(!is_stale_signature(Some("InvalidSignatureException"), None));
+        assert!(!is_stale_signature(None, Some("Signature expired")));
+        // Through an SDK error, the message is read too.
+        let meta = ErrorMetadata::builder()
+            .code("InvalidSignatureException")
+            .message("Signature expired: 20261123T221000Z is now earlier than 20261123T222500Z")
+            .build();
+        let err: SdkError<DescribeTableError, ()> =
+            SdkError::service_error(DescribeTableError::generic(meta), ());
+        assert_eq!(classify(&err), ErrorClass::Retry);
     }
 }

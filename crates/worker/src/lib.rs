@@ -25,6 +25,8 @@
 //!   validated at start with errors naming the key.
 //! - [`pipeline`]: source records → route → writer → acknowledgement; every
 //!   record is acknowledged only once stored or durably dead-lettered.
+//! - [`credentials`]: [`KeepValid`](credentials::KeepValid), credentials
+//!   that keep serving while still valid when a refresh fails.
 //! - [`coordinator`]: the fenced maintenance lease (one maintainer at a
 //!   time; a stale holder's table changes are refused) and the loop that
 //!   runs rounds while holding it.
@@ -33,7 +35,8 @@
 //! - [`metrics`]: this crate's metric names and their help texts.
 //! - [`produce`]: deterministic synthetic IoT events (with a hot device).
 //! - [`query`]: reads an entity's events back through the query plans.
-//! - [`sdk`]: the AWS SDK configuration (standard chain plus timeouts).
+//! - [`sdk`]: the AWS SDK configuration (standard chain plus timeouts,
+//!   credentials wrapped in `KeepValid`).
 //! - [`tables`]: period table maintenance (create, resize by lifecycle tier,
 //!   delete or tag when expired) and creation of missing tables on demand.
 //! - [`telemetry`]: `/metrics` (Prometheus, every metric described),
@@ -56,6 +59,7 @@
 
 pub mod config;
 pub mod coordinator;
+pub mod credentials;
 pub mod deadletter;
 pub mod metrics;
 pub mod pipeline;

@@ -27,12 +27,15 @@ pub fn timeouts(attempt: Duration) -> TimeoutConfig {
         .build()
 }
 
-/// The SDK configuration: the standard chain with [`ATTEMPT_TIMEOUT`].
+/// The SDK configuration: the standard chain with [`ATTEMPT_TIMEOUT`], its
+/// credentials kept in use while valid when a refresh fails
+/// ([`crate::credentials::KeepValid`]).
 pub async fn load() -> SdkConfig {
-    aws_config::defaults(BehaviorVersion::latest())
+    let sdk = aws_config::defaults(BehaviorVersion::latest())
         .timeout_config(timeouts(ATTEMPT_TIMEOUT))
         .load()
-        .await
+        .await;
+    crate::credentials::keep_valid(sdk)
 }
 
 /// `sdk` with one attempt per call, of at most `attempt`: for callers that

@@ -1,6 +1,6 @@
 //! Metrics and health over HTTP: Prometheus text at `/metrics`, liveness at
 //! `/healthz`, readiness at `/readyz` (sources running and DynamoDB
-//! reachable). Also the client side of `tidemark healthcheck`.
+//! reachable through the writer's own client). Also the client side of `tidemark healthcheck`.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -24,7 +24,8 @@ use tracing::{debug, warn};
 pub struct Readiness {
     /// The source is running (leases taken or queue polled).
     pub source_running: AtomicBool,
-    /// The last DynamoDB probe succeeded.
+    /// The last DynamoDB probe, on the writer's own client (same endpoint,
+    /// credentials, HTTP client and proxy as the writes), succeeded.
     pub dynamodb_reachable: AtomicBool,
 }
 

@@ -49,7 +49,7 @@ pub enum WorkerError {
     /// The schema section does not make a router.
     #[error("schema: {0}")]
     Schema(#[from] tidemark_schema::route::ConfigError),
-    /// The writer's HTTP transport could not be set up from the SDK config.
+    /// The writer's transport could not be set up from the SDK config.
     #[error("writer transport: {0}")]
     Transport(#[from] tidemark_writer::transport::SettingsError),
     /// The telemetry address could not be bound.
@@ -137,6 +137,8 @@ pub struct DataPath {
     manager: TableManager,
     /// The endpoint governors every AWS caller of this worker shares.
     governors: Governors,
+    /// The writer's transport: /readyz probes through it.
+    transport: Arc<tidemark_writer::SdkTransport>,
     writer: WriterHandle,
     writer_task: JoinHandle<Result<(), WriterError>>,
     dead_task: JoinHandle<()>,
@@ -162,13 +164,13 @@ impl DataPath {
         if let Err(e) = manager.round(Utc::now(), RoundKind::Ensure, false).await {
             warn!(error = %e, "creating the current tables failed; they are created on first write");
         }
-        // Writes bypass the SDK's operation layer (see
-        // tidemark_writer::transport) but use the same region, credentials
-        // and endpoint.
-        let transport = tidemark_writer::HttpTransport::from_sdk(sdk)?;
+        // Writes go through the SDK's own DynamoDB client for `sdk` (endpoint,
+        // identity cache, signing, HTTP client), with pre-encoded bodies (see
+        // tidemark_writer::transport).
+        let transport = Arc::new(tidemark_writer::SdkTransport::new(sdk)?);
         let (writer, writer_task) = Writer::start_governed(
             dynamodb.clone(),
-            Arc::new(transport),
+            transport.clone(),
             config.writer.clone(),
             Arc::new(CreateMissingTables::new(manager.clone())),
             governors.dynamodb.clone(),
@@ -188,6 +190,7 @@ impl DataPath {
         Ok(DataPath {
             manager,
             governors,
+            transport,
             writer,
             writer_task,
             dead_task,
@@ -209,6 +212,7 @@ impl DataPath {
         let DataPath {
             manager: _,
             governors: _,
+            transport: _,
             writer,
             writer_task,
             dead_task,
@@ -331,7 +335,7 @@ impl Worker {
             telemetry_stop.clone(),
         ));
         tokio::spawn(probe_dynamodb(
-            dynamodb.clone(),
+            data.transport.clone(),
             readiness.clone(),
             telemetry_stop.clone(),
         ));
@@ -423,9 +427,11 @@ fn rotate_round(
     }
 }
 
-/// Keeps `dynamodb_reachable` current for /readyz with a cheap call.
+/// Keeps `dynamodb_reachable` current for /readyz with a cheap call on the
+/// writer's own client: the endpoint, credentials, HTTP client (proxy) and
+/// clock-skew state every write uses.
 async fn probe_dynamodb(
-    client: aws_sdk_dynamodb::Client,
+    transport: Arc<tidemark_writer::SdkTransport>,
     readiness: Arc<Readiness>,
     shutdown: CancellationToken,
 ) {
@@ -435,7 +441,13 @@ async fn probe_dynamodb(
             () = shutdown.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let ok = client.list_tables().limit(1).send().await.is_ok();
+        let ok = match transport.probe().await {
+            Ok(()) => true,
+            Err(e) => {
+                warn!(error = %e, "readiness: DynamoDB unreachable on the write path");
+                false
+            }
+        };
         readiness.dynamodb_reachable.store(ok, Ordering::Relaxed);
     }
 }

@@ -198,4 +198,17 @@ mod tests {
             Failure::Fatal { code, .. } if code == "HTTP 403"
         ));
     }
+
+    /// A skewed clock or an expired session token: retried (the SDK signs
+    /// the next attempt with its corrected clock / fresh credentials),
+    /// never fatal, never dead-lettered.
+    #[test]
+    fn stale_signatures_are_transient() {
+        let skew = br#"{"__type":"com.amazon.coral.service#InvalidSignatureException","message":"Signature expired: 20261123T220000Z is now earlier than 20261123T220500Z (20261123T221000Z - 5 min.)"}"#;
+        assert!(matches!(classify_raw(400, skew), Failure::Transient(_)));
+        let token = br#"{"__type":"com.amazon.coral.service#ExpiredTokenException","message":"The security token included in the request is expired"}"#;
+        assert!(matches!(classify_raw(400, token), Failure::Transient(_)));
+        let wrong = br#"{"__type":"com.amazon.coral.service#InvalidSignatureException","message":"The request signature we calculated does not match"}"#;
+        assert!(matches!(classify_raw(400, wrong), Failure::Fatal { .. }));
+    }
 }

@@ -18,17 +18,18 @@
 //!   adaptive concurrency), tested by deterministic simulation.
 //! - [`error`]: [`WriterError`], and the writer's action per class of
 //!   DynamoDB error (classes from `tidemark-aws-errors`).
-//! - [`transport`]: [`Transport`] and [`HttpTransport`]: one BatchWriteItem
-//!   body to DynamoDB as a SigV4-signed POST on the SDK's HTTP connector;
+//! - [`transport`]: [`Transport`] and [`SdkTransport`]: one pre-encoded
+//!   BatchWriteItem body sent through the AWS SDK's own DynamoDB client
+//!   (endpoint rules, identity cache, SigV4 with clock-skew correction, HTTP
+//!   client with proxy settings, timeouts), SDK retries off;
 //!   `transport::body` (private) builds that body from a batch.
-//! - `sigv4` (private): SigV4 for that one request shape, signing key cached.
 //! - `response` (private): reads a successful answer (consumed capacity,
 //!   keys of unprocessed items).
 //! - [`stats`]: [`WriterStats`], the counters the worker prints.
 //! - [`metrics`]: every metric name, and [`metrics::describe`] for HELP lines.
 //!
 //! Dependencies run one way: `writer` → `table` → {`batch`, `rate`,
-//! `transport` (→ `sigv4`, `batch`), `response`, `error`, `stats`
+//! `transport` (→ `batch`), `response`, `error`, `stats`
 //! (→ `metrics`)}; `ack`, `missing` and `config` import no module of the crate.
 //!
 //! Guarantees:
@@ -40,9 +41,10 @@
 //!   in one report), unless the writer ends with a fatal error, in which case the
 //!   submissions still in flight are never completed (their sources must not
 //!   advance).
-//! - **Nothing dropped on transient trouble**: throttling, 5xx, timeouts and
-//!   connection errors are retried without limit with capped exponential
-//!   back-off and full jitter. Only permanent problems reject an item:
+//! - **Nothing dropped on transient trouble**: throttling, 5xx, timeouts,
+//!   connection errors, a skewed signing clock and expired session
+//!   credentials (the SDK corrects or refreshes them) are retried without
+//!   limit with capped exponential back-off and full jitter. Only permanent problems reject an item:
 //!   `ItemTooLarge`, `DynamodbRejected` (isolated by bisection), `TableMissing`.
 //! - **Bounded memory**: `submit` waits while `max_in_flight_items` or
 //!   `max_in_flight_bytes` are reached.
@@ -59,7 +61,6 @@ pub mod metrics;
 pub mod missing;
 pub(crate) mod rate;
 mod response;
-mod sigv4;
 pub mod stats;
 mod table;
 pub mod transport;
@@ -78,5 +79,5 @@ pub use config::WriterConfig;
 pub use error::WriterError;
 pub use missing::{MissingTableAction, MissingTableHandler, RejectMissing};
 pub use stats::WriterStats;
-pub use transport::{HttpSettings, HttpTransport, RawResponse, Transport, TransportError};
+pub use transport::{RawResponse, SdkTransport, Transport, TransportError};
 pub use writer::{Submission, Writer, WriterHandle};

@@ -56,7 +56,7 @@ pub struct Writer;
 
 impl Writer {
     /// Starts the writer. Writes go through `transport` (in production an
-    /// [`HttpTransport`](crate::HttpTransport)); `client` serves only
+    /// [`SdkTransport`](crate::SdkTransport)); `client` serves only
     /// DescribeTable, with its own retries switched off (see below). The
     /// returned task ends `Ok(())` after [`WriterHandle::close`] (or when
     /// every handle is dropped) once everything submitted is completed, or

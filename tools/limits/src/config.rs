@@ -90,6 +90,12 @@ pub struct Config {
     #[arg(long, env = "TIDEMARK_LIMITS_KINESIS_WRITE_BYTES", default_value_t = 1024 * 1024)]
     pub kinesis_write_bytes: u64,
 
+    /// Run the proxy's clock this far from the machine's (`10m`, `-90s`):
+    /// requests signed more than 5 minutes off it are refused as DynamoDB
+    /// refuses them, and every answer carries its `Date`.
+    #[arg(long, env = "TIDEMARK_LIMITS_CLOCK_OFFSET", allow_hyphen_values = true, value_parser = crate::clock::parse_offset)]
+    pub clock_offset: Option<crate::clock::Offset>,
+
     /// Fault injection (all off by default).
     #[command(flatten)]
     pub faults: FaultConfig,

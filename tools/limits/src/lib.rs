@@ -13,6 +13,8 @@
 //!   from the request body (what BatchWriteItem is read into).
 //! - [`aws_error`]: error bodies exactly as DynamoDB and Kinesis send them.
 //! - [`fault`]: injected 5xx errors, latency and dropped connections.
+//! - [`clock`]: `--clock-offset`: a proxy clock off the machine's; requests
+//!   signed outside its window refused as DynamoDB does, `Date` on answers.
 //! - [`sink`]: sink mode's record of accepted writes.
 //! - [`proxy`]: the HTTP layer: routing on `X-Amz-Target`, parsing,
 //!   forwarding, `/_limits/stats`, `/_limits/reset`, `/_limits/sink/TABLE`.
@@ -31,6 +33,7 @@
 
 pub mod aws_error;
 pub mod bucket;
+pub mod clock;
 pub mod config;
 pub mod ddb_json;
 pub mod dynamo;

@@ -152,6 +152,8 @@ pub struct Proxy {
     sqs: Uri,
     client: Client<HttpConnector, Full<Bytes>>,
     state: Mutex<State>,
+    /// Requests refused as signed outside `--clock-offset`'s window.
+    clock_refused: std::sync::atomic::AtomicU64,
 }
 
 fn parse_upstream(s: &str) -> Result<Uri, ProxyError> {
@@ -203,6 +205,7 @@ impl Proxy {
             sqs,
             client,
             state: Mutex::new(state),
+            clock_refused: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -223,7 +226,21 @@ impl Proxy {
                 ));
             }
         };
-        self.dispatch(parts, body).await
+        // --clock-offset: judged and stamped by the proxy's own clock.
+        let Some(offset) = self.cfg.clock_offset else {
+            return self.dispatch(parts, body).await;
+        };
+        let now = offset.apply(std::time::SystemTime::now());
+        let mut resp = match crate::clock::refuse_skewed(&parts.headers, now) {
+            Some(refused) => {
+                self.clock_refused
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                refused
+            }
+            None => self.dispatch(parts, body).await?,
+        };
+        crate::clock::stamp(&mut resp, offset.apply(std::time::SystemTime::now()));
+        Ok(resp)
     }
 
     /// Serves one request whose body was read.
@@ -295,6 +312,12 @@ impl Proxy {
                     .to_string(),
             ),
         }
+    }
+
+    /// Requests refused as signed too far from the `--clock-offset` clock.
+    pub fn clock_refused(&self) -> u64 {
+        self.clock_refused
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The current counters.

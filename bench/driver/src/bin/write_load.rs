@@ -59,7 +59,7 @@ async fn main() {
         .await;
     let client = aws_sdk_dynamodb::Client::new(&conf);
     // Start-up: a bad endpoint is a usage error of this driver.
-    let transport = tidemark_writer::HttpTransport::from_sdk(&conf).expect("a usable endpoint");
+    let transport = tidemark_writer::SdkTransport::new(&conf).expect("a region and credentials");
     let (handle, task) = Writer::start(
         client,
         Arc::new(transport),
