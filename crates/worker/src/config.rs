@@ -29,9 +29,9 @@ use crate::deadletter::DeadLetterConfig;
 mod check;
 mod schema;
 
+use check::Origins;
 pub use check::{Effective, Origin, Problem};
 pub use schema::json_schema;
-use check::Origins;
 
 /// Prefix of environment overrides; `__` separates the path segments.
 pub const ENV_PREFIX: &str = "TIDEMARK__";
@@ -240,7 +240,11 @@ impl Merged {
                 match apply_env(&mut root, var, rest, value) {
                     Ok(key) => origins.set(&key, origin),
                     Err(ConfigError::Env { message, .. }) => problems.push(Problem {
-                        key: rest.split("__").map(str::to_ascii_lowercase).collect::<Vec<_>>().join("."),
+                        key: rest
+                            .split("__")
+                            .map(str::to_ascii_lowercase)
+                            .collect::<Vec<_>>()
+                            .join("."),
                         value: Some(value.clone()),
                         origin: Some(origin),
                         message,
@@ -314,19 +318,21 @@ impl Merged {
                 Err(e) => return Err(e),
             }
         }
-        match typed {
-            Some(config) if self.problems.is_empty() => {
-                let problems: Vec<Problem> = config
-                    .problems()
-                    .into_iter()
-                    .map(|(key, message)| self.problem(key, message))
-                    .collect();
-                if problems.is_empty() {
-                    Ok(config)
-                } else {
-                    Err(ConfigError::Invalid(problems))
+        // The cross-field checks run on what typed (the values taken out
+        // read as their defaults), so they report alongside the rest.
+        if let Some(config) = &typed {
+            for (key, message) in config.problems() {
+                if !removed
+                    .iter()
+                    .any(|r| key == *r || key.starts_with(&format!("{r}.")))
+                {
+                    let p = self.problem(key, message);
+                    self.problems.push(p);
                 }
             }
+        }
+        match typed {
+            Some(config) if self.problems.is_empty() => Ok(config),
             _ => Err(ConfigError::Invalid(self.problems)),
         }
     }
@@ -399,10 +405,13 @@ impl Config {
             schema.remove("billing");
         }
         merged.root = routing;
-        let r: Routing = strict(toml::Value::Table(merged.root.clone()), "").map_err(|e| match e {
-            ConfigError::Key { key, message } => ConfigError::Invalid(vec![merged.problem(key, message)]),
-            e => e,
-        })?;
+        let r: Routing =
+            strict(toml::Value::Table(merged.root.clone()), "").map_err(|e| match e {
+                ConfigError::Key { key, message } => {
+                    ConfigError::Invalid(vec![merged.problem(key, message)])
+                }
+                e => e,
+            })?;
         let mut schema = r.schema;
         schema.event = r.event;
         Router::new(schema.clone()).map_err(|e| {
@@ -484,10 +493,7 @@ impl Config {
             }
         }
         if self.maintenance.interval < Duration::from_secs(1) {
-            out.push((
-                "maintenance.interval".into(),
-                "must be at least 1s".into(),
-            ));
+            out.push(("maintenance.interval".into(), "must be at least 1s".into()));
         }
         if matches!(self.billing, Billing::Provisioned) {
             let t = &self.tiers;
@@ -545,7 +551,7 @@ const LOG_LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"]
 /// A tracing filter of levels: `info`, or `warn,tidemark_writer=debug`. A
 /// bare word that is no level would be read as a module name and silence
 /// everything else, so it is refused.
-fn check_log_level(filter: &str) -> Result<(), String> {
+pub fn check_log_level(filter: &str) -> Result<(), String> {
     let level_ok = |l: &str| LOG_LEVELS.contains(&l.trim().to_ascii_lowercase().as_str());
     for directive in filter.split(',') {
         let ok = match directive.rsplit_once('=') {
@@ -897,7 +903,10 @@ path = "dead-letters.jsonl"
         );
         let p = problem_at(&text, &[], "schema.event");
         assert!(p.message.contains("top-level [event]"), "{p}");
-        assert!(matches!(p.origin, Some(Origin::File { line: 9, .. })), "{p}");
+        assert!(
+            matches!(p.origin, Some(Origin::File { line: 9, .. })),
+            "{p}"
+        );
     }
 
     #[test]
@@ -922,7 +931,10 @@ path = "dead-letters.jsonl"
             &[("TIDEMARK__SCHEMA__KEY__SHARDS", "10")],
             "schema.key.shards",
         );
-        assert!(p.to_string().contains("TIDEMARK__SCHEMA__KEY__SHARDS"), "{p}");
+        assert!(
+            p.to_string().contains("TIDEMARK__SCHEMA__KEY__SHARDS"),
+            "{p}"
+        );
     }
 
     #[test]
@@ -939,14 +951,23 @@ path = "dead-letters.jsonl"
         // One misspelt key per nested table: each is named with its path.
         for (section, line) in [
             ("source", "lease_tabel = \"x\""),
-            ("source.initial_position", "type = \"latest\"\ntimestamp = \"2026-01-01T00:00:00Z\""),
+            (
+                "source.initial_position",
+                "type = \"latest\"\ntimestamp = \"2026-01-01T00:00:00Z\"",
+            ),
             ("event", "entity = \"id\""),
-            ("schema.key", "strategy = \"time_bucket\"\nshards = 2\nbucket = \"hour\"\nbuckets = 1"),
+            (
+                "schema.key",
+                "strategy = \"time_bucket\"\nshards = 2\nbucket = \"hour\"\nbuckets = 1",
+            ),
             ("schema.key_attributes", "partition = \"p\""),
             ("schema.attributes", "entity_attr = \"e\""),
             ("schema.tiers", "hot = { read = 1, write = 1 }"),
             ("schema.tiers.cold", "read = 1\nwrite = 1\nreads = 1"),
-            ("schema.billing", "mode = \"provisioned\"\nwarm_write_units = 5"),
+            (
+                "schema.billing",
+                "mode = \"provisioned\"\nwarm_write_units = 5",
+            ),
             ("writer", "lingr = \"1s\""),
             ("dead_letters", "pth = \"x\""),
             ("maintenance", "enable = true"),
@@ -960,7 +981,11 @@ path = "dead-letters.jsonl"
             };
             let all = problems(&text, &[]);
             assert_eq!(all.len(), 1, "{section}: {all:#?}");
-            assert!(all[0].key.starts_with(&format!("{section}.")), "{section}: {}", all[0]);
+            assert!(
+                all[0].key.starts_with(&format!("{section}.")),
+                "{section}: {}",
+                all[0]
+            );
             assert!(
                 matches!(all[0].origin, Some(Origin::File { .. })),
                 "{section}: {}",
@@ -988,7 +1013,10 @@ path = "dead-letters.jsonl"
         for rust in ["usize", "u64", "struct", "enum ", "variant"] {
             assert!(!shown.contains(rust), "{rust} in {shown}");
         }
-        assert!(shown.contains("environment variable TIDEMARK__SOURCE__STREEM"), "{shown}");
+        assert!(
+            shown.contains("environment variable TIDEMARK__SOURCE__STREEM"),
+            "{shown}"
+        );
         assert!(shown.contains("t.toml:"), "{shown}");
     }
 
@@ -1004,8 +1032,14 @@ path = "dead-letters.jsonl"
         );
         assert!(p.to_string().contains("t.toml:9"), "{p}");
         for (e, key) in [
-            (("TIDEMARK__TELEMETRY__LISTEN", "localhost:abc"), "telemetry.listen"),
-            (("TIDEMARK__TELEMETRY__LOG_LEVEL", "verbose"), "telemetry.log_level"),
+            (
+                ("TIDEMARK__TELEMETRY__LISTEN", "localhost:abc"),
+                "telemetry.listen",
+            ),
+            (
+                ("TIDEMARK__TELEMETRY__LOG_LEVEL", "verbose"),
+                "telemetry.log_level",
+            ),
         ] {
             let p = problem_at(MINIMAL, &[e], key);
             assert!(p.to_string().contains(e.0), "{p}");
@@ -1014,7 +1048,10 @@ path = "dead-letters.jsonl"
         let c = Config::from_toml(
             MINIMAL,
             "t.toml",
-            &env(&[("TIDEMARK__TELEMETRY__LOG_LEVEL", "warn,tidemark_writer=debug")]),
+            &env(&[(
+                "TIDEMARK__TELEMETRY__LOG_LEVEL",
+                "warn,tidemark_writer=debug",
+            )]),
         );
         assert!(c.is_ok(), "{c:?}");
     }
@@ -1035,12 +1072,18 @@ path = "dead-letters.jsonl"
                 .find(|e| e.key == k)
                 .unwrap_or_else(|| panic!("{k} not in {all:#?}"))
         };
-        assert!(matches!(get("source.stream").origin, Origin::File { line: 4, .. }));
+        assert!(matches!(
+            get("source.stream").origin,
+            Origin::File { line: 4, .. }
+        ));
         assert_eq!(get("schema.period").value, "\"hour\"");
         assert!(matches!(get("schema.period").origin, Origin::Env { .. }));
         assert_eq!(get("writer.linger").origin, Origin::Default);
         assert_eq!(get("schema.tiers.cold.write").value, "1");
-        assert!(matches!(get("source.worker_id").origin, Origin::Derived { .. }));
+        assert!(matches!(
+            get("source.worker_id").origin,
+            Origin::Derived { .. }
+        ));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -6,7 +6,7 @@ use tidemark_schema::query::TimeRange;
 use tidemark_worker::config::Config;
 use tidemark_worker::query;
 
-use super::render::{self, OutputFormat};
+use super::render::{self, Output};
 
 /// Arguments of `query`.
 #[derive(Debug, clap::Args)]
@@ -25,13 +25,13 @@ pub(crate) struct Args {
     /// Only the newest event (searched newest table first, within retention).
     #[arg(long, required_unless_present = "from")]
     latest: bool,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = OutputFormat::Jsonl)]
-    format: OutputFormat,
+    /// Former name of the global --output (default here: jsonl).
+    #[arg(long, value_enum, hide = true)]
+    format: Option<Output>,
 }
 
 pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
-    let sdk = tidemark_worker::sdk::load().await;
+    let sdk = super::sdk().await;
     let client = aws_sdk_dynamodb::Client::new(&sdk);
     let items = if args.latest {
         let now = Utc::now();
@@ -61,7 +61,7 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
     render::query_rows(
         &mut std::io::stdout().lock(),
         &rows,
-        args.format,
+        super::output(args.format.unwrap_or(Output::Jsonl)),
         &config.schema,
     )
 }

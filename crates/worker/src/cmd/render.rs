@@ -9,15 +9,84 @@ use comfy_table::{CellAlignment, Table};
 use tidemark_schema::route::RouterConfig;
 use tidemark_worker::tables::TableInfo;
 
-/// The row format of `query`.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub(crate) enum OutputFormat {
-    /// One JSON object per line.
+/// The output format of every command that prints data (`--output`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Output {
+    /// Aligned columns for people.
+    Table,
+    /// One JSON document, indented.
+    Json,
+    /// One JSON object per line (a list: one line per element).
     Jsonl,
     /// Comma-separated values with a header.
     Csv,
-    /// Aligned columns.
-    Table,
+}
+
+/// Rounds every float to at most 6 decimals, so JSON shows `393.564`,
+/// not `393.56399999999996`.
+pub(crate) fn tidy(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Number(n) if n.is_f64() => {
+            if let Some(x) = n.as_f64() {
+                let r = (x * 1e6).round() / 1e6;
+                if let Some(m) = serde_json::Number::from_f64(r) {
+                    *n = m;
+                }
+            }
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(tidy),
+        serde_json::Value::Object(o) => o.values_mut().for_each(tidy),
+        _ => {}
+    }
+}
+
+/// `value` as JSON (indented) or JSON lines (a list one element per line),
+/// floats tidied; `table` and `csv` print JSON lines too (the caller gives
+/// rows for those where it has them).
+pub(crate) fn json_text(value: &impl serde::Serialize, output: Output) -> Result<String> {
+    let mut v = serde_json::to_value(value)?;
+    tidy(&mut v);
+    Ok(match (output, &v) {
+        (Output::Json, _) => serde_json::to_string_pretty(&v)?,
+        (_, serde_json::Value::Array(items)) => items
+            .iter()
+            .map(serde_json::Value::to_string)
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => v.to_string(),
+    })
+}
+
+/// Prints [`json_text`].
+pub(crate) fn print_json(value: &impl serde::Serialize, output: Output) -> Result<()> {
+    let text = json_text(value, output)?;
+    if !text.is_empty() {
+        println!("{text}");
+    }
+    Ok(())
+}
+
+/// Prints `rows` under `header` as a table or CSV, or `objects` as JSON.
+pub(crate) fn print_rows(
+    header: &[&str],
+    rows: Vec<Vec<String>>,
+    right: &[usize],
+    output: Output,
+    objects: &impl serde::Serialize,
+) -> Result<()> {
+    match output {
+        Output::Table => println!("{}", table(Some(header), rows, right)),
+        Output::Csv => {
+            let mut w = csv::Writer::from_writer(std::io::stdout().lock());
+            w.write_record(header)?;
+            for r in rows {
+                w.write_record(&r)?;
+            }
+            w.flush()?;
+        }
+        Output::Json | Output::Jsonl => print_json(objects, output)?,
+    }
+    Ok(())
 }
 
 /// An aligned table without borders: columns two spaces apart, the columns
@@ -57,7 +126,9 @@ fn state_cell(t: &TableInfo) -> Result<String> {
 }
 
 /// `tables list`: TABLE PERIOD STATE STATUS RCU WCU.
-pub(crate) fn tables_list(tables: &[TableInfo]) -> Result<String> {
+pub(crate) fn tables_list_rows(
+    tables: &[TableInfo],
+) -> Result<([&'static str; 6], Vec<Vec<String>>)> {
     let mut rows = Vec::with_capacity(tables.len());
     for t in tables {
         let (r, w) = capacity_cells(t);
@@ -70,11 +141,7 @@ pub(crate) fn tables_list(tables: &[TableInfo]) -> Result<String> {
             w,
         ]);
     }
-    Ok(table(
-        Some(&["TABLE", "PERIOD", "STATE", "STATUS", "RCU", "WCU"]),
-        rows,
-        &[4, 5],
-    ))
+    Ok((["TABLE", "PERIOD", "STATE", "STATUS", "RCU", "WCU"], rows))
 }
 
 /// `status`' table section: TABLE PERIOD STATE RCU WCU.
@@ -161,12 +228,13 @@ fn query_cell(r: &serde_json::Value, c: &str) -> String {
 pub(crate) fn query_rows(
     out: &mut impl Write,
     rows: &[serde_json::Value],
-    format: OutputFormat,
+    format: Output,
     schema: &RouterConfig,
 ) -> Result<()> {
-    if let OutputFormat::Jsonl = format {
-        for r in rows {
-            writeln!(out, "{r}")?;
+    if let Output::Jsonl | Output::Json = format {
+        let text = json_text(&rows, format)?;
+        if !text.is_empty() {
+            writeln!(out, "{text}")?;
         }
         return Ok(());
     }
@@ -175,7 +243,7 @@ pub(crate) fn query_rows(
         .iter()
         .map(|r| columns.iter().map(|c| query_cell(r, c)).collect::<Vec<_>>());
     match format {
-        OutputFormat::Csv => {
+        Output::Csv => {
             let mut w = csv::Writer::from_writer(out);
             w.write_record(&columns)?;
             for row in cells {
@@ -183,11 +251,11 @@ pub(crate) fn query_rows(
             }
             w.flush()?;
         }
-        OutputFormat::Table => {
+        Output::Table => {
             let header: Vec<&str> = columns.iter().map(String::as_str).collect();
             writeln!(out, "{}", table(Some(&header), cells.collect(), &[]))?;
         }
-        OutputFormat::Jsonl => {}
+        Output::Jsonl | Output::Json => {}
     }
     Ok(())
 }
@@ -216,7 +284,7 @@ mod tests {
         ]
     }
 
-    fn render(format: OutputFormat) -> String {
+    fn render(format: Output) -> String {
         let mut out = Vec::new();
         let schema = RouterConfig::with_prefix("x");
         query_rows(&mut out, &rows(), format, &schema).unwrap();
@@ -226,7 +294,7 @@ mod tests {
     #[test]
     fn query_csv_puts_key_columns_first_and_quotes_as_before() {
         assert_eq!(
-            render(OutputFormat::Csv),
+            render(Output::Csv),
             "ts,entity_id,event_id,note,t\n\
              2026-11-22T05:00:00Z,d1,e1,\"a,\"\"b\"\"\",21.5\n\
              2026-11-22T05:00:01Z,d1,e2,,22\n"
@@ -234,8 +302,17 @@ mod tests {
     }
 
     #[test]
+    fn json_numbers_have_no_float_noise() {
+        let v = serde_json::json!({"cost": 393.563_999_999_999_96, "n": 3});
+        assert_eq!(
+            json_text(&v, Output::Jsonl).unwrap(),
+            r#"{"cost":393.564,"n":3}"#
+        );
+    }
+
+    #[test]
     fn query_table_and_jsonl_keep_every_value() {
-        let t = render(OutputFormat::Table);
+        let t = render(Output::Table);
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines.len(), 3);
         assert!(lines[0].starts_with("ts "), "{t}");
@@ -243,7 +320,7 @@ mod tests {
             lines[1].contains("a,\"b\"") && lines[1].ends_with("21.5"),
             "{t}"
         );
-        let j = render(OutputFormat::Jsonl);
+        let j = render(Output::Jsonl);
         assert_eq!(j.lines().count(), 2);
         assert!(j.contains("\"event_id\":\"e2\""), "{j}");
     }

@@ -21,7 +21,7 @@ pub(crate) struct Args {
 }
 
 pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
-    let sdk = tidemark_worker::sdk::load().await;
+    let sdk = super::sdk().await;
     let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
     let mut shards = Vec::new();
     if let SourceConfig::Kinesis(k) = &config.source {

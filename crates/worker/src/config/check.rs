@@ -297,7 +297,8 @@ fn edit_distance(a: &str, b: &str) -> usize {
 
 /// A serde message without Rust type names, with the fix.
 pub(crate) fn humanize(message: &str) -> String {
-    let message = message.trim_end();
+    // toml appends "\nin `key`": the problem names the key already.
+    let message = message.split("\nin `").next().unwrap_or(message).trim_end();
     let mut m = message.to_string();
     // serde's "expected <what the type visitor says>": say it in TOML terms.
     for (rust, plain) in [
@@ -315,7 +316,10 @@ pub(crate) fn humanize(message: &str) -> String {
     ] {
         m = m.replace(&format!("expected {rust}"), &format!("expected {plain}"));
     }
-    if let Some(i) = m.find("expected struct ").or_else(|| m.find("expected internally tagged enum ")) {
+    if let Some(i) = m
+        .find("expected struct ")
+        .or_else(|| m.find("expected internally tagged enum "))
+    {
         m.truncate(i);
         m.push_str("expected a table");
     }
@@ -431,14 +435,7 @@ fn walk_effective(
         let sub_resolved = resolve(sub, defs);
         match t.get(k) {
             Some(toml::Value::Table(inner)) if !is_open_map(sub_resolved) => {
-                walk_effective(
-                    Some(inner),
-                    sub,
-                    defs,
-                    &format!("{path}."),
-                    origins,
-                    out,
-                );
+                walk_effective(Some(inner), sub, defs, &format!("{path}."), origins, out);
             }
             Some(v) => out.push(Effective {
                 key: path.clone(),
@@ -505,7 +502,11 @@ mod tests {
         assert_eq!(line("source.kind"), 2);
         assert_eq!(line("schema.key.shards"), 5);
         assert_eq!(line("schema.tiers.active.write"), 6);
-        assert_eq!(line("schema.period"), 4, "an unset key falls back to its section");
+        assert_eq!(
+            line("schema.period"),
+            4,
+            "an unset key falls back to its section"
+        );
     }
 
     #[test]
@@ -522,14 +523,24 @@ mod tests {
         .collect();
         let w = env_warnings(&env, &["source", "schema"]);
         assert_eq!(w.len(), 2, "{w:?}");
-        assert!(w.iter().any(|m| m.contains("use TIDEMARK__SCHEMA__TABLE_PREFIX")), "{w:?}");
-        assert!(w.iter().any(|m| m.contains("use TIDEMARK__SOURCE__STREAM")), "{w:?}");
+        assert!(
+            w.iter()
+                .any(|m| m.contains("use TIDEMARK__SCHEMA__TABLE_PREFIX")),
+            "{w:?}"
+        );
+        assert!(
+            w.iter().any(|m| m.contains("use TIDEMARK__SOURCE__STREAM")),
+            "{w:?}"
+        );
     }
 
     #[test]
     fn messages_speak_toml_not_rust() {
         let m = humanize("invalid type: string \"abc\", expected usize");
-        assert_eq!(m, "a string \"abc\", expected a whole number; fix the value");
+        assert_eq!(
+            m,
+            "a string \"abc\", expected a whole number; fix the value"
+        );
         let m = humanize("invalid type: integer `5`, expected struct WriterConfig");
         assert!(!m.contains("WriterConfig"), "{m}");
     }
