@@ -165,26 +165,89 @@ pub(crate) struct ShardRow {
     pub(crate) owner: Option<String>,
     pub(crate) checkpoint: String,
     pub(crate) parents: Vec<String>,
-    pub(crate) millis_behind_latest: Option<i64>,
+    /// MillisBehindLatest after the checkpoint (`--probe-lag` only).
+    pub(crate) lag_ms: Option<i64>,
+    /// Why the lag could not be measured.
+    pub(crate) lag_error: Option<String>,
 }
 
-/// `status`' shard section: SHARD OWNER LAG (ms) CHECKPOINT.
-pub(crate) fn status_shards(shards: &[ShardRow]) -> String {
+/// The queue line of `status` for an SQS source.
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct QueueRow {
+    pub(crate) queue: String,
+    /// ApproximateNumberOfMessages.
+    pub(crate) visible: Option<u64>,
+    /// ApproximateNumberOfMessagesNotVisible.
+    pub(crate) in_flight: Option<u64>,
+    /// ApproximateNumberOfMessagesDelayed.
+    pub(crate) delayed: Option<u64>,
+}
+
+/// A lag as a short duration: `850ms`, `12s`, `3m 20s`, `2h 5m`.
+pub(crate) fn lag(ms: i64) -> String {
+    let ms = u64::try_from(ms).unwrap_or(0);
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    let s = ms / 1000;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m {}s", s / 60, s % 60),
+        _ => format!("{}h {}m", s / 3600, s % 3600 / 60),
+    }
+}
+
+/// A checkpoint as shown: sentinels whole; a sequence number shortened to
+/// its last 12 digits (where consecutive records differ) unless `wide`.
+fn checkpoint_cell(c: &str, wide: bool) -> String {
+    let n = c.chars().count();
+    if wide || n <= 16 || !c.starts_with(|ch: char| ch.is_ascii_digit()) {
+        c.to_string()
+    } else {
+        format!("…{}", c.chars().skip(n - 14).collect::<String>())
+    }
+}
+
+/// `status`' shard section: SHARD OWNER [LAG] CHECKPOINT, each column as
+/// wide as its longest cell.
+pub(crate) fn status_shards(shards: &[ShardRow], wide: bool, with_lag: bool) -> String {
     let rows = shards
         .iter()
         .map(|r| {
-            vec![
+            let mut row = vec![
                 r.shard.clone(),
-                r.owner.clone().unwrap_or_else(|| "-".into()),
-                r.millis_behind_latest.map_or("-".into(), |m| m.to_string()),
-                r.checkpoint.clone(),
-            ]
+                r.owner.clone().unwrap_or_else(|| "(none)".into()),
+            ];
+            if with_lag {
+                row.push(match (&r.lag_ms, &r.lag_error) {
+                    (Some(ms), _) => lag(*ms),
+                    (None, Some(e)) => format!("error: {}", e.chars().take(40).collect::<String>()),
+                    (None, None) => "n/a".into(),
+                });
+            }
+            row.push(checkpoint_cell(&r.checkpoint, wide));
+            row
         })
         .collect();
+    if with_lag {
+        table(Some(&["SHARD", "OWNER", "LAG", "CHECKPOINT"]), rows, &[2])
+    } else {
+        table(Some(&["SHARD", "OWNER", "CHECKPOINT"]), rows, &[])
+    }
+}
+
+/// `status`' queue section: QUEUE VISIBLE IN-FLIGHT DELAYED.
+pub(crate) fn status_queue(q: &QueueRow) -> String {
+    let n = |v: Option<u64>| v.map_or("?".into(), |v| v.to_string());
     table(
-        Some(&["SHARD", "OWNER", "LAG (ms)", "CHECKPOINT"]),
-        rows,
-        &[2],
+        Some(&["QUEUE", "VISIBLE", "IN-FLIGHT", "DELAYED"]),
+        vec![vec![
+            q.queue.clone(),
+            n(q.visible),
+            n(q.in_flight),
+            n(q.delayed),
+        ]],
+        &[1, 2, 3],
     )
 }
 
@@ -299,6 +362,46 @@ mod tests {
              2026-11-22T05:00:00Z,d1,e1,\"a,\"\"b\"\"\",21.5\n\
              2026-11-22T05:00:01Z,d1,e2,,22\n"
         );
+    }
+
+    #[test]
+    fn status_columns_fit_long_owners_and_shorten_checkpoints() {
+        let owner = "0123456789abcdef0123456789abcdef-123"; // an ECS task id
+        let seq = "49656964593812345678901234567890123456789012345678901234";
+        let rows: Vec<ShardRow> = (0..200)
+            .map(|i| ShardRow {
+                shard: format!("shardId-{i:012}"),
+                owner: (i % 7 != 0).then(|| format!("{}{}", &owner[..35], i % 10)),
+                checkpoint: if i % 5 == 0 {
+                    "TRIM_HORIZON".into()
+                } else {
+                    format!("{seq}.0")
+                },
+                parents: Vec::new(),
+                lag_ms: Some(i * 1000),
+                lag_error: None,
+            })
+            .collect();
+        let out = status_shards(&rows, false, true);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 201);
+        // The owner column starts at the same place on every line.
+        let owner_at = lines[0].find("OWNER").unwrap();
+        for l in &lines[1..] {
+            assert_eq!(l.chars().nth(owner_at - 1), Some(' '), "{l}");
+            assert!(
+                l[owner_at..].starts_with(&owner[..35]) || l[owner_at..].starts_with("(none)"),
+                "{l}"
+            );
+            assert!(l.chars().count() < 100, "{l}");
+        }
+        assert!(out.contains("…"), "checkpoints shortened");
+        assert!(
+            status_shards(&rows, true, false).contains(seq),
+            "--wide keeps them"
+        );
+        assert_eq!(lag(200_000), "3m 20s");
+        assert_eq!(lag(850), "850ms");
     }
 
     #[test]
