@@ -60,7 +60,13 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
         Action::Ensure => RoundKind::Ensure,
         Action::Rotate => RoundKind::Rotate,
     };
-    let applied = manager.round(now, kind, args.dry_run).await?;
+    // Creating a table and waiting for ACTIVE takes seconds to minutes.
+    let spinner = super::progress_bar(0, "{spinner} {msg} {elapsed}", false);
+    spinner.set_message("creating and updating tables, waiting until ACTIVE");
+    spinner.enable_steady_tick(std::time::Duration::from_millis(200));
+    let applied = manager.round(now, kind, args.dry_run).await;
+    spinner.finish_and_clear();
+    let applied = applied?;
     if output != Output::Table {
         render::print_json(&applied, output)?;
     } else if applied.is_empty() {

@@ -20,6 +20,9 @@ pub(crate) struct Args {
     /// Former spelling of the global `--output json`.
     #[arg(long, hide = true)]
     json: bool,
+    /// Hide the progress bar.
+    #[arg(long)]
+    quiet: bool,
     /// Stop with exit status 69 when DynamoDB has not answered for this long.
     #[arg(long, default_value = "120s", value_parser = humantime_serde::re::humantime::parse_duration)]
     give_up_after: std::time::Duration,
@@ -35,8 +38,14 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
         .filter(|l| !l.trim().is_empty())
         .map(|l| l.as_bytes().to_vec())
         .collect();
+    let bar = super::progress_bar(
+        events.len() as u64,
+        "{bar:40} {pos}/{len} events read {per_sec} eta {eta}",
+        args.quiet,
+    );
     let options = VerifyOptions {
         unavailable_after: args.give_up_after,
+        progress: Some(bar.clone()),
         ..VerifyOptions::for_sdk(&sdk)
     };
     let report = verify(
@@ -45,7 +54,9 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
         &events,
         &options,
     )
-    .await?;
+    .await;
+    bar.finish_and_clear();
+    let report = report?;
     let output = super::output(if args.json {
         Output::Json
     } else {
