@@ -454,3 +454,31 @@ fn verify_without_an_endpoint_exits_69() {
     assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
     assert!(stderr(&o).contains(&endpoint), "{}", stderr(&o));
 }
+
+#[test]
+fn an_unreachable_aws_endpoint_exits_69_for_any_command() {
+    let d = dir("unreachable");
+    let file = d.join("t.toml");
+    std::fs::write(&file, GOOD).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let o = tidemark(
+        &[
+            ("AWS_ACCESS_KEY_ID", "test"),
+            ("AWS_SECRET_ACCESS_KEY", "test"),
+        ],
+        &[
+            "status",
+            "--config",
+            file.to_str().unwrap(),
+            "--region",
+            "us-east-1",
+            "--endpoint-url",
+            &format!("http://127.0.0.1:{port}"),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
+}

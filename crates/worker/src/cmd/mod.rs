@@ -19,6 +19,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use anyhow::{Result, bail};
+use aws_smithy_runtime_api::client::result::ConnectorError;
 use tidemark_schema::route::RouterConfig;
 use tidemark_worker::config::{Config, ConfigError, SourceConfig, env_warnings, process_env};
 use tidemark_worker::sdk::AwsOverrides;
@@ -31,7 +32,7 @@ pub(crate) const EXIT_CODES: &str = "Exit status:\n  \
 0   success\n  \
 1   failure; for `verify`: some events missing or different\n  \
 2   usage error (unknown option, missing argument)\n  \
-69  AWS unavailable (`verify`: DynamoDB did not answer in time)\n  \
+69  AWS unavailable (no connection or no answer; `verify`: none in --give-up-after)\n  \
 78  bad configuration (`tidemark config check` lists every problem)";
 
 /// Exit status for a configuration error (EX_CONFIG of sysexits.h).
@@ -46,6 +47,12 @@ pub(crate) fn exit_code(e: &anyhow::Error) -> u8 {
         return EXIT_CONFIG;
     }
     if let Some(VerifyError::Unavailable { .. }) = e.downcast_ref::<VerifyError>() {
+        return EXIT_UNAVAILABLE;
+    }
+    // A call that got no answer at all (no connection, DNS, a connect or
+    // read timeout): the SDK's DispatchFailure carries the connector's
+    // error. The service is unreachable, whatever the command.
+    if e.chain().any(|c| c.is::<ConnectorError>()) {
         return EXIT_UNAVAILABLE;
     }
     1

@@ -49,6 +49,13 @@ struct Snapshot {
     queue_error: Option<String>,
     tables: Vec<TableInfo>,
     tables_error: Option<String>,
+    /// The first failure, kept whole (its cause decides the exit status)
+    /// for when no section could be read at all.
+    #[serde(skip)]
+    first_error: Option<anyhow::Error>,
+    /// Sections that could be read.
+    #[serde(skip)]
+    read: usize,
 }
 
 /// The summary line's numbers.
@@ -68,8 +75,14 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
         Output::Table
     });
     let Some(every) = args.watch else {
-        let snap = snapshot(config, args).await?;
-        return print(&snap, args, output);
+        let mut snap = snapshot(config, args).await?;
+        print(&snap, args, output)?;
+        // Nothing could be read: fail, with the cause (exit 69 when AWS
+        // did not answer).
+        return match snap.first_error.take() {
+            Some(e) if snap.read == 0 => Err(e.context("no part of the status could be read")),
+            _ => Ok(()),
+        };
     };
     loop {
         let snap = snapshot(config, args).await?;
@@ -103,23 +116,41 @@ async fn snapshot(config: &Config, args: &Args) -> Result<Snapshot> {
         queue_error: None,
         tables: Vec::new(),
         tables_error: None,
+        first_error: None,
+        read: 0,
     };
     match &config.source {
         SourceConfig::Kinesis(k) => match shards(&sdk, &dynamodb, k, args.probe_lag).await {
             Ok(rows) => {
+                snap.read += 1;
                 snap.summary = Some(summary(&rows));
                 snap.shards = rows;
             }
-            Err(e) => snap.shards_error = Some(format!("{e:#}")),
+            Err(e) => {
+                snap.shards_error = Some(format!("{e:#}"));
+                snap.first_error.get_or_insert(e);
+            }
         },
         SourceConfig::Sqs(q) => match queue(&sdk, &q.queue_url).await {
-            Ok(row) => snap.queue = Some(row),
-            Err(e) => snap.queue_error = Some(format!("{e:#}")),
+            Ok(row) => {
+                snap.read += 1;
+                snap.queue = Some(row);
+            }
+            Err(e) => {
+                snap.queue_error = Some(format!("{e:#}"));
+                snap.first_error.get_or_insert(e);
+            }
         },
     }
     match table_manager(config, dynamodb).list(Utc::now()).await {
-        Ok(t) => snap.tables = t,
-        Err(e) => snap.tables_error = Some(format!("{e:#}")),
+        Ok(t) => {
+            snap.read += 1;
+            snap.tables = t;
+        }
+        Err(e) => {
+            snap.tables_error = Some(format!("{e:#}"));
+            snap.first_error.get_or_insert(e.into());
+        }
     }
     Ok(snap)
 }
