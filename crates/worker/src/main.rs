@@ -164,8 +164,8 @@ fn real_main(cli: Cli) -> Result<()> {
             runtime()?.block_on(cmd::verify::run(&config, &args))
         }
         Command::Query(args) => {
-            let config = args.config.load()?;
-            runtime()?.block_on(cmd::query::run(&config, &args))
+            let schema = args.config.load_router()?;
+            runtime()?.block_on(cmd::query::run(&schema, &args))
         }
         Command::Status(args) => {
             let config = args.config.load()?;

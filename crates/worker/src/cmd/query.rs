@@ -3,7 +3,7 @@
 use anyhow::{Result, bail};
 use chrono::{DateTime, Utc};
 use tidemark_schema::query::TimeRange;
-use tidemark_worker::config::Config;
+use tidemark_schema::route::RouterConfig;
 use tidemark_worker::query;
 
 use super::render::{self, Output};
@@ -30,20 +30,20 @@ pub(crate) struct Args {
     format: Option<Output>,
 }
 
-pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
+/// Reads with only the config's `[event]` and `[schema]`.
+pub(crate) async fn run(schema: &RouterConfig, args: &Args) -> Result<()> {
     let sdk = super::sdk().await;
     let client = aws_sdk_dynamodb::Client::new(&sdk);
     let items = if args.latest {
         let now = Utc::now();
-        let retention = chrono::Duration::from_std(config.schema.retention)
-            .unwrap_or(chrono::Duration::days(30));
+        let retention =
+            chrono::Duration::from_std(schema.retention).unwrap_or(chrono::Duration::days(30));
         let range = TimeRange {
             start_ms: (now - retention).timestamp_millis(),
-            end_ms: (now
-                + chrono::Duration::from_std(config.schema.max_future_skew).unwrap_or_default())
-            .timestamp_millis(),
+            end_ms: (now + chrono::Duration::from_std(schema.max_future_skew).unwrap_or_default())
+                .timestamp_millis(),
         };
-        query::latest(&client, &config.schema, &args.entity, range)
+        query::latest(&client, schema, &args.entity, range)
             .await?
             .into_iter()
             .collect()
@@ -55,13 +55,13 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
             start_ms: from.timestamp_millis(),
             end_ms: to.timestamp_millis(),
         };
-        query::range(&client, &config.schema, &args.entity, range).await?
+        query::range(&client, schema, &args.entity, range).await?
     };
     let rows: Vec<serde_json::Value> = items.iter().map(query::to_json).collect();
     render::query_rows(
         &mut std::io::stdout().lock(),
         &rows,
         super::output(args.format.unwrap_or(Output::Jsonl)),
-        &config.schema,
+        schema,
     )
 }
