@@ -103,5 +103,16 @@ fuzz_target!(|data: &[u8]| {
             );
             assert!(!message.is_empty(), "key {key} without a message");
         }
+        Err(ConfigError::Invalid(problems)) => {
+            assert!(!problems.is_empty(), "an invalid config without a problem");
+            for p in problems {
+                assert!(
+                    !p.key.is_empty() && p.key != ".",
+                    "a problem without a key: {}",
+                    p.message
+                );
+                assert!(!p.message.is_empty(), "key {} without a message", p.key);
+            }
+        }
     }
 });

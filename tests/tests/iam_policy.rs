@@ -104,6 +104,11 @@ const OPERATOR_ONLY: &[(&str, &str, &str)] = &[
         "dynamodb:BatchGetItem",
         "`tidemark verify` proves a produced manifest was stored",
     ),
+    (
+        "crates/worker/src/cmd/status.rs",
+        "sqs:GetQueueAttributes",
+        "`tidemark status` shows an SQS source's queue depth to an operator",
+    ),
 ];
 
 /// (file, method name, why it is not an SDK call): zero-argument calls that

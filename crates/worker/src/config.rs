@@ -2,8 +2,15 @@
 //! environment as `TIDEMARK__SECTION__KEY` (e.g. `TIDEMARK__SOURCE__STREAM`,
 //! `TIDEMARK__SCHEMA__KEY__SHARDS`), validated at start.
 //!
-//! Unknown keys are rejected, and every error names the key (as a dotted
-//! path) and says how to fix it.
+//! Every key is either used or rejected: the JSON Schema generated from the
+//! types ([`json_schema`]) names every key, including those of each variant
+//! of a tagged table (`schema.key`, `source`, `schema.billing`). One load
+//! reports every problem at once ([`ConfigError::Invalid`]), each with its
+//! dotted key, value, source (file and line, or the variable) and fix.
+//!
+//! Submodules: `schema` (the generated JSON Schema), `check` (origins of
+//! values, unknown keys, messages without Rust type names, near-miss
+//! variables, the effective config).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -18,6 +25,13 @@ use tidemark_schema::route::{Router, RouterConfig};
 use tidemark_writer::WriterConfig;
 
 use crate::deadletter::DeadLetterConfig;
+
+mod check;
+mod schema;
+
+use check::Origins;
+pub use check::{Effective, Origin, Problem};
+pub use schema::json_schema;
 
 /// Prefix of environment overrides; `__` separates the path segments.
 pub const ENV_PREFIX: &str = "TIDEMARK__";
@@ -179,6 +193,149 @@ pub enum ConfigError {
         /// What is wrong and how to fix it.
         message: String,
     },
+    /// Every problem found, each with its key, value, source and fix.
+    #[error("{}", list_problems(.0))]
+    Invalid(Vec<Problem>),
+}
+
+/// One problem per line, after a count when there are several.
+fn list_problems(problems: &[Problem]) -> String {
+    match problems {
+        [one] => one.to_string(),
+        many => {
+            let mut s = format!("{} problems in the config:", many.len());
+            for p in many {
+                s.push_str("\n  - ");
+                s.push_str(&p.to_string());
+            }
+            s
+        }
+    }
+}
+
+/// A config file merged with its environment overrides, before typing: the
+/// tree, where each key came from, and the problems found so far.
+#[derive(Debug)]
+struct Merged {
+    root: toml::Table,
+    origins: Origins,
+    problems: Vec<Problem>,
+}
+
+impl Merged {
+    /// Parses `text`, applies the `TIDEMARK__*` overrides of `env`, fills
+    /// derived defaults, and takes out (as problems) the keys no type uses.
+    fn new(text: &str, path: &str, env: &BTreeMap<String, String>) -> Result<Merged, ConfigError> {
+        let mut root: toml::Table =
+            text.parse()
+                .map_err(|e: toml::de::Error| ConfigError::Syntax {
+                    path: path.to_string(),
+                    message: e.to_string(),
+                })?;
+        let mut origins = Origins::of_file(text, path);
+        let mut problems = Vec::new();
+        for (var, value) in env {
+            if let Some(rest) = var.strip_prefix(ENV_PREFIX) {
+                let origin = Origin::Env { var: var.clone() };
+                match apply_env(&mut root, var, rest, value) {
+                    Ok(key) => origins.set(&key, origin),
+                    Err(ConfigError::Env { message, .. }) => problems.push(Problem {
+                        key: rest
+                            .split("__")
+                            .map(str::to_ascii_lowercase)
+                            .collect::<Vec<_>>()
+                            .join("."),
+                        value: Some(value.clone()),
+                        origin: Some(origin),
+                        message,
+                    }),
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        if fill_worker_id(&mut root, env) {
+            origins.set(
+                "source.worker_id",
+                Origin::Derived {
+                    what: "ECS task id or host name".into(),
+                },
+            );
+        }
+        for mut p in check::unknown_keys(&mut root, &json_schema()) {
+            p.origin = origins.of(&p.key).cloned();
+            problems.push(p);
+        }
+        Ok(Merged {
+            root,
+            origins,
+            problems,
+        })
+    }
+
+    /// A problem at `key` with its value and origin.
+    fn problem(&self, key: String, message: String) -> Problem {
+        Problem {
+            value: check::value_at(&self.root, &key),
+            origin: self.origins.of(&key).cloned(),
+            key,
+            message,
+        }
+    }
+
+    /// The typed config, or every problem: a value serde refuses is noted
+    /// and taken out, and the rest is typed again, so one run reports the
+    /// bad values of every section, not only the first.
+    fn into_config(mut self) -> Result<Config, ConfigError> {
+        let mut removed: Vec<String> = Vec::new();
+        let mut typed = None;
+        // Bounded: each round removes a key (or stops).
+        for _ in 0..64 {
+            match Config::typed(&self.root) {
+                Ok(c) => {
+                    typed = Some(c);
+                    break;
+                }
+                Err(ConfigError::Key { key, message }) => {
+                    // A required value we took out: already reported.
+                    if !removed.contains(&key) {
+                        let p = self.problem(key.clone(), message);
+                        self.problems.push(p);
+                    }
+                    let mut k = key.as_str();
+                    // Take the value out, or (missing) its section, to go on.
+                    loop {
+                        if check::remove_at(&mut self.root, k) {
+                            removed.push(k.to_string());
+                            break;
+                        }
+                        match k.rfind('.') {
+                            Some(i) => k = &k[..i],
+                            None => return Err(ConfigError::Invalid(self.problems)),
+                        }
+                    }
+                    removed.push(key);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        // The cross-field checks run on what typed (the values taken out
+        // read as their defaults), so they report alongside the rest.
+        if let Some(config) = &typed {
+            for (key, message) in config.problems() {
+                if !removed
+                    .iter()
+                    .any(|r| key == *r || key.starts_with(&format!("{r}.")))
+                {
+                    let p = self.problem(key, message);
+                    self.problems.push(p);
+                }
+            }
+        }
+        match typed {
+            Some(config) if self.problems.is_empty() => Ok(config),
+            _ => Err(ConfigError::Invalid(self.problems)),
+        }
+    }
 }
 
 impl Config {
@@ -189,14 +346,7 @@ impl Config {
         path: Option<&Path>,
         env: &BTreeMap<String, String>,
     ) -> Result<Config, ConfigError> {
-        let text = match path {
-            Some(p) => std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
-                path: p.display().to_string(),
-                source,
-            })?,
-            None => String::new(),
-        };
-        let shown = path.map_or_else(|| "(none)".to_string(), |p| p.display().to_string());
+        let (text, shown) = read(path)?;
         Config::from_toml(&text, &shown, env)
     }
 
@@ -206,18 +356,73 @@ impl Config {
         path: &str,
         env: &BTreeMap<String, String>,
     ) -> Result<Config, ConfigError> {
-        let mut root: toml::Table =
-            text.parse()
-                .map_err(|e: toml::de::Error| ConfigError::Syntax {
-                    path: path.to_string(),
-                    message: e.to_string(),
-                })?;
-        for (var, value) in env {
-            if let Some(rest) = var.strip_prefix(ENV_PREFIX) {
-                apply_env(&mut root, var, rest, value)?;
+        Merged::new(text, path, env)?.into_config()
+    }
+
+    /// Every key of the effective config with its value and where it came
+    /// from (file and line, environment variable, or default); fails as
+    /// [`Config::load`] does.
+    pub fn effective(
+        path: Option<&Path>,
+        env: &BTreeMap<String, String>,
+    ) -> Result<Vec<Effective>, ConfigError> {
+        let (text, shown) = read(path)?;
+        Config::from_toml(&text, &shown, env)?;
+        let merged = Merged::new(&text, &shown, env)?;
+        Ok(check::effective(
+            &merged.root,
+            &merged.origins,
+            &json_schema(),
+        ))
+    }
+
+    /// The event and router settings alone, for the commands that only
+    /// route (`key`, `plan`): the other sections may be absent, and are
+    /// checked only for unknown keys.
+    pub fn load_router(
+        path: Option<&Path>,
+        env: &BTreeMap<String, String>,
+    ) -> Result<RouterConfig, ConfigError> {
+        #[derive(Deserialize)]
+        struct Routing {
+            #[serde(default)]
+            event: EventConfig,
+            schema: RouterConfig,
+        }
+        let (text, shown) = read(path)?;
+        let mut merged = Merged::new(&text, &shown, env)?;
+        if !merged.problems.is_empty() {
+            return Err(ConfigError::Invalid(merged.problems));
+        }
+        let mut routing = toml::Table::new();
+        for section in ["event", "schema"] {
+            if let Some(v) = merged.root.remove(section) {
+                routing.insert(section.into(), v);
             }
         }
-        fill_worker_id(&mut root, env);
+        if let Some(toml::Value::Table(schema)) = routing.get_mut("schema") {
+            schema.remove("tiers");
+            schema.remove("billing");
+        }
+        merged.root = routing;
+        let r: Routing =
+            strict(toml::Value::Table(merged.root.clone()), "").map_err(|e| match e {
+                ConfigError::Key { key, message } => {
+                    ConfigError::Invalid(vec![merged.problem(key, message)])
+                }
+                e => e,
+            })?;
+        let mut schema = r.schema;
+        schema.event = r.event;
+        Router::new(schema.clone()).map_err(|e| {
+            ConfigError::Invalid(vec![merged.problem("schema".into(), e.to_string())])
+        })?;
+        Ok(schema)
+    }
+
+    /// The typed config of a merged tree (serde's first error only).
+    fn typed(root: &toml::Table) -> Result<Config, ConfigError> {
+        let mut root = root.clone();
         // Tiers and billing live in [schema] for users, but are maintenance
         // settings, not the router's: lift them out before the router's
         // strict (deny_unknown_fields) parse sees them.
@@ -235,10 +440,10 @@ impl Config {
         config.billing = extras.billing;
         config.schema.event = config.event.clone();
         // The writer matches UnprocessedItems by the key attributes: they are
-        // the schema's, never configured twice.
+        // the schema's, never configured twice (the loader rejects
+        // `writer.pk_attribute`).
         config.writer.pk_attribute = config.schema.key_attributes.pk.clone();
         config.writer.sk_attribute = config.schema.key_attributes.sk.clone();
-        config.validate()?;
         Ok(config)
     }
 
@@ -246,39 +451,122 @@ impl Config {
     /// runs them; public so a config changed after loading (or a fuzzer) can
     /// run them again.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        Router::new(self.schema.clone()).map_err(|e| ConfigError::Key {
-            key: "schema".into(),
-            message: e.to_string(),
-        })?;
-        self.writer.validate().map_err(|message| ConfigError::Key {
-            key: "writer".into(),
-            message,
-        })?;
+        let problems: Vec<Problem> = self
+            .problems()
+            .into_iter()
+            .map(|(key, message)| Problem {
+                key,
+                value: None,
+                origin: None,
+                message,
+            })
+            .collect();
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError::Invalid(problems))
+        }
+    }
+
+    /// Every cross-field problem, as (dotted key, what is wrong and the fix).
+    fn problems(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        if let Err(e) = Router::new(self.schema.clone()) {
+            out.push(("schema".into(), e.to_string()));
+        }
+        if let Err(message) = self.writer.validate() {
+            out.push(("writer".into(), message));
+        }
         // The same checks each source runs when it starts, so every command
         // (not only `run`, and before any AWS call) refuses a bad source
         // section, naming the key as it is written in the file.
         match &self.source {
             SourceConfig::Kinesis(kinesis) => {
-                kinesis.validate().map_err(|e| ConfigError::Key {
-                    key: format!("source.{}", e.key),
-                    message: e.problem,
-                })?;
+                if let Err(e) = kinesis.validate() {
+                    out.push((format!("source.{}", e.key), e.problem));
+                }
             }
             SourceConfig::Sqs(sqs) => {
-                sqs.validate().map_err(|e| ConfigError::Key {
-                    key: format!("source.{}", e.key),
-                    message: e.to_string(),
-                })?;
+                if let Err(e) = sqs.validate() {
+                    out.push((format!("source.{}", e.key), e.to_string()));
+                }
             }
         }
         if self.maintenance.interval < Duration::from_secs(1) {
-            return Err(ConfigError::Key {
-                key: "maintenance.interval".into(),
-                message: "must be at least 1s".into(),
-            });
+            out.push(("maintenance.interval".into(), "must be at least 1s".into()));
         }
-        Ok(())
+        if matches!(self.billing, Billing::Provisioned) {
+            let t = &self.tiers;
+            for (name, c) in [
+                ("prebuild", t.prebuild),
+                ("active", t.active),
+                ("cooling", t.cooling),
+                ("cold", t.cold),
+                ("frozen", t.frozen),
+            ] {
+                for (unit, v) in [("read", c.read), ("write", c.write)] {
+                    if v == 0 {
+                        out.push((
+                            format!("schema.tiers.{name}.{unit}"),
+                            "DynamoDB needs at least 1 capacity unit: use 1 or more".into(),
+                        ));
+                    }
+                }
+            }
+        }
+        if let Err(m) = check_listen(&self.telemetry.listen) {
+            out.push(("telemetry.listen".into(), m));
+        }
+        if let Err(m) = check_log_level(&self.telemetry.log_level) {
+            out.push(("telemetry.log_level".into(), m));
+        }
+        out
     }
+}
+
+/// The file's text and its name as shown in messages.
+fn read(path: Option<&Path>) -> Result<(String, String), ConfigError> {
+    let text = match path {
+        Some(p) => std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
+            path: p.display().to_string(),
+            source,
+        })?,
+        None => String::new(),
+    };
+    let shown = path.map_or_else(|| "(no file)".to_string(), |p| p.display().to_string());
+    Ok((text, shown))
+}
+
+/// `HOST:PORT` with a port number, as the health server binds it.
+fn check_listen(listen: &str) -> Result<(), String> {
+    match listen.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(()),
+        _ => Err("not an address: use HOST:PORT, e.g. \"0.0.0.0:9102\"".into()),
+    }
+}
+
+/// Levels a log filter may name.
+const LOG_LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+
+/// A tracing filter of levels: `info`, or `warn,tidemark_writer=debug`. A
+/// bare word that is no level would be read as a module name and silence
+/// everything else, so it is refused.
+pub fn check_log_level(filter: &str) -> Result<(), String> {
+    let level_ok = |l: &str| LOG_LEVELS.contains(&l.trim().to_ascii_lowercase().as_str());
+    for directive in filter.split(',') {
+        let ok = match directive.rsplit_once('=') {
+            Some((target, level)) => !target.trim().is_empty() && level_ok(level),
+            None => level_ok(directive),
+        };
+        if !ok {
+            return Err(format!(
+                "`{}` is not a log level: use one of {} (or TARGET=LEVEL, comma-separated)",
+                directive.trim(),
+                LOG_LEVELS.join(", ")
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Tiers and billing, read from `[schema]`.
@@ -303,6 +591,7 @@ fn strict<T: serde::de::DeserializeOwned>(
         // Internally tagged sections (source) report the section, not the
         // field: name the field too.
         if let Some(field) = backticked_after(&message, "unknown field ")
+            .or_else(|| backticked_after(&message, "missing field "))
             && !key.ends_with(field)
         {
             key = if key == "." {
@@ -318,7 +607,7 @@ fn strict<T: serde::de::DeserializeOwned>(
         };
         ConfigError::Key {
             key,
-            message: hint(&message),
+            message: check::humanize(&message),
         }
     })
 }
@@ -329,32 +618,16 @@ fn backticked_after<'a>(message: &'a str, marker: &str) -> Option<&'a str> {
     rest.strip_prefix('`')?.split('`').next()
 }
 
-/// Adds how to fix the common serde messages.
-fn hint(message: &str) -> String {
-    let message = message.trim_end();
-    if message.contains("unknown field") {
-        format!("{message}; remove it or check its spelling")
-    } else if message.contains("missing field") {
-        format!("{message}; add it (see localstack/tidemark.toml for a commented example)")
-    } else if message.contains("unknown variant")
-        || message.contains("invalid value")
-        || message.contains("invalid type")
-    {
-        format!("{message}; fix the value")
-    } else {
-        message.to_string()
-    }
-}
-
 /// Sets the value at the path `rest` (`SECTION__KEY[__SUBKEY]`, case
 /// insensitive) in `root`. Values parse as TOML (`10`, `true`, `"x"`,
-/// `[1, 2]`) and fall back to a plain string (`30s`, `events`).
+/// `[1, 2]`) and fall back to a plain string (`30s`, `events`). Returns the
+/// dotted key set.
 fn apply_env(
     root: &mut toml::Table,
     var: &str,
     rest: &str,
     value: &str,
-) -> Result<(), ConfigError> {
+) -> Result<String, ConfigError> {
     let path: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
     if path.iter().any(String::is_empty) {
         return Err(ConfigError::Env {
@@ -371,7 +644,7 @@ fn apply_env(
     for (i, segment) in path.iter().enumerate() {
         if i + 1 == path.len() {
             table.insert(segment.clone(), parsed);
-            return Ok(());
+            return Ok(path.join("."));
         }
         let entry = table
             .entry(segment.clone())
@@ -386,23 +659,25 @@ fn apply_env(
             }
         };
     }
-    Ok(())
+    Ok(path.join("."))
 }
 
-/// `source.worker_id` defaults to the ECS task id, else the host name.
-fn fill_worker_id(root: &mut toml::Table, env: &BTreeMap<String, String>) {
+/// `source.worker_id` defaults to the ECS task id, else the host name; true
+/// when it was filled in.
+fn fill_worker_id(root: &mut toml::Table, env: &BTreeMap<String, String>) -> bool {
     let Some(toml::Value::Table(source)) = root.get_mut("source") else {
-        return;
+        return false;
     };
     if source.get("kind").and_then(toml::Value::as_str) != Some("kinesis")
         || source.contains_key("worker_id")
     {
-        return;
+        return false;
     }
     source.insert(
         "worker_id".into(),
         toml::Value::String(default_worker_id(env)),
     );
+    true
 }
 
 /// The ECS task id (from the task ARN in the metadata URI), else the host
@@ -428,14 +703,27 @@ pub fn default_worker_id(env: &BTreeMap<String, String>) -> String {
     format!("worker-{}", std::process::id())
 }
 
-/// The process environment's `TIDEMARK__*` variables (and the few others the
-/// defaults read).
+/// The process environment's `TIDEMARK*` variables (overrides, and near
+/// misses for [`env_warnings`]) and the few others the defaults read.
 pub fn process_env() -> BTreeMap<String, String> {
     std::env::vars()
         .filter(|(k, _)| {
-            k.starts_with(ENV_PREFIX) || k == "ECS_CONTAINER_METADATA_URI_V4" || k == "HOSTNAME"
+            k.to_ascii_uppercase().starts_with("TIDEMARK_")
+                || k == "ECS_CONTAINER_METADATA_URI_V4"
+                || k == "HOSTNAME"
         })
         .collect()
+}
+
+/// Variables of `env` that look meant as overrides but are ignored (one
+/// underscore after `TIDEMARK`, or lower case), each with the name to use.
+pub fn env_warnings(env: &BTreeMap<String, String>) -> Vec<String> {
+    let schema = json_schema();
+    let sections: Vec<&str> = schema["properties"]
+        .as_object()
+        .map(|p| p.keys().map(String::as_str).collect())
+        .unwrap_or_default();
+    check::env_warnings(env, &sections)
 }
 
 #[cfg(test)]
@@ -517,7 +805,7 @@ path = "dead-letters.jsonl"
         let text = MINIMAL.replace("lease_table", "lease_tabel");
         let m = err(&text, &[]);
         assert!(m.contains("config key `source.lease_tabel`"), "{m}");
-        assert!(m.contains("remove it or check its spelling"), "{m}");
+        assert!(m.contains("did you mean `lease_table`?"), "{m}");
         let m = err(
             &format!("{MINIMAL}\n[telemetry]\nlisten_addr = \"x\"\n"),
             &[],
@@ -588,6 +876,230 @@ path = "dead-letters.jsonl"
                 .unwrap_or_else(|e| panic!("{file}: {e}"));
             assert!(!c.schema.table_prefix.is_empty(), "{file}");
         }
+    }
+
+    /// The problems of a config that must not load.
+    fn problems(text: &str, e: &[(&str, &str)]) -> Vec<Problem> {
+        match Config::from_toml(text, "t.toml", &env(e)) {
+            Err(ConfigError::Invalid(p)) => p,
+            other => panic!("expected problems, got {other:?}"),
+        }
+    }
+
+    /// The one problem at `key`.
+    fn problem_at(text: &str, e: &[(&str, &str)], key: &str) -> Problem {
+        let all = problems(text, e);
+        all.iter()
+            .find(|p| p.key == key)
+            .cloned()
+            .unwrap_or_else(|| panic!("no problem at `{key}` in {all:#?}"))
+    }
+
+    #[test]
+    fn schema_event_is_refused_not_overwritten() {
+        let text = MINIMAL.replace(
+            "table_prefix = \"events\"",
+            "table_prefix = \"events\"\n[schema.event]\nentity_field = \"user.id\"",
+        );
+        let p = problem_at(&text, &[], "schema.event");
+        assert!(p.message.contains("top-level [event]"), "{p}");
+        assert!(
+            matches!(p.origin, Some(Origin::File { line: 9, .. })),
+            "{p}"
+        );
+    }
+
+    #[test]
+    fn shards_with_the_entity_strategy_is_refused() {
+        let text = MINIMAL.replace(
+            "table_prefix = \"events\"",
+            "table_prefix = \"events\"\nkey = { strategy = \"entity\", shards = 10, bucket = \"hour\" }",
+        );
+        let all = problems(&text, &[]);
+        let mut keys: Vec<&str> = all.iter().map(|p| p.key.as_str()).collect();
+        keys.sort_unstable();
+        assert_eq!(keys, ["schema.key.bucket", "schema.key.shards"], "{all:#?}");
+        for p in &all {
+            assert!(p.message.contains("strategy = \"entity\""), "{p}");
+        }
+        // The same by environment, named by its variable.
+        let p = problem_at(
+            &MINIMAL.replace(
+                "table_prefix = \"events\"",
+                "table_prefix = \"events\"\nkey.strategy = \"entity\"",
+            ),
+            &[("TIDEMARK__SCHEMA__KEY__SHARDS", "10")],
+            "schema.key.shards",
+        );
+        assert!(
+            p.to_string().contains("TIDEMARK__SCHEMA__KEY__SHARDS"),
+            "{p}"
+        );
+    }
+
+    #[test]
+    fn writer_key_attributes_are_refused() {
+        for key in ["pk_attribute", "sk_attribute"] {
+            let text = format!("{MINIMAL}\n[writer]\n{key} = \"id\"\n");
+            let p = problem_at(&text, &[], &format!("writer.{key}"));
+            assert!(p.message.contains("schema.key_attributes"), "{p}");
+        }
+    }
+
+    #[test]
+    fn unknown_keys_of_every_nested_section_are_refused() {
+        // One misspelt key per nested table: each is named with its path.
+        for (section, line) in [
+            ("source", "lease_tabel = \"x\""),
+            (
+                "source.initial_position",
+                "type = \"latest\"\ntimestamp = \"2026-01-01T00:00:00Z\"",
+            ),
+            ("event", "entity = \"id\""),
+            (
+                "schema.key",
+                "strategy = \"time_bucket\"\nshards = 2\nbucket = \"hour\"\nbuckets = 1",
+            ),
+            ("schema.key_attributes", "partition = \"p\""),
+            ("schema.attributes", "entity_attr = \"e\""),
+            ("schema.tiers", "hot = { read = 1, write = 1 }"),
+            ("schema.tiers.cold", "read = 1\nwrite = 1\nreads = 1"),
+            (
+                "schema.billing",
+                "mode = \"provisioned\"\nwarm_write_units = 5",
+            ),
+            ("writer", "lingr = \"1s\""),
+            ("dead_letters", "pth = \"x\""),
+            ("maintenance", "enable = true"),
+            ("telemetry", "listen_addr = \"x\""),
+        ] {
+            let header = format!("[{section}]\n");
+            let text = if MINIMAL.contains(&header) {
+                MINIMAL.replace(&header, &format!("{header}{line}\n"))
+            } else {
+                format!("{MINIMAL}\n{header}{line}\n")
+            };
+            let all = problems(&text, &[]);
+            assert_eq!(all.len(), 1, "{section}: {all:#?}");
+            assert!(
+                all[0].key.starts_with(&format!("{section}.")),
+                "{section}: {}",
+                all[0]
+            );
+            assert!(
+                matches!(all[0].origin, Some(Origin::File { .. })),
+                "{section}: {}",
+                all[0]
+            );
+        }
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once_without_rust_names() {
+        let text = format!(
+            "{MINIMAL}\n[writer]\nmax_in_flight_items = \"abc\"\n[maintenance]\ninterval = \"soon\"\n[telemetry]\nlog_level = 5\n"
+        );
+        let all = problems(&text, &[("TIDEMARK__SOURCE__STREEM", "x")]);
+        let keys: Vec<&str> = all.iter().map(|p| p.key.as_str()).collect();
+        for k in [
+            "source.streem",
+            "writer.max_in_flight_items",
+            "maintenance.interval",
+            "telemetry.log_level",
+        ] {
+            assert!(keys.contains(&k), "{k} missing from {all:#?}");
+        }
+        let shown = ConfigError::Invalid(all).to_string();
+        for rust in ["usize", "u64", "struct", "enum ", "variant"] {
+            assert!(!shown.contains(rust), "{rust} in {shown}");
+        }
+        assert!(
+            shown.contains("environment variable TIDEMARK__SOURCE__STREEM"),
+            "{shown}"
+        );
+        assert!(shown.contains("t.toml:"), "{shown}");
+    }
+
+    #[test]
+    fn impossible_values_are_refused() {
+        let p = problem_at(
+            &MINIMAL.replace(
+                "table_prefix = \"events\"",
+                "table_prefix = \"events\"\ntiers.active = { read = 5, write = 0 }",
+            ),
+            &[],
+            "schema.tiers.active.write",
+        );
+        assert!(p.to_string().contains("t.toml:9"), "{p}");
+        for (e, key) in [
+            (
+                ("TIDEMARK__TELEMETRY__LISTEN", "localhost:abc"),
+                "telemetry.listen",
+            ),
+            (
+                ("TIDEMARK__TELEMETRY__LOG_LEVEL", "verbose"),
+                "telemetry.log_level",
+            ),
+        ] {
+            let p = problem_at(MINIMAL, &[e], key);
+            assert!(p.to_string().contains(e.0), "{p}");
+        }
+        // Levels with targets are fine.
+        let c = Config::from_toml(
+            MINIMAL,
+            "t.toml",
+            &env(&[(
+                "TIDEMARK__TELEMETRY__LOG_LEVEL",
+                "warn,tidemark_writer=debug",
+            )]),
+        );
+        assert!(c.is_ok(), "{c:?}");
+    }
+
+    #[test]
+    fn effective_config_names_each_source() {
+        let dir = std::env::temp_dir().join(format!("tidemark-eff-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.toml");
+        std::fs::write(&path, MINIMAL).unwrap();
+        let all = Config::effective(
+            Some(&path),
+            &env(&[("TIDEMARK__SCHEMA__PERIOD", "hour"), ("HOSTNAME", "h")]),
+        )
+        .unwrap();
+        let get = |k: &str| {
+            all.iter()
+                .find(|e| e.key == k)
+                .unwrap_or_else(|| panic!("{k} not in {all:#?}"))
+        };
+        assert!(matches!(
+            get("source.stream").origin,
+            Origin::File { line: 4, .. }
+        ));
+        assert_eq!(get("schema.period").value, "\"hour\"");
+        assert!(matches!(get("schema.period").origin, Origin::Env { .. }));
+        assert_eq!(get("writer.linger").origin, Origin::Default);
+        assert_eq!(get("schema.tiers.cold.write").value, "1");
+        assert!(matches!(
+            get("source.worker_id").origin,
+            Origin::Derived { .. }
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_router_loads_without_source_or_dead_letters() {
+        let dir = std::env::temp_dir().join(format!("tidemark-router-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.toml");
+        std::fs::write(
+            &path,
+            "[event]\nentity_field = \"id\"\n[schema]\ntable_prefix = \"x\"\n",
+        )
+        .unwrap();
+        let r = Config::load_router(Some(&path), &env(&[])).unwrap();
+        assert_eq!(r.event.entity_field, "id");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -21,8 +21,10 @@
 //!   [`Worker::run`](worker::Worker::run) (everything `run` does: data path,
 //!   sources, maintenance loop, telemetry, readiness; drains on shutdown)
 //!   and the [`DataPath`](worker::DataPath) `replay` shares.
-//! - [`config`]: the TOML config with `TIDEMARK__SECTION__KEY` overrides,
-//!   validated at start with errors naming the key.
+//! - [`config`]: the TOML config with `TIDEMARK__SECTION__KEY` overrides;
+//!   every key used or refused (checked against the schema generated from
+//!   the types), every problem reported at once with its key, value, source
+//!   (file:line or variable) and fix; the effective config with sources.
 //! - [`pipeline`]: source records → route → writer → acknowledgement; every
 //!   record is acknowledged only once stored or durably dead-lettered.
 //! - [`credentials`]: [`KeepValid`](credentials::KeepValid), credentials
@@ -35,8 +37,9 @@
 //! - [`metrics`]: this crate's metric names and their help texts.
 //! - [`produce`]: deterministic synthetic IoT events (with a hot device).
 //! - [`query`]: reads an entity's events back through the query plans.
-//! - [`sdk`]: the AWS SDK configuration (standard chain plus timeouts,
-//!   credentials wrapped in `KeepValid`).
+//! - [`sdk`]: the AWS SDK configuration (standard chain plus timeouts, the
+//!   command line's profile, region and endpoint, credentials wrapped in
+//!   `KeepValid`).
 //! - [`tables`]: period table maintenance (create, resize by lifecycle tier,
 //!   delete or tag when expired) and creation of missing tables on demand.
 //! - [`telemetry`]: `/metrics` (Prometheus, every metric described),
@@ -46,7 +49,8 @@
 //!
 //! The binary (`src/main.rs`) only parses, loads the config, starts logs,
 //! dispatches to `src/cmd/<command>.rs` (each owning its clap arguments) and
-//! maps errors to exit codes; `src/cmd/render.rs` is the one place output
+//! maps errors to the documented exit codes (`cmd::exit_code`: 78 config,
+//! 69 AWS unavailable, 2 usage, 1 otherwise); `src/cmd/render.rs` is the one place output
 //! is formatted (tables, CSV, JSON lines).
 //!
 //! AWS errors are told apart by the SDK's typed methods

@@ -1,19 +1,31 @@
-//! `tidemark`: the worker binary. Thin: parses the command line, loads the
-//! config, starts logging, dispatches to a command module (`cmd/`), and maps
-//! errors to the exit code. `run` is [`tidemark_worker::worker::Worker`].
+//! `tidemark`: the worker binary. Thin: parses the command line, starts
+//! logging, loads the config, dispatches to a command module (`cmd/`), and
+//! maps errors to the documented exit code (`cmd::exit_code`). `run` is [`tidemark_worker::worker::Worker`].
 
 mod cmd;
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use tidemark_worker::config::{Config, LogFormat};
-use tidemark_worker::verify::VerifyError;
 
-/// Moves time-series events from Kinesis or SQS into per-period DynamoDB
-/// tables with write-sharded keys.
+/// Tidemark moves time-series events from Kinesis streams or SQS queues
+/// into per-period DynamoDB tables (one table per day, hour, ...), with
+/// write-sharded keys, at least once, and keeps the tables' capacity and
+/// retention in step with time.
 #[derive(Debug, Parser)]
-#[command(name = "tidemark", version, about, long_about = None)]
+#[command(
+    name = "tidemark",
+    version,
+    about = "Move time-series events from Kinesis or SQS into per-period DynamoDB tables.",
+    long_about = "Tidemark moves time-series events from Kinesis streams or SQS queues into \
+per-period DynamoDB tables (one table per day, hour, ...), with write-sharded keys and \
+at-least-once delivery, and keeps the tables' capacity and retention in step with time.\n\n\
+Start with `tidemark config check --config tidemark.toml`, then `tidemark run`.",
+    after_help = cmd::EXIT_CODES
+)]
 struct Cli {
+    #[command(flatten)]
+    global: cmd::Global,
     #[command(subcommand)]
     command: Command,
 }
@@ -75,6 +87,23 @@ enum Command {
     /// Exit 0 when the local worker's /healthz answers (container health check).
     #[command(after_help = "Example:\n  tidemark healthcheck --addr 127.0.0.1:9102")]
     Healthcheck(cmd::healthcheck::Args),
+    /// Check a config (every problem at once, exit 78 when bad) or show the
+    /// effective config with the source of each value.
+    #[command(
+        after_help = "Examples:\n  tidemark config check localstack/tidemark.toml\n  tidemark config show --config localstack/tidemark.toml --output json"
+    )]
+    Config(cmd::config::Args),
+    /// Print shell completions (bash, zsh, fish, elvish, powershell).
+    #[command(
+        after_help = "Example:\n  tidemark completions bash > /etc/bash_completion.d/tidemark"
+    )]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff).
+    #[command(after_help = "Example:\n  tidemark man | man -l -")]
+    Man,
 }
 
 // The data path allocates a few small blocks per record (strings of the
@@ -88,26 +117,43 @@ enum Command {
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
-    match real_main() {
+    let cli = Cli::parse();
+    match real_main(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             // `{:#}` prints the whole cause chain on one line, without the
             // backtrace anyhow would add under RUST_BACKTRACE.
             eprintln!("error: {e:#}");
-            // EX_UNAVAILABLE: the backend, not the data, is the problem, so
-            // a caller (scripts/demo) can tell "try later" from "missing".
-            if let Some(VerifyError::Unavailable { .. }) = e.downcast_ref::<VerifyError>() {
-                return std::process::ExitCode::from(69);
-            }
-            std::process::ExitCode::FAILURE
+            std::process::ExitCode::from(cmd::exit_code(&e))
         }
     }
 }
 
-fn real_main() -> Result<()> {
-    match Cli::parse().command {
+fn real_main(cli: Cli) -> Result<()> {
+    cmd::set_global(&cli.global);
+    let global = &cli.global;
+    // `run` logs as its config says (unless the command line says
+    // otherwise); every other command logs warnings to stderr.
+    if !matches!(cli.command, Command::Run(_)) {
+        init_logs(global, None);
+    }
+    match cli.command {
         Command::Plan(args) => cmd::plan::run(&args),
-        Command::Key(args) => cmd::key::run(&args.config.load()?, &args),
+        Command::Key(args) => cmd::key::run(&args.config.load_router()?, &args),
+        Command::Config(args) => cmd::config::run(&args),
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "tidemark",
+                &mut std::io::stdout(),
+            );
+            Ok(())
+        }
+        Command::Man => {
+            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
+            Ok(())
+        }
         Command::Healthcheck(args) => runtime()?.block_on(cmd::healthcheck::run(&args)),
         Command::Produce(args) => {
             let config = args.config.load()?;
@@ -118,8 +164,8 @@ fn real_main() -> Result<()> {
             runtime()?.block_on(cmd::verify::run(&config, &args))
         }
         Command::Query(args) => {
-            let config = args.config.load()?;
-            runtime()?.block_on(cmd::query::run(&config, &args))
+            let schema = args.config.load_router()?;
+            runtime()?.block_on(cmd::query::run(&schema, &args))
         }
         Command::Status(args) => {
             let config = args.config.load()?;
@@ -139,7 +185,7 @@ fn real_main() -> Result<()> {
         }
         Command::Run(args) => {
             let config = args.load()?;
-            init_logs(&config);
+            init_logs(global, Some(&config));
             runtime()?.block_on(cmd::run::run(&config))
         }
     }
@@ -152,11 +198,19 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("starting the async runtime")
 }
 
-fn init_logs(config: &Config) {
+/// Logs to stderr for every command. The filter: `RUST_LOG`, else
+/// `--log-level`, else `-v` (info, debug, trace), else the config's
+/// `telemetry.log_level` for `run` and `warn` for the other commands.
+fn init_logs(global: &cmd::Global, config: Option<&Config>) {
     use std::io::IsTerminal;
+    let level = global
+        .log_filter()
+        .or_else(|| config.map(|c| c.telemetry.log_level.clone()))
+        .unwrap_or_else(|| "warn".into());
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.telemetry.log_level));
-    let json = match config.telemetry.log_format {
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let format = config.map_or(LogFormat::Text, |c| c.telemetry.log_format);
+    let json = match format {
         LogFormat::Json => true,
         LogFormat::Text => false,
         LogFormat::Auto => !std::io::stderr().is_terminal(),
@@ -164,9 +218,10 @@ fn init_logs(config: &Config) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
+    // A second init (none is made) would fail; logs are best effort.
     if json {
-        builder.json().init();
+        let _ = builder.json().try_init();
     } else {
-        builder.init();
+        let _ = builder.try_init();
     }
 }

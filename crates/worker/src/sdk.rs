@@ -31,11 +31,36 @@ pub fn timeouts(attempt: Duration) -> TimeoutConfig {
 /// credentials kept in use while valid when a refresh fails
 /// ([`crate::credentials::KeepValid`]).
 pub async fn load() -> SdkConfig {
-    let sdk = aws_config::defaults(BehaviorVersion::latest())
-        .timeout_config(timeouts(ATTEMPT_TIMEOUT))
-        .load()
-        .await;
-    crate::credentials::keep_valid(sdk)
+    load_with(&AwsOverrides::default()).await
+}
+
+/// What the command line sets on top of the standard chain
+/// (`--profile`, `--region`, `--endpoint-url`); each wins over its
+/// environment variable (`AWS_PROFILE`, `AWS_REGION`, `AWS_ENDPOINT_URL`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AwsOverrides {
+    /// Named profile of the shared config and credentials files.
+    pub profile: Option<String>,
+    /// Region.
+    pub region: Option<String>,
+    /// One endpoint for every service (a local emulator).
+    pub endpoint_url: Option<String>,
+}
+
+/// [`load`] with `overrides` applied.
+pub async fn load_with(overrides: &AwsOverrides) -> SdkConfig {
+    let mut loader =
+        aws_config::defaults(BehaviorVersion::latest()).timeout_config(timeouts(ATTEMPT_TIMEOUT));
+    if let Some(p) = &overrides.profile {
+        loader = loader.profile_name(p);
+    }
+    if let Some(r) = &overrides.region {
+        loader = loader.region(aws_config::Region::new(r.clone()));
+    }
+    if let Some(e) = &overrides.endpoint_url {
+        loader = loader.endpoint_url(e);
+    }
+    crate::credentials::keep_valid(loader.load().await)
 }
 
 /// `sdk` with one attempt per call, of at most `attempt`: for callers that
@@ -108,6 +133,21 @@ mod tests {
             started.elapsed()
         );
         server.abort();
+    }
+
+    #[tokio::test]
+    async fn command_line_overrides_win() {
+        let sdk = load_with(&AwsOverrides {
+            profile: None,
+            region: Some("eu-west-3".into()),
+            endpoint_url: Some("http://127.0.0.1:1".into()),
+        })
+        .await;
+        assert_eq!(
+            sdk.region().map(ToString::to_string).as_deref(),
+            Some("eu-west-3")
+        );
+        assert_eq!(sdk.endpoint_url(), Some("http://127.0.0.1:1"));
     }
 
     #[test]

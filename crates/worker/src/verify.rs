@@ -95,6 +95,8 @@ pub struct VerifyOptions {
     /// Give up with [`VerifyError::Unavailable`] after this long without a
     /// successful call.
     pub unavailable_after: Duration,
+    /// Advanced by each key read (stored or not); `tidemark verify` shows it.
+    pub progress: Option<indicatif::ProgressBar>,
 }
 
 impl Default for VerifyOptions {
@@ -107,6 +109,7 @@ impl Default for VerifyOptions {
             // a time: a call may wait behind the worker's own.
             attempt_timeout: Duration::from_secs(30),
             unavailable_after: Duration::from_secs(120),
+            progress: None,
         }
     }
 }
@@ -325,6 +328,9 @@ where
             Ok(read) => {
                 last_success = Instant::now();
                 law.on_success(took, stalled);
+                if let Some(bar) = &options.progress {
+                    bar.inc(job.keys.len().saturating_sub(read.unprocessed.len()) as u64);
+                }
                 stored
                     .entry(job.table.clone())
                     .or_default()
@@ -342,6 +348,9 @@ where
             Err(CallError::MissingTable) => {
                 last_success = Instant::now();
                 law.on_success(took, stalled);
+                if let Some(bar) = &options.progress {
+                    bar.inc(job.keys.len() as u64);
+                }
             }
             Err(CallError::Congestion(e)) => {
                 failures += 1;

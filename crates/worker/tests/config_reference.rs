@@ -11,55 +11,16 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use serde_json::{Map, Value, json};
-use tidemark_schema::period::{Billing, CapacityTiers};
-use tidemark_worker::config::Config;
+use serde_json::{Map, Value};
 
 /// The repository root.
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The JSON Schema of `tidemark.toml`, with the two places where the file's
-/// shape differs from the Rust types patched in (see `Config::from_toml`).
+/// The JSON Schema of `tidemark.toml` (the loader's own).
 fn json_schema() -> Value {
-    let mut generator = schemars::generate::SchemaSettings::draft07().into_generator();
-    let tiers = generator.subschema_for::<CapacityTiers>();
-    let billing = generator.subschema_for::<Billing>();
-    let root = generator.into_root_schema_for::<Config>();
-    let mut schema = serde_json::to_value(root).unwrap();
-    schema["title"] = json!("tidemark.toml");
-    schema["description"] = json!(
-        "Configuration of the tidemark worker. Generated from the config types; see docs/configuration.md."
-    );
-    // `tiers` and `billing` are written in [schema] but read beside it.
-    let router = &mut schema["definitions"]["RouterConfig"]["properties"];
-    router["tiers"] = json!({
-        "description": "Provisioned capacity per table lifecycle state (used when `billing.mode` is `provisioned`).",
-        "allOf": [tiers],
-        "default": serde_json::to_value(CapacityTiers::default()).unwrap(),
-    });
-    router["billing"] = json!({
-        "description": "How period tables are billed: `{ mode = \"provisioned\" }` (capacity per `tiers`) or `{ mode = \"on_demand\", warm_write_units = N }`.",
-        "allOf": [billing],
-        "default": serde_json::to_value(Billing::default()).unwrap(),
-    });
-    // The worker fills `source.worker_id` in when it is absent.
-    for variant in schema["definitions"]["SourceConfig"]["oneOf"]
-        .as_array_mut()
-        .unwrap()
-    {
-        if let Some(required) = variant["required"].as_array_mut() {
-            required.retain(|k| k != "worker_id");
-        }
-        if let Some(p) = variant["properties"].get_mut("worker_id") {
-            let d = p["description"].as_str().unwrap_or_default().to_string();
-            p["description"] = json!(format!(
-                "{d}\nDefault: `ecs-<task id>` on ECS (from `ECS_CONTAINER_METADATA_URI_V4`), else the host name."
-            ));
-        }
-    }
-    schema
+    tidemark_worker::config::json_schema()
 }
 
 /// Follows `$ref` and a lone `allOf: [$ref]` to the definition.

@@ -396,3 +396,93 @@ async fn replay_stores_a_fixture_and_status_lists_its_table() {
     }
     assert_eq!(total, records, "every fixture record stored once");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn status_of_200_shards_with_ecs_owners_is_aligned_and_fast() {
+    use tidemark_consumer::lease::{Checkpoint, Lease, LeaseTable};
+    let env = setup().await;
+    let config =
+        tidemark_worker::config::Config::load(Some(&env.config), &Default::default()).unwrap();
+    let tidemark_worker::config::SourceConfig::Kinesis(k) = &config.source else {
+        panic!("kinesis expected")
+    };
+    let leases = LeaseTable::new(env.stack.dynamodb(), k.lease_table.clone());
+    leases
+        .create_if_absent(Duration::from_secs(30))
+        .await
+        .unwrap();
+    // Owners of 36 characters (a UUID, as ECS task ids); a few shards unowned.
+    let owner = |i: usize| format!("{:08x}-1234-5678-9abc-{:012x}", i % 4, i % 4);
+    let seq = "49656964593812345678901234567890123456789012345678901234";
+    for i in 0..200 {
+        let mut l = Lease::new(
+            format!("shardId-{i:012}"),
+            Checkpoint::At(tidemark_consumer::checkpoint::Position::new(seq, 0)),
+            Vec::new(),
+        );
+        l.owner = (i % 50 != 0).then(|| owner(i));
+        assert!(leases.create_lease(&l).await.unwrap());
+    }
+    let started = Instant::now();
+    let text = env.output(&["status"]);
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(5), "status took {took:?}");
+    eprintln!("status of 200 shards took {took:?}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].starts_with("200 shards (0 finished), 4 unowned, 4 workers"),
+        "{text}"
+    );
+    let header = lines[1];
+    let (owner_at, cp_at) = (
+        header.find("OWNER").unwrap(),
+        header.find("CHECKPOINT").unwrap(),
+    );
+    let shard_lines: Vec<&&str> = lines[2..]
+        .iter()
+        .take_while(|l| l.starts_with("shardId-"))
+        .collect();
+    assert_eq!(shard_lines.len(), 200, "{text}");
+    for l in shard_lines {
+        let chars: Vec<char> = l.chars().collect();
+        assert_eq!(chars[owner_at - 1], ' ', "{l}");
+        assert!(chars[owner_at] == '0' || chars[owner_at] == '(', "{l}");
+        assert_eq!(chars[cp_at - 1], ' ', "{l}");
+        assert_eq!(chars[cp_at], '…', "checkpoint shortened: {l}");
+    }
+    assert_eq!(owner(7).len(), 36);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn verify_of_events_never_stored_exits_1() {
+    let env = setup().await;
+    env.output(&["tables", "ensure"]);
+    let manifest = env.dir.join("never.jsonl");
+    let now = chrono::Utc::now().to_rfc3339();
+    std::fs::write(
+        &manifest,
+        format!("{{\"deviceId\":\"d1\",\"timestamp\":\"{now}\",\"eventId\":\"never\"}}\n"),
+    )
+    .unwrap();
+    let out = env
+        .cmd()
+        .args(["verify", "--manifest"])
+        .arg(&manifest)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("missing 1"));
+}

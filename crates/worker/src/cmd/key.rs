@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 use tidemark_schema::Origin;
-use tidemark_schema::route::Router;
-use tidemark_worker::config::Config;
+use tidemark_schema::route::{Router, RouterConfig};
+
+use super::render::{self, Output};
 
 /// Arguments of `key`.
 #[derive(Debug, clap::Args)]
@@ -21,8 +22,10 @@ pub(crate) struct Args {
     now: Option<DateTime<Utc>>,
 }
 
-pub(crate) fn run(config: &Config, args: &Args) -> Result<()> {
-    let router = Router::new(config.schema.clone())?;
+/// Routes the event with only the config's `[event]` and `[schema]`: no
+/// source, no dead letters, no AWS.
+pub(crate) fn run(schema: &RouterConfig, args: &Args) -> Result<()> {
+    let router = Router::new(schema.clone())?;
     // The same derived id `run` would give a record without an event id that
     // arrived at this position is not knowable here; a fixed CLI origin keeps
     // the output deterministic.
@@ -41,6 +44,10 @@ pub(crate) fn run(config: &Config, args: &Args) -> Result<()> {
         ("pk", routed.key.pk().to_owned()),
         ("sk", routed.key.sk().to_owned()),
     ]);
-    println!("{}", serde_json::to_string(&out)?);
-    Ok(())
+    let output = super::output(Output::Jsonl);
+    let rows = out
+        .iter()
+        .map(|(k, v)| vec![(*k).to_string(), v.clone()])
+        .collect();
+    render::print_rows(&["FIELD", "VALUE"], rows, &[], output, &out)
 }

@@ -1,6 +1,7 @@
 //! One module per `tidemark` command, each owning its clap arguments; the
 //! helpers several commands share; [`render`] formats every output.
 
+pub(crate) mod config;
 pub(crate) mod healthcheck;
 pub(crate) mod key;
 pub(crate) mod plan;
@@ -15,9 +16,114 @@ pub(crate) mod tables;
 pub(crate) mod verify;
 
 use std::path::PathBuf;
+use std::sync::OnceLock;
 
 use anyhow::{Result, bail};
-use tidemark_worker::config::{Config, SourceConfig, process_env};
+use aws_smithy_runtime_api::client::result::ConnectorError;
+use tidemark_schema::route::RouterConfig;
+use tidemark_worker::config::{Config, ConfigError, SourceConfig, env_warnings, process_env};
+use tidemark_worker::sdk::AwsOverrides;
+use tidemark_worker::verify::VerifyError;
+
+use render::Output;
+
+/// The exit codes, as `--help` shows them.
+pub(crate) const EXIT_CODES: &str = "Exit status:\n  \
+0   success\n  \
+1   failure; for `verify`: some events missing or different\n  \
+2   usage error (unknown option, missing argument)\n  \
+69  AWS unavailable (no connection or no answer; `verify`: none in --give-up-after)\n  \
+78  bad configuration (`tidemark config check` lists every problem)";
+
+/// Exit status for a configuration error (EX_CONFIG of sysexits.h).
+pub(crate) const EXIT_CONFIG: u8 = 78;
+/// Exit status when the backend, not the data, is the problem
+/// (EX_UNAVAILABLE), so a caller can tell "try later" from "missing".
+pub(crate) const EXIT_UNAVAILABLE: u8 = 69;
+
+/// The exit status of a failed command (see [`EXIT_CODES`]).
+pub(crate) fn exit_code(e: &anyhow::Error) -> u8 {
+    if e.downcast_ref::<ConfigError>().is_some() {
+        return EXIT_CONFIG;
+    }
+    if let Some(VerifyError::Unavailable { .. }) = e.downcast_ref::<VerifyError>() {
+        return EXIT_UNAVAILABLE;
+    }
+    // A call that got no answer at all (no connection, DNS, a connect or
+    // read timeout): the SDK's DispatchFailure carries the connector's
+    // error. The service is unreachable, whatever the command.
+    if e.chain().any(|c| c.is::<ConnectorError>()) {
+        return EXIT_UNAVAILABLE;
+    }
+    1
+}
+
+/// Options every command takes.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct Global {
+    /// Output format of the data a command prints (default: table; `query`
+    /// and `key`: jsonl).
+    #[arg(long, short, value_enum, global = true)]
+    pub(crate) output: Option<Output>,
+    /// More log output on stderr: -v info, -vv debug, -vvv trace (default: warnings).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    /// Log filter: trace, debug, info, warn, error, or TARGET=LEVEL pairs;
+    /// wins over -v and the config; RUST_LOG wins over it.
+    #[arg(long, global = true, value_parser = parse_log_level)]
+    log_level: Option<String>,
+    /// AWS profile (shared config and credentials files); default: AWS_PROFILE.
+    #[arg(long, global = true)]
+    profile: Option<String>,
+    /// AWS region; default: AWS_REGION, then the profile's.
+    #[arg(long, global = true)]
+    region: Option<String>,
+    /// One endpoint for every AWS service (a local emulator); default: AWS_ENDPOINT_URL.
+    #[arg(long, global = true)]
+    endpoint_url: Option<String>,
+}
+
+/// `--log-level`, checked as the config's `telemetry.log_level` is.
+fn parse_log_level(s: &str) -> Result<String, String> {
+    tidemark_worker::config::check_log_level(s).map(|()| s.to_string())
+}
+
+impl Global {
+    /// The log filter the command line asks for, if any.
+    pub(crate) fn log_filter(&self) -> Option<String> {
+        self.log_level.clone().or(match self.verbose {
+            0 => None,
+            1 => Some("info".into()),
+            2 => Some("debug".into()),
+            _ => Some("trace".into()),
+        })
+    }
+}
+
+/// The global options, set once by `main` before any command runs.
+static GLOBAL: OnceLock<Global> = OnceLock::new();
+
+/// Records the global options for [`output`] and [`sdk`].
+pub(crate) fn set_global(global: &Global) {
+    let _ = GLOBAL.set(global.clone());
+}
+
+/// `--output`, else `default`.
+pub(crate) fn output(default: Output) -> Output {
+    GLOBAL.get().and_then(|g| g.output).unwrap_or(default)
+}
+
+/// The AWS SDK configuration with `--profile`, `--region`, `--endpoint-url`.
+pub(crate) async fn sdk() -> aws_config::SdkConfig {
+    let overrides = GLOBAL
+        .get()
+        .map_or_else(AwsOverrides::default, |g| AwsOverrides {
+            profile: g.profile.clone(),
+            region: g.region.clone(),
+            endpoint_url: g.endpoint_url.clone(),
+        });
+    tidemark_worker::sdk::load_with(&overrides).await
+}
 
 /// The `--config` option every config-reading command takes.
 #[derive(Debug, clap::Args)]
@@ -28,9 +134,26 @@ pub(crate) struct ConfigArg {
 }
 
 impl ConfigArg {
-    /// The config file with the environment's overrides, validated.
+    /// The config file with the environment's overrides, validated; warns
+    /// (stderr) about variables that look meant as overrides but are not.
     pub(crate) fn load(&self) -> Result<Config> {
-        Ok(Config::load(self.config.as_deref(), &process_env())?)
+        let env = process_env();
+        warn_env(&env);
+        Ok(Config::load(self.config.as_deref(), &env)?)
+    }
+
+    /// Only `[event]` and `[schema]`, for the commands that only route.
+    pub(crate) fn load_router(&self) -> Result<RouterConfig> {
+        let env = process_env();
+        warn_env(&env);
+        Ok(Config::load_router(self.config.as_deref(), &env)?)
+    }
+}
+
+/// Prints [`env_warnings`] to stderr.
+fn warn_env(env: &std::collections::BTreeMap<String, String>) {
+    for w in env_warnings(env) {
+        eprintln!("warning: {w}");
     }
 }
 
@@ -52,9 +175,11 @@ pub(crate) fn kinesis_source(config: &Config) -> Result<&tidemark_consumer::Kine
     }
 }
 
-/// A progress bar of `len` in `template`, hidden when `quiet`.
+/// A progress bar of `len` in `template`, hidden when `quiet` or when
+/// stdout or stderr is not a terminal (a pipe, a log file, CI).
 pub(crate) fn progress_bar(len: u64, template: &str, quiet: bool) -> indicatif::ProgressBar {
-    let bar = if quiet {
+    use std::io::IsTerminal;
+    let bar = if quiet || !std::io::stdout().is_terminal() || !std::io::stderr().is_terminal() {
         indicatif::ProgressBar::hidden()
     } else {
         indicatif::ProgressBar::new(len)

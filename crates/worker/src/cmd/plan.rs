@@ -4,7 +4,7 @@ use anyhow::{Context, Result, bail};
 use tidemark_schema::plan::{PlanInput, Prices, item_bytes_of_sample, plan};
 use tidemark_schema::route::{Router, RouterConfig};
 
-use super::render;
+use super::render::{self, Output};
 
 /// Arguments of `plan`.
 #[derive(Debug, clap::Args)]
@@ -25,17 +25,20 @@ pub(crate) struct Args {
         required_unless_present = "sample_event"
     )]
     item_bytes: Option<u64>,
-    /// A sample event (JSON) to size instead of --item-bytes (default event fields).
+    /// A sample event (JSON) to size instead of --item-bytes, with the
+    /// event fields and key attributes of --config (default ones without).
     #[arg(long)]
     sample_event: Option<String>,
+    #[command(flatten)]
+    config: super::ConfigArg,
     /// Retention in days.
     #[arg(long, default_value_t = 30)]
     retention_days: u64,
     /// Head-room multiplier for the recommended write shards.
     #[arg(long, default_value_t = 2.0)]
     safety_factor: f64,
-    /// Print JSON instead of a table.
-    #[arg(long)]
+    /// Former spelling of the global `--output json`.
+    #[arg(long, hide = true)]
     json: bool,
 }
 
@@ -43,8 +46,11 @@ pub(crate) fn run(args: &Args) -> Result<()> {
     let item_bytes = match (&args.item_bytes, &args.sample_event) {
         (Some(b), _) => *b,
         (None, Some(sample)) => {
-            let router =
-                Router::new(RouterConfig::with_prefix("plan")).context("default router")?;
+            let schema = match &args.config.config {
+                Some(_) => args.config.load_router()?,
+                None => RouterConfig::with_prefix("plan"),
+            };
+            let router = Router::new(schema).context("the config's router")?;
             item_bytes_of_sample(&router, sample.as_bytes()).context("sizing --sample-event")?
         }
         (None, None) => bail!("give --item-bytes or --sample-event"),
@@ -60,9 +66,13 @@ pub(crate) fn run(args: &Args) -> Result<()> {
         prices: Prices::default(),
     };
     let p = plan(&input)?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&p)?);
-        return Ok(());
+    let output = super::output(if args.json {
+        Output::Json
+    } else {
+        Output::Table
+    });
+    if matches!(output, Output::Json | Output::Jsonl) {
+        return render::print_json(&p, output);
     }
     let period = serde_json::to_value(p.recommended_period)?;
     let rows: [(&str, String); 9] = [
@@ -91,6 +101,13 @@ pub(crate) fn run(args: &Args) -> Result<()> {
             format!("{:.2}", p.monthly_cost_provisioned_usd),
         ),
     ];
+    if output == Output::Csv {
+        let rows = rows
+            .iter()
+            .map(|(k, v)| vec![(*k).to_string(), v.clone()])
+            .collect();
+        return render::print_rows(&["QUANTITY", "VALUE"], rows, &[], output, &p);
+    }
     println!("{}", render::key_values(&rows));
     println!("\nHow:");
     for line in &p.arithmetic {

@@ -50,7 +50,7 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
     // Produce retries failed calls itself (one budget of 50 attempts); an
     // attempt gets 30 s, as a loaded emulator can take seconds per call.
     let sdk = tidemark_worker::sdk::single_attempt(
-        &tidemark_worker::sdk::load().await,
+        &super::sdk().await,
         std::time::Duration::from_secs(30),
     );
     let target = match &config.source {

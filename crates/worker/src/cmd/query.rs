@@ -3,10 +3,10 @@
 use anyhow::{Result, bail};
 use chrono::{DateTime, Utc};
 use tidemark_schema::query::TimeRange;
-use tidemark_worker::config::Config;
+use tidemark_schema::route::RouterConfig;
 use tidemark_worker::query;
 
-use super::render::{self, OutputFormat};
+use super::render::{self, Output};
 
 /// Arguments of `query`.
 #[derive(Debug, clap::Args)]
@@ -25,25 +25,25 @@ pub(crate) struct Args {
     /// Only the newest event (searched newest table first, within retention).
     #[arg(long, required_unless_present = "from")]
     latest: bool,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = OutputFormat::Jsonl)]
-    format: OutputFormat,
+    /// Former name of the global --output (default here: jsonl).
+    #[arg(long, value_enum, hide = true)]
+    format: Option<Output>,
 }
 
-pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
-    let sdk = tidemark_worker::sdk::load().await;
+/// Reads with only the config's `[event]` and `[schema]`.
+pub(crate) async fn run(schema: &RouterConfig, args: &Args) -> Result<()> {
+    let sdk = super::sdk().await;
     let client = aws_sdk_dynamodb::Client::new(&sdk);
     let items = if args.latest {
         let now = Utc::now();
-        let retention = chrono::Duration::from_std(config.schema.retention)
-            .unwrap_or(chrono::Duration::days(30));
+        let retention =
+            chrono::Duration::from_std(schema.retention).unwrap_or(chrono::Duration::days(30));
         let range = TimeRange {
             start_ms: (now - retention).timestamp_millis(),
-            end_ms: (now
-                + chrono::Duration::from_std(config.schema.max_future_skew).unwrap_or_default())
-            .timestamp_millis(),
+            end_ms: (now + chrono::Duration::from_std(schema.max_future_skew).unwrap_or_default())
+                .timestamp_millis(),
         };
-        query::latest(&client, &config.schema, &args.entity, range)
+        query::latest(&client, schema, &args.entity, range)
             .await?
             .into_iter()
             .collect()
@@ -55,13 +55,13 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
             start_ms: from.timestamp_millis(),
             end_ms: to.timestamp_millis(),
         };
-        query::range(&client, &config.schema, &args.entity, range).await?
+        query::range(&client, schema, &args.entity, range).await?
     };
     let rows: Vec<serde_json::Value> = items.iter().map(query::to_json).collect();
     render::query_rows(
         &mut std::io::stdout().lock(),
         &rows,
-        args.format,
-        &config.schema,
+        super::output(args.format.unwrap_or(Output::Jsonl)),
+        schema,
     )
 }

@@ -19,7 +19,7 @@ pub(crate) struct Args {
 
 pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
     let k = kinesis_source(config)?;
-    let sdk = tidemark_worker::sdk::load().await;
+    let sdk = super::sdk().await;
     let bar = indicatif::ProgressBar::new_spinner();
     bar.set_message(format!("recording {}", k.stream));
     bar.enable_steady_tick(std::time::Duration::from_millis(120));

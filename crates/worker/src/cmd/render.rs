@@ -9,15 +9,84 @@ use comfy_table::{CellAlignment, Table};
 use tidemark_schema::route::RouterConfig;
 use tidemark_worker::tables::TableInfo;
 
-/// The row format of `query`.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub(crate) enum OutputFormat {
-    /// One JSON object per line.
+/// The output format of every command that prints data (`--output`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Output {
+    /// Aligned columns for people.
+    Table,
+    /// One JSON document, indented.
+    Json,
+    /// One JSON object per line (a list: one line per element).
     Jsonl,
     /// Comma-separated values with a header.
     Csv,
-    /// Aligned columns.
-    Table,
+}
+
+/// Rounds every float to at most 6 decimals, so JSON shows `393.564`,
+/// not `393.56399999999996`.
+pub(crate) fn tidy(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Number(n) if n.is_f64() => {
+            if let Some(x) = n.as_f64() {
+                let r = (x * 1e6).round() / 1e6;
+                if let Some(m) = serde_json::Number::from_f64(r) {
+                    *n = m;
+                }
+            }
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(tidy),
+        serde_json::Value::Object(o) => o.values_mut().for_each(tidy),
+        _ => {}
+    }
+}
+
+/// `value` as JSON (indented) or JSON lines (a list one element per line),
+/// floats tidied; `table` and `csv` print JSON lines too (the caller gives
+/// rows for those where it has them).
+pub(crate) fn json_text(value: &impl serde::Serialize, output: Output) -> Result<String> {
+    let mut v = serde_json::to_value(value)?;
+    tidy(&mut v);
+    Ok(match (output, &v) {
+        (Output::Json, _) => serde_json::to_string_pretty(&v)?,
+        (_, serde_json::Value::Array(items)) => items
+            .iter()
+            .map(serde_json::Value::to_string)
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => v.to_string(),
+    })
+}
+
+/// Prints [`json_text`].
+pub(crate) fn print_json(value: &impl serde::Serialize, output: Output) -> Result<()> {
+    let text = json_text(value, output)?;
+    if !text.is_empty() {
+        println!("{text}");
+    }
+    Ok(())
+}
+
+/// Prints `rows` under `header` as a table or CSV, or `objects` as JSON.
+pub(crate) fn print_rows(
+    header: &[&str],
+    rows: Vec<Vec<String>>,
+    right: &[usize],
+    output: Output,
+    objects: &impl serde::Serialize,
+) -> Result<()> {
+    match output {
+        Output::Table => println!("{}", table(Some(header), rows, right)),
+        Output::Csv => {
+            let mut w = csv::Writer::from_writer(std::io::stdout().lock());
+            w.write_record(header)?;
+            for r in rows {
+                w.write_record(&r)?;
+            }
+            w.flush()?;
+        }
+        Output::Json | Output::Jsonl => print_json(objects, output)?,
+    }
+    Ok(())
 }
 
 /// An aligned table without borders: columns two spaces apart, the columns
@@ -57,7 +126,9 @@ fn state_cell(t: &TableInfo) -> Result<String> {
 }
 
 /// `tables list`: TABLE PERIOD STATE STATUS RCU WCU.
-pub(crate) fn tables_list(tables: &[TableInfo]) -> Result<String> {
+pub(crate) fn tables_list_rows(
+    tables: &[TableInfo],
+) -> Result<([&'static str; 6], Vec<Vec<String>>)> {
     let mut rows = Vec::with_capacity(tables.len());
     for t in tables {
         let (r, w) = capacity_cells(t);
@@ -70,11 +141,7 @@ pub(crate) fn tables_list(tables: &[TableInfo]) -> Result<String> {
             w,
         ]);
     }
-    Ok(table(
-        Some(&["TABLE", "PERIOD", "STATE", "STATUS", "RCU", "WCU"]),
-        rows,
-        &[4, 5],
-    ))
+    Ok((["TABLE", "PERIOD", "STATE", "STATUS", "RCU", "WCU"], rows))
 }
 
 /// `status`' table section: TABLE PERIOD STATE RCU WCU.
@@ -98,26 +165,89 @@ pub(crate) struct ShardRow {
     pub(crate) owner: Option<String>,
     pub(crate) checkpoint: String,
     pub(crate) parents: Vec<String>,
-    pub(crate) millis_behind_latest: Option<i64>,
+    /// MillisBehindLatest after the checkpoint (`--probe-lag` only).
+    pub(crate) lag_ms: Option<i64>,
+    /// Why the lag could not be measured.
+    pub(crate) lag_error: Option<String>,
 }
 
-/// `status`' shard section: SHARD OWNER LAG (ms) CHECKPOINT.
-pub(crate) fn status_shards(shards: &[ShardRow]) -> String {
+/// The queue line of `status` for an SQS source.
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct QueueRow {
+    pub(crate) queue: String,
+    /// ApproximateNumberOfMessages.
+    pub(crate) visible: Option<u64>,
+    /// ApproximateNumberOfMessagesNotVisible.
+    pub(crate) in_flight: Option<u64>,
+    /// ApproximateNumberOfMessagesDelayed.
+    pub(crate) delayed: Option<u64>,
+}
+
+/// A lag as a short duration: `850ms`, `12s`, `3m 20s`, `2h 5m`.
+pub(crate) fn lag(ms: i64) -> String {
+    let ms = u64::try_from(ms).unwrap_or(0);
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    let s = ms / 1000;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m {}s", s / 60, s % 60),
+        _ => format!("{}h {}m", s / 3600, s % 3600 / 60),
+    }
+}
+
+/// A checkpoint as shown: sentinels whole; a sequence number shortened to
+/// its last 12 digits (where consecutive records differ) unless `wide`.
+fn checkpoint_cell(c: &str, wide: bool) -> String {
+    let n = c.chars().count();
+    if wide || n <= 16 || !c.starts_with(|ch: char| ch.is_ascii_digit()) {
+        c.to_string()
+    } else {
+        format!("…{}", c.chars().skip(n - 14).collect::<String>())
+    }
+}
+
+/// `status`' shard section: SHARD OWNER [LAG] CHECKPOINT, each column as
+/// wide as its longest cell.
+pub(crate) fn status_shards(shards: &[ShardRow], wide: bool, with_lag: bool) -> String {
     let rows = shards
         .iter()
         .map(|r| {
-            vec![
+            let mut row = vec![
                 r.shard.clone(),
-                r.owner.clone().unwrap_or_else(|| "-".into()),
-                r.millis_behind_latest.map_or("-".into(), |m| m.to_string()),
-                r.checkpoint.clone(),
-            ]
+                r.owner.clone().unwrap_or_else(|| "(none)".into()),
+            ];
+            if with_lag {
+                row.push(match (&r.lag_ms, &r.lag_error) {
+                    (Some(ms), _) => lag(*ms),
+                    (None, Some(e)) => format!("error: {}", e.chars().take(40).collect::<String>()),
+                    (None, None) => "n/a".into(),
+                });
+            }
+            row.push(checkpoint_cell(&r.checkpoint, wide));
+            row
         })
         .collect();
+    if with_lag {
+        table(Some(&["SHARD", "OWNER", "LAG", "CHECKPOINT"]), rows, &[2])
+    } else {
+        table(Some(&["SHARD", "OWNER", "CHECKPOINT"]), rows, &[])
+    }
+}
+
+/// `status`' queue section: QUEUE VISIBLE IN-FLIGHT DELAYED.
+pub(crate) fn status_queue(q: &QueueRow) -> String {
+    let n = |v: Option<u64>| v.map_or("?".into(), |v| v.to_string());
     table(
-        Some(&["SHARD", "OWNER", "LAG (ms)", "CHECKPOINT"]),
-        rows,
-        &[2],
+        Some(&["QUEUE", "VISIBLE", "IN-FLIGHT", "DELAYED"]),
+        vec![vec![
+            q.queue.clone(),
+            n(q.visible),
+            n(q.in_flight),
+            n(q.delayed),
+        ]],
+        &[1, 2, 3],
     )
 }
 
@@ -161,12 +291,13 @@ fn query_cell(r: &serde_json::Value, c: &str) -> String {
 pub(crate) fn query_rows(
     out: &mut impl Write,
     rows: &[serde_json::Value],
-    format: OutputFormat,
+    format: Output,
     schema: &RouterConfig,
 ) -> Result<()> {
-    if let OutputFormat::Jsonl = format {
-        for r in rows {
-            writeln!(out, "{r}")?;
+    if let Output::Jsonl | Output::Json = format {
+        let text = json_text(&rows, format)?;
+        if !text.is_empty() {
+            writeln!(out, "{text}")?;
         }
         return Ok(());
     }
@@ -175,7 +306,7 @@ pub(crate) fn query_rows(
         .iter()
         .map(|r| columns.iter().map(|c| query_cell(r, c)).collect::<Vec<_>>());
     match format {
-        OutputFormat::Csv => {
+        Output::Csv => {
             let mut w = csv::Writer::from_writer(out);
             w.write_record(&columns)?;
             for row in cells {
@@ -183,11 +314,11 @@ pub(crate) fn query_rows(
             }
             w.flush()?;
         }
-        OutputFormat::Table => {
+        Output::Table => {
             let header: Vec<&str> = columns.iter().map(String::as_str).collect();
             writeln!(out, "{}", table(Some(&header), cells.collect(), &[]))?;
         }
-        OutputFormat::Jsonl => {}
+        Output::Jsonl | Output::Json => {}
     }
     Ok(())
 }
@@ -216,7 +347,7 @@ mod tests {
         ]
     }
 
-    fn render(format: OutputFormat) -> String {
+    fn render(format: Output) -> String {
         let mut out = Vec::new();
         let schema = RouterConfig::with_prefix("x");
         query_rows(&mut out, &rows(), format, &schema).unwrap();
@@ -226,7 +357,7 @@ mod tests {
     #[test]
     fn query_csv_puts_key_columns_first_and_quotes_as_before() {
         assert_eq!(
-            render(OutputFormat::Csv),
+            render(Output::Csv),
             "ts,entity_id,event_id,note,t\n\
              2026-11-22T05:00:00Z,d1,e1,\"a,\"\"b\"\"\",21.5\n\
              2026-11-22T05:00:01Z,d1,e2,,22\n"
@@ -234,8 +365,57 @@ mod tests {
     }
 
     #[test]
+    fn status_columns_fit_long_owners_and_shorten_checkpoints() {
+        let owner = "0123456789abcdef0123456789abcdef-123"; // an ECS task id
+        let seq = "49656964593812345678901234567890123456789012345678901234";
+        let rows: Vec<ShardRow> = (0..200)
+            .map(|i| ShardRow {
+                shard: format!("shardId-{i:012}"),
+                owner: (i % 7 != 0).then(|| format!("{}{}", &owner[..35], i % 10)),
+                checkpoint: if i % 5 == 0 {
+                    "TRIM_HORIZON".into()
+                } else {
+                    format!("{seq}.0")
+                },
+                parents: Vec::new(),
+                lag_ms: Some(i * 1000),
+                lag_error: None,
+            })
+            .collect();
+        let out = status_shards(&rows, false, true);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 201);
+        // The owner column starts at the same place on every line.
+        let owner_at = lines[0].find("OWNER").unwrap();
+        for l in &lines[1..] {
+            assert_eq!(l.chars().nth(owner_at - 1), Some(' '), "{l}");
+            assert!(
+                l[owner_at..].starts_with(&owner[..35]) || l[owner_at..].starts_with("(none)"),
+                "{l}"
+            );
+            assert!(l.chars().count() < 100, "{l}");
+        }
+        assert!(out.contains("…"), "checkpoints shortened");
+        assert!(
+            status_shards(&rows, true, false).contains(seq),
+            "--wide keeps them"
+        );
+        assert_eq!(lag(200_000), "3m 20s");
+        assert_eq!(lag(850), "850ms");
+    }
+
+    #[test]
+    fn json_numbers_have_no_float_noise() {
+        let v = serde_json::json!({"cost": 393.563_999_999_999_96, "n": 3});
+        assert_eq!(
+            json_text(&v, Output::Jsonl).unwrap(),
+            r#"{"cost":393.564,"n":3}"#
+        );
+    }
+
+    #[test]
     fn query_table_and_jsonl_keep_every_value() {
-        let t = render(OutputFormat::Table);
+        let t = render(Output::Table);
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines.len(), 3);
         assert!(lines[0].starts_with("ts "), "{t}");
@@ -243,7 +423,7 @@ mod tests {
             lines[1].contains("a,\"b\"") && lines[1].ends_with("21.5"),
             "{t}"
         );
-        let j = render(OutputFormat::Jsonl);
+        let j = render(Output::Jsonl);
         assert_eq!(j.lines().count(), 2);
         assert!(j.contains("\"event_id\":\"e2\""), "{j}");
     }

@@ -25,7 +25,7 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
     // Scanned and checked up front; replayed from the file shard by shard.
     let replay = tidemark_consumer::fixture::ReplaySource::open(&args.fixture)?;
     let total = replay.len() as u64;
-    let sdk = tidemark_worker::sdk::load().await;
+    let sdk = super::sdk().await;
     let data = DataPath::start(config, &sdk).await?;
     let bar = super::progress_bar(total, "{bar:40} {pos}/{len} records {per_sec}", args.quiet);
     // The replay delivers into a relay that counts what passes, for the bar.

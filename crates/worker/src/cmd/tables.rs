@@ -6,7 +6,7 @@ use tidemark_worker::config::Config;
 use tidemark_worker::tables::RoundKind;
 use tidemark_worker::worker::table_manager;
 
-use super::render;
+use super::render::{self, Output};
 
 /// Arguments of `tables`.
 #[derive(Debug, clap::Args)]
@@ -21,8 +21,8 @@ pub(crate) struct Args {
     /// Print the actions without taking them.
     #[arg(long, global = true)]
     dry_run: bool,
-    /// Print JSON.
-    #[arg(long, global = true)]
+    /// Former spelling of the global `--output json`.
+    #[arg(long, global = true, hide = true)]
     json: bool,
 }
 
@@ -37,25 +37,38 @@ enum Action {
 }
 
 pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
-    let sdk = tidemark_worker::sdk::load().await;
+    let sdk = super::sdk().await;
     let manager = table_manager(config, aws_sdk_dynamodb::Client::new(&sdk));
     let now = args.now.unwrap_or_else(Utc::now);
+    let output = super::output(if args.json {
+        Output::Json
+    } else {
+        Output::Table
+    });
     let kind = match args.action {
         Action::List => {
             let tables = manager.list(now).await?;
-            if args.json {
-                println!("{}", serde_json::to_string_pretty(&tables)?);
-            } else {
-                println!("{}", render::tables_list(&tables)?);
+            match output {
+                Output::Table | Output::Csv => {
+                    let (header, rows) = render::tables_list_rows(&tables)?;
+                    render::print_rows(&header, rows, &[4, 5], output, &tables)?;
+                }
+                Output::Json | Output::Jsonl => render::print_json(&tables, output)?,
             }
             return Ok(());
         }
         Action::Ensure => RoundKind::Ensure,
         Action::Rotate => RoundKind::Rotate,
     };
-    let applied = manager.round(now, kind, args.dry_run).await?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&applied)?);
+    // Creating a table and waiting for ACTIVE takes seconds to minutes.
+    let spinner = super::progress_bar(0, "{spinner} {msg} {elapsed}", false);
+    spinner.set_message("creating and updating tables, waiting until ACTIVE");
+    spinner.enable_steady_tick(std::time::Duration::from_millis(200));
+    let applied = manager.round(now, kind, args.dry_run).await;
+    spinner.finish_and_clear();
+    let applied = applied?;
+    if output != Output::Table {
+        render::print_json(&applied, output)?;
     } else if applied.is_empty() {
         println!("nothing to do at {}", now.to_rfc3339());
     } else {

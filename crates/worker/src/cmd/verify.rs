@@ -7,6 +7,8 @@ use tidemark_schema::route::Router;
 use tidemark_worker::config::Config;
 use tidemark_worker::verify::{VerifyOptions, verify};
 
+use super::render::{self, Output};
+
 /// Arguments of `verify`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -15,13 +17,19 @@ pub(crate) struct Args {
     /// Events to look for, one JSON per line.
     #[arg(long)]
     manifest: PathBuf,
-    /// Print the report as JSON.
-    #[arg(long)]
+    /// Former spelling of the global `--output json`.
+    #[arg(long, hide = true)]
     json: bool,
+    /// Hide the progress bar.
+    #[arg(long)]
+    quiet: bool,
+    /// Stop with exit status 69 when DynamoDB has not answered for this long.
+    #[arg(long, default_value = "120s", value_parser = humantime_serde::re::humantime::parse_duration)]
+    give_up_after: std::time::Duration,
 }
 
 pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
-    let sdk = tidemark_worker::sdk::load().await;
+    let sdk = super::sdk().await;
     let router = Router::new(config.schema.clone())?;
     let text = std::fs::read_to_string(&args.manifest)
         .with_context(|| format!("reading {}", args.manifest.display()))?;
@@ -30,16 +38,32 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
         .filter(|l| !l.trim().is_empty())
         .map(|l| l.as_bytes().to_vec())
         .collect();
-    let options = VerifyOptions::for_sdk(&sdk);
+    let bar = super::progress_bar(
+        events.len() as u64,
+        "{bar:40} {pos}/{len} events read {per_sec} eta {eta}",
+        args.quiet,
+    );
+    let options = VerifyOptions {
+        unavailable_after: args.give_up_after,
+        progress: Some(bar.clone()),
+        ..VerifyOptions::for_sdk(&sdk)
+    };
     let report = verify(
         &aws_sdk_dynamodb::Client::new(&sdk),
         &router,
         &events,
         &options,
     )
-    .await?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+    .await;
+    bar.finish_and_clear();
+    let report = report?;
+    let output = super::output(if args.json {
+        Output::Json
+    } else {
+        Output::Table
+    });
+    if matches!(output, Output::Json | Output::Jsonl) {
+        render::print_json(&report, output)?;
     } else {
         println!(
             "events {}  found {}  missing {}  mismatched {}  unroutable {}",
