@@ -84,6 +84,18 @@ struct Ctx {
     shutdown: CancellationToken,
     /// Set when the shutdown drain started; readers finish by this deadline.
     drain_deadline: std::sync::Mutex<Option<Instant>>,
+    /// Shards whose drain did not finish (final checkpoint or release
+    /// failed, or the reader was aborted): `run` then returns an error.
+    unfinished: std::sync::Mutex<Vec<String>>,
+}
+
+impl Ctx {
+    fn unfinished(&self, shard: &str) {
+        self.unfinished
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(shard.to_string());
+    }
 }
 
 /// The Kinesis source. See the module docs for its guarantees.
@@ -120,6 +132,8 @@ impl KinesisSource {
     /// `shutdown_grace`) for in-flight acknowledgements, checkpoints, releases
     /// the leases and returns. Records go to `sink` in per-shard order, one
     /// batch per GetRecords call; awaiting `send` is the backpressure.
+    /// [`ConsumerError::DrainIncomplete`] when a shard's final checkpoint or
+    /// release failed (the stop was not clean, though nothing is lost).
     pub async fn run(
         self,
         sink: mpsc::Sender<Vec<Record>>,
@@ -137,8 +151,21 @@ impl KinesisSource {
             sink,
             shutdown,
             drain_deadline: std::sync::Mutex::new(None),
+            unfinished: std::sync::Mutex::new(Vec::new()),
         });
-        coordinate(ctx).await
+        coordinate(Arc::clone(&ctx)).await?;
+        let mut shards = std::mem::take(
+            &mut *ctx
+                .unfinished
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        if shards.is_empty() {
+            return Ok(());
+        }
+        shards.sort();
+        shards.dedup();
+        Err(ConsumerError::DrainIncomplete { shards })
     }
 }
 
@@ -252,6 +279,7 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
     }
     for key in held.keys() {
         warn!(shard = %key, "reader did not finish in time; aborting it");
+        ctx.unfinished(key);
     }
     drop(held);
     metrics::gauge!(metric::LEASES_HELD).set(0.0);
@@ -692,7 +720,16 @@ impl Reader {
             _ = lost.cancelled() => return,
         }
         self.maybe_checkpoint(true).await;
-        self.release().await;
+        let checkpointed = self
+            .tracker
+            .checkpoint()
+            .is_none_or(|p| Checkpoint::At(p) == self.written);
+        let released = self.release().await;
+        // A lost lease is the new owner's to finish; anything else left
+        // undone means records are read again: the stop was not clean.
+        if !self.lost.is_cancelled() && !(checkpointed && released) {
+            self.ctx.unfinished(&self.shard);
+        }
         self.ctx.status.update(&self.shard, |s| {
             s.owned = false;
             s.state = ShardState::Released;
@@ -772,25 +809,29 @@ impl Reader {
         }
     }
 
-    async fn release(&mut self) {
+    /// Releases the lease; false when the release call failed.
+    async fn release(&mut self) -> bool {
         let me = &self.ctx.config.worker_id;
         let mut st = self.state.lock().await;
         if st.gone {
-            return;
+            return true;
         }
         st.gone = true;
-        match self.ctx.table.release(&self.shard, me, st.counter).await {
+        let released = match self.ctx.table.release(&self.shard, me, st.counter).await {
             Ok(Some(_)) => {
                 // Logged so lease hand-overs can be reconstructed from logs.
                 info!(shard = %self.shard, "lease released");
                 metrics::counter!(metric::LEASE_CHANGES, "kind" => "release").increment(1);
+                true
             }
-            Ok(None) => {}
+            Ok(None) => true,
             Err(e) => {
-                warn!(shard = %self.shard, error = %e, "release failed; lease expires after failover time")
+                warn!(shard = %self.shard, error = %e, "release failed; lease expires after failover time");
+                false
             }
-        }
+        };
         self.ctx.status.update(&self.shard, |s| s.owned = false);
+        released
     }
 
     /// A shard iterator: after `after` when given (iterator renewal), else

@@ -26,6 +26,15 @@ pub const ENV_PREFIX: &str = "TIDEMARK__";
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
+    /// Longest a stop may take, from SIGTERM (or a fatal error) to exit.
+    /// Past it `run` abandons in-flight work (nothing unstored is
+    /// acknowledged or checkpointed; the next owner reads it again) and exits
+    /// non-zero. Keep it below the orchestrator's stop timeout (the ECS
+    /// template's `StopTimeout` is 45s) and above the source's
+    /// `shutdown_grace`. Default 30s.
+    #[schemars(with = "String")]
+    #[serde(default = "default_shutdown_timeout", with = "humantime_serde")]
+    pub shutdown_timeout: Duration,
     /// Where records come from.
     pub source: SourceConfig,
     /// Which record fields are entity id, timestamp and event id.
@@ -51,6 +60,13 @@ pub struct Config {
     /// Metrics, health and logs.
     #[serde(default)]
     pub telemetry: TelemetryConfig,
+}
+
+/// 15 s of slack under the ECS template's `StopTimeout` of 45 s (after
+/// which ECS sends SIGKILL), and 10 s over the sources' default
+/// `shutdown_grace` of 20 s for the final checkpoints and releases.
+pub const fn default_shutdown_timeout() -> Duration {
+    Duration::from_secs(30)
 }
 
 /// The source section: `kind = "kinesis"` or `kind = "sqs"` plus its keys.
@@ -270,6 +286,19 @@ impl Config {
                     message: e.to_string(),
                 })?;
             }
+        }
+        let grace = match &self.source {
+            SourceConfig::Kinesis(k) => k.shutdown_grace,
+            SourceConfig::Sqs(s) => s.shutdown_grace,
+        };
+        if self.shutdown_timeout <= grace {
+            return Err(ConfigError::Key {
+                key: "shutdown_timeout".into(),
+                message: format!(
+                    "must be above source.shutdown_grace ({grace:?}) so the final \
+                     checkpoints and releases have time; raise it or lower the grace"
+                ),
+            });
         }
         if self.maintenance.interval < Duration::from_secs(1) {
             return Err(ConfigError::Key {
@@ -588,6 +617,31 @@ path = "dead-letters.jsonl"
                 .unwrap_or_else(|e| panic!("{file}: {e}"));
             assert!(!c.schema.table_prefix.is_empty(), "{file}");
         }
+    }
+
+    #[test]
+    fn shutdown_timeout_defaults_to_30s_and_must_exceed_the_grace() {
+        let c = Config::from_toml(MINIMAL, "t.toml", &env(&[])).unwrap();
+        assert_eq!(c.shutdown_timeout, Duration::from_secs(30));
+        let c = Config::from_toml(
+            &format!("shutdown_timeout = \"8s\"\n{MINIMAL}"),
+            "t.toml",
+            &env(&[]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(c.contains("config key `shutdown_timeout`"), "{c}");
+        assert!(c.contains("shutdown_grace (20s)"), "{c}");
+        let c = Config::from_toml(
+            MINIMAL,
+            "t.toml",
+            &env(&[
+                ("TIDEMARK__SHUTDOWN_TIMEOUT", "8s"),
+                ("TIDEMARK__SOURCE__SHUTDOWN_GRACE", "3s"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.shutdown_timeout, Duration::from_secs(8));
     }
 
     #[test]
