@@ -16,6 +16,8 @@
 //! - DynamoDB: [`create_table`], [`scan_items`], [`count_items`].
 //! - SQS: [`create_queue`], [`send_messages`], [`queue_counts`].
 //! - The limits proxy in-process: [`start_limits_proxy`], [`LimitsProxy`].
+//! - [`fault_proxy::FaultProxy`]: a TCP proxy that passes, refuses, freezes
+//!   or denies, switched while a worker runs.
 //! - [`unique_name`], [`wait_until`] (polls a condition with a deadline).
 
 // Test support: a panic here is a failed test, with the message saying why.
@@ -34,6 +36,7 @@ use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
 
+pub mod fault_proxy;
 pub mod worker;
 
 /// The endpoint variables every integration test needs.
