@@ -624,6 +624,214 @@ mod tests {
         assert!(big.starts_with(&back.payload().unwrap()));
     }
 
+    fn entry(n: u32, payload: &[u8]) -> DeadLetter {
+        let source = Origin::Kinesis {
+            stream: "s".into(),
+            shard_id: "shardId-000000000000".into(),
+            sequence_number: n.to_string().into(),
+            sub_sequence_number: 0,
+        };
+        DeadLetter::new(
+            source,
+            Reason::InvalidJson,
+            "bad".into(),
+            payload,
+            Utc::now(),
+        )
+    }
+
+    #[test]
+    fn error_text_is_capped_on_a_char_boundary() {
+        // A 300 KB number quoted by the parser's message.
+        let huge = format!("number out of range: {}", "9".repeat(300_000));
+        let e = DeadLetter::new(origin(), Reason::InvalidJson, huge, b"1", Utc::now());
+        assert!(e.error.len() <= MAX_ERROR_TEXT, "{} bytes", e.error.len());
+        assert!(e.error.starts_with("number out of range: 999"));
+        assert!(
+            e.error.ends_with("bytes cut)"),
+            "{}",
+            &e.error[e.error.len() - 40..]
+        );
+        let wide = "é".repeat(MAX_ERROR_TEXT);
+        let e = DeadLetter::new(origin(), Reason::InvalidJson, wide, b"1", Utc::now());
+        assert!(e.error.len() <= MAX_ERROR_TEXT);
+        let short = DeadLetter::new(
+            origin(),
+            Reason::InvalidJson,
+            "short".into(),
+            b"1",
+            Utc::now(),
+        );
+        assert_eq!(short.error, "short");
+    }
+
+    #[test]
+    fn sqs_batches_fit_the_message_and_batch_limits() {
+        // Large entries: each alone near the limit, never two together.
+        let large: Vec<DeadLetter> = (0..3).map(|n| entry(n, &vec![b'x'; 300_000])).collect();
+        // Mid-size ones: several per batch, never over the sum.
+        let mid: Vec<DeadLetter> = (0..12).map(|n| entry(n, &vec![b'y'; 40_000])).collect();
+        // Small ones: 10 per batch.
+        let small: Vec<DeadLetter> = (0..25).map(|n| entry(n, b"{}")).collect();
+        for (entries, batches) in [(&large, Some(3)), (&mid, None), (&small, Some(3))] {
+            let got = sqs_batches(entries);
+            let mut seen = 0;
+            for b in &got {
+                assert!(!b.is_empty() && b.len() <= SQS_MAX_BATCH_ENTRIES);
+                assert!(
+                    b.iter()
+                        .all(|(_, body)| body.len() <= SQS_MAX_BODY - SQS_SLACK)
+                );
+                let sum: usize = b.iter().map(|(_, body)| body.len()).sum();
+                assert!(sum <= SQS_MAX_BATCH - SQS_SLACK, "{sum} bytes in one call");
+                seen += b.len();
+            }
+            assert_eq!(seen, entries.len(), "every entry sent once");
+            if let Some(n) = batches {
+                assert_eq!(got.len(), n);
+            }
+        }
+        assert!(
+            sqs_batches(&mid).len() >= 3,
+            "about 5 mid-size entries per call"
+        );
+    }
+
+    #[test]
+    fn dynamodb_items_fit_400_kb() {
+        for size in [10, 200_000, 400_000, 2_000_000] {
+            let item = dynamodb_item(&entry(1, &vec![b'z'; size]));
+            let bytes: usize = item
+                .iter()
+                .map(|(k, v)| k.len() + v.as_s().unwrap().len())
+                .sum();
+            assert!(
+                bytes <= DYNAMODB_MAX_ITEM,
+                "{size}-byte payload: {bytes}-byte item"
+            );
+            let back: DeadLetter = serde_json::from_str(item["entry"].as_s().unwrap()).unwrap();
+            assert_eq!(back.payload_bytes, size);
+        }
+    }
+
+    #[test]
+    fn fifo_dedup_id_is_source_and_reason_not_payload() {
+        let (a, b) = (entry(1, b"same"), entry(2, b"same"));
+        assert_ne!(a.dedup_id(), b.dedup_id(), "two records, two dead letters");
+        assert_eq!(
+            a.dedup_id(),
+            entry(1, b"other").dedup_id(),
+            "a resend is deduplicated"
+        );
+        let mut c = entry(1, b"same");
+        c.reason = Reason::MissingField;
+        assert_ne!(a.dedup_id(), c.dedup_id());
+        assert!(a.dedup_id().len() <= 128, "SQS's limit");
+    }
+
+    /// Refuses any call holding an entry whose payload is "poison", or
+    /// every call when `down`; never answers when `hang`. Counts calls.
+    #[derive(Default)]
+    struct Picky {
+        calls: std::sync::Mutex<Vec<usize>>,
+        down: bool,
+        hang: bool,
+    }
+
+    impl DeadLetterSink for Arc<Picky> {
+        fn write<'a>(
+            &'a self,
+            entries: &'a [DeadLetter],
+        ) -> BoxFuture<'a, Result<(), DeadLetterError>> {
+            self.calls.lock().unwrap().push(entries.len());
+            let poisoned = entries.iter().any(|e| e.payload().unwrap() == b"poison");
+            let fail = self.down || poisoned;
+            let hang = self.hang;
+            Box::pin(async move {
+                if hang {
+                    std::future::pending::<()>().await;
+                }
+                if fail {
+                    return Err(DeadLetterError::Destination {
+                        destination: "picky".into(),
+                        message: "refused".into(),
+                    });
+                }
+                Ok(())
+            })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_batch_is_split_so_only_the_bad_entry_fails() {
+        let sink = Arc::new(Picky::default());
+        let entries: Vec<DeadLetter> = (0..10)
+            .map(|n| entry(n, if n == 6 { b"poison" } else { b"fine" }))
+            .collect();
+        let failed = store(&sink, &entries, Instant::now() + WRITE_DEADLINE).await;
+        assert_eq!(failed, vec![6]);
+        let calls = sink.calls.lock().unwrap().clone();
+        // 3 tries of the whole batch, then halves down to the bad entry.
+        assert_eq!(&calls[..BATCH_ATTEMPTS], &[10, 10, 10]);
+        assert!(calls.len() <= BATCH_ATTEMPTS + 2 * 10, "{calls:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_destination_that_never_answers_is_given_up_at_the_deadline() {
+        let sink = Arc::new(Picky {
+            hang: true,
+            ..Picky::default()
+        });
+        let entries: Vec<DeadLetter> = (0..4).map(|n| entry(n, b"x")).collect();
+        let started = Instant::now();
+        let failed = store(&sink, &entries, started + WRITE_DEADLINE).await;
+        assert_eq!(failed, vec![0, 1, 2, 3]);
+        assert_eq!(started.elapsed(), WRITE_DEADLINE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn entries_that_fail_for_good_go_to_the_fallback_file_and_are_acked() {
+        use tidemark_consumer::checkpoint::{AckTracker, Position};
+        let dir = std::env::temp_dir().join(format!("tidemark-dlf-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("fallback.jsonl");
+        let _ = std::fs::remove_file(&path);
+        let sink = Arc::new(Picky {
+            down: true,
+            ..Picky::default()
+        });
+        let (dead, task) = DeadLetters::start(Arc::new(sink.clone()), Some(path.clone()));
+        let tracker = Arc::new(AckTracker::new());
+        for n in 0..3u32 {
+            let serial = tracker
+                .push(Position::new(n.to_string().as_str(), 0))
+                .unwrap();
+            dead.send(entry(n, b"x"), Some(Ack::new(tracker.clone(), serial)));
+        }
+        drop(dead);
+        task.await.unwrap().unwrap();
+        assert_eq!(
+            tracker.in_flight(),
+            0,
+            "acknowledged once in the fallback file"
+        );
+        let lines: Vec<DeadLetter> = std::fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 3);
+
+        // No fallback (a file destination) and a failing sink: fatal, and
+        // the record stays unacknowledged.
+        let (dead, task) = DeadLetters::start(Arc::new(sink.clone()), None);
+        let serial = tracker.push(Position::new("9", 0)).unwrap();
+        dead.send(entry(9, b"x"), Some(Ack::new(tracker.clone(), serial)));
+        drop(dead);
+        assert!(task.await.unwrap().is_err());
+        assert_eq!(tracker.in_flight(), 1);
+    }
+
     #[tokio::test]
     async fn file_sink_appends_lines() {
         let dir = std::env::temp_dir().join(format!("tidemark-dl-{}", std::process::id()));
