@@ -727,7 +727,8 @@ impl Reader {
         let released = self.release().await;
         // A lost lease is the new owner's to finish; anything else left
         // undone means records are read again: the stop was not clean.
-        if !self.lost.is_cancelled() && !(checkpointed && released) {
+        let finished = checkpointed && released;
+        if !finished && !self.lost.is_cancelled() {
             self.ctx.unfinished(&self.shard);
         }
         self.ctx.status.update(&self.shard, |s| {

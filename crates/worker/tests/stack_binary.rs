@@ -589,6 +589,10 @@ async fn access_denied_on_writes_stops_the_worker_within_10s() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
+    eprintln!(
+        "AccessDenied: exited {:?} after the switch, with {status}",
+        denied.elapsed()
+    );
     let log = std::fs::read_to_string(&log1).unwrap();
     assert!(!status.success(), "exit status {status}:\n{log}");
     assert!(
