@@ -31,6 +31,8 @@
 //! - Fencing: every lease write is conditional on `leaseCounter`; a worker
 //!   that lost a lease stops reading the shard and cannot checkpoint it.
 //! - Pacing: at most 5 GetRecords calls/s and 2 MiB/s per shard.
+//! - Honest stops: a Kinesis shutdown whose final checkpoint or lease release
+//!   failed returns [`ConsumerError::DrainIncomplete`] rather than `Ok`.
 
 pub mod checkpoint;
 pub mod config;
