@@ -498,13 +498,21 @@ async fn run(
     while rx.recv_many(&mut buf, 100).await > 0 {
         let entries: Vec<DeadLetter> = buf.iter().map(|(e, _)| e.clone()).collect();
         let deadline = Instant::now() + WRITE_DEADLINE;
-        let failed = store(sink.as_ref(), &entries, deadline).await;
+        let (failed, last_error) = store(sink.as_ref(), &entries, deadline).await;
         if !failed.is_empty() {
             let left: Vec<DeadLetter> = failed.iter().map(|i| entries[*i].clone()).collect();
             let Some(file) = &fallback else {
+                // Named after the destination's own last error: the cause.
+                let (destination, why) = match last_error {
+                    Some(DeadLetterError::Destination {
+                        destination,
+                        message,
+                    }) => (destination, message),
+                    None => ("dead letters".into(), "no answer".into()),
+                };
                 let e = DeadLetterError::Destination {
-                    destination: "dead letters".into(),
-                    message: format!("{} entries could not be written", left.len()),
+                    destination,
+                    message: format!("{} entries could not be written: {why}", left.len()),
                 };
                 error!(error = %e, "dead letters cannot be stored: stopping");
                 return Err(e);
@@ -532,8 +540,12 @@ async fn run(
 /// Writes `entries` to `sink` with bounded retries: the whole batch up to
 /// [`BATCH_ATTEMPTS`] times, then each half on its own (recursively, so one
 /// bad entry cannot hold back the others), all by `deadline`. Returns the
-/// indexes of the entries that failed for good.
-async fn store(sink: &dyn DeadLetterSink, entries: &[DeadLetter], deadline: Instant) -> Vec<usize> {
+/// indexes of the entries that failed for good, and the last error seen.
+async fn store(
+    sink: &dyn DeadLetterSink,
+    entries: &[DeadLetter],
+    deadline: Instant,
+) -> (Vec<usize>, Option<DeadLetterError>) {
     let mut delays = ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(100))
         .with_max_delay(Duration::from_secs(2))
@@ -543,6 +555,7 @@ async fn store(sink: &dyn DeadLetterSink, entries: &[DeadLetter], deadline: Inst
     // (start index, length, attempts left) of each part still to write.
     let mut todo = vec![(0usize, entries.len(), BATCH_ATTEMPTS)];
     let mut failed = Vec::new();
+    let mut last_error = None;
     while let Some((start, len, attempts)) = todo.pop() {
         let part = &entries[start..start + len];
         let result = match tokio::time::timeout_at(deadline, sink.write(part)).await {
@@ -555,6 +568,7 @@ async fn store(sink: &dyn DeadLetterSink, entries: &[DeadLetter], deadline: Inst
         let Err(e) = result else { continue };
         metrics::counter!(crate::metrics::DEAD_LETTER_WRITE_ERRORS).increment(1);
         warn!(error = %e, entries = len, "writing dead letters failed");
+        last_error = Some(e);
         if Instant::now() >= deadline {
             failed.extend(start..start + len);
             failed.extend(todo.drain(..).flat_map(|(s, l, _)| s..s + l));
@@ -574,7 +588,7 @@ async fn store(sink: &dyn DeadLetterSink, entries: &[DeadLetter], deadline: Inst
         }
     }
     failed.sort_unstable();
-    failed
+    (failed, last_error)
 }
 
 #[cfg(test)]
@@ -768,8 +782,9 @@ mod tests {
         let entries: Vec<DeadLetter> = (0..10)
             .map(|n| entry(n, if n == 6 { b"poison" } else { b"fine" }))
             .collect();
-        let failed = store(&sink, &entries, Instant::now() + WRITE_DEADLINE).await;
+        let (failed, last) = store(&sink, &entries, Instant::now() + WRITE_DEADLINE).await;
         assert_eq!(failed, vec![6]);
+        assert!(last.is_some_and(|e| e.to_string().contains("refused")));
         let calls = sink.calls.lock().unwrap().clone();
         // 3 tries of the whole batch, then halves down to the bad entry.
         assert_eq!(&calls[..BATCH_ATTEMPTS], &[10, 10, 10]);
@@ -784,7 +799,7 @@ mod tests {
         });
         let entries: Vec<DeadLetter> = (0..4).map(|n| entry(n, b"x")).collect();
         let started = Instant::now();
-        let failed = store(&sink, &entries, started + WRITE_DEADLINE).await;
+        let (failed, _) = store(&sink, &entries, started + WRITE_DEADLINE).await;
         assert_eq!(failed, vec![0, 1, 2, 3]);
         assert_eq!(started.elapsed(), WRITE_DEADLINE);
     }
@@ -828,7 +843,8 @@ mod tests {
         let serial = tracker.push(Position::new("9", 0)).unwrap();
         dead.send(entry(9, b"x"), Some(Ack::new(tracker.clone(), serial)));
         drop(dead);
-        assert!(task.await.unwrap().is_err());
+        let e = task.await.unwrap().unwrap_err().to_string();
+        assert!(e.contains("1 entries could not be written: refused"), "{e}");
         assert_eq!(tracker.in_flight(), 1);
     }
 

@@ -5,7 +5,8 @@
 //! [`FaultProxy`]: a stop while DynamoDB refuses connections or hangs ends
 //! within `shutdown_timeout` + 5 s, non-zero, and a restart loses nothing;
 //! AccessDenied on writes stops the worker within 10 s, non-zero, with the
-//! cause in the log and on `/healthz`.
+//! cause in the log and on `/healthz`; so does a dead letter that can be
+//! written nowhere.
 //!
 //! A stack test (see docs/testing.md) that lives in this crate rather than in
 //! `tests/`: only this crate's tests can name the built binary
@@ -563,6 +564,67 @@ async fn sigterm_while_dynamodb_hangs_exits_in_time_and_loses_nothing() {
     stop_while_dynamodb(Fault::Hang, 100).await;
 }
 
+/// A worker on a new SQS queue (quick polls, a short grace); its queue URL.
+async fn sqs_env(prefix: &str) -> (Env, String) {
+    let stack = tidemark_tests::stack().await;
+    let name = unique_name(prefix);
+    let queue = tidemark_tests::create_queue(&stack.sqs(), &name, false).await;
+    let source = format!(
+        "[source]\nkind = \"sqs\"\nqueue_url = \"{queue}\"\nwait_time = \"1s\"\n\
+         visibility_timeout = \"10s\"\nheartbeat_margin = \"3s\"\nshutdown_grace = \"3s\"\n"
+    );
+    (setup_source(stack, &name, "", &source), queue)
+}
+
+/// A dead letter that can be written nowhere (a file destination in a
+/// directory that does not exist): the worker exits non-zero within 10 s,
+/// the log names the cause, and the poison message is not deleted.
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn a_dead_letter_that_cannot_be_written_stops_the_worker() {
+    let (env, queue) = sqs_env("e2e-deadfail").await;
+    let config = std::fs::read_to_string(&env.config).unwrap();
+    let dead = env.dir.join("dead.jsonl");
+    let nowhere = env.dir.join("no-such-dir/dead.jsonl");
+    std::fs::write(
+        &env.config,
+        config.replace(&dead.display().to_string(), &nowhere.display().to_string()),
+    )
+    .unwrap();
+    let log = env.dir.join("run.log");
+    let mut run = env.spawn_run(&log);
+    let sqs = env.stack.sqs();
+    tidemark_tests::send_messages(&sqs, &queue, &[(None, "{not json".to_string())]).await;
+    let sent = Instant::now();
+    let status = loop {
+        if let Some(status) = run.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            sent.elapsed() < Duration::from_secs(10),
+            "the worker still runs 10 s after the poison message:\n{}",
+            std::fs::read_to_string(&log).unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    eprintln!(
+        "dead letter nowhere: exited {:?} after the message, with {status}",
+        sent.elapsed()
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!status.success(), "exit status {status}:\n{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.contains("fatal error") && l.contains("no-such-dir")),
+        "a log line names the cause:\n{text}"
+    );
+    let (visible, in_flight) = tidemark_tests::queue_counts(&sqs, &queue).await;
+    assert_eq!(visible + in_flight, 1, "the poison message is not deleted");
+}
+
 /// AccessDenied on every DynamoDB call once events flow (SQS source, so the
 /// writer is the only DynamoDB user that matters): the worker exits
 /// non-zero within 10 s, the log names the cause, `/healthz` reports it
@@ -573,14 +635,7 @@ async fn sigterm_while_dynamodb_hangs_exits_in_time_and_loses_nothing() {
     ignore = "needs the local AWS stack (scripts/test runs it)"
 )]
 async fn access_denied_on_writes_stops_the_worker_within_10s() {
-    let stack = tidemark_tests::stack().await;
-    let name = unique_name("e2e-denied");
-    let queue = tidemark_tests::create_queue(&stack.sqs(), &name, false).await;
-    let source = format!(
-        "[source]\nkind = \"sqs\"\nqueue_url = \"{queue}\"\nwait_time = \"1s\"\n\
-         visibility_timeout = \"10s\"\nheartbeat_margin = \"3s\"\nshutdown_grace = \"3s\"\n"
-    );
-    let env = setup_source(stack, &name, "", &source);
+    let (env, _) = sqs_env("e2e-denied").await;
     let proxy = FaultProxy::start(&env.stack.dynamodb_url).await;
     let (first, second) = (env.dir.join("first.jsonl"), env.dir.join("second.jsonl"));
     let log1 = env.dir.join("run1.log");
