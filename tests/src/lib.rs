@@ -18,6 +18,8 @@
 //! - The limits proxy in-process: [`start_limits_proxy`], [`LimitsProxy`].
 //! - A counting HTTP forward proxy (`HTTP_PROXY` tests):
 //!   [`forward_proxy::start_forward_proxy`].
+//! - [`fault_proxy::FaultProxy`]: a TCP proxy that passes, refuses, freezes
+//!   or denies, switched while a worker runs.
 //! - [`unique_name`], [`wait_until`] (polls a condition with a deadline).
 
 // Test support: a panic here is a failed test, with the message saying why.
@@ -37,6 +39,7 @@ use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
 
 pub mod forward_proxy;
+pub mod fault_proxy;
 pub mod worker;
 
 /// The endpoint variables every integration test needs.

@@ -1,6 +1,8 @@
 //! Dead-letter destinations against the local stack: entries written to an
 //! SQS queue and to a DynamoDB table come back exactly, and an entry too large
-//! for SQS keeps its digest and size with a truncated payload.
+//! for SQS keeps its digest and size with a truncated payload; on a FIFO
+//! queue two different records with the same bytes are both kept, and
+//! entries that only fit a SendMessageBatch call in groups are all sent.
 
 // Helpers outside #[test] fns: a panic there is a failed assertion too.
 #![allow(clippy::unwrap_used)]
@@ -147,4 +149,80 @@ async fn dynamodb_destination_keeps_every_entry() {
         })
         .collect();
     check(&written, read);
+}
+
+#[tokio::test]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn sqs_fifo_keeps_same_bytes_from_two_records_and_splits_large_batches() {
+    let stack = tidemark_tests::stack().await;
+    let sqs = stack.sqs();
+    let url = tidemark_tests::create_queue(&sqs, "dlq", true).await;
+    let origin = |n: u32| Origin::Kinesis {
+        stream: "events".into(),
+        shard_id: "shardId-000000000001".into(),
+        sequence_number: format!("77{n:04}").into(),
+        sub_sequence_number: 0,
+    };
+    // Two poison records with the same bytes, then 8 entries of 60 KB: over
+    // 256 KiB together, so they need several SendMessageBatch calls.
+    let mut written: Vec<DeadLetter> = (0..2)
+        .map(|n| {
+            DeadLetter::new(
+                origin(n),
+                Reason::InvalidJson,
+                "bad".into(),
+                b"{oops",
+                Utc::now(),
+            )
+        })
+        .collect();
+    written.extend((2..10).map(|n| {
+        DeadLetter::new(
+            origin(n),
+            Reason::MissingField,
+            "no deviceId".into(),
+            &vec![b'm'; 45_000],
+            Utc::now(),
+        )
+    }));
+    SqsSink::new(sqs.clone(), url.clone())
+        .write(&written)
+        .await
+        .unwrap();
+    let mut read: Vec<DeadLetter> = Vec::new();
+    for _ in 0..20 {
+        if read.len() >= written.len() {
+            break;
+        }
+        let got = sqs
+            .receive_message()
+            .queue_url(&url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .unwrap();
+        for m in got.messages() {
+            read.push(serde_json::from_str(m.body().unwrap()).unwrap());
+            sqs.delete_message()
+                .queue_url(&url)
+                .receipt_handle(m.receipt_handle().unwrap())
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+    assert_eq!(read.len(), written.len(), "every entry arrived once");
+    let mut sources: Vec<String> = read.iter().map(|e| e.source.to_string()).collect();
+    sources.sort();
+    sources.dedup();
+    assert_eq!(
+        sources.len(),
+        written.len(),
+        "same bytes, two records, two entries"
+    );
+    assert!(read.iter().all(|e| !e.payload_truncated));
 }

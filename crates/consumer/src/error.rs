@@ -75,6 +75,15 @@ pub enum ConsumerError {
     /// A reader registered positions out of order (a bug).
     #[error(transparent)]
     OutOfOrder(#[from] crate::checkpoint::OutOfOrder),
+    /// The shutdown drain left shards unfinished: their final checkpoint or
+    /// lease release failed, or their reader was aborted. Nothing is lost
+    /// (only acknowledged records are ever checkpointed); the next owner
+    /// reads them from the last checkpoint, once the lease expires.
+    #[error("shutdown incomplete: final checkpoint or lease release failed for shards {shards:?}")]
+    DrainIncomplete {
+        /// The shards left unfinished.
+        shards: Vec<String>,
+    },
 }
 
 #[cfg(test)]

@@ -195,6 +195,9 @@ struct Ctx {
     /// DynamoDB (while its breaker is open, readers hold their GetRecords:
     /// the records could not be written anyway).
     govs: Option<Governors>,
+    /// Shards whose drain did not finish (final checkpoint or release
+    /// failed, or the reader was aborted): `run` then returns an error.
+    unfinished: std::sync::Mutex<Vec<String>>,
 }
 
 /// The endpoint governors a [`KinesisSource`] shares with the rest of the
@@ -205,6 +208,15 @@ pub struct Governors {
     pub dynamodb: Governor,
     /// The Kinesis endpoint's governor (GetRecords).
     pub kinesis: Governor,
+}
+
+impl Ctx {
+    fn unfinished(&self, shard: &str) {
+        self.unfinished
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(shard.to_string());
+    }
 }
 
 /// The Kinesis source. See the module docs for its guarantees.
@@ -256,6 +268,8 @@ impl KinesisSource {
     /// `shutdown_grace`) for in-flight acknowledgements, checkpoints, releases
     /// the leases and returns. Records go to `sink` in per-shard order, one
     /// batch per GetRecords call; awaiting `send` is the backpressure.
+    /// [`ConsumerError::DrainIncomplete`] when a shard's final checkpoint or
+    /// release failed (the stop was not clean, though nothing is lost).
     pub async fn run(
         self,
         sink: mpsc::Sender<Vec<Record>>,
@@ -275,8 +289,21 @@ impl KinesisSource {
             shutdown,
             drain_deadline: std::sync::Mutex::new(None),
             govs: self.govs,
+            unfinished: std::sync::Mutex::new(Vec::new()),
         });
-        coordinate(ctx).await
+        coordinate(Arc::clone(&ctx)).await?;
+        let mut shards = std::mem::take(
+            &mut *ctx
+                .unfinished
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        if shards.is_empty() {
+            return Ok(());
+        }
+        shards.sort();
+        shards.dedup();
+        Err(ConsumerError::DrainIncomplete { shards })
     }
 }
 
@@ -399,6 +426,7 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
     drop(renewer);
     for key in held.keys() {
         warn!(shard = %key, "reader did not finish in time; aborting it");
+        ctx.unfinished(key);
     }
     drop(held);
     metrics::gauge!(metric::LEASES_HELD).set(0.0);
@@ -961,7 +989,17 @@ impl Reader {
             _ = lost.cancelled() => return,
         }
         self.maybe_checkpoint(true).await;
-        self.release().await;
+        let checkpointed = self
+            .tracker
+            .checkpoint()
+            .is_none_or(|p| Checkpoint::At(p) == self.written);
+        let released = self.release().await;
+        // A lost lease is the new owner's to finish; anything else left
+        // undone means records are read again: the stop was not clean.
+        let finished = checkpointed && released;
+        if !finished && !self.lease.lost.is_cancelled() {
+            self.ctx.unfinished(&self.shard);
+        }
         self.ctx.status.update(&self.shard, |s| {
             s.owned = false;
             s.state = ShardState::Released;
@@ -1037,17 +1075,18 @@ impl Reader {
         }
     }
 
-    async fn release(&mut self) {
+    /// Releases the lease; false when the release call failed.
+    async fn release(&mut self) -> bool {
         let me = &self.ctx.config.worker_id;
         let lease = self.lease.clone();
         let mut counter = lease.counter.lock().await;
         if lease.is_gone() {
-            return;
+            return true;
         }
         lease.released.store(true, Ordering::Relaxed);
         let table = &self.ctx.table;
         let shard = &self.shard;
-        match lease
+        let released = match lease
             .write(table, me, &mut counter, |c| table.release(shard, me, c))
             .await
         {
@@ -1055,13 +1094,16 @@ impl Reader {
                 // Logged so lease hand-overs can be reconstructed from logs.
                 info!(shard = %self.shard, "lease released");
                 metrics::counter!(metric::LEASE_CHANGES, "kind" => "release").increment(1);
+                true
             }
-            Ok(None) => {}
+            Ok(None) => true,
             Err(e) => {
-                warn!(shard = %self.shard, error = %e, "release failed; lease expires after failover time")
+                warn!(shard = %self.shard, error = %e, "release failed; lease expires after failover time");
+                false
             }
-        }
+        };
         self.ctx.status.update(&self.shard, |s| s.owned = false);
+        released
     }
 
     /// A shard iterator: after `after` when given (iterator renewal), else

@@ -34,6 +34,8 @@
 //!   a reader whose lease was not renewed in time stops submitting before
 //!   another worker may take the shard.
 //! - Pacing: at most 5 GetRecords calls/s and 2 MiB/s per shard.
+//! - Honest stops: a Kinesis shutdown whose final checkpoint or lease release
+//!   failed returns [`ConsumerError::DrainIncomplete`] rather than `Ok`.
 
 pub mod checkpoint;
 pub mod config;

@@ -40,6 +40,15 @@ pub const ENV_PREFIX: &str = "TIDEMARK__";
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
+    /// Longest a stop may take, from SIGTERM (or a fatal error) to exit.
+    /// Past it `run` abandons in-flight work (nothing unstored is
+    /// acknowledged or checkpointed; the next owner reads it again) and exits
+    /// non-zero. Keep it below the orchestrator's stop timeout (the ECS
+    /// template's `StopTimeout` is 45s) and above the source's
+    /// `shutdown_grace`. Default 30s.
+    #[schemars(with = "String")]
+    #[serde(default = "default_shutdown_timeout", with = "humantime_serde")]
+    pub shutdown_timeout: Duration,
     /// Where records come from.
     pub source: SourceConfig,
     /// Which record fields are entity id, timestamp and event id.
@@ -65,6 +74,13 @@ pub struct Config {
     /// Metrics, health and logs.
     #[serde(default)]
     pub telemetry: TelemetryConfig,
+}
+
+/// 15 s of slack under the ECS template's `StopTimeout` of 45 s (after
+/// which ECS sends SIGKILL), and 10 s over the sources' default
+/// `shutdown_grace` of 20 s for the final checkpoints and releases.
+pub const fn default_shutdown_timeout() -> Duration {
+    Duration::from_secs(30)
 }
 
 /// The source section: `kind = "kinesis"` or `kind = "sqs"` plus its keys.
@@ -491,6 +507,19 @@ impl Config {
                     out.push((format!("source.{}", e.key), e.to_string()));
                 }
             }
+        }
+        let grace = match &self.source {
+            SourceConfig::Kinesis(k) => k.shutdown_grace,
+            SourceConfig::Sqs(s) => s.shutdown_grace,
+        };
+        if self.shutdown_timeout <= grace {
+            out.push((
+                "shutdown_timeout".into(),
+                format!(
+                    "must be above source.shutdown_grace ({grace:?}) so the final \
+                     checkpoints and releases have time; raise it or lower the grace"
+                ),
+            ));
         }
         if self.maintenance.interval < Duration::from_secs(1) {
             out.push(("maintenance.interval".into(), "must be at least 1s".into()));
@@ -1100,6 +1129,31 @@ path = "dead-letters.jsonl"
         let r = Config::load_router(Some(&path), &env(&[])).unwrap();
         assert_eq!(r.event.entity_field, "id");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn shutdown_timeout_defaults_to_30s_and_must_exceed_the_grace() {
+        let c = Config::from_toml(MINIMAL, "t.toml", &env(&[])).unwrap();
+        assert_eq!(c.shutdown_timeout, Duration::from_secs(30));
+        let c = Config::from_toml(
+            &format!("shutdown_timeout = \"8s\"\n{MINIMAL}"),
+            "t.toml",
+            &env(&[]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(c.contains("config key `shutdown_timeout`"), "{c}");
+        assert!(c.contains("shutdown_grace (20s)"), "{c}");
+        let c = Config::from_toml(
+            MINIMAL,
+            "t.toml",
+            &env(&[
+                ("TIDEMARK__SHUTDOWN_TIMEOUT", "8s"),
+                ("TIDEMARK__SOURCE__SHUTDOWN_GRACE", "3s"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.shutdown_timeout, Duration::from_secs(8));
     }
 
     #[test]

@@ -19,8 +19,9 @@
 //! Library modules:
 //! - [`worker`]: [`Worker::build`](worker::Worker::build) /
 //!   [`Worker::run`](worker::Worker::run) (everything `run` does: data path,
-//!   sources, maintenance loop, telemetry, readiness; drains on shutdown)
-//!   and the [`DataPath`](worker::DataPath) `replay` shares.
+//!   sources, maintenance loop, telemetry, readiness; drains on shutdown
+//!   within `shutdown_timeout`; stops on a fatal error) and the
+//!   [`DataPath`](worker::DataPath) `replay` shares.
 //! - [`config`]: the TOML config with `TIDEMARK__SECTION__KEY` overrides;
 //!   every key used or refused (checked against the schema generated from
 //!   the types), every problem reported at once with its key, value, source
@@ -33,7 +34,8 @@
 //!   time; a stale holder's table changes are refused) and the loop that
 //!   runs rounds while holding it.
 //! - [`deadletter`]: dead-letter entries and their destinations (SQS,
-//!   DynamoDB, JSON-lines file); written with unlimited retries before the ack.
+//!   DynamoDB, JSON-lines file), sized to fit them; written before the ack,
+//!   with bounded retries, then to a local fallback file.
 //! - [`metrics`]: this crate's metric names and their help texts.
 //! - [`produce`]: deterministic synthetic IoT events (with a hot device).
 //! - [`query`]: reads an entity's events back through the query plans.
@@ -43,7 +45,8 @@
 //! - [`tables`]: period table maintenance (create, resize by lifecycle tier,
 //!   delete or tag when expired) and creation of missing tables on demand.
 //! - [`telemetry`]: `/metrics` (Prometheus, every metric described),
-//!   `/healthz`, `/readyz`, and the `healthcheck` client.
+//!   `/healthz` (503 with the cause while a fatal error stops the worker),
+//!   `/readyz`, and the `healthcheck` client.
 //! - [`verify`]: reads produced events back from DynamoDB, content compared,
 //!   under an adaptive limit that cannot overload the backend.
 //!
@@ -59,7 +62,10 @@
 //!
 //! Guarantees: at-least-once. A record is acknowledged (checkpointed or
 //! deleted) only after DynamoDB confirmed its write or its dead letter is
-//! durable; a graceful shutdown drains everything in flight first.
+//! durable; a graceful shutdown drains everything in flight first, for at
+//! most `shutdown_timeout` (past it in-flight work is abandoned, never
+//! acknowledged, and `run` fails). No zombie: a fatal writer, dead-letter or
+//! pipeline error stops the worker with an error naming the cause.
 
 pub mod config;
 pub mod coordinator;

@@ -186,7 +186,12 @@ fn real_main(cli: Cli) -> Result<()> {
         Command::Run(args) => {
             let config = args.load()?;
             init_logs(global, Some(&config));
-            runtime()?.block_on(cmd::run::run(&config))
+            let rt = runtime()?;
+            let result = rt.block_on(cmd::run::run(&config));
+            // A stop past shutdown_timeout abandons tasks that may be blocked
+            // (file I/O on the blocking pool): do not wait for them again.
+            rt.shutdown_timeout(std::time::Duration::from_secs(1));
+            result
         }
     }
 }

@@ -8,11 +8,19 @@
 pub const RECORDS_READ: &str = "tidemark_records_read_total";
 /// Records dead-lettered, by reason.
 pub const DEAD_LETTERS: &str = "tidemark_dead_letters_total";
-/// Failed writes to the dead-letter destination (each is retried).
+/// Failed writes to the dead-letter destination (retried, split, then sent
+/// to the fallback file).
 pub const DEAD_LETTER_WRITE_ERRORS: &str = "tidemark_dead_letter_write_errors_total";
+/// Dead letters written to the local fallback file.
+pub const DEAD_LETTER_FALLBACKS: &str = "tidemark_dead_letter_fallbacks_total";
 
 /// Every metric of this crate, for tests that check each is described.
-pub const ALL: [&str; 3] = [RECORDS_READ, DEAD_LETTERS, DEAD_LETTER_WRITE_ERRORS];
+pub const ALL: [&str; 4] = [
+    RECORDS_READ,
+    DEAD_LETTERS,
+    DEAD_LETTER_WRITE_ERRORS,
+    DEAD_LETTER_FALLBACKS,
+];
 
 /// Describes every metric of this crate to the current recorder.
 pub fn describe() {
@@ -29,6 +37,11 @@ pub fn describe() {
     metrics::describe_counter!(
         DEAD_LETTER_WRITE_ERRORS,
         metrics::Unit::Count,
-        "Failed writes to the dead-letter destination; each is retried until it succeeds."
+        "Failed writes to the dead-letter destination; retried a few times, split, then sent to the fallback file."
+    );
+    metrics::describe_counter!(
+        DEAD_LETTER_FALLBACKS,
+        metrics::Unit::Count,
+        "Dead letters the destination refused for good, written to the local fallback file instead."
     );
 }

@@ -285,7 +285,7 @@ mod tests {
             Arc::new(RejectMissing),
         );
         let memory = Arc::new(Memory::default());
-        let (dead_letters, dl_task) = DeadLetters::start(Arc::new(memory.clone()));
+        let (dead_letters, dl_task) = DeadLetters::start(Arc::new(memory.clone()), None);
         let now = DateTime::parse_from_rfc3339("2026-11-22T10:00:00Z")
             .unwrap()
             .with_timezone(&Utc);
@@ -337,6 +337,6 @@ mod tests {
         drop(pipeline);
         writer.close();
         task.await.unwrap().unwrap();
-        dl_task.await.unwrap();
+        dl_task.await.unwrap().unwrap();
     }
 }

@@ -1,11 +1,13 @@
 //! Metrics and health over HTTP: Prometheus text at `/metrics`, liveness at
-//! `/healthz`, readiness at `/readyz` (sources running and DynamoDB
-//! reachable through the writer's own client). Also the client side of `tidemark healthcheck`.
+//! `/healthz` (503 with the cause once a fatal error is stopping the
+//! worker), readiness at `/readyz` (sources running and DynamoDB reachable
+//! through the writer's own client). Also the client side of `tidemark
+//! healthcheck`.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use http_body_util::Full;
@@ -27,13 +29,27 @@ pub struct Readiness {
     /// The last DynamoDB probe, on the writer's own client (same endpoint,
     /// credentials, HTTP client and proxy as the writes), succeeded.
     pub dynamodb_reachable: AtomicBool,
+    /// The fatal error stopping the worker (the first one), if any.
+    fatal: OnceLock<String>,
 }
 
 impl Readiness {
-    /// Ready when both hold.
+    /// Ready when both hold and no fatal error is stopping the worker.
     pub fn is_ready(&self) -> bool {
         self.source_running.load(Ordering::Relaxed)
             && self.dynamodb_reachable.load(Ordering::Relaxed)
+            && self.fatal().is_none()
+    }
+
+    /// Records the fatal error that stops the worker; `/healthz` reports it
+    /// from then on. The first cause is kept (later ones follow from it).
+    pub fn set_fatal(&self, cause: String) {
+        let _ = self.fatal.set(cause);
+    }
+
+    /// The fatal error stopping the worker, if any.
+    pub fn fatal(&self) -> Option<&str> {
+        self.fatal.get().map(String::as_str)
     }
 }
 
@@ -102,7 +118,15 @@ fn respond(path: &str, metrics: &PrometheusHandle, ready: &Readiness) -> Respons
             "text/plain; version=0.0.4",
             metrics.render(),
         ),
-        "/healthz" => (StatusCode::OK, "text/plain", "ok\n".to_string()),
+        "/healthz" => match ready.fatal() {
+            None => (StatusCode::OK, "text/plain", "ok\n".to_string()),
+            // Not healthy, whatever else works: the process is stopping.
+            Some(cause) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain",
+                format!("stopping: fatal error: {cause}\n"),
+            ),
+        },
         "/readyz" if ready.is_ready() => (StatusCode::OK, "text/plain", "ready\n".to_string()),
         "/readyz" => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -206,6 +230,22 @@ mod tests {
         ready.dynamodb_reachable.store(true, Ordering::Relaxed);
         check(addr, "/readyz", t).await.unwrap();
         assert!(check(addr, "/nope", t).await.unwrap_err().contains("404"));
+
+        // A fatal error: /healthz says so, with the cause, while stopping.
+        ready.set_fatal("fatal DynamoDB error on table t: AccessDeniedException: no".into());
+        let err = check(addr, "/healthz", t).await.unwrap_err();
+        assert!(err.contains("503"), "{err}");
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /healthz HTTP/1.0\r\n\r\n").await.unwrap();
+        let mut body = String::new();
+        s.read_to_string(&mut body).await.unwrap();
+        assert!(
+            body.contains(
+                "stopping: fatal error: fatal DynamoDB error on table t: AccessDeniedException"
+            ),
+            "{body}"
+        );
+        assert!(check(addr, "/readyz", t).await.unwrap_err().contains("503"));
 
         let mut s = TcpStream::connect(addr).await.unwrap();
         s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").await.unwrap();

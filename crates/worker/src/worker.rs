@@ -10,6 +10,16 @@
 //! the caller's: the binary turns SIGTERM/SIGINT into the shutdown future,
 //! tests use a channel.
 //!
+//! Stops are bounded and fatal errors are never hidden:
+//! - the whole stop (signal, source error or fatal error to return) takes at
+//!   most `shutdown_timeout`; past it the drain is abandoned (its tasks
+//!   aborted, nothing more acknowledged or checkpointed) and
+//!   [`WorkerError::ShutdownTimeout`] returned;
+//! - a fatal writer or dead-letter error, or a pipeline that ends on its own,
+//!   stops the worker at once: `/healthz` reports the cause while it stops,
+//!   the source gets [`FATAL_STOP_TIME`] to release what it can, and the
+//!   error is returned (the binary exits non-zero).
+//!
 //! [`DataPath`] is the part `replay` shares: the same pipeline fed from a
 //! channel instead of a source.
 
@@ -29,14 +39,14 @@ use tidemark_schema::route::Router;
 use tidemark_writer::{Writer, WriterError, WriterHandle, WriterStats};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tokio_util::task::AbortOnDropHandle;
+use tracing::{error, info, warn};
 
 use crate::config::{Config, SourceConfig, default_worker_id, process_env};
 use crate::coordinator::{MaintenanceLease, maintain};
 use crate::deadletter::{
-    DeadLetterConfig, DeadLetterSink, DeadLetters, DynamoDbSink, FileSink, SqsSink,
+    DeadLetterConfig, DeadLetterError, DeadLetterSink, DeadLetters, DynamoDbSink, FileSink, SqsSink,
 };
 use crate::pipeline::{Pipeline, system_clock};
 use crate::tables::{CreateMissingTables, RoundKind, TableManager, TablePolicy};
@@ -72,6 +82,24 @@ pub enum WorkerError {
     /// The writer stopped for good (records not submitted stay unacknowledged).
     #[error(transparent)]
     Writer(#[from] WriterError),
+    /// A dead letter could be stored neither in its destination nor in the
+    /// fallback file (its record stays unacknowledged).
+    #[error(transparent)]
+    DeadLetter(#[from] DeadLetterError),
+    /// The data path (router, writer, dead letters) ended while the source
+    /// still ran, without an error of its own.
+    #[error("the pipeline stopped while the source was running")]
+    PipelineStopped,
+    /// The stop took longer than `shutdown_timeout`: in-flight work was
+    /// abandoned (not acknowledged nor checkpointed: it is read again).
+    #[error(
+        "shutdown_timeout ({timeout:?}) passed before the drain finished: in-flight work \
+         abandoned, to be read again by the next owner"
+    )]
+    ShutdownTimeout {
+        /// The configured `shutdown_timeout`.
+        timeout: Duration,
+    },
     /// A task of the worker panicked or was cancelled.
     #[error("{task} task: {source}")]
     Task {
@@ -130,6 +158,11 @@ pub fn table_manager(config: &Config, dynamodb: aws_sdk_dynamodb::Client) -> Tab
     TableManager::new(dynamodb, policy)
 }
 
+/// After a fatal error, how long the source may take to stop reading,
+/// checkpoint what was acknowledged and release its leases before the
+/// worker exits anyway (unreleased leases expire after `failover_time`).
+pub const FATAL_STOP_TIME: Duration = Duration::from_secs(5);
+
 /// The data path shared by `run` and `replay`: router, writer (creating
 /// missing tables), dead letters, pipeline.
 #[derive(Debug)]
@@ -140,8 +173,9 @@ pub struct DataPath {
     /// The writer's transport: /readyz probes through it.
     transport: Arc<tidemark_writer::SdkTransport>,
     writer: WriterHandle,
-    writer_task: JoinHandle<Result<(), WriterError>>,
-    dead_task: JoinHandle<()>,
+    // Aborted when dropped: an abandoned drain must not keep writing.
+    writer_task: AbortOnDropHandle<Result<(), WriterError>>,
+    dead_task: AbortOnDropHandle<Result<(), DeadLetterError>>,
     pipeline: Pipeline,
 }
 
@@ -177,23 +211,23 @@ impl DataPath {
         );
         let sink: Arc<dyn DeadLetterSink> = match &config.dead_letters {
             DeadLetterConfig::File { path } => Arc::new(FileSink::new(path.clone())),
-            DeadLetterConfig::Sqs { queue_url } => Arc::new(SqsSink::new(
+            DeadLetterConfig::Sqs { queue_url, .. } => Arc::new(SqsSink::new(
                 aws_sdk_sqs::Client::new(sdk),
                 queue_url.clone(),
             )),
-            DeadLetterConfig::Dynamodb { table } => {
+            DeadLetterConfig::Dynamodb { table, .. } => {
                 Arc::new(DynamoDbSink::new(dynamodb, table.clone()))
             }
         };
-        let (dead_letters, dead_task) = DeadLetters::start(sink);
+        let (dead_letters, dead_task) = DeadLetters::start(sink, config.dead_letters.fallback());
         let pipeline = Pipeline::new(router, writer.clone(), dead_letters, system_clock());
         Ok(DataPath {
             manager,
             governors,
             transport,
             writer,
-            writer_task,
-            dead_task,
+            writer_task: AbortOnDropHandle::new(writer_task),
+            dead_task: AbortOnDropHandle::new(dead_task),
             pipeline,
         })
     }
@@ -207,18 +241,32 @@ impl DataPath {
 
     /// Handles batches from `rx` until it closes, then drains: every
     /// submitted record is stored or dead-lettered, and every dead letter
-    /// written, before this returns.
+    /// written, before this returns. A fatal writer or dead-letter error
+    /// ends it at once, whatever the pipeline was waiting on (records not
+    /// yet stored stay unacknowledged).
     pub async fn run(self, rx: mpsc::Receiver<Vec<Record>>) -> Result<Report, WorkerError> {
         let DataPath {
             manager: _,
             governors: _,
             transport: _,
             writer,
-            writer_task,
-            dead_task,
+            mut writer_task,
+            mut dead_task,
             pipeline,
         } = self;
-        let counts = pipeline.run(rx).await;
+        // Both tasks outlive the pipeline unless they failed: one that ends
+        // first is a fatal error, reported now rather than at the next batch.
+        let counts = tokio::select! {
+            counts = pipeline.run(rx) => counts,
+            written = &mut writer_task => {
+                let written = written.map_err(|source| WorkerError::Task { task: "writer", source })?;
+                return Err(written.err().unwrap_or(WriterError::Closed).into());
+            }
+            dead = &mut dead_task => {
+                dead.map_err(|source| WorkerError::Task { task: "dead-letter", source })??;
+                return Err(WorkerError::PipelineStopped);
+            }
+        };
         // The pipeline holds a writer handle and the dead-letter queue;
         // dropping it lets the dead-letter task end once written out.
         drop(pipeline);
@@ -230,12 +278,15 @@ impl DataPath {
             task: "writer",
             source,
         })?;
-        dead_task.await.map_err(|source| WorkerError::Task {
+        let dead = dead_task.await.map_err(|source| WorkerError::Task {
             task: "dead-letter",
             source,
         })?;
-        let counts = counts?;
+        // The writer's own error names the cause; the pipeline only saw a
+        // closed writer.
         written?;
+        dead?;
+        let counts = counts?;
         let stats = stats_handle.stats();
         Ok(Report {
             records: counts.records,
@@ -291,28 +342,34 @@ impl Worker {
         self.data.progress()
     }
 
-    /// Runs until `shutdown` completes (or the source stops by itself), then
-    /// drains gracefully: nothing acknowledged is lost, nothing
-    /// unacknowledged is checkpointed. Returns what the run did; an error
-    /// when the source or the writer stopped with one (after the drain).
+    /// Runs until `shutdown` completes (or the source stops by itself, or a
+    /// fatal error), then drains gracefully: nothing acknowledged is lost,
+    /// nothing unacknowledged is checkpointed. Returns what the run did; an
+    /// error when the source, the writer or the dead letters stopped with
+    /// one, or when the stop took longer than `shutdown_timeout`.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<Report, WorkerError> {
+        let timeout = self.config.shutdown_timeout;
         let stop = CancellationToken::new();
-        let done = CancellationToken::new();
-        let trigger = stop.clone();
-        let finished = done.clone();
-        let watch = async move {
-            tokio::select! {
-                () = shutdown => trigger.cancel(),
-                () = finished.cancelled() => {}
+        let body = self.run_until(stop.clone());
+        tokio::pin!(body, shutdown);
+        tokio::select! {
+            result = &mut body => return result,
+            () = &mut shutdown => stop.cancel(),
+            // The worker stopped by itself (source error, fatal error).
+            () = stop.cancelled() => {}
+        }
+        // One deadline for the whole stop, whatever part of the drain hangs
+        // (a frozen DynamoDB never answers the final writes).
+        match tokio::time::timeout(timeout, body).await {
+            Ok(result) => result,
+            Err(_) => {
+                // Dropping the body aborts its tasks (AbortOnDropHandle):
+                // nothing more is stored, acknowledged or checkpointed.
+                let e = WorkerError::ShutdownTimeout { timeout };
+                error!(error = %e, "stopping now");
+                Err(e)
             }
-        };
-        let body = async {
-            let r = self.run_until(stop).await;
-            done.cancel();
-            r
-        };
-        let (result, ()) = tokio::join!(body, watch);
-        result
+        }
     }
 
     async fn run_until(self, shutdown: CancellationToken) -> Result<Report, WorkerError> {
@@ -328,17 +385,17 @@ impl Worker {
         let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
         // Telemetry outlives the drain (/metrics stays up while draining).
         let telemetry_stop = CancellationToken::new();
-        let telemetry_task = tokio::spawn(telemetry::serve(
+        let telemetry_task = AbortOnDropHandle::new(tokio::spawn(telemetry::serve(
             listener,
             prometheus,
             readiness.clone(),
             telemetry_stop.clone(),
-        ));
-        tokio::spawn(probe_dynamodb(
+        )));
+        let _probe = AbortOnDropHandle::new(tokio::spawn(probe_dynamodb(
             data.transport.clone(),
             readiness.clone(),
             telemetry_stop.clone(),
-        ));
+        )));
         let maintenance = config.maintenance.enabled.then(|| {
             let owner = match &config.source {
                 SourceConfig::Kinesis(k) => k.worker_id.clone(),
@@ -350,41 +407,71 @@ impl Worker {
                 owner,
                 config.maintenance.interval,
             );
-            tokio::spawn(maintain(
+            AbortOnDropHandle::new(tokio::spawn(maintain(
                 lease,
                 shutdown.clone(),
                 rotate_round(&data.manager),
-            ))
+            )))
         });
 
         // A small channel: the pipeline's pace (the writer's backpressure)
         // is what the sources read at.
         let (tx, rx) = mpsc::channel(16);
         let governors = data.governors.clone();
-        let pipe = tokio::spawn(data.run(rx));
+        let mut pipe = AbortOnDropHandle::new(tokio::spawn(data.run(rx)));
         info!(listen = %telemetry_addr, "tidemark running");
         readiness.source_running.store(true, Ordering::Relaxed);
-        let source_result: Result<(), WorkerError> = match config.source.clone() {
-            SourceConfig::Kinesis(k) => {
-                KinesisSource::new(k, aws_sdk_kinesis::Client::new(&sdk), dynamodb.clone())
-                    .with_governors(governors)
+        let source = async {
+            match config.source.clone() {
+                SourceConfig::Kinesis(k) => {
+                    KinesisSource::new(k, aws_sdk_kinesis::Client::new(&sdk), dynamodb.clone())
+                        .with_governors(governors)
+                        .run(tx, shutdown.clone())
+                        .await
+                        .map_err(WorkerError::from)
+                }
+                SourceConfig::Sqs(s) => SqsSource::new(s, aws_sdk_sqs::Client::new(&sdk))
                     .run(tx, shutdown.clone())
                     .await
-                    .map_err(Into::into)
+                    .map_err(WorkerError::from),
             }
-            SourceConfig::Sqs(s) => SqsSource::new(s, aws_sdk_sqs::Client::new(&sdk))
-                .run(tx, shutdown.clone())
-                .await
-                .map_err(Into::into),
+        };
+        tokio::pin!(source);
+        let source_result = tokio::select! {
+            r = &mut source => r,
+            // The source holds the channel open: a data path that ends first
+            // failed (or panicked). No zombie: stop everything, say why.
+            ended = &mut pipe => {
+                let e = match ended {
+                    Ok(Ok(_)) => WorkerError::PipelineStopped,
+                    Ok(Err(e)) => e,
+                    Err(source) => WorkerError::Task { task: "pipeline", source },
+                };
+                error!(error = %e, "fatal error: stopping the worker");
+                readiness.set_fatal(e.to_string());
+                shutdown.cancel();
+                // Records not stored stay unacknowledged; the source only
+                // checkpoints what was acknowledged and releases its leases.
+                match tokio::time::timeout(FATAL_STOP_TIME, &mut source).await {
+                    Ok(Err(source_error)) => warn!(error = %source_error, "source stopped with an error too"),
+                    Ok(Ok(())) => {}
+                    Err(_) => warn!(after = ?FATAL_STOP_TIME, "source did not stop in time; its leases expire by themselves"),
+                }
+                readiness.source_running.store(false, Ordering::Relaxed);
+                return Err(e);
+            }
         };
         readiness.source_running.store(false, Ordering::Relaxed);
+        // The source may have stopped by itself (an error): the maintenance
+        // loop stops on the same token, and the stop deadline starts.
+        shutdown.cancel();
+        if let Err(e) = &source_result {
+            readiness.set_fatal(e.to_string());
+        }
         let report = pipe.await.map_err(|source| WorkerError::Task {
             task: "pipeline",
             source,
         })?;
-        // The source may have stopped by itself (an error): the maintenance
-        // loop stops on the same token.
-        shutdown.cancel();
         if let Some(m) = maintenance {
             m.await.map_err(|source| WorkerError::Task {
                 task: "maintenance",

@@ -348,9 +348,15 @@ fn markdown(schema: &Value) -> String {
         .iter()
         .filter_map(Value::as_str)
         .collect();
+    // Plain keys (shutdown_timeout) are written before the first section;
+    // everything else is a section of its own.
+    let defs = &schema["definitions"];
+    let (sections, plain): (Vec<_>, Vec<_>) = top
+        .iter()
+        .partition(|(_, prop)| is_section(resolve(prop, defs)));
     doc.out
         .push_str("| Section | Required | What it sets |\n| --- | --- | --- |\n");
-    for (key, prop) in top {
+    for (key, prop) in &sections {
         let _ = writeln!(
             doc.out,
             "| [`[{key}]`](#{key}) | {} | {} |",
@@ -363,7 +369,19 @@ fn markdown(schema: &Value) -> String {
         );
     }
     doc.out.push('\n');
-    for (key, prop) in top {
+    if !plain.is_empty() {
+        doc.out
+            .push_str("## Top-level keys\n\nWritten before the first section.\n\n");
+        let mut only_plain = schema.clone();
+        only_plain["properties"] = Value::Object(
+            plain
+                .iter()
+                .map(|(k, v)| ((*k).clone(), (*v).clone()))
+                .collect(),
+        );
+        doc.table(&[], &only_plain, 2, None, true);
+    }
+    for (key, prop) in sections {
         doc.section(&[key.as_str()], prop, 2);
     }
     // One trailing newline, no blank-line runs.

@@ -1,7 +1,12 @@
 //! The real `tidemark` binary against the local stack: a run stopped by
 //! SIGTERM mid-stream and started again loses nothing and stores nothing
 //! twice; `key` names exactly the item `run` wrote; `query` returns exactly
-//! the stored events of a range, in time order.
+//! the stored events of a range, in time order. With DynamoDB behind a
+//! [`FaultProxy`]: a stop while DynamoDB refuses connections or hangs ends
+//! within `shutdown_timeout` + 5 s, non-zero, and a restart loses nothing;
+//! AccessDenied on writes stops the worker within 10 s, non-zero, with the
+//! cause in the log and on `/healthz`; so does a dead letter that can be
+//! written nowhere.
 //!
 //! A stack test (see docs/testing.md) that lives in this crate rather than in
 //! `tests/`: only this crate's tests can name the built binary
@@ -16,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::{AttributeValue, Select};
 use serde_json::Value;
+use tidemark_tests::fault_proxy::{Fault, FaultProxy};
 use tidemark_tests::{LocalStack, unique_name};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tidemark");
@@ -54,25 +60,61 @@ impl Env {
     }
 
     fn spawn_run(&self, log: &Path) -> Child {
+        self.spawn_run_with_dynamodb(log, &self.stack.dynamodb_url)
+    }
+
+    /// `run` with DynamoDB at `dynamodb_url` (a [`FaultProxy`]).
+    fn spawn_run_with_dynamodb(&self, log: &Path, dynamodb_url: &str) -> Child {
         self.cmd()
             .arg("run")
+            .env("AWS_ENDPOINT_URL_DYNAMODB", dynamodb_url)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(log).unwrap())
             .spawn()
             .unwrap()
     }
 
-    async fn metric(&self, name: &str) -> u64 {
+    /// `produce` of `count` events into the configured source, with a manifest.
+    fn produce(&self, count: u64, manifest: &Path) {
+        let out = self
+            .cmd()
+            .args(["produce", "--count", &count.to_string(), "--devices", "10"])
+            .args(["--rate", "2000", "--quiet", "--manifest"])
+            .arg(manifest)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "produce: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Every event of `manifest` is stored (`verify`).
+    fn assert_all_stored(&self, manifest: &Path, count: u64) {
+        let out = self.output(&["verify", "--manifest", manifest.to_str().unwrap(), "--json"]);
+        let report: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(report["found"], count, "{report}");
+    }
+
+    /// GET `path` on the telemetry port: (status line, body), or None when
+    /// nothing answers.
+    async fn get(&self, path: &str) -> Option<String> {
         let url = format!("127.0.0.1:{}", self.port);
-        let Ok(mut s) = tokio::net::TcpStream::connect(&url).await else {
+        let mut s = tokio::net::TcpStream::connect(&url).await.ok()?;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
+            .await
+            .ok()?;
+        let mut body = String::new();
+        s.read_to_string(&mut body).await.ok()?;
+        Some(body)
+    }
+
+    async fn metric(&self, name: &str) -> u64 {
+        let Some(body) = self.get("/metrics").await else {
             return 0;
         };
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        if s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").await.is_err() {
-            return 0;
-        }
-        let mut body = String::new();
-        let _ = s.read_to_string(&mut body).await;
         body.lines()
             .filter(|l| l.starts_with(name))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
@@ -121,21 +163,34 @@ fn stored_in_log(log: &Path) -> u64 {
 }
 
 async fn setup() -> Env {
+    setup_with(2, "", |source| source).await
+}
+
+/// A Kinesis worker on a new stream of `shards` shards, with `top` before
+/// the config's sections and its `[source]` section changed by `source`.
+async fn setup_with(shards: i32, top: &str, source: impl FnOnce(String) -> String) -> Env {
     let stack = tidemark_tests::stack().await;
     let name = unique_name("e2e");
-    let dir = std::env::temp_dir().join(&name);
+    let source = source(tidemark_tests::worker::kinesis_source(&name));
+    let env = setup_source(stack, &name, top, &source);
+    tidemark_tests::create_stream(&env.stack.kinesis(), &name, shards).await;
+    env
+}
+
+/// A worker config for `source` (a whole `[source]` section), `top` first.
+fn setup_source(stack: LocalStack, name: &str, top: &str, source: &str) -> Env {
+    let dir = std::env::temp_dir().join(name);
     std::fs::create_dir_all(&dir).unwrap();
-    let prefix = name.clone();
+    let prefix = name.to_string();
     let port = free_port();
     let config = dir.join("tidemark.toml");
     let toml = tidemark_tests::worker::test_toml(
-        &tidemark_tests::worker::kinesis_source(&name),
+        source,
         &prefix,
         &dir.join("dead.jsonl"),
         &format!("127.0.0.1:{port}"),
     );
-    std::fs::write(&config, toml).unwrap();
-    tidemark_tests::create_stream(&stack.kinesis(), &name, 2).await;
+    std::fs::write(&config, format!("{top}\n{toml}")).unwrap();
     Env {
         stack,
         dir,
@@ -395,6 +450,254 @@ async fn replay_stores_a_fixture_and_status_lists_its_table() {
         total += count as usize;
     }
     assert_eq!(total, records, "every fixture record stored once");
+}
+
+/// The stop bound of the fault tests: short, so the tests are too.
+const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(8);
+
+/// Events stored, then DynamoDB breaks (`fault`), with `in_flight` more
+/// events read but not stored, then SIGTERM: the worker exits within
+/// `shutdown_timeout` + 5 s, non-zero (the drain could not finish: final
+/// writes or checkpoint and lease release), and a restart with DynamoDB
+/// back stores every event.
+async fn stop_while_dynamodb(fault: Fault, in_flight: u64) {
+    let env = setup_with(
+        1,
+        &format!("shutdown_timeout = \"{}s\"", SHUTDOWN_TIMEOUT.as_secs()),
+        // A failover time long enough that the worker, unable to renew,
+        // does not give its lease up before it read the new events.
+        |source| {
+            source.replace("failover_time = \"3s\"", "failover_time = \"15s\"")
+                + "shutdown_grace = \"2s\"\n"
+        },
+    )
+    .await;
+    let proxy = FaultProxy::start(&env.stack.dynamodb_url).await;
+    let (first, second) = (env.dir.join("first.jsonl"), env.dir.join("second.jsonl"));
+    env.produce(200, &first);
+    let log1 = env.dir.join("run1.log");
+    let mut run1 = env.spawn_run_with_dynamodb(&log1, &proxy.url);
+    let start = Instant::now();
+    while env.metric("tidemark_writer_items_stored_total").await < 200 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "first events not stored"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    proxy.set(fault);
+    if in_flight > 0 {
+        env.produce(in_flight, &second);
+    }
+    // The new events are read, so the writer holds them when the stop comes.
+    let start = Instant::now();
+    while env.metric("tidemark_records_read_total").await < 200 + in_flight {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "new events not read"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let stopping = Instant::now();
+    let status = terminate(&mut run1, SHUTDOWN_TIMEOUT + Duration::from_secs(5));
+    let took = stopping.elapsed();
+    let log = std::fs::read_to_string(&log1).unwrap();
+    assert!(
+        !status.success(),
+        "a stop that could not finish exits non-zero:\n{log}"
+    );
+    // With writes in flight the drain hangs until shutdown_timeout; without,
+    // it ends at once but the final checkpoint or release failed.
+    let why = if in_flight > 0 {
+        "error: shutdown_timeout"
+    } else {
+        "error: shutdown incomplete"
+    };
+    assert!(log.contains(why), "the log says `{why}`:\n{log}");
+    eprintln!("{fault:?}: stopped in {took:?} with {status}");
+
+    proxy.set(Fault::Pass);
+    env.assert_all_stored(&first, 200);
+    if in_flight == 0 {
+        return;
+    }
+    let log2 = env.dir.join("run2.log");
+    let mut run2 = env.spawn_run_with_dynamodb(&log2, &proxy.url);
+    let start = Instant::now();
+    // Once its leases are back (the first run's expire after failover_time).
+    while env.metric("tidemark_writer_items_stored_total").await < in_flight {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the restart stored too little"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let status = terminate(&mut run2, Duration::from_secs(30));
+    assert!(status.success(), "second run exit: {status}");
+    env.assert_all_stored(&second, in_flight);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn sigterm_while_dynamodb_refuses_connections_exits_in_time_and_loses_nothing() {
+    stop_while_dynamodb(Fault::Refuse, 100).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn sigterm_after_every_event_stored_while_dynamodb_refuses_is_not_a_clean_stop() {
+    stop_while_dynamodb(Fault::Refuse, 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn sigterm_while_dynamodb_hangs_exits_in_time_and_loses_nothing() {
+    stop_while_dynamodb(Fault::Hang, 100).await;
+}
+
+/// A worker on a new SQS queue (quick polls, a short grace); its queue URL.
+async fn sqs_env(prefix: &str) -> (Env, String) {
+    let stack = tidemark_tests::stack().await;
+    let name = unique_name(prefix);
+    let queue = tidemark_tests::create_queue(&stack.sqs(), &name, false).await;
+    let source = format!(
+        "[source]\nkind = \"sqs\"\nqueue_url = \"{queue}\"\nwait_time = \"1s\"\n\
+         visibility_timeout = \"10s\"\nheartbeat_margin = \"3s\"\nshutdown_grace = \"3s\"\n"
+    );
+    (setup_source(stack, &name, "", &source), queue)
+}
+
+/// A dead letter that can be written nowhere (a file destination in a
+/// directory that does not exist): the worker exits non-zero within 10 s,
+/// the log names the cause, and the poison message is not deleted.
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn a_dead_letter_that_cannot_be_written_stops_the_worker() {
+    let (env, queue) = sqs_env("e2e-deadfail").await;
+    let config = std::fs::read_to_string(&env.config).unwrap();
+    let dead = env.dir.join("dead.jsonl");
+    let nowhere = env.dir.join("no-such-dir/dead.jsonl");
+    std::fs::write(
+        &env.config,
+        config.replace(&dead.display().to_string(), &nowhere.display().to_string()),
+    )
+    .unwrap();
+    let log = env.dir.join("run.log");
+    let mut run = env.spawn_run(&log);
+    let sqs = env.stack.sqs();
+    tidemark_tests::send_messages(&sqs, &queue, &[(None, "{not json".to_string())]).await;
+    let sent = Instant::now();
+    let status = loop {
+        if let Some(status) = run.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            sent.elapsed() < Duration::from_secs(10),
+            "the worker still runs 10 s after the poison message:\n{}",
+            std::fs::read_to_string(&log).unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    eprintln!(
+        "dead letter nowhere: exited {:?} after the message, with {status}",
+        sent.elapsed()
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!status.success(), "exit status {status}:\n{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.contains("fatal error") && l.contains("no-such-dir")),
+        "a log line names the cause:\n{text}"
+    );
+    let (visible, in_flight) = tidemark_tests::queue_counts(&sqs, &queue).await;
+    assert_eq!(visible + in_flight, 1, "the poison message is not deleted");
+}
+
+/// AccessDenied on every DynamoDB call once events flow (SQS source, so the
+/// writer is the only DynamoDB user that matters): the worker exits
+/// non-zero within 10 s, the log names the cause, `/healthz` reports it
+/// while stopping, and a restart stores the events it left.
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn access_denied_on_writes_stops_the_worker_within_10s() {
+    let (env, _) = sqs_env("e2e-denied").await;
+    let proxy = FaultProxy::start(&env.stack.dynamodb_url).await;
+    let (first, second) = (env.dir.join("first.jsonl"), env.dir.join("second.jsonl"));
+    let log1 = env.dir.join("run1.log");
+    let mut run1 = env.spawn_run_with_dynamodb(&log1, &proxy.url);
+    env.produce(50, &first);
+    let start = Instant::now();
+    while env.metric("tidemark_writer_items_stored_total").await < 50 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "first events not stored"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    proxy.set(Fault::Deny);
+    let denied = Instant::now();
+    env.produce(20, &second);
+    let mut health_said = None;
+    let status = loop {
+        if let Some(status) = run1.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            denied.elapsed() < Duration::from_secs(10),
+            "the worker still runs 10 s after AccessDenied:\n{}",
+            std::fs::read_to_string(&log1).unwrap()
+        );
+        if let Some(page) = env.get("/healthz").await
+            && page.contains(" 503 ")
+        {
+            health_said.get_or_insert(page);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    eprintln!(
+        "AccessDenied: exited {:?} after the switch, with {status}",
+        denied.elapsed()
+    );
+    let log = std::fs::read_to_string(&log1).unwrap();
+    assert!(!status.success(), "exit status {status}:\n{log}");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("fatal error") && l.contains("AccessDeniedException")),
+        "a log line names the cause:\n{log}"
+    );
+    let page = health_said.expect("/healthz reported the fatal error while stopping");
+    assert!(page.contains("AccessDeniedException"), "{page}");
+
+    proxy.set(Fault::Pass);
+    let log2 = env.dir.join("run2.log");
+    let mut run2 = env.spawn_run_with_dynamodb(&log2, &proxy.url);
+    let start = Instant::now();
+    while env.metric("tidemark_writer_items_stored_total").await < 20 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the restart stored too little"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let status = terminate(&mut run2, Duration::from_secs(30));
+    assert!(status.success(), "second run exit: {status}");
+    env.assert_all_stored(&first, 50);
+    env.assert_all_stored(&second, 20);
 }
 
 #[tokio::test(flavor = "multi_thread")]

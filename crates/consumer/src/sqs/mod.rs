@@ -10,7 +10,9 @@
 //!   calls (10 per call, 4 calls at a time);
 //! - the heartbeat extends the visibility of every message in flight whose
 //!   visibility ends within `heartbeat_margin`, and gives up messages whose
-//!   acknowledgement never came within `max_processing_time`;
+//!   acknowledgement never came within `max_processing_time`; each of its
+//!   calls is one attempt (no SDK retries) bounded by half the margin, so a
+//!   hung call leaves time for the next tick's before visibility ends;
 //! - the releaser hands held-back FIFO messages to the sink when their
 //!   predecessor is acknowledged.
 //!
@@ -628,6 +630,23 @@ async fn releaser(ctx: Arc<Ctx>, mut start_rx: mpsc::UnboundedReceiver<Vec<Recor
     }
 }
 
+/// Per-call settings of a heartbeat's ChangeMessageVisibilityBatch: one
+/// attempt, at most `margin / 2` in all. The SDK's retries (3 attempts of
+/// up to 10 s each) would outlast the margin, so the extension would come
+/// after the visibility ended; the next tick (every `margin / 3`) is the
+/// retry instead, and it still comes before the visibility ends.
+fn heartbeat_call(base: Option<&TimeoutConfig>, margin: Duration) -> aws_sdk_sqs::config::Builder {
+    let bound = margin / 2;
+    let timeouts = base
+        .map_or_else(TimeoutConfig::builder, TimeoutConfig::to_builder)
+        .operation_timeout(bound)
+        .operation_attempt_timeout(bound)
+        .build();
+    aws_sdk_sqs::config::Builder::default()
+        .retry_config(aws_sdk_sqs::config::retry::RetryConfig::disabled())
+        .timeout_config(timeouts)
+}
+
 /// Outcome of [`change_visibility`]: indexes into the request's items.
 #[derive(Debug, Default)]
 struct VisibilityOutcome {
@@ -637,8 +656,13 @@ struct VisibilityOutcome {
 }
 
 /// Sets the visibility of `items` (receipt, seconds), 10 per call, the calls
-/// concurrently.
-async fn change_visibility(ctx: &Ctx, items: &[(String, i32)]) -> VisibilityOutcome {
+/// concurrently, each with the client's settings changed by `call`.
+async fn change_visibility(
+    client: &aws_sdk_sqs::Client,
+    queue_url: &str,
+    items: &[(String, i32)],
+    call: Option<&aws_sdk_sqs::config::Builder>,
+) -> VisibilityOutcome {
     let calls = items.chunks(MAX_RECEIVE_BATCH).enumerate().map(|(c, chunk)| {
         let entries: Vec<ChangeMessageVisibilityBatchRequestEntry> = chunk
             .iter()
@@ -653,13 +677,15 @@ async fn change_visibility(ctx: &Ctx, items: &[(String, i32)]) -> VisibilityOutc
             })
             .collect();
         async move {
-            let out = ctx
-                .client
+            let mut request = client
                 .change_message_visibility_batch()
-                .queue_url(&ctx.cfg.queue_url)
+                .queue_url(queue_url)
                 .set_entries(Some(entries))
-                .send()
-                .await;
+                .customize();
+            if let Some(call) = call {
+                request = request.config_override(call.clone());
+            }
+            let out = request.send().await;
             let mut outcome = VisibilityOutcome::default();
             match out {
                 Ok(out) => {
@@ -707,7 +733,7 @@ async fn release(
         .iter()
         .map(|r| (r.receipt.clone(), visibility(r)))
         .collect();
-    let out = change_visibility(ctx, &items).await;
+    let out = change_visibility(&ctx.client, &ctx.cfg.queue_url, &items, None).await;
     metrics::counter!(metric::MESSAGES_RELEASED, "reason" => reason).increment(out.ok.len() as u64);
     debug!(count = released.len(), released = out.ok.len(), refused = ?out.refused, reason, "messages made visible");
 }
@@ -719,7 +745,7 @@ async fn release_raw(ctx: &Ctx, messages: &[Message]) {
         .filter_map(|m| m.receipt_handle.clone())
         .map(|r| (r, 0))
         .collect();
-    let out = change_visibility(ctx, &items).await;
+    let out = change_visibility(&ctx.client, &ctx.cfg.queue_url, &items, None).await;
     metrics::counter!(metric::MESSAGES_RELEASED, "reason" => "shutdown")
         .increment(out.ok.len() as u64);
 }
@@ -728,6 +754,7 @@ async fn release_raw(ctx: &Ctx, messages: &[Message]) {
 async fn heartbeat(ctx: Arc<Ctx>) {
     let margin = ctx.cfg.heartbeat_margin;
     let tick = (margin / 3).clamp(Duration::from_millis(50), Duration::from_secs(5));
+    let call = heartbeat_call(ctx.client.config().timeout_config(), margin);
     let mut interval = tokio::time::interval(tick);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -761,7 +788,7 @@ async fn heartbeat(ctx: Arc<Ctx>) {
             .iter()
             .map(|(_, receipt)| (receipt.clone(), ctx.visibility_secs()))
             .collect();
-        let out = change_visibility(&ctx, &items).await;
+        let out = change_visibility(&ctx.client, &ctx.cfg.queue_url, &items, Some(&call)).await;
         debug!(due = due.len(), extended = out.ok.len(), took = ?sent_at.elapsed(), "heartbeat");
         metrics::counter!(metric::VISIBILITY_EXTENDED).increment(out.ok.len() as u64);
         let until = sent_at + ctx.cfg.visibility_timeout;
@@ -928,6 +955,67 @@ mod tests {
         // No client timeouts at all: the poll still gets a bound.
         let t = receive_timeouts(None, Duration::ZERO);
         assert_eq!(t.operation_attempt_timeout(), Some(RECEIVE_MARGIN));
+    }
+
+    /// A heartbeat to an SQS that accepts connections and never answers:
+    /// one attempt (no SDK retry), given up within half the margin, though
+    /// the client itself would try 3 times for 10 s each.
+    #[tokio::test]
+    async fn a_hung_heartbeat_is_one_attempt_bounded_below_the_margin() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let connections = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::clone(&connections);
+        let server = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((conn, _)) = listener.accept().await {
+                seen.fetch_add(1, Ordering::SeqCst);
+                held.push(conn);
+            }
+        });
+        let worker_timeouts = TimeoutConfig::builder()
+            .connect_timeout(Duration::from_millis(3100))
+            .operation_attempt_timeout(Duration::from_secs(10))
+            .build();
+        let conf = aws_sdk_sqs::Config::builder()
+            .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+            .region(aws_sdk_sqs::config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+                "test", "test", None, None, "test",
+            ))
+            .endpoint_url(&url)
+            .retry_config(aws_sdk_sqs::config::retry::RetryConfig::standard().with_max_attempts(3))
+            .timeout_config(worker_timeouts.clone())
+            .build();
+        let client = aws_sdk_sqs::Client::from_conf(conf);
+        let margin = Duration::from_secs(2);
+        let call = heartbeat_call(Some(&worker_timeouts), margin);
+        let items: Vec<(String, i32)> = (0..3).map(|i| (format!("r{i}"), 30)).collect();
+        let started = std::time::Instant::now();
+        let out = change_visibility(
+            &client,
+            &format!("{url}/000000000000/q"),
+            &items,
+            Some(&call),
+        )
+        .await;
+        let took = started.elapsed();
+        assert!(out.ok.is_empty() && out.refused.is_empty(), "{out:?}");
+        assert!(
+            took < margin,
+            "the heartbeat took {took:?}, margin {margin:?}"
+        );
+        assert!(
+            took >= margin / 2 - Duration::from_millis(100),
+            "gave up early: {took:?}"
+        );
+        assert_eq!(
+            connections.load(Ordering::SeqCst),
+            1,
+            "one attempt, no SDK retry"
+        );
+        server.abort();
     }
 
     #[test]
