@@ -38,8 +38,8 @@ use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
 
-pub mod forward_proxy;
 pub mod fault_proxy;
+pub mod forward_proxy;
 pub mod worker;
 
 /// The endpoint variables every integration test needs.
