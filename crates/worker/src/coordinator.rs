@@ -316,7 +316,19 @@ where
             Err(e) => warn!(error = %e, "maintenance lease unavailable"),
         }
     }
-    if let Err(e) = lease.release().await {
-        warn!(error = %e, "releasing the maintenance lease failed; it expires by itself");
+    // Best effort and short: the stop has its own deadline (shutdown_timeout),
+    // and an unreleased lease only delays the next maintainer by one failover.
+    match tokio::time::timeout(RELEASE_BUDGET, lease.release()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            warn!(error = %e, "releasing the maintenance lease failed; it expires by itself");
+        }
+        Err(_) => warn!(
+            after = ?RELEASE_BUDGET,
+            "releasing the maintenance lease timed out; it expires by itself"
+        ),
     }
 }
+
+/// How long a stopping worker tries to release the maintenance lease.
+const RELEASE_BUDGET: Duration = Duration::from_secs(2);

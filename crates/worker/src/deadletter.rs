@@ -388,12 +388,23 @@ fn sqs_batches(entries: &[DeadLetter]) -> Vec<Vec<(&DeadLetter, String)>> {
 pub struct DynamoDbSink {
     client: aws_sdk_dynamodb::Client,
     table: String,
+    gov: Option<tidemark_governor::Governor>,
 }
 
 impl DynamoDbSink {
     /// Writes entries to `table`.
     pub fn new(client: aws_sdk_dynamodb::Client, table: String) -> Self {
-        DynamoDbSink { client, table }
+        DynamoDbSink {
+            client,
+            table,
+            gov: None,
+        }
+    }
+
+    /// Puts are admitted by the DynamoDB endpoint's shared governor.
+    pub fn with_governor(mut self, gov: tidemark_governor::Governor) -> Self {
+        self.gov = Some(gov);
+        self
     }
 }
 
@@ -410,15 +421,19 @@ impl DeadLetterSink for DynamoDbSink {
             // PutItem one by one: dead letters are rare, and a put per entry
             // keeps a large entry from failing its neighbours.
             for e in entries {
-                self.client
+                let put = self
+                    .client
                     .put_item()
                     .table_name(&self.table)
                     .set_item(Some(dynamodb_item(e)))
-                    .send()
-                    .await
-                    .map_err(
-                        |e| err(aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string()),
-                    )?;
+                    .send();
+                let result = match &self.gov {
+                    Some(g) => g.run(put).await,
+                    None => put.await,
+                };
+                result.map_err(|e| {
+                    err(aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string())
+                })?;
             }
             Ok(())
         })

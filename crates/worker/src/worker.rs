@@ -215,9 +215,10 @@ impl DataPath {
                 aws_sdk_sqs::Client::new(sdk),
                 queue_url.clone(),
             )),
-            DeadLetterConfig::Dynamodb { table, .. } => {
-                Arc::new(DynamoDbSink::new(dynamodb, table.clone()))
-            }
+            DeadLetterConfig::Dynamodb { table, .. } => Arc::new(
+                DynamoDbSink::new(dynamodb, table.clone())
+                    .with_governor(governors.dynamodb.clone()),
+            ),
         };
         let (dead_letters, dead_task) = DeadLetters::start(sink, config.dead_letters.fallback());
         let pipeline = Pipeline::new(router, writer.clone(), dead_letters, system_clock());

@@ -17,7 +17,8 @@
 //!   signed outside its window refused as DynamoDB does, `Date` on answers.
 //! - [`sink`]: sink mode's record of accepted writes.
 //! - [`proxy`]: the HTTP layer: routing on `X-Amz-Target`, parsing,
-//!   forwarding, `/_limits/stats`, `/_limits/reset`, `/_limits/sink/TABLE`.
+//!   forwarding, `/_limits/stats`, `/_limits/reset`, `/_limits/sink/TABLE`,
+//!   `/_limits/brownout` (hold every DynamoDB request for a while).
 //! - [`server`]: the accept loop.
 //! - [`config`]: flags and environment variables.
 //!

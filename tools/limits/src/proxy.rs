@@ -91,6 +91,19 @@ pub struct FaultCounters {
     pub errors_injected: u64,
     /// Connections dropped.
     pub connections_dropped: u64,
+    /// DynamoDB requests received (any operation), for request-rate figures.
+    pub dynamodb_requests: u64,
+    /// DynamoDB requests held back by a brownout.
+    pub brownout_delayed: u64,
+}
+
+/// A DynamoDB brownout: until `until`, every DynamoDB request is held for
+/// `delay` before it is forwarded (an overloaded backend that still does
+/// the work of requests its clients gave up on).
+#[derive(Debug, Clone, Copy)]
+struct Brownout {
+    until: Instant,
+    delay: Duration,
 }
 
 #[derive(Debug)]
@@ -104,6 +117,7 @@ struct State {
     shard_maps: HashMap<String, Instant>,
     since: Instant,
     rng: fastrand::Rng,
+    brownout: Option<Brownout>,
 }
 
 /// The stats document served at `GET /_limits/stats`.
@@ -197,6 +211,7 @@ impl Proxy {
             shard_maps: HashMap::new(),
             since: Instant::now(),
             rng,
+            brownout: None,
         };
         Ok(Self {
             cfg,
@@ -259,7 +274,16 @@ impl Proxy {
         let (delay, fault) = {
             let mut st = self.lock();
             let st = &mut *st;
-            let delay = self.cfg.faults.delay(&mut st.rng);
+            let mut delay = self.cfg.faults.delay(&mut st.rng);
+            if service == Service::DynamoDb {
+                st.fault_counters.dynamodb_requests += 1;
+                if let Some(b) = st.brownout
+                    && Instant::now() < b.until
+                {
+                    st.fault_counters.brownout_delayed += 1;
+                    delay += b.delay;
+                }
+            }
             let fault = self.cfg.faults.draw(service, &mut st.rng);
             match fault {
                 Fault::Error(_) => st.fault_counters.errors_injected += 1,
@@ -287,6 +311,16 @@ impl Proxy {
         Ok(resp)
     }
 
+    /// Starts a DynamoDB brownout: for `length`, every DynamoDB request is
+    /// held `delay` (make it longer than the client's attempt timeout)
+    /// before being forwarded. Also `POST /_limits/brownout?secs=S&delay_ms=D`.
+    pub fn brownout(&self, length: Duration, delay: Duration) {
+        self.lock().brownout = Some(Brownout {
+            until: Instant::now() + length,
+            delay,
+        });
+    }
+
     fn admin(&self, parts: &Parts) -> ProxyResponse {
         let path = parts.uri.path();
         match (&parts.method, path) {
@@ -294,6 +328,26 @@ impl Proxy {
                 let report = self.stats();
                 let body = serde_json::to_string_pretty(&report).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
                 aws_error::json_response(StatusCode::OK, "application/json", body)
+            }
+            (&Method::POST, "/_limits/brownout") => {
+                let q = parts.uri.query().unwrap_or_default();
+                let get = |k: &str| {
+                    q.split('&')
+                        .filter_map(|kv| kv.split_once('='))
+                        .find(|(n, _)| *n == k)
+                        .and_then(|(_, v)| v.parse::<u64>().ok())
+                };
+                match (get("secs"), get("delay_ms")) {
+                    (Some(secs), Some(ms)) => {
+                        self.brownout(Duration::from_secs(secs), Duration::from_millis(ms));
+                        aws_error::json_response(StatusCode::OK, "application/json", "{\"brownout\":true}".into())
+                    }
+                    _ => aws_error::json_response(
+                        StatusCode::BAD_REQUEST,
+                        "application/json",
+                        "{\"error\":\"use POST /_limits/brownout?secs=S&delay_ms=D\"}".into(),
+                    ),
+                }
             }
             (&Method::POST, "/_limits/reset") => {
                 self.reset();

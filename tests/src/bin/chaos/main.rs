@@ -12,6 +12,14 @@
 //! items, every poison record dead-lettered with its reason, checkpoints at
 //! the end, and no two workers holding one shard for more than one failover
 //! time. Prints the figures; exits non-zero on any failure.
+//!
+//! `chaos brownout` runs one scenario instead: one worker; after a healthy
+//! start every DynamoDB call is held past the attempt timeout for 60 s, then
+//! DynamoDB recovers. It checks the same things and two figures: the
+//! DynamoDB request rate during the brownout over the healthy rate
+//! (amplification, at most 1.5) and the time from recovery until every
+//! checkpoint is at its end (at most 30 s); its last line is
+//! `brownout: lost N, duplicates N, amplification X.Yx, recovery N s`.
 
 mod check;
 mod events;
@@ -42,10 +50,37 @@ fn duration(s: &str) -> Result<Duration, String> {
     humantime_serde::re::humantime::parse_duration(s).map_err(|e| e.to_string())
 }
 
+/// Named scenarios run instead of the full chaos run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Scenario {
+    /// One worker; after a healthy start, every DynamoDB call is held past
+    /// the attempt timeout for `--brownout-for`, then DynamoDB recovers.
+    /// No kills, reshards, throttling, 5xx or poison: only the brownout.
+    Brownout,
+}
+
 /// Chaos run: three workers, faults, kills, reshards, throttling, poison.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "chaos", about)]
 struct Args {
+    /// A named scenario instead of the full run (`brownout`).
+    #[arg(value_enum)]
+    scenario: Option<Scenario>,
+    /// brownout: how long every DynamoDB call is held.
+    #[arg(long, default_value = "60s", value_parser = duration)]
+    brownout_for: Duration,
+    /// brownout: how long each DynamoDB call is held before it is forwarded
+    /// (past the worker's 10 s attempt timeout).
+    #[arg(long, default_value = "15s", value_parser = duration)]
+    brownout_delay: Duration,
+    /// brownout: healthy time before it starts (the baseline request rate
+    /// is measured over its last two thirds).
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    brownout_after: Duration,
+    /// brownout: events produced, evenly over the healthy time and the
+    /// brownout (production ends when DynamoDB recovers).
+    #[arg(long, default_value_t = 20_000)]
+    brownout_events: u64,
     /// The `tidemark` binary to run as workers.
     #[arg(long)]
     tidemark: PathBuf,
@@ -305,7 +340,20 @@ async fn main() -> Result<()> {
     Ok(())
 }
 
-async fn run(args: Args) -> Result<bool> {
+async fn run(mut args: Args) -> Result<bool> {
+    let brownout = args.scenario == Some(Scenario::Brownout);
+    if brownout {
+        args.events = args.brownout_events;
+        args.produce_for = args.brownout_after + args.brownout_for;
+        args.poison_rate = 0.0;
+        args.workers = 1;
+        args.kill_every = Duration::ZERO;
+        args.kill_after = Duration::ZERO;
+        args.fault_rate = 0.0;
+        args.latency_ms = 0;
+        args.jitter_ms = 0;
+        args.throttle_wcu = 0;
+    }
     let began = Instant::now();
     let seed = args.seed.unwrap_or_else(|| fastrand::u64(..));
     let run_id = format!(
@@ -419,7 +467,35 @@ async fn run(args: Args) -> Result<bool> {
     let mut throttled_at: Option<(Instant, String)> = None;
     let mut restored = false;
     let mut produce_task = Some(produce_task);
+    // Brownout figures: DynamoDB requests at the start of the healthy
+    // window, at the brownout's start and at its end.
+    let production_start = Instant::now();
+    let mut healthy_mark: Option<(Instant, u64)> = None;
+    let mut brown_start: Option<(Instant, u64)> = None;
+    let mut brown_end: Option<(Instant, u64)> = None;
+    let ddb_requests = || proxy.stats().faults.dynamodb_requests;
     loop {
+        if brownout {
+            let t = production_start.elapsed();
+            if healthy_mark.is_none() && t >= args.brownout_after / 3 {
+                healthy_mark = Some((Instant::now(), ddb_requests()));
+            }
+            if brown_start.is_none() && t >= args.brownout_after {
+                brown_start = Some((Instant::now(), ddb_requests()));
+                proxy.brownout(args.brownout_for, args.brownout_delay);
+                say(format!(
+                    "brownout: every DynamoDB call held {:?} for {:?}",
+                    args.brownout_delay, args.brownout_for
+                ));
+            }
+            if let Some((at, _)) = brown_start
+                && brown_end.is_none()
+                && at.elapsed() >= args.brownout_for
+            {
+                brown_end = Some((Instant::now(), ddb_requests()));
+                say("brownout over: DynamoDB answers again");
+            }
+        }
         let done = progress.load(Ordering::Relaxed) as f64 / total as f64;
         if let Some(t) = produce_task.as_mut()
             && t.is_finished()
@@ -454,12 +530,12 @@ async fn run(args: Args) -> Result<bool> {
             say(format!("worker {id} exited on its own; restarted"));
             tl.crashed.push(id);
         }
-        if tl.reshards.is_empty() && done >= 0.3 {
+        if !brownout && tl.reshards.is_empty() && done >= 0.3 {
             let what = split(&kinesis, &run_id).await?;
             say(format!("{what} ({:.0}% produced)", done * 100.0));
             tl.reshards.push(what);
         }
-        if tl.reshards.len() == 1 && done >= 0.6 {
+        if !brownout && tl.reshards.len() == 1 && done >= 0.6 {
             let what = merge(&kinesis, &run_id).await?;
             say(format!("{what} ({:.0}% produced)", done * 100.0));
             tl.reshards.push(what);
@@ -491,7 +567,11 @@ async fn run(args: Args) -> Result<bool> {
                     .push(format!("restoring WCU failed, retrying: {e:#}")),
             }
         }
-        if produce_task.is_none() && !killing && (restored || args.throttle_wcu <= 0) {
+        if produce_task.is_none()
+            && !killing
+            && (restored || args.throttle_wcu <= 0)
+            && (!brownout || brown_end.is_some())
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -524,6 +604,9 @@ async fn run(args: Args) -> Result<bool> {
     }
     let converged = ends.iter().all(|e| e.at_end);
     let converge_s = converge_start.elapsed().as_secs_f64();
+    // Recovery: from DynamoDB answering again until every checkpoint is at
+    // its shard's end (production ended with the brownout: lag 0).
+    let recovery_s = brown_end.map(|(at, _)| at.elapsed().as_secs_f64());
     say(format!(
         "checkpoints at end after {converge_s:.0} s more: {converged}"
     ));
@@ -601,8 +684,34 @@ async fn run(args: Args) -> Result<bool> {
     if args.throttle_wcu > 0 && throttled_items == 0 {
         failures.push("the lowered table never throttled a write".into());
     }
-    if tl.reshards.len() < 2 {
+    if !brownout && tl.reshards.len() < 2 {
         failures.push("the split and the merge did not both happen".into());
+    }
+    // Requests per second the proxy received while healthy and during the
+    // brownout, and their ratio.
+    let amplification = match (healthy_mark, brown_start, brown_end) {
+        (Some((h, hn)), Some((b, bn)), Some((e, en))) => {
+            let healthy = (bn - hn) as f64 / (b - h).as_secs_f64().max(1e-3);
+            let during = (en - bn) as f64 / (e - b).as_secs_f64().max(1e-3);
+            Some((healthy, during, during / healthy.max(1e-9)))
+        }
+        _ => None,
+    };
+    if brownout {
+        match amplification {
+            Some((_, _, a)) if a > 1.5 => failures.push(format!(
+                "amplification {a:.2}x: more than 1.5x the healthy request rate during the brownout"
+            )),
+            Some(_) => {}
+            None => failures.push("the brownout did not run its course".into()),
+        }
+        match recovery_s {
+            Some(r) if r > 30.0 => failures.push(format!(
+                "recovery took {r:.0} s (at most 30 s after DynamoDB answers again)"
+            )),
+            Some(_) => {}
+            None => failures.push("no recovery measured".into()),
+        }
     }
 
     let valid = produced.valid.len() as u64;
@@ -729,6 +838,9 @@ async fn run(args: Args) -> Result<bool> {
         "passed": passed,
         "events": args.events, "valid": valid, "poison": poison,
         "duration_s": total_s, "production_s": production_s, "converge_s": converge_s,
+        "scenario": if brownout { "brownout" } else { "full" },
+        "brownout_requests_per_s": amplification.map(|(h, d, _)| [h, d]),
+        "amplification": amplification.map(|a| a.2), "recovery_s": recovery_s,
         "kills": kills, "kills_during": tl.kills_during, "kills_after": tl.kills_after,
         "incarnations": fleet.history.len(), "crashed": crashed_any,
         "reshards": tl.reshards,
@@ -756,6 +868,20 @@ async fn run(args: Args) -> Result<bool> {
         "  summary             {}",
         dir.join("summary.json").display()
     );
+    let brownout_line = amplification.map(|(healthy, during, a)| {
+        println!(
+            "  brownout            {:.0} s held {:?}; DynamoDB requests/s healthy {healthy:.1}, during {during:.2}; recovery {:.0} s",
+            args.brownout_for.as_secs_f64(),
+            args.brownout_delay,
+            recovery_s.unwrap_or(f64::NAN)
+        );
+        format!(
+            "brownout: lost {}, duplicates {}, amplification {a:.1}x, recovery {:.0} s",
+            items.lost,
+            items.duplicates,
+            recovery_s.unwrap_or(f64::NAN)
+        )
+    });
     if passed && !args.keep {
         // Repeated runs on one stack: do not let the emulators grow.
         let mut names = items.tables.clone();
@@ -766,6 +892,16 @@ async fn run(args: Args) -> Result<bool> {
         let _ = kinesis.delete_stream().stream_name(&run_id).send().await;
     } else {
         println!("  kept                stream and tables named {run_id}*");
+    }
+    if brownout {
+        // The scenario's figures, last, in one line.
+        println!(
+            "{}",
+            brownout_line.unwrap_or_else(|| format!(
+                "brownout: lost {}, duplicates {}, amplification n/a, recovery n/a",
+                items.lost, items.duplicates
+            ))
+        );
     }
     Ok(passed)
 }
