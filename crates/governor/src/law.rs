@@ -43,7 +43,7 @@ impl Default for Params {
             window: Duration::from_secs(10),
             trip_after: 5,
             open_base: Duration::from_secs(1),
-            open_max: Duration::from_secs(10),
+            open_max: Duration::from_secs(5),
             backoff_base: Duration::from_millis(50),
             backoff_max: Duration::from_secs(20),
             successes_per_step: 8,
@@ -118,6 +118,9 @@ pub struct Law {
     consecutive: u32,
     /// The next open period (doubles on each failed probe).
     open_for: Duration,
+    /// When the last probe was admitted: a probe that hangs longer than the
+    /// open period does not keep the breaker from probing again.
+    probe_sent: Instant,
     /// Back-off level: the retry delay is capped at base * 2^level.
     level: u32,
     /// Answered calls since the level last changed.
@@ -148,6 +151,7 @@ impl Law {
             state: State::Closed,
             consecutive: 0,
             open_for,
+            probe_sent: now,
             level: 0,
             successes_toward_step: 0,
             buckets: VecDeque::new(),
@@ -193,8 +197,13 @@ impl Law {
             State::Open { until } if now < until => return Admit::Wait(until - now),
             State::Open { .. } => self.state = State::HalfOpen { probing: false },
             State::HalfOpen { probing: true } => {
-                // The probe's outcome decides; look again shortly.
-                return Admit::Wait(Duration::from_millis(100));
+                // The probe's outcome decides; but a probe that hangs past
+                // the open period (sent just before a recovery, answered only
+                // after its timeout) must not delay the next one.
+                let hung_since = self.probe_sent + self.open_for;
+                if now < hung_since {
+                    return Admit::Wait((hung_since - now).min(Duration::from_millis(100)));
+                }
             }
             State::HalfOpen { probing: false } | State::Closed => {}
         }
@@ -216,6 +225,7 @@ impl Law {
         }
         if let State::HalfOpen { .. } = self.state {
             self.state = State::HalfOpen { probing: true };
+            self.probe_sent = now;
             return Admit::Go { probe: true };
         }
         Admit::Go { probe: false }

@@ -14,7 +14,8 @@
 //!   new calls *wait* (nothing is dropped or queued in the endpoint): the
 //!   writer holds its batches, readers hold their GetRecords. When the open
 //!   period ends, one probe call goes; if it is answered the breaker closes,
-//!   otherwise it opens again for twice as long (1 s, 2 s, ... 10 s).
+//!   otherwise it opens again for twice as long (1 s, 2 s, 4 s, 5 s). A
+//!   probe that hangs longer than the open period does not hold the next one.
 //! - **Congestion rate.** A congestion outcome cuts the endpoint's request
 //!   rate to half of what was being sent in the last second (once per round
 //!   of calls: outcomes of calls sent before the last cut do not cut again),
