@@ -79,7 +79,7 @@ struct Args {
     brownout_after: Duration,
     /// brownout: events produced, evenly over the healthy time and the
     /// brownout (production ends when DynamoDB recovers).
-    #[arg(long, default_value_t = 20_000)]
+    #[arg(long, default_value_t = 12_000)]
     brownout_events: u64,
     /// The `tidemark` binary to run as workers.
     #[arg(long)]
