@@ -23,14 +23,7 @@ async fn a_skewed_dynamodb_clock_is_corrected_and_nothing_is_dead_lettered() {
     let dir = std::env::temp_dir().join(&name);
     let dead = dir.join("dead.jsonl");
     let sqs = stack.sqs();
-    let queue = sqs
-        .create_queue()
-        .queue_name(&name)
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
+    let queue = tidemark_tests::create_queue(&sqs, &name, false).await;
     // DynamoDB (all of the worker's DynamoDB calls) behind a proxy whose
     // clock runs 10 minutes ahead; SQS direct.
     let proxy = start_limits_proxy(&stack, |c| {

@@ -833,11 +833,7 @@ impl Reader {
             if let Some(p) = permit {
                 p.finish(match &res {
                     Ok(_) => Outcome::Answered,
-                    Err(e) => match tidemark_aws_errors::classify(e) {
-                        ErrorClass::Throttled => Outcome::Throttled,
-                        ErrorClass::Retry => Outcome::Congested,
-                        _ => Outcome::Answered,
-                    },
+                    Err(e) => Outcome::of_class(tidemark_aws_errors::classify(e)),
                 });
             }
             let out = match res {

@@ -333,9 +333,8 @@ where
         if let Some(p) = permit {
             p.finish(match &result {
                 Err(_) => Outcome::Congested,
-                Ok(Err(e)) if e.class == ErrorClass::Retry => Outcome::Congested,
-                Ok(Err(e)) if e.class == ErrorClass::Throttled => Outcome::Throttled,
-                Ok(_) => Outcome::Answered,
+                Ok(Err(e)) => Outcome::of_class(e.class),
+                Ok(Ok(())) => Outcome::Answered,
             });
         }
         let err = match result {

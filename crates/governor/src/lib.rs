@@ -63,7 +63,15 @@ use tokio::time::Instant;
 #[derive(Clone, Debug)]
 pub struct Governor {
     endpoint: Arc<str>,
-    law: Arc<Mutex<Law>>,
+    inner: Arc<Mutex<Inner>>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    law: Law,
+    /// The gauges last set (state, rate limit, back-off level): they are set
+    /// again only when they change, not on every call.
+    shown: Option<[f64; 3]>,
 }
 
 impl Governor {
@@ -71,7 +79,10 @@ impl Governor {
     pub fn new(endpoint: &str, params: Params) -> Self {
         Governor {
             endpoint: endpoint.into(),
-            law: Arc::new(Mutex::new(Law::new(params, Instant::now().into_std()))),
+            inner: Arc::new(Mutex::new(Inner {
+                law: Law::new(params, Instant::now().into_std()),
+                shown: None,
+            })),
         }
     }
 
@@ -80,21 +91,37 @@ impl Governor {
         &self.endpoint
     }
 
+    /// Runs `f` on the law, then updates the gauges if they changed.
     fn with<T>(&self, f: impl FnOnce(&mut Law) -> T) -> T {
         // The law holds no invariant a panicking caller could break half-way.
-        let mut law = self.law.lock().unwrap_or_else(PoisonError::into_inner);
-        f(&mut law)
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let out = f(&mut inner.law);
+        let l = &inner.law;
+        let state = match l.state() {
+            State::Closed => 0.0,
+            State::HalfOpen { .. } => 1.0,
+            State::Open { .. } => 2.0,
+        };
+        let gauges = [
+            state,
+            l.rate_limit().unwrap_or(0.0),
+            f64::from(l.backoff_level()),
+        ];
+        if inner.shown != Some(gauges) {
+            inner.shown = Some(gauges);
+            let ep = self.endpoint.to_string();
+            ::metrics::gauge!(metrics::STATE, "endpoint" => ep.clone()).set(gauges[0]);
+            ::metrics::gauge!(metrics::RATE_LIMIT, "endpoint" => ep.clone()).set(gauges[1]);
+            ::metrics::gauge!(metrics::BACKOFF_LEVEL, "endpoint" => ep).set(gauges[2]);
+        }
+        out
     }
 
     /// Admits a call now or says how long to wait (for callers that run
     /// their own event loop, like the writer's table task).
     pub fn poll_admit(&self) -> Result<Permit, Duration> {
         let now = Instant::now();
-        let admit = self.with(|l| {
-            let a = l.poll_admit(now.into_std());
-            self.report(l);
-            a
-        });
+        let admit = self.with(|l| l.poll_admit(now.into_std()));
         match admit {
             Admit::Go { probe } => Ok(Permit {
                 gov: self.clone(),
@@ -162,6 +189,22 @@ impl Governor {
         result
     }
 
+    /// [`Governor::run`] through `gov` when there is one, else `call` as is
+    /// (for callers whose governor is optional).
+    pub async fn run_opt<T, E, R>(
+        gov: Option<&Governor>,
+        call: impl std::future::Future<Output = Result<T, SdkError<E, R>>>,
+    ) -> Result<T, SdkError<E, R>>
+    where
+        E: ProvideErrorMetadata,
+        R: tidemark_aws_errors::HttpStatus,
+    {
+        match gov {
+            Some(g) => g.run(call).await,
+            None => call.await,
+        }
+    }
+
     /// Waits while the breaker is open, without taking an admission: for
     /// work that feeds this endpoint without calling it (readers hold their
     /// GetRecords while DynamoDB, where the records would go, is down).
@@ -180,26 +223,11 @@ impl Governor {
         self.with(|l| l.state())
     }
 
-    fn report(&self, l: &Law) {
-        let state = match l.state() {
-            State::Closed => 0.0,
-            State::HalfOpen { .. } => 1.0,
-            State::Open { .. } => 2.0,
-        };
-        let ep = self.endpoint.to_string();
-        ::metrics::gauge!(metrics::STATE, "endpoint" => ep.clone()).set(state);
-        ::metrics::gauge!(metrics::RATE_LIMIT, "endpoint" => ep.clone())
-            .set(l.rate_limit().unwrap_or(0.0));
-        ::metrics::gauge!(metrics::BACKOFF_LEVEL, "endpoint" => ep)
-            .set(f64::from(l.backoff_level()));
-    }
-
     fn finish(&self, outcome: Outcome, probe: bool, sent_at: Instant) {
         let now = Instant::now().into_std();
         let tripped = self.with(|l| {
             let before = l.trips();
             l.on_outcome(outcome, probe, sent_at.into_std(), now);
-            self.report(l);
             l.trips() > before
         });
         if tripped {

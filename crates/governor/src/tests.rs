@@ -73,6 +73,20 @@ impl Sim {
     }
 }
 
+impl Sim {
+    /// 16 clients, 20 ms calls, 2 s timeouts; a brownout from 30 s to 90 s.
+    fn brownout(end: Duration) -> Self {
+        Sim {
+            clients: 16,
+            latency: ms(20),
+            timeout: Duration::from_secs(2),
+            brown_from: Duration::from_secs(30),
+            brown_to: Duration::from_secs(90),
+            end,
+        }
+    }
+}
+
 fn rate(sends: &[Duration], from: Duration, to: Duration) -> f64 {
     let n = sends.iter().filter(|t| **t >= from && **t < to).count();
     n as f64 / (to - from).as_secs_f64()
@@ -80,14 +94,7 @@ fn rate(sends: &[Duration], from: Duration, to: Duration) -> f64 {
 
 #[test]
 fn a_brownout_sends_less_than_healthy_and_recovers() {
-    let sim = Sim {
-        clients: 16,
-        latency: ms(20),
-        timeout: Duration::from_secs(2),
-        brown_from: Duration::from_secs(30),
-        brown_to: Duration::from_secs(90),
-        end: Duration::from_secs(150),
-    };
+    let sim = Sim::brownout(Duration::from_secs(150));
     let sends = sim.run(Params::default());
     let healthy = rate(&sends, Duration::from_secs(10), Duration::from_secs(30));
     let brownout = rate(&sends, sim.brown_from, sim.brown_to);
@@ -118,14 +125,7 @@ fn a_brownout_sends_less_than_healthy_and_recovers() {
 fn without_a_breaker_the_same_brownout_keeps_every_client_busy() {
     // The baseline the figure above is compared with: a law that never
     // trips and never cuts sends a retry per client per timeout.
-    let sim = Sim {
-        clients: 16,
-        latency: ms(20),
-        timeout: Duration::from_secs(2),
-        brown_from: Duration::from_secs(30),
-        brown_to: Duration::from_secs(90),
-        end: Duration::from_secs(100),
-    };
+    let sim = Sim::brownout(Duration::from_secs(100));
     let never = Params {
         trip_after: u32::MAX,
         rate_cut: 1.0,

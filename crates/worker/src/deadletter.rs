@@ -427,13 +427,11 @@ impl DeadLetterSink for DynamoDbSink {
                     .table_name(&self.table)
                     .set_item(Some(dynamodb_item(e)))
                     .send();
-                let result = match &self.gov {
-                    Some(g) => g.run(put).await,
-                    None => put.await,
-                };
-                result.map_err(|e| {
-                    err(aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string())
-                })?;
+                tidemark_governor::Governor::run_opt(self.gov.as_ref(), put)
+                    .await
+                    .map_err(
+                        |e| err(aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string()),
+                    )?;
             }
             Ok(())
         })

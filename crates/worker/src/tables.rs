@@ -361,10 +361,7 @@ impl TableManager {
         E: aws_sdk_dynamodb::error::ProvideErrorMetadata,
         R: tidemark_aws_errors::HttpStatus,
     {
-        match &self.gov {
-            Some(g) => g.run(fut).await,
-            None => fut.await,
-        }
+        Governor::run_opt(self.gov.as_ref(), fut).await
     }
 
     /// The policy.

@@ -128,14 +128,7 @@ async fn http_proxy_carries_every_write_and_no_proxy_bypasses_it() {
     let dir = std::env::temp_dir().join(&name);
     std::fs::create_dir_all(&dir).unwrap();
     let sqs = stack.sqs();
-    let queue = sqs
-        .create_queue()
-        .queue_name(&name)
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
+    let queue = tidemark_tests::create_queue(&sqs, &name, false).await;
     let port = free_port();
     let source = format!("[source]\nkind = \"sqs\"\nqueue_url = \"{queue}\"\nwait_time = \"1s\"\n");
     let config = dir.join("tidemark.toml");

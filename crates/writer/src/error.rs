@@ -47,6 +47,18 @@ pub(crate) enum Failure {
 }
 
 impl Failure {
+    /// What the endpoint's governor learns from a call that failed so.
+    pub(crate) fn outcome(&self) -> tidemark_governor::Outcome {
+        use tidemark_governor::Outcome;
+        match self {
+            Failure::Throttled => Outcome::Throttled,
+            Failure::Transient(_) => Outcome::Congested,
+            Failure::Invalid(_) | Failure::TableMissing(_) | Failure::Fatal { .. } => {
+                Outcome::Answered
+            }
+        }
+    }
+
     /// The writer's action for a classified error. Unknown 4xx codes are
     /// fatal on purpose: retrying them forever would hide a
     /// misconfiguration, and dead-lettering them would drop good data.

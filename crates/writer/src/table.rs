@@ -375,41 +375,38 @@ impl TableTask {
 
     fn on_described(&mut self, result: DescribeResult, permit: Permit) -> Result<(), WriterError> {
         let now = Instant::now();
-        permit.finish(match &result {
-            Err(_) => Outcome::Congested,
-            Ok(Err(e)) => match classify_describe(e) {
-                Failure::Transient(_) => Outcome::Congested,
-                Failure::Throttled => Outcome::Throttled,
-                _ => Outcome::Answered,
-            },
-            Ok(Ok(_)) => Outcome::Answered,
-        });
         self.describe_pending = false;
         self.capacity_known = true;
         self.next_describe = now + self.cfg.capacity_refresh;
         match result {
             Ok(Ok(out)) => {
+                permit.finish(Outcome::Answered);
                 if let Some(cap) = out.table().and_then(capacity_of) {
                     self.ctl.on_capacity(cap, now.into_std());
                     self.stats.rate(self.ctl.rate());
                 }
             }
-            Ok(Err(e)) => match classify_describe(&e) {
-                Failure::Fatal { code, message } => {
-                    return Err(WriterError::Fatal {
-                        table: self.table.clone(),
-                        code,
-                        message,
-                    });
+            Ok(Err(e)) => {
+                let failure = classify_describe(&e);
+                permit.finish(failure.outcome());
+                match failure {
+                    Failure::Fatal { code, message } => {
+                        return Err(WriterError::Fatal {
+                            table: self.table.clone(),
+                            code,
+                            message,
+                        });
+                    }
+                    // Writes will meet it and ask the handler.
+                    Failure::TableMissing(_) => self.next_describe = now + self.cfg.backoff_cap,
+                    other => {
+                        tracing::warn!(table = %self.table, error = ?other, "DescribeTable failed; pacing at the initial rate");
+                        self.next_describe = now + self.cfg.backoff_cap;
+                    }
                 }
-                // Writes will meet it and ask the handler.
-                Failure::TableMissing(_) => self.next_describe = now + self.cfg.backoff_cap,
-                other => {
-                    tracing::warn!(table = %self.table, error = ?other, "DescribeTable failed; pacing at the initial rate");
-                    self.next_describe = now + self.cfg.backoff_cap;
-                }
-            },
+            }
             Err(_) => {
+                permit.finish(Outcome::Congested);
                 tracing::warn!(table = %self.table, "DescribeTable timed out");
                 self.next_describe = now + self.cfg.backoff_cap;
             }
@@ -465,11 +462,7 @@ impl TableTask {
                 message: msg,
             },
         };
-        permit.finish(match class {
-            Failure::Throttled => Outcome::Throttled,
-            Failure::Transient(_) => Outcome::Congested,
-            _ => Outcome::Answered,
-        });
+        permit.finish(class.outcome());
         match class {
             Failure::Throttled => {
                 fb.throttled = true;
