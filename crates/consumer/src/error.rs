@@ -56,6 +56,9 @@ pub enum ConsumerError {
     /// An AWS call failed in a way that stops the consumer.
     #[error(transparent)]
     Aws(#[from] AwsError),
+    /// A table exists with another key schema than the one needed.
+    #[error(transparent)]
+    KeySchema(#[from] crate::keyschema::KeySchemaMismatch),
     /// The lease table exists but is not in the KCL format.
     #[error("lease table {table}: {problem}")]
     LeaseTable {

@@ -29,6 +29,7 @@ use tokio::time::Instant;
 
 use crate::checkpoint::Position;
 use crate::error::{AwsError, ConsumerError, ErrorClass};
+use crate::keyschema::{KeyAttr, KeySpec};
 
 /// `checkpoint` value of a shard read to its end.
 pub const SHARD_END: &str = "SHARD_END";
@@ -410,6 +411,13 @@ pub struct LeaseTable {
     table: String,
     timing: LeaseTiming,
     gov: Option<Governor>,
+    /// What the table is for, in key-schema errors.
+    role: &'static str,
+}
+
+/// The key schema of a table in the KCL lease format.
+pub fn lease_key_spec() -> KeySpec {
+    KeySpec::hash_only(KeyAttr::string("leaseKey"))
 }
 
 impl LeaseTable {
@@ -439,7 +447,14 @@ impl LeaseTable {
             table: table.into(),
             timing,
             gov: None,
+            role: "lease table",
         }
+    }
+
+    /// Names what the table is for in errors (default `lease table`).
+    pub fn with_role(mut self, role: &'static str) -> Self {
+        self.role = role;
+        self
     }
 
     /// Lease writes are admitted by, and report to, the DynamoDB endpoint's
@@ -460,7 +475,8 @@ impl LeaseTable {
     }
 
     /// Creates the table (on-demand billing) unless it exists, then waits
-    /// until it is ACTIVE. Checks an existing table's key schema.
+    /// until it is ACTIVE. An existing table with another key schema is
+    /// refused ([`ConsumerError::KeySchema`], naming found and expected).
     pub async fn create_if_absent(&self, timeout: Duration) -> Result<(), ConsumerError> {
         let deadline = Instant::now() + timeout;
         loop {
@@ -475,14 +491,9 @@ impl LeaseTable {
                     let Some(t) = out.table() else {
                         return Err(self.bad("DescribeTable returned no table"));
                     };
-                    let hash = t
-                        .key_schema()
-                        .iter()
-                        .find(|k| k.key_type() == &KeyType::Hash)
-                        .map(|k| k.attribute_name());
-                    if hash != Some("leaseKey") || t.key_schema().len() != 1 {
-                        return Err(self.bad("hash key must be leaseKey (S) with no sort key"));
-                    }
+                    lease_key_spec()
+                        .check(&self.table, self.role, t)
+                        .map_err(ConsumerError::KeySchema)?;
                     if t.table_status() == Some(&TableStatus::Active) {
                         return Ok(());
                     }

@@ -19,6 +19,8 @@
 //! - [`metrics`]: every metric name, and [`metrics::describe`] for HELP lines.
 //! - [`error`]: [`ConsumerError`], [`error::AwsError`]; AWS errors are
 //!   classified by `tidemark-aws-errors` (re-exported as [`error::ErrorClass`]).
+//! - [`keyschema`]: the key schema a table must have before it is adopted
+//!   ([`keyschema::KeySpec::check`]: a mismatch names table, found, expected).
 //! - [`config`], [`status`].
 //!
 //! Guarantees:
@@ -42,6 +44,7 @@ pub mod config;
 pub mod convert;
 pub mod error;
 pub mod fixture;
+pub mod keyschema;
 pub mod kinesis;
 pub mod kpl;
 pub mod lease;

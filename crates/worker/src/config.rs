@@ -102,8 +102,50 @@ pub enum ExpiryAction {
     /// Delete the table.
     #[default]
     Delete,
-    /// Keep it, tagged `tidemark:expired=true`, for an export to S3.
+    /// Keep it, tagged `tidemark:expired=true`, for an export to S3 of
+    /// your own.
     Tag,
+    /// Export it to S3 (`maintenance.export`) with
+    /// ExportTableToPointInTime, then delete it once the export completed.
+    /// Point-in-time recovery is turned on first when it is off (the export
+    /// needs it).
+    Export,
+}
+
+/// S3 destination of `on_expiry = "export"`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExportConfig {
+    /// S3 bucket the expired tables are exported to. Required with
+    /// `on_expiry = "export"`. Example: `"acme-tidemark-archive"`.
+    pub bucket: String,
+    /// Key prefix in the bucket; each table's export lands under
+    /// `{prefix}{table}/`. Default `tidemark/`.
+    pub prefix: Option<String>,
+    /// Account owning the bucket, when it is not the table's account.
+    pub bucket_owner: Option<String>,
+    /// `dynamodb_json` (default) or `ion`.
+    pub format: ExportFormat,
+}
+
+impl ExportConfig {
+    /// The key prefix of `table`'s export.
+    pub fn prefix_of(&self, table: &str) -> String {
+        format!("{}{table}/", self.prefix.as_deref().unwrap_or("tidemark/"))
+    }
+}
+
+/// File format of table exports.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum ExportFormat {
+    /// DynamoDB JSON (one item per line, gzipped).
+    #[default]
+    DynamodbJson,
+    /// Amazon Ion.
+    Ion,
 }
 
 /// Table maintenance settings.
@@ -117,8 +159,30 @@ pub struct MaintenanceConfig {
     #[schemars(with = "String")]
     #[serde(with = "humantime_serde")]
     pub interval: Duration,
-    /// Delete or only tag tables past retention. Default `delete`.
+    /// What happens to tables past retention: `delete`, `tag` (kept,
+    /// tagged `tidemark:expired`) or `export` (to S3, then deleted). Default
+    /// `delete`.
     pub on_expiry: ExpiryAction,
+    /// S3 destination for `on_expiry = "export"`, e.g.
+    /// `export = { bucket = "acme-archive", prefix = "tidemark/" }`.
+    pub export: ExportConfig,
+    /// Point-in-time recovery on period tables younger than cold (prebuild,
+    /// active, cooling); turned off again when a table turns cold. Default
+    /// false (PITR is then left as it is).
+    pub pitr: bool,
+    /// Deletion protection on period tables younger than cold; removed when
+    /// a table turns cold, so expiry can delete it. Default false (left as
+    /// it is: a table protected by hand is then never deleted, and the
+    /// round reports it).
+    pub deletion_protection: bool,
+    /// How long a table that cannot be created for a quota
+    /// (LimitExceededException: too many tables, or the account's
+    /// provisioned capacity) is retried before the records waiting for it are
+    /// dead-lettered with the reason, so shards move on. Every quota error
+    /// is logged as an error and counted. Default 10m.
+    #[schemars(with = "String")]
+    #[serde(with = "humantime_serde")]
+    pub quota_retry_for: Duration,
     /// Table holding the maintenance lease (created on demand, on-demand
     /// billing). Default `tidemark-coordinator`.
     pub coordinator_table: String,
@@ -130,6 +194,10 @@ impl Default for MaintenanceConfig {
             enabled: true,
             interval: Duration::from_secs(60),
             on_expiry: ExpiryAction::Delete,
+            export: ExportConfig::default(),
+            pitr: false,
+            deletion_protection: false,
+            quota_retry_for: Duration::from_secs(600),
             coordinator_table: "tidemark-coordinator".into(),
         }
     }
@@ -162,6 +230,19 @@ pub struct TelemetryConfig {
     /// Log filter (tracing `EnvFilter` syntax). Default `info`; `RUST_LOG`
     /// overrides it.
     pub log_level: String,
+    /// Write CloudWatch Embedded Metric Format lines to standard output
+    /// every `emf_interval` (lag per shard, items stored and throttled per
+    /// table, dead letters by reason, writer items in flight, maintenance
+    /// health): with the ECS `awslogs` driver CloudWatch turns them into
+    /// metrics, with no agent. Default false; the CloudFormation template
+    /// turns it on.
+    pub emf: bool,
+    /// CloudWatch namespace of the EMF metrics. Default `Tidemark`.
+    pub emf_namespace: String,
+    /// Time between EMF flushes. Default 60s.
+    #[schemars(with = "String")]
+    #[serde(with = "humantime_serde")]
+    pub emf_interval: Duration,
 }
 
 impl Default for TelemetryConfig {
@@ -170,6 +251,9 @@ impl Default for TelemetryConfig {
             listen: "0.0.0.0:9102".into(),
             log_format: LogFormat::Auto,
             log_level: "info".into(),
+            emf: false,
+            emf_namespace: "Tidemark".into(),
+            emf_interval: Duration::from_secs(60),
         }
     }
 }
@@ -523,6 +607,28 @@ impl Config {
         }
         if self.maintenance.interval < Duration::from_secs(1) {
             out.push(("maintenance.interval".into(), "must be at least 1s".into()));
+        }
+        if self.maintenance.on_expiry == ExpiryAction::Export
+            && self.maintenance.export.bucket.trim().is_empty()
+        {
+            out.push((
+                "maintenance.export.bucket".into(),
+                "on_expiry = \"export\" needs the S3 bucket to export to: set \
+                 maintenance.export.bucket (and optionally prefix)"
+                    .into(),
+            ));
+        }
+        if self.telemetry.emf && self.telemetry.emf_interval < Duration::from_secs(1) {
+            out.push((
+                "telemetry.emf_interval".into(),
+                "must be at least 1s".into(),
+            ));
+        }
+        if self.telemetry.emf && self.telemetry.emf_namespace.trim().is_empty() {
+            out.push((
+                "telemetry.emf_namespace".into(),
+                "must not be empty (CloudWatch needs a namespace): e.g. \"Tidemark\"".into(),
+            ));
         }
         if matches!(self.billing, Billing::Provisioned) {
             let t = &self.tiers;

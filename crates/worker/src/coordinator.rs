@@ -51,6 +51,9 @@ pub enum CoordinatorError {
         /// What failed.
         message: String,
     },
+    /// The coordinator table has another key schema than the lease format.
+    #[error(transparent)]
+    KeySchema(tidemark_consumer::keyschema::KeySchemaMismatch),
     /// This worker does not hold the maintenance lease (any more).
     #[error("maintenance lease not held by {owner}: {why}")]
     NotHeld {
@@ -92,7 +95,7 @@ impl MaintenanceLease {
     ) -> Self {
         let timing = LeaseTiming::new(interval * 3);
         MaintenanceLease {
-            table: LeaseTable::with_timing(client, table, timing),
+            table: LeaseTable::with_timing(client, table, timing).with_role("coordinator table"),
             owner,
             interval,
             state: Mutex::new(State::default()),
@@ -129,7 +132,10 @@ impl MaintenanceLease {
         self.table
             .create_if_absent(Duration::from_secs(300))
             .await
-            .map_err(|e| self.err(e))?;
+            .map_err(|e| match e {
+                tidemark_consumer::ConsumerError::KeySchema(m) => CoordinatorError::KeySchema(m),
+                e => self.err(e),
+            })?;
         let item = Lease::new(MAINTENANCE_KEY, Checkpoint::TrimHorizon, Vec::new());
         self.table
             .create_lease(&item)
@@ -280,11 +286,11 @@ pub async fn maintain<F>(lease: MaintenanceLease, shutdown: CancellationToken, m
 where
     F: for<'a> FnMut(&'a MaintenanceLease) -> BoxFuture<'a, ()>,
 {
-    if let Err(e) = lease.ensure_table().await {
-        error!(error = %e, "maintenance disabled: cannot use the coordinator table");
-        return;
-    }
     let interval = lease.interval();
+    // Never silently unmaintained: a coordinator table that cannot be used
+    // is an error every interval until it can (a wrong key schema already
+    // stopped `Worker::build`).
+    let mut ready = false;
     let mut wake = Instant::now();
     loop {
         tokio::select! {
@@ -292,7 +298,22 @@ where
             () = tokio::time::sleep_until(wake) => {}
         }
         wake = Instant::now() + interval;
-        match lease.tick().await {
+        if !ready {
+            match lease.ensure_table().await {
+                Ok(()) => ready = true,
+                Err(e) => {
+                    error!(error = %e, "table maintenance cannot run: the coordinator table is unusable; retrying");
+                    continue;
+                }
+            }
+        }
+        let ticked = lease.tick().await;
+        metrics::gauge!(crate::metrics::MAINTENANCE_HELD).set(if matches!(ticked, Ok(true)) {
+            1.0
+        } else {
+            0.0
+        });
+        match ticked {
             Ok(true) => {
                 // A round may wait minutes for a table to become ACTIVE: the
                 // lease is renewed alongside, so it is not lost meanwhile.
@@ -316,6 +337,7 @@ where
             Err(e) => warn!(error = %e, "maintenance lease unavailable"),
         }
     }
+    metrics::gauge!(crate::metrics::MAINTENANCE_HELD).set(0.0);
     // Best effort and short: the stop has its own deadline (shutdown_timeout),
     // and an unreleased lease only delays the next maintainer by one failover.
     match tokio::time::timeout(RELEASE_BUDGET, lease.release()).await {

@@ -36,6 +36,10 @@
 //! - [`deadletter`]: dead-letter entries and their destinations (SQS,
 //!   DynamoDB, JSON-lines file), sized to fit them; written before the ack,
 //!   with bounded retries, then to a local fallback file.
+//! - [`emf`]: CloudWatch Embedded Metric Format lines on stdout every
+//!   `telemetry.emf_interval` (lag, items stored/throttled per table, dead
+//!   letters by reason, in-flight items, maintenance health) when
+//!   `telemetry.emf` is on.
 //! - [`metrics`]: this crate's metric names and their help texts.
 //! - [`produce`]: deterministic synthetic IoT events (with a hot device).
 //! - [`query`]: reads an entity's events back through the query plans.
@@ -71,6 +75,7 @@ pub mod config;
 pub mod coordinator;
 pub mod credentials;
 pub mod deadletter;
+pub mod emf;
 pub mod metrics;
 pub mod pipeline;
 pub mod produce;

@@ -14,12 +14,31 @@ pub const DEAD_LETTER_WRITE_ERRORS: &str = "tidemark_dead_letter_write_errors_to
 /// Dead letters written to the local fallback file.
 pub const DEAD_LETTER_FALLBACKS: &str = "tidemark_dead_letter_fallbacks_total";
 
+/// Maintenance actions applied, by action and outcome (`ok`, `error`):
+/// each one is drift a round repaired.
+pub const MAINTENANCE_ACTIONS: &str = "tidemark_maintenance_actions_total";
+/// DynamoDB quota refusals (LimitExceededException) of table maintenance,
+/// by operation: an operator must act.
+pub const QUOTA_ERRORS: &str = "tidemark_maintenance_quota_errors_total";
+/// 1 while this worker holds the maintenance lease.
+pub const MAINTENANCE_HELD: &str = "tidemark_maintenance_lease_held";
+/// Unix time of this worker's last maintenance round that listed the
+/// tables and whose every action succeeded.
+pub const MAINTENANCE_LAST_SUCCESS: &str = "tidemark_maintenance_last_success_timestamp_seconds";
+/// 1 when the next period's table was ACTIVE at the last round.
+pub const NEXT_TABLE_ACTIVE: &str = "tidemark_maintenance_next_table_active";
+
 /// Every metric of this crate, for tests that check each is described.
-pub const ALL: [&str; 4] = [
+pub const ALL: [&str; 9] = [
     RECORDS_READ,
     DEAD_LETTERS,
     DEAD_LETTER_WRITE_ERRORS,
     DEAD_LETTER_FALLBACKS,
+    MAINTENANCE_ACTIONS,
+    QUOTA_ERRORS,
+    MAINTENANCE_HELD,
+    MAINTENANCE_LAST_SUCCESS,
+    NEXT_TABLE_ACTIVE,
 ];
 
 /// Describes every metric of this crate to the current recorder.
@@ -43,5 +62,28 @@ pub fn describe() {
         DEAD_LETTER_FALLBACKS,
         metrics::Unit::Count,
         "Dead letters the destination refused for good, written to the local fallback file instead."
+    );
+    metrics::describe_counter!(
+        MAINTENANCE_ACTIONS,
+        metrics::Unit::Count,
+        "Maintenance actions applied (drift repaired), by action and outcome."
+    );
+    metrics::describe_counter!(
+        QUOTA_ERRORS,
+        metrics::Unit::Count,
+        "DynamoDB quota refusals (LimitExceededException) of table maintenance, by operation."
+    );
+    metrics::describe_gauge!(
+        MAINTENANCE_HELD,
+        "1 while this worker holds the maintenance lease."
+    );
+    metrics::describe_gauge!(
+        MAINTENANCE_LAST_SUCCESS,
+        metrics::Unit::Seconds,
+        "Unix time of this worker's last fully successful maintenance round."
+    );
+    metrics::describe_gauge!(
+        NEXT_TABLE_ACTIVE,
+        "1 when the next period's table was ACTIVE at the last maintenance round."
     );
 }

@@ -49,9 +49,10 @@ use crate::deadletter::{
     DeadLetterConfig, DeadLetterError, DeadLetterSink, DeadLetters, DynamoDbSink, FileSink, SqsSink,
 };
 use crate::pipeline::{Pipeline, system_clock};
-use crate::tables::{CreateMissingTables, RoundKind, TableManager, TablePolicy};
+use crate::tables::{CreateMissingTables, RoundKind, TableManager, TablePolicy, TablesError};
 use crate::telemetry::{self, Readiness};
 use futures::future::BoxFuture;
+use tidemark_consumer::keyschema::{KeyAttr, KeySchemaMismatch, KeySpec};
 
 /// Why the worker could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +63,13 @@ pub enum WorkerError {
     /// The writer's transport could not be set up from the SDK config.
     #[error("writer transport: {0}")]
     Transport(#[from] tidemark_writer::transport::SettingsError),
+    /// A table the worker would use has another key schema than it needs
+    /// (a lease, coordinator, period or dead-letter table).
+    #[error(transparent)]
+    KeySchema(#[from] KeySchemaMismatch),
+    /// The coordinator table cannot be used.
+    #[error(transparent)]
+    Coordinator(#[from] crate::coordinator::CoordinatorError),
     /// The telemetry address could not be bound.
     #[error("telemetry.listen: cannot listen on {listen}: {source}")]
     Listen {
@@ -149,12 +157,15 @@ impl Progress {
 
 /// The period table manager the config describes.
 pub fn table_manager(config: &Config, dynamodb: aws_sdk_dynamodb::Client) -> TableManager {
-    let policy = TablePolicy::new(
+    let mut policy = TablePolicy::new(
         &config.schema,
         config.tiers,
         config.billing,
         config.maintenance.on_expiry,
     );
+    policy.export = config.maintenance.export.clone();
+    policy.pitr = config.maintenance.pitr;
+    policy.deletion_protection = config.maintenance.deletion_protection;
     TableManager::new(dynamodb, policy)
 }
 
@@ -195,8 +206,17 @@ impl DataPath {
             table_manager(config, dynamodb.clone()).with_governor(governors.dynamodb.clone());
         // Tables for now are created before reading starts, so the first
         // events do not wait on a creation.
-        if let Err(e) = manager.round(Utc::now(), RoundKind::Ensure, false).await {
-            warn!(error = %e, "creating the current tables failed; they are created on first write");
+        match manager.round(Utc::now(), RoundKind::Ensure, false).await {
+            Ok(_) => {}
+            // A table of ours with other keys would fail every write: refuse
+            // to start, naming it.
+            Err(TablesError::KeySchema(e)) => return Err(e.into()),
+            Err(e) => {
+                warn!(error = %e, "creating the current tables failed; they are created on first write");
+            }
+        }
+        if let DeadLetterConfig::Dynamodb { table, .. } = &config.dead_letters {
+            check_dead_letter_table(&dynamodb, table).await?;
         }
         // Writes go through the SDK's own DynamoDB client for `sdk` (endpoint,
         // identity cache, signing, HTTP client), with pre-encoded bodies (see
@@ -206,7 +226,10 @@ impl DataPath {
             dynamodb.clone(),
             transport.clone(),
             config.writer.clone(),
-            Arc::new(CreateMissingTables::new(manager.clone())),
+            Arc::new(
+                CreateMissingTables::new(manager.clone())
+                    .with_quota_retry_for(config.maintenance.quota_retry_for),
+            ),
             governors.dynamodb.clone(),
         );
         let sink: Arc<dyn DeadLetterSink> = match &config.dead_letters {
@@ -306,6 +329,8 @@ pub struct Worker {
     config: Config,
     sdk: SdkConfig,
     data: DataPath,
+    /// The maintenance lease, when maintenance is enabled (its table checked).
+    maintenance: Option<MaintenanceLease>,
     listener: TcpListener,
     telemetry_addr: SocketAddr,
 }
@@ -323,10 +348,36 @@ impl Worker {
             .map_err(listen_error)?;
         let telemetry_addr = listener.local_addr().map_err(listen_error)?;
         let data = DataPath::start(config, sdk).await?;
+        let maintenance = if config.maintenance.enabled {
+            let owner = match &config.source {
+                SourceConfig::Kinesis(k) => k.worker_id.clone(),
+                SourceConfig::Sqs(_) => default_worker_id(&process_env()),
+            };
+            let lease = MaintenanceLease::new(
+                aws_sdk_dynamodb::Client::new(sdk),
+                config.maintenance.coordinator_table.clone(),
+                owner,
+                config.maintenance.interval,
+            );
+            // A coordinator table with other keys (the template once keyed
+            // it `pk`) would leave the stack unmaintained: refuse to start.
+            // Anything else is retried by the maintenance loop, loudly.
+            match lease.ensure_table().await {
+                Ok(()) => {}
+                Err(e @ crate::coordinator::CoordinatorError::KeySchema(_)) => return Err(e.into()),
+                Err(e) => {
+                    warn!(error = %e, "coordinator table not usable yet; maintenance retries")
+                }
+            }
+            Some(lease)
+        } else {
+            None
+        };
         Ok(Worker {
             config: config.clone(),
             sdk: sdk.clone(),
             data,
+            maintenance,
             listener,
             telemetry_addr,
         })
@@ -378,6 +429,7 @@ impl Worker {
             config,
             sdk,
             data,
+            maintenance,
             listener,
             telemetry_addr,
         } = self;
@@ -388,7 +440,7 @@ impl Worker {
         let telemetry_stop = CancellationToken::new();
         let telemetry_task = AbortOnDropHandle::new(tokio::spawn(telemetry::serve(
             listener,
-            prometheus,
+            prometheus.clone(),
             readiness.clone(),
             telemetry_stop.clone(),
         )));
@@ -397,17 +449,7 @@ impl Worker {
             readiness.clone(),
             telemetry_stop.clone(),
         )));
-        let maintenance = config.maintenance.enabled.then(|| {
-            let owner = match &config.source {
-                SourceConfig::Kinesis(k) => k.worker_id.clone(),
-                SourceConfig::Sqs(_) => default_worker_id(&process_env()),
-            };
-            let lease = MaintenanceLease::new(
-                dynamodb.clone(),
-                config.maintenance.coordinator_table.clone(),
-                owner,
-                config.maintenance.interval,
-            );
+        let maintenance = maintenance.map(|lease| {
             AbortOnDropHandle::new(tokio::spawn(maintain(
                 lease,
                 shutdown.clone(),
@@ -415,6 +457,22 @@ impl Worker {
             )))
         });
 
+        let emf = config.telemetry.emf.then(|| {
+            let progress = data.progress();
+            let emitter = crate::emf::Emf::new(
+                config.telemetry.emf_namespace.clone(),
+                config.schema.table_prefix.clone(),
+                config.schema.period,
+                prometheus.clone(),
+                move || progress.writer.items_in_flight(),
+            );
+            AbortOnDropHandle::new(tokio::spawn(crate::emf::run(
+                emitter,
+                config.telemetry.emf_interval,
+                std::io::stdout(),
+                telemetry_stop.clone(),
+            )))
+        });
         // A small channel: the pipeline's pace (the writer's backpressure)
         // is what the sources read at.
         let (tx, rx) = mpsc::channel(16);
@@ -484,6 +542,13 @@ impl Worker {
             task: "telemetry",
             source,
         })?;
+        if let Some(emf) = emf {
+            // The final flush: the last interval's counts.
+            emf.await.map_err(|source| WorkerError::Task {
+                task: "emf",
+                source,
+            })?;
+        }
         let report = report?;
         info!(
             records = report.records,
@@ -505,11 +570,20 @@ fn rotate_round(
     move |lease| {
         let manager = manager.clone();
         Box::pin(async move {
-            if let Err(e) = manager
+            match manager
                 .round_guarded(Utc::now(), RoundKind::Rotate, false, lease)
                 .await
             {
-                warn!(error = %e, "maintenance round failed; retrying next round");
+                Ok(applied) => {
+                    for a in &applied {
+                        info!(table = a.action.table(), action = a.action.kind(), drift = ?a.action, error = a.error.as_deref(), "maintenance: drift repaired");
+                    }
+                    if applied.iter().all(|a| a.error.is_none()) {
+                        metrics::gauge!(crate::metrics::MAINTENANCE_LAST_SUCCESS)
+                            .set(Utc::now().timestamp_millis() as f64 / 1000.0);
+                    }
+                }
+                Err(e) => warn!(error = %e, "maintenance round failed; retrying next round"),
             }
         })
     }
@@ -537,5 +611,33 @@ async fn probe_dynamodb(
             }
         };
         readiness.dynamodb_reachable.store(ok, Ordering::Relaxed);
+    }
+}
+
+/// The key schema of a DynamoDB dead-letter table (see
+/// [`DynamoDbSink`]): `pk` and `sk`, both strings.
+pub fn dead_letter_key_spec() -> KeySpec {
+    KeySpec::hash_range(KeyAttr::string("pk"), KeyAttr::string("sk"))
+}
+
+/// Refuses to start with a dead-letter table of another key schema (every
+/// dead letter would then fail); an absent or unreadable table is only
+/// warned about here (`tidemark tables ensure` creates it; a failing
+/// destination falls back to the local file).
+async fn check_dead_letter_table(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    table: &str,
+) -> Result<(), WorkerError> {
+    match dynamodb.describe_table().table_name(table).send().await {
+        Ok(d) => {
+            if let Some(t) = d.table() {
+                dead_letter_key_spec().check(table, "dead-letter table", t)?;
+            }
+            Ok(())
+        }
+        Err(e) => {
+            warn!(table, error = %aws_sdk_dynamodb::error::DisplayErrorContext(e), "cannot read the dead-letter table at start");
+            Ok(())
+        }
     }
 }

@@ -271,6 +271,13 @@ impl WriterHandle {
     pub fn stats(&self) -> WriterStats {
         self.stats.snapshot()
     }
+
+    /// Items accepted and not yet stored or rejected (the in-flight bound's
+    /// use, `max_in_flight_items` at most).
+    pub fn items_in_flight(&self) -> usize {
+        self.max_items
+            .saturating_sub(self.items.available_permits())
+    }
 }
 
 struct Dispatcher {

@@ -1,0 +1,653 @@
+//! CloudWatch Embedded Metric Format (EMF) lines on standard output, so the
+//! worker's own metrics reach CloudWatch from an ECS task with the `awslogs`
+//! log driver alone (no agent, no scraper, no PutMetricData permission).
+//!
+//! Every `telemetry.emf_interval` (60 s by default) [`Emf::documents`] turns
+//! the Prometheus registry the worker already keeps into EMF documents, one
+//! JSON object per line, namespace `telemetry.emf_namespace`, each metric
+//! with the dimension `TablePrefix` (the stack's table prefix):
+//!
+//! | metric | unit | dimension sets | from |
+//! |---|---|---|---|
+//! | `LagSeconds` | Seconds | [TablePrefix], [TablePrefix, Shard] | `millis_behind_latest` of each shard read since the last flush |
+//! | `ItemsStored`, `ItemsThrottled` | Count | [TablePrefix], [TablePrefix, Table] | writer counters, per interval (throttled = items DynamoDB returned unprocessed) |
+//! | `DeadLetters` | Count | [TablePrefix], [TablePrefix, Reason] | dead letters per interval (0 when none) |
+//! | `WriterItemsInFlight` | Count | [TablePrefix] | the writer's in-flight items |
+//! | `MaintenanceQuotaErrors` | Count | [TablePrefix] | quota refusals of table maintenance, per interval |
+//! | `SecondsSinceMaintenance`, `NextTableReady`, `SecondsToNextPeriod` | Seconds, None, Seconds | [TablePrefix] | only from the worker holding the maintenance lease |
+//!
+//! Counters become per-interval counts (the difference since the last
+//! flush); gauges are sent as they are. A shard whose lease moved away stops
+//! being reported (no stale lag), and so does a worker that lost the
+//! maintenance lease.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde_json::{Map, Value, json};
+use tidemark_schema::period::Period;
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use crate::metrics as m;
+use tidemark_consumer::metrics::kinesis as consumer;
+use tidemark_writer::metrics as writer;
+
+/// One sample of the Prometheus text format: name, labels, value.
+#[derive(Debug, Clone, PartialEq)]
+struct Sample {
+    name: String,
+    labels: BTreeMap<String, String>,
+    value: f64,
+}
+
+/// Parses the Prometheus text exposition the exporter renders (comments
+/// skipped; label values unescaped). Lines it cannot read are skipped.
+fn parse(text: &str) -> Vec<Sample> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(parse_line)
+        .collect()
+}
+
+fn parse_line(line: &str) -> Option<Sample> {
+    let (head, value) = line.trim_end().rsplit_once(' ')?;
+    let value = match value {
+        "+Inf" => f64::INFINITY,
+        "-Inf" => f64::NEG_INFINITY,
+        v => v.parse().ok()?,
+    };
+    let Some((name, rest)) = head.split_once('{') else {
+        return Some(Sample {
+            name: head.to_string(),
+            labels: BTreeMap::new(),
+            value,
+        });
+    };
+    let mut labels = BTreeMap::new();
+    let mut chars = rest.chars().peekable();
+    loop {
+        let key: String = chars.by_ref().take_while(|c| *c != '=').collect();
+        let key = key.trim_start_matches(',').trim().to_string();
+        if key.is_empty() || key == "}" {
+            break;
+        }
+        if chars.next() != Some('"') {
+            return None;
+        }
+        let mut val = String::new();
+        loop {
+            match chars.next()? {
+                '\\' => match chars.next()? {
+                    'n' => val.push('\n'),
+                    c => val.push(c),
+                },
+                '"' => break,
+                c => val.push(c),
+            }
+        }
+        labels.insert(key, val);
+        if chars.peek() == Some(&'}') {
+            break;
+        }
+    }
+    Some(Sample {
+        name: name.to_string(),
+        labels,
+        value,
+    })
+}
+
+/// The samples of metric `name`.
+fn of<'a>(samples: &'a [Sample], name: &'a str) -> impl Iterator<Item = &'a Sample> {
+    samples.iter().filter(move |s| s.name == name)
+}
+
+/// Turns the worker's metrics into EMF documents, remembering counters
+/// between flushes.
+pub struct Emf {
+    namespace: String,
+    prefix: String,
+    period: Period,
+    handle: PrometheusHandle,
+    in_flight: Box<dyn Fn() -> usize + Send + Sync>,
+    started: DateTime<Utc>,
+    /// Counter values at the last flush, by name and labels.
+    last: HashMap<(String, BTreeMap<String, String>), f64>,
+}
+
+impl std::fmt::Debug for Emf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Emf")
+            .field("namespace", &self.namespace)
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Emf {
+    /// An emitter in `namespace` for the tables `{prefix}_*` of `period`,
+    /// reading `handle`'s registry and the writer's in-flight count.
+    pub fn new(
+        namespace: String,
+        prefix: String,
+        period: Period,
+        handle: PrometheusHandle,
+        in_flight: impl Fn() -> usize + Send + Sync + 'static,
+    ) -> Self {
+        Emf {
+            namespace,
+            prefix,
+            period,
+            handle,
+            in_flight: Box::new(in_flight),
+            started: Utc::now(),
+            last: HashMap::new(),
+        }
+    }
+
+    /// The per-interval increase of a counter since the last flush.
+    fn delta(&mut self, s: &Sample) -> f64 {
+        let key = (s.name.clone(), s.labels.clone());
+        let before = self.last.insert(key, s.value).unwrap_or(0.0);
+        (s.value - before).max(0.0)
+    }
+
+    /// One EMF document: `metrics` (name, unit, value) with the dimension
+    /// `TablePrefix` and, when given, one more.
+    fn doc(
+        &self,
+        now: DateTime<Utc>,
+        extra: Option<(&str, &str)>,
+        metrics: &[(&str, &str, f64)],
+    ) -> Value {
+        let mut dims = vec![json!(["TablePrefix"])];
+        if let Some((k, _)) = extra {
+            dims.push(json!(["TablePrefix", k]));
+        }
+        let defs: Vec<Value> = metrics
+            .iter()
+            .map(|(name, unit, _)| json!({"Name": name, "Unit": unit}))
+            .collect();
+        let mut root = Map::new();
+        root.insert(
+            "_aws".into(),
+            json!({
+                "Timestamp": now.timestamp_millis(),
+                "CloudWatchMetrics": [{
+                    "Namespace": self.namespace,
+                    "Dimensions": dims,
+                    "Metrics": defs,
+                }],
+            }),
+        );
+        root.insert("TablePrefix".into(), json!(self.prefix));
+        if let Some((k, v)) = extra {
+            root.insert(k.into(), json!(v));
+        }
+        for (name, _, value) in metrics {
+            root.insert((*name).into(), json!(value));
+        }
+        Value::Object(root)
+    }
+
+    /// The documents of one flush at `now`.
+    pub fn documents(&mut self, now: DateTime<Utc>) -> Vec<Value> {
+        let samples = parse(&self.handle.render());
+        let mut docs = Vec::new();
+
+        // Lag of the shards this worker read since the last flush.
+        let read: Vec<Sample> = of(&samples, consumer::GET_RECORDS).cloned().collect();
+        let mut active = Vec::new();
+        for s in &read {
+            if self.delta(s) > 0.0
+                && let Some(shard) = s.labels.get("shard")
+            {
+                active.push(shard.clone());
+            }
+        }
+        for s in of(&samples, consumer::MILLIS_BEHIND) {
+            if let Some(shard) = s.labels.get("shard")
+                && active.contains(shard)
+            {
+                docs.push(self.doc(
+                    now,
+                    Some(("Shard", shard)),
+                    &[("LagSeconds", "Seconds", s.value / 1000.0)],
+                ));
+            }
+        }
+
+        // Items stored and throttled per table.
+        let mut tables: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+        for s in of(&samples, writer::ITEMS_STORED)
+            .cloned()
+            .collect::<Vec<_>>()
+        {
+            let d = self.delta(&s);
+            if let Some(t) = s.labels.get("table") {
+                tables.entry(t.clone()).or_default().0 += d;
+            }
+        }
+        for s in of(&samples, writer::UNPROCESSED)
+            .cloned()
+            .collect::<Vec<_>>()
+        {
+            let d = self.delta(&s);
+            if let Some(t) = s.labels.get("table") {
+                tables.entry(t.clone()).or_default().1 += d;
+            }
+        }
+        for (table, (stored, throttled)) in &tables {
+            docs.push(self.doc(
+                now,
+                Some(("Table", table)),
+                &[
+                    ("ItemsStored", "Count", *stored),
+                    ("ItemsThrottled", "Count", *throttled),
+                ],
+            ));
+        }
+
+        // Dead letters by reason; a zero when there were none, so the alarm
+        // sees data.
+        let mut reasons: BTreeMap<String, f64> = BTreeMap::new();
+        for s in of(&samples, m::DEAD_LETTERS).cloned().collect::<Vec<_>>() {
+            let d = self.delta(&s);
+            if let Some(r) = s.labels.get("reason") {
+                *reasons.entry(r.clone()).or_default() += d;
+            }
+        }
+        if reasons.values().all(|v| *v == 0.0) {
+            docs.push(self.doc(now, None, &[("DeadLetters", "Count", 0.0)]));
+        } else {
+            for (reason, n) in reasons.iter().filter(|(_, n)| **n > 0.0) {
+                docs.push(self.doc(
+                    now,
+                    Some(("Reason", reason)),
+                    &[("DeadLetters", "Count", *n)],
+                ));
+            }
+        }
+
+        // The worker itself.
+        let quota: f64 = of(&samples, m::QUOTA_ERRORS)
+            .cloned()
+            .collect::<Vec<_>>()
+            .iter()
+            .map(|s| self.delta(s))
+            .sum();
+        let gauge = |name: &str| of(&samples, name).next().map(|s| s.value);
+        let mut worker = vec![
+            ("WriterItemsInFlight", "Count", (self.in_flight)() as f64),
+            ("MaintenanceQuotaErrors", "Count", quota),
+        ];
+        if gauge(m::MAINTENANCE_HELD) == Some(1.0) {
+            let last = gauge(m::MAINTENANCE_LAST_SUCCESS)
+                .unwrap_or(self.started.timestamp_millis() as f64 / 1000.0);
+            let now_s = now.timestamp_millis() as f64 / 1000.0;
+            let next_start = self
+                .period
+                .containing(now.timestamp_millis())
+                .next()
+                .start_ms;
+            worker.push((
+                "SecondsSinceMaintenance",
+                "Seconds",
+                (now_s - last).max(0.0),
+            ));
+            worker.push((
+                "NextTableReady",
+                "None",
+                gauge(m::NEXT_TABLE_ACTIVE).unwrap_or(0.0),
+            ));
+            worker.push((
+                "SecondsToNextPeriod",
+                "Seconds",
+                ((next_start - now.timestamp_millis()) as f64 / 1000.0).max(0.0),
+            ));
+        }
+        docs.push(self.doc(now, None, &worker));
+        docs
+    }
+}
+
+/// Writes `emf`'s documents to `out` every `interval` until `shutdown`, and
+/// once more then (the last interval's counts are not lost).
+pub async fn run(
+    mut emf: Emf,
+    interval: Duration,
+    mut out: impl Write + Send,
+    shutdown: CancellationToken,
+) {
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+    loop {
+        let stop = tokio::select! {
+            () = shutdown.cancelled() => true,
+            _ = tick.tick() => false,
+        };
+        // One line per document, one write per line: the log driver makes
+        // each line a log event of its own.
+        for doc in emf.documents(Utc::now()) {
+            let line = format!("{doc}\n");
+            if let Err(e) = out.write_all(line.as_bytes()).and_then(|()| out.flush()) {
+                warn!(error = %e, "writing EMF metrics failed");
+            }
+        }
+        if stop {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use metrics_exporter_prometheus::PrometheusBuilder;
+
+    /// The units the EMF specification allows (CloudWatch's StandardUnit).
+    const UNITS: &[&str] = &[
+        "Seconds",
+        "Microseconds",
+        "Milliseconds",
+        "Bytes",
+        "Kilobytes",
+        "Megabytes",
+        "Gigabytes",
+        "Terabytes",
+        "Bits",
+        "Kilobits",
+        "Megabits",
+        "Gigabits",
+        "Terabits",
+        "Percent",
+        "Count",
+        "Bytes/Second",
+        "Kilobytes/Second",
+        "Megabytes/Second",
+        "Gigabytes/Second",
+        "Terabytes/Second",
+        "Bits/Second",
+        "Kilobits/Second",
+        "Megabits/Second",
+        "Gigabits/Second",
+        "Terabits/Second",
+        "Count/Second",
+        "None",
+    ];
+
+    /// Checks one log line against the EMF specification's required
+    /// fields: a JSON object whose `_aws` member has an integer `Timestamp`
+    /// (ms) and a non-empty `CloudWatchMetrics` array of directives, each
+    /// with a `Namespace` (1-1024 chars), `Dimensions` (an array of dimension
+    /// sets, at most 30 names each, every name a root member whose value is
+    /// a string) and `Metrics` (at most 100, each with a `Name` that is a
+    /// root member holding a number or an array of at most 100 numbers, and
+    /// a valid `Unit` when given).
+    fn check_emf(line: &str) -> Result<(), String> {
+        let v: Value = serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
+        let root = v.as_object().ok_or("not an object")?;
+        let aws = root
+            .get("_aws")
+            .and_then(Value::as_object)
+            .ok_or("no _aws")?;
+        aws.get("Timestamp")
+            .and_then(Value::as_i64)
+            .filter(|t| *t > 0)
+            .ok_or("_aws.Timestamp must be a positive integer (ms)")?;
+        let directives = aws
+            .get("CloudWatchMetrics")
+            .and_then(Value::as_array)
+            .filter(|d| !d.is_empty())
+            .ok_or("_aws.CloudWatchMetrics must be a non-empty array")?;
+        for d in directives {
+            let ns = d
+                .get("Namespace")
+                .and_then(Value::as_str)
+                .ok_or("no Namespace")?;
+            if ns.is_empty() || ns.len() > 1024 {
+                return Err("Namespace must be 1-1024 characters".into());
+            }
+            let sets = d
+                .get("Dimensions")
+                .and_then(Value::as_array)
+                .ok_or("Dimensions must be an array")?;
+            for set in sets {
+                let set = set.as_array().ok_or("a dimension set must be an array")?;
+                if set.len() > 30 {
+                    return Err("more than 30 dimensions in a set".into());
+                }
+                for name in set {
+                    let name = name.as_str().ok_or("a dimension name must be a string")?;
+                    root.get(name)
+                        .and_then(Value::as_str)
+                        .ok_or(format!("dimension {name} has no string value at the root"))?;
+                }
+            }
+            let metrics = d
+                .get("Metrics")
+                .and_then(Value::as_array)
+                .ok_or("Metrics must be an array")?;
+            if metrics.len() > 100 {
+                return Err("more than 100 metrics".into());
+            }
+            for metric in metrics {
+                let name = metric
+                    .get("Name")
+                    .and_then(Value::as_str)
+                    .ok_or("metric without Name")?;
+                if name.is_empty() || name.len() > 1024 {
+                    return Err(format!("metric name {name:?} must be 1-1024 characters"));
+                }
+                if let Some(unit) = metric.get("Unit") {
+                    let unit = unit.as_str().ok_or("Unit must be a string")?;
+                    if !UNITS.contains(&unit) {
+                        return Err(format!("unit {unit} is not a CloudWatch unit"));
+                    }
+                }
+                match root.get(name) {
+                    Some(Value::Number(_)) => {}
+                    Some(Value::Array(a)) if a.len() <= 100 && a.iter().all(Value::is_number) => {}
+                    _ => return Err(format!("metric {name} has no numeric value at the root")),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn the_validator_refuses_what_the_specification_refuses() {
+        let good = r#"{"_aws":{"Timestamp":1,"CloudWatchMetrics":[{"Namespace":"N","Dimensions":[["A"]],"Metrics":[{"Name":"M","Unit":"Count"}]}]},"A":"x","M":1}"#;
+        assert_eq!(check_emf(good), Ok(()));
+        for bad in [
+            good.replace(r#""Timestamp":1,"#, ""),
+            good.replace(r#","M":1"#, ""),
+            good.replace(r#""A":"x","#, ""),
+            good.replace("Count", "Widgets"),
+            good.replace(r#""Namespace":"N","#, ""),
+            good.replace(r#""M":1"#, r#""M":"1""#),
+        ] {
+            assert!(check_emf(&bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn prometheus_text_is_parsed_with_escaped_labels() {
+        let text =
+            "# HELP x y\n# TYPE x counter\nx_total{table=\"a\\\"b\",reason=\"r\"} 3\nplain 1.5\n";
+        assert_eq!(
+            parse(text),
+            [
+                Sample {
+                    name: "x_total".into(),
+                    labels: [
+                        ("reason".into(), "r".into()),
+                        ("table".into(), "a\"b".into())
+                    ]
+                    .into(),
+                    value: 3.0
+                },
+                Sample {
+                    name: "plain".into(),
+                    labels: BTreeMap::new(),
+                    value: 1.5
+                },
+            ]
+        );
+    }
+
+    fn at(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    /// The value of `metric` in the documents whose extra dimension `key`
+    /// is `value` (or that have only TablePrefix when `key` is None).
+    fn value_of(docs: &[Value], metric: &str, dim: Option<(&str, &str)>) -> Option<f64> {
+        docs.iter()
+            .filter(|d| match dim {
+                Some((k, v)) => d.get(k).and_then(Value::as_str) == Some(v),
+                None => true,
+            })
+            .find_map(|d| d.get(metric).and_then(Value::as_f64))
+    }
+
+    #[test]
+    fn every_line_is_valid_emf_with_per_interval_counts() {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        let mut emf = Emf::new(
+            "Tidemark".into(),
+            "events".into(),
+            Period::Hour,
+            handle,
+            || 7,
+        );
+        let record = |stored: u64, throttled: u64, shard_reads: u64| {
+            metrics::with_local_recorder(&recorder, || {
+                metrics::counter!(writer::ITEMS_STORED, "table" => "events_2026-11-24T10")
+                    .increment(stored);
+                metrics::counter!(writer::UNPROCESSED, "table" => "events_2026-11-24T10")
+                    .increment(throttled);
+                metrics::counter!(consumer::GET_RECORDS, "shard" => "shardId-000000000001")
+                    .increment(shard_reads);
+                metrics::gauge!(consumer::MILLIS_BEHIND, "shard" => "shardId-000000000001")
+                    .set(4_500.0);
+                metrics::gauge!(consumer::MILLIS_BEHIND, "shard" => "shardId-000000000009")
+                    .set(99_000.0);
+                metrics::counter!(m::DEAD_LETTERS, "reason" => "unroutable").increment(2);
+                metrics::gauge!(m::MAINTENANCE_HELD).set(1.0);
+                metrics::gauge!(m::MAINTENANCE_LAST_SUCCESS)
+                    .set(at("2026-11-24T10:50:00Z").timestamp() as f64);
+                metrics::gauge!(m::NEXT_TABLE_ACTIVE).set(1.0);
+            });
+        };
+        record(100, 5, 3);
+        let first = emf.documents(at("2026-11-24T10:56:00Z"));
+        record(40, 0, 0);
+        let second = emf.documents(at("2026-11-24T10:57:00Z"));
+        for doc in first.iter().chain(&second) {
+            let line = doc.to_string();
+            assert!(!line.contains('\n'));
+            check_emf(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        }
+        let table = Some(("Table", "events_2026-11-24T10"));
+        assert_eq!(value_of(&first, "ItemsStored", table), Some(100.0));
+        assert_eq!(value_of(&first, "ItemsThrottled", table), Some(5.0));
+        assert_eq!(
+            value_of(&second, "ItemsStored", table),
+            Some(40.0),
+            "per interval, not cumulative"
+        );
+        assert_eq!(value_of(&second, "ItemsThrottled", table), Some(0.0));
+        assert_eq!(
+            value_of(
+                &first,
+                "LagSeconds",
+                Some(("Shard", "shardId-000000000001"))
+            ),
+            Some(4.5)
+        );
+        assert_eq!(
+            value_of(
+                &first,
+                "LagSeconds",
+                Some(("Shard", "shardId-000000000009"))
+            ),
+            None,
+            "a shard not read since the last flush (lease moved) is not reported"
+        );
+        assert_eq!(
+            value_of(&second, "LagSeconds", None),
+            None,
+            "no reads in the second interval"
+        );
+        assert_eq!(
+            value_of(&first, "DeadLetters", Some(("Reason", "unroutable"))),
+            Some(2.0)
+        );
+        assert_eq!(value_of(&first, "WriterItemsInFlight", None), Some(7.0));
+        assert_eq!(
+            value_of(&first, "SecondsSinceMaintenance", None),
+            Some(360.0)
+        );
+        assert_eq!(value_of(&first, "NextTableReady", None), Some(1.0));
+        assert_eq!(value_of(&first, "SecondsToNextPeriod", None), Some(240.0));
+        metrics::with_local_recorder(&recorder, || {
+            metrics::gauge!(m::MAINTENANCE_HELD).set(0.0);
+        });
+        let third = emf.documents(at("2026-11-24T10:58:00Z"));
+        assert_eq!(
+            value_of(&third, "DeadLetters", None),
+            Some(0.0),
+            "a zero, so alarms see data"
+        );
+        assert_eq!(
+            value_of(&third, "SecondsSinceMaintenance", None),
+            None,
+            "only the lease holder reports maintenance health"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn run_writes_one_line_per_document_each_interval_and_at_shutdown() {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let emf = Emf::new(
+            "Tidemark".into(),
+            "events".into(),
+            Period::Day,
+            recorder.handle(),
+            || 0,
+        );
+        let out = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+        struct Shared(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl Write for Shared {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(run(
+            emf,
+            Duration::from_secs(60),
+            Shared(out.clone()),
+            stop.clone(),
+        ));
+        tokio::time::sleep(Duration::from_secs(150)).await;
+        stop.cancel();
+        task.await.unwrap();
+        let text = String::from_utf8(out.lock().unwrap().clone()).unwrap();
+        // Two flushes (60 s, 120 s) and the final one; two documents each
+        // (dead letters zero, the worker's own) with nothing recorded.
+        assert_eq!(text.lines().count(), 6, "{text}");
+        for line in text.lines() {
+            check_emf(line).unwrap();
+        }
+    }
+}
