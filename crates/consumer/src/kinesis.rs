@@ -30,7 +30,7 @@ use tokio::sync::{Mutex, Notify, mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::checkpoint::AckTracker;
 use crate::config::{InitialPosition, KinesisConfig};
@@ -198,6 +198,9 @@ struct Ctx {
     /// Shards whose drain did not finish (final checkpoint or release
     /// failed, or the reader was aborted): `run` then returns an error.
     unfinished: std::sync::Mutex<Vec<String>>,
+    /// A reader's error no retry can fix (access denied, a KMS key the role
+    /// cannot use): the source stops with it rather than retry for ever.
+    fatal: std::sync::Mutex<Option<ConsumerError>>,
 }
 
 /// The endpoint governors a [`KinesisSource`] shares with the rest of the
@@ -290,8 +293,17 @@ impl KinesisSource {
             drain_deadline: std::sync::Mutex::new(None),
             govs: self.govs,
             unfinished: std::sync::Mutex::new(Vec::new()),
+            fatal: std::sync::Mutex::new(None),
         });
         coordinate(Arc::clone(&ctx)).await?;
+        if let Some(e) = ctx
+            .fatal
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+        {
+            return Err(e);
+        }
         let mut shards = std::mem::take(
             &mut *ctx
                 .unfinished
@@ -638,6 +650,24 @@ impl Reader {
         match stop {
             Ok(Stop::Lost) => {}
             Ok(Stop::Shutdown) => self.drain_and_release().await,
+            Err(
+                e @ ConsumerError::Aws(AwsError {
+                    class: ErrorClass::Fatal,
+                    ..
+                }),
+            ) => {
+                // Access denied (a KMS-encrypted stream without kms:Decrypt,
+                // a missing kinesis:GetRecords): every shard would fail the
+                // same way. Stop the whole source, loudly.
+                error!(shard = %self.shard, error = %e, "reading the shard is refused; stopping");
+                self.ctx
+                    .fatal
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .get_or_insert(e);
+                self.ctx.shutdown.cancel();
+                self.drain_and_release().await;
+            }
             Err(e) => {
                 warn!(shard = %self.shard, error = %e, "reader failed; releasing lease");
                 self.drain_and_release().await;
@@ -858,6 +888,7 @@ impl Reader {
                                 };
                             pacer.on_error(started);
                         }
+                        ErrorClass::Fatal => return Err(err.into()),
                         _ => {
                             let d = retry.next().unwrap_or(Duration::from_secs(10));
                             warn!(shard = %self.shard, error = %err, delay = ?d, "GetRecords failed; retrying");

@@ -1,0 +1,423 @@
+//! Issue 22's maintenance guarantees against DynamoDB (moto):
+//! - a round *reconciles*: TTL, capacity, PITR and the prefix tag changed
+//!   behind the worker's back are set again by the next round;
+//! - every table the worker adopts is checked against the key schema it
+//!   needs, and a mismatch is a start-up error naming the table, the schema
+//!   found and the schema expected (the deployed template once keyed the
+//!   coordinator table `pk` instead of `leaseKey`).
+//!
+//! Needs the local stack: run with the `stack` feature (see docs/testing.md).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, PointInTimeRecoverySpecification,
+    PointInTimeRecoveryStatus, ProvisionedThroughput, ScalarAttributeType, TimeToLiveSpecification,
+    TimeToLiveStatus,
+};
+use chrono::Utc;
+use tidemark_schema::period::{Billing, Capacity, CapacityTiers, Period};
+use tidemark_schema::route::RouterConfig;
+use tidemark_tests::unique_name;
+use tidemark_tests::worker::{config, kinesis_source, sdk, test_toml};
+use tidemark_worker::config::ExpiryAction;
+use tidemark_worker::tables::{
+    Action, PREFIX_TAG, RoundKind, TableManager, TablePolicy, TablesError,
+};
+use tidemark_worker::worker::{Worker, WorkerError};
+
+/// A table keyed `hash` (string), with no sort key.
+async fn create_hash_only(ddb: &aws_sdk_dynamodb::Client, table: &str, hash: &str) {
+    ddb.create_table()
+        .table_name(table)
+        .billing_mode(BillingMode::PayPerRequest)
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name(hash)
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name(hash)
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+}
+
+async fn ttl_of(ddb: &aws_sdk_dynamodb::Client, table: &str) -> Option<String> {
+    let out = ddb
+        .describe_time_to_live()
+        .table_name(table)
+        .send()
+        .await
+        .unwrap();
+    let d = out.time_to_live_description()?;
+    matches!(
+        d.time_to_live_status(),
+        Some(TimeToLiveStatus::Enabled | TimeToLiveStatus::Enabling)
+    )
+    .then(|| d.attribute_name().unwrap_or_default().to_string())
+}
+
+async fn pitr_of(ddb: &aws_sdk_dynamodb::Client, table: &str) -> bool {
+    let out = ddb
+        .describe_continuous_backups()
+        .table_name(table)
+        .send()
+        .await
+        .unwrap();
+    out.continuous_backups_description()
+        .and_then(|c| c.point_in_time_recovery_description())
+        .and_then(|p| p.point_in_time_recovery_status())
+        == Some(&PointInTimeRecoveryStatus::Enabled)
+}
+
+async fn prefix_tag_of(ddb: &aws_sdk_dynamodb::Client, table: &str) -> Option<String> {
+    let arn = ddb
+        .describe_table()
+        .table_name(table)
+        .send()
+        .await
+        .unwrap()
+        .table()
+        .unwrap()
+        .table_arn()
+        .unwrap()
+        .to_string();
+    let tags = ddb
+        .list_tags_of_resource()
+        .resource_arn(arn)
+        .send()
+        .await
+        .unwrap();
+    tags.tags()
+        .iter()
+        .find(|t| t.key() == PREFIX_TAG)
+        .map(|t| t.value().to_string())
+}
+
+async fn capacity_of(ddb: &aws_sdk_dynamodb::Client, table: &str) -> Capacity {
+    let d = ddb.describe_table().table_name(table).send().await.unwrap();
+    let t = d.table().unwrap().provisioned_throughput().unwrap();
+    Capacity {
+        read: t.read_capacity_units().unwrap() as u64,
+        write: t.write_capacity_units().unwrap() as u64,
+    }
+}
+
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+#[tokio::test]
+async fn a_round_restores_ttl_capacity_pitr_and_tags_changed_behind_its_back() {
+    let stack = tidemark_tests::stack().await;
+    let ddb = stack.dynamodb();
+    let prefix = unique_name("drift").replace('-', "_");
+    let mut router = RouterConfig::with_prefix(&prefix);
+    router.period = Period::Day;
+    router.ttl_attribute = Some("expires_at".into());
+    let tiers = CapacityTiers::default();
+    let mut policy = TablePolicy::new(&router, tiers, Billing::Provisioned, ExpiryAction::Delete);
+    policy.pitr = true;
+    let m = TableManager::new(ddb.clone(), policy);
+    let now = Utc::now();
+    let table = m
+        .policy()
+        .naming
+        .name_of(&Period::Day.containing(now.timestamp_millis()));
+
+    // First round creates the table (tagged, TTL on); the second turns PITR
+    // on; then nothing is left to do.
+    let first = m.round(now, RoundKind::Rotate, false).await.unwrap();
+    assert!(first.iter().all(|a| a.error.is_none()), "{first:?}");
+    let second = m.round(now, RoundKind::Rotate, false).await.unwrap();
+    assert!(
+        second.iter().any(|a| a.action
+            == Action::SetPitr {
+                table: table.clone(),
+                enabled: true
+            }),
+        "{second:?}"
+    );
+    let third = m.round(now, RoundKind::Rotate, false).await.unwrap();
+    assert!(
+        third.iter().all(|a| a.action.table() != table),
+        "a table in its desired state needs nothing: {third:?}"
+    );
+    assert_eq!(ttl_of(&ddb, &table).await.as_deref(), Some("expires_at"));
+    assert!(pitr_of(&ddb, &table).await);
+    assert_eq!(prefix_tag_of(&ddb, &table).await, Some(prefix.clone()));
+    assert_eq!(capacity_of(&ddb, &table).await, tiers.active);
+
+    // Behind the worker's back: TTL off, capacity cut, PITR off, tag gone.
+    ddb.update_time_to_live()
+        .table_name(&table)
+        .time_to_live_specification(
+            TimeToLiveSpecification::builder()
+                .enabled(false)
+                .attribute_name("expires_at")
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    ddb.update_table()
+        .table_name(&table)
+        .provisioned_throughput(
+            ProvisionedThroughput::builder()
+                .read_capacity_units(5)
+                .write_capacity_units(5)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    ddb.update_continuous_backups()
+        .table_name(&table)
+        .point_in_time_recovery_specification(
+            PointInTimeRecoverySpecification::builder()
+                .point_in_time_recovery_enabled(false)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let arn = m
+        .list(now)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|t| t.name == table)
+        .unwrap()
+        .arn;
+    ddb.untag_resource()
+        .resource_arn(&arn)
+        .tag_keys(PREFIX_TAG)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ttl_of(&ddb, &table).await, None);
+
+    let repaired = m.round(now, RoundKind::Rotate, false).await.unwrap();
+    assert!(repaired.iter().all(|a| a.error.is_none()), "{repaired:?}");
+    let kinds: Vec<&str> = repaired
+        .iter()
+        .filter(|a| a.action.table() == table)
+        .map(|a| a.action.kind())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["resize", "set_ttl", "set_pitr", "tag_prefix"],
+        "{repaired:?}"
+    );
+    assert_eq!(ttl_of(&ddb, &table).await.as_deref(), Some("expires_at"));
+    assert!(pitr_of(&ddb, &table).await);
+    assert_eq!(prefix_tag_of(&ddb, &table).await, Some(prefix.clone()));
+    assert_eq!(capacity_of(&ddb, &table).await, tiers.active);
+
+    for t in m.list(now).await.unwrap() {
+        ddb.delete_table().table_name(&t.name).send().await.ok();
+    }
+}
+
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+#[tokio::test]
+async fn a_period_table_with_other_keys_is_refused_naming_found_and_expected() {
+    let stack = tidemark_tests::stack().await;
+    let ddb = stack.dynamodb();
+    let prefix = unique_name("keys").replace('-', "_");
+    let mut router = RouterConfig::with_prefix(&prefix);
+    router.period = Period::Day;
+    let policy = TablePolicy::new(
+        &router,
+        CapacityTiers::default(),
+        Billing::Provisioned,
+        ExpiryAction::Delete,
+    );
+    let m = TableManager::new(ddb.clone(), policy);
+    let now = Utc::now();
+    let table = m
+        .policy()
+        .naming
+        .name_of(&Period::Day.containing(now.timestamp_millis()));
+    create_hash_only(&ddb, &table, "id").await;
+    let err = m.round(now, RoundKind::Rotate, false).await.unwrap_err();
+    assert!(matches!(err, TablesError::KeySchema(_)), "{err}");
+    let text = err.to_string();
+    assert!(text.contains(&table), "{text}");
+    assert!(
+        text.contains("hash key id (S), no sort key"),
+        "found: {text}"
+    );
+    assert!(
+        text.contains("hash key pk (S), sort key sk (S)"),
+        "expected: {text}"
+    );
+    ddb.delete_table().table_name(&table).send().await.ok();
+}
+
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+#[tokio::test]
+async fn the_worker_refuses_to_start_on_a_coordinator_or_lease_table_keyed_pk() {
+    let stack = tidemark_tests::stack().await;
+    let ddb = stack.dynamodb();
+    let name = unique_name("keys-start");
+    let dir = std::env::temp_dir().join(&name);
+    let dead = dir.join("dead.jsonl");
+    let sdk = sdk(&stack);
+    tidemark_tests::create_stream(&stack.kinesis(), &name, 1).await;
+    let config = config(
+        &dir,
+        &test_toml(&kinesis_source(&name), &name, &dead, "127.0.0.1:0"),
+    );
+
+    // The coordinator table as the template once made it.
+    let coordinator = format!("{name}-coordinator");
+    create_hash_only(&ddb, &coordinator, "pk").await;
+    let err = Worker::build(&config, &sdk).await.unwrap_err();
+    assert!(matches!(err, WorkerError::Coordinator(_)), "{err}");
+    let text = err.to_string();
+    assert!(text.contains(&coordinator), "{text}");
+    assert!(text.contains("hash key pk (S), no sort key"), "{text}");
+    assert!(
+        text.contains("hash key leaseKey (S), no sort key"),
+        "{text}"
+    );
+    ddb.delete_table()
+        .table_name(&coordinator)
+        .send()
+        .await
+        .unwrap();
+
+    // The lease table: the Kinesis source refuses it when it starts.
+    let leases = format!("{name}-leases");
+    create_hash_only(&ddb, &leases, "pk").await;
+    let worker = Worker::build(&config, &sdk).await.unwrap();
+    let err = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        worker.run(std::future::pending()),
+    )
+    .await
+    .expect("a lease table with other keys stops the worker at once")
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains(&leases), "{text}");
+    assert!(
+        text.contains("hash key leaseKey (S), no sort key"),
+        "{text}"
+    );
+    for t in [leases, coordinator] {
+        ddb.delete_table().table_name(&t).send().await.ok();
+    }
+}
+
+/// One unsigned S3 request to moto (which routes on the credential scope
+/// and does not check signatures): status and body.
+async fn s3(stack: &tidemark_tests::LocalStack, method: &str, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // moto serves S3 on the same port as DynamoDB.
+    let host = stack
+        .dynamodb_url
+        .trim_start_matches("http://")
+        .trim_end_matches('/');
+    let mut conn = tokio::net::TcpStream::connect(host).await.unwrap();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\
+         X-Amz-Date: 20260101T000000Z\r\nX-Amz-Content-Sha256: UNSIGNED-PAYLOAD\r\n\
+         Authorization: AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/s3/aws4_request, \
+         SignedHeaders=host, Signature=0\r\n\r\n"
+    );
+    conn.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).await.unwrap();
+    let status = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, answer)
+}
+
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+#[tokio::test]
+async fn export_mode_turns_pitr_on_exports_to_s3_and_deletes_only_after_completion() {
+    let stack = tidemark_tests::stack().await;
+    let ddb = stack.dynamodb();
+    let prefix = unique_name("exp").replace('-', "_");
+    let bucket = unique_name("tidemark-archive");
+    let (status, body) = s3(&stack, "PUT", &format!("/{bucket}")).await;
+    assert_eq!(status, 200, "{body}");
+    let mut router = RouterConfig::with_prefix(&prefix);
+    router.period = Period::Day;
+    router.retention = std::time::Duration::from_secs(3 * 86_400);
+    let mut policy = TablePolicy::new(
+        &router,
+        CapacityTiers::default(),
+        Billing::Provisioned,
+        ExpiryAction::Export,
+    );
+    policy.export.bucket = bucket.clone();
+    policy.export.prefix = Some("archive/".into());
+    let m = TableManager::new(ddb.clone(), policy);
+    // A table ten days old: past its three-day retention.
+    let now = Utc::now();
+    let old = Period::Day.containing(now.timestamp_millis() - 10 * 86_400_000);
+    let table = m.policy().naming.name_of(&old);
+    m.create(&table, Some(Capacity { read: 1, write: 1 }), None)
+        .await
+        .unwrap();
+
+    let mut kinds = Vec::new();
+    for _ in 0..4 {
+        let applied = m.round(now, RoundKind::Rotate, false).await.unwrap();
+        assert!(applied.iter().all(|a| a.error.is_none()), "{applied:?}");
+        kinds.extend(
+            applied
+                .iter()
+                .filter(|a| a.action.table() == table)
+                .map(|a| a.action.kind()),
+        );
+    }
+    assert_eq!(
+        kinds,
+        ["set_pitr", "export", "delete"],
+        "in this order, once each"
+    );
+    assert!(
+        m.list(now).await.unwrap().iter().all(|t| t.name != table),
+        "deleted once exported"
+    );
+    let (status, listing) = s3(
+        &stack,
+        "GET",
+        &format!("/{bucket}?list-type=2&prefix=archive/{table}/"),
+    )
+    .await;
+    assert_eq!(status, 200, "{listing}");
+    assert!(
+        listing.contains("AWSDynamoDB"),
+        "the export's files are in S3: {listing}"
+    );
+    for t in m.list(now).await.unwrap() {
+        ddb.delete_table().table_name(&t.name).send().await.ok();
+    }
+}
