@@ -334,8 +334,13 @@ impl Merged {
                 })?;
         let mut origins = Origins::of_file(text, path);
         let mut problems = Vec::new();
-        for (var, value) in env {
-            if let Some(rest) = var.strip_prefix(ENV_PREFIX) {
+        // Names are case insensitive (`tidemark__source__stream` works);
+        // when two spellings of one name are set, the upper-case one wins
+        // (applied last).
+        let mut vars: Vec<(&String, &String)> = env.iter().collect();
+        vars.sort_by_key(|(var, _)| var.starts_with(ENV_PREFIX));
+        for (var, value) in vars {
+            if let Some(rest) = strip_env_prefix(var) {
                 let origin = Origin::Env { var: var.clone() };
                 match apply_env(&mut root, var, rest, value) {
                     Ok(key) => origins.set(&key, origin),
@@ -751,6 +756,13 @@ fn strict<T: serde::de::DeserializeOwned>(
 fn backticked_after<'a>(message: &'a str, marker: &str) -> Option<&'a str> {
     let rest = &message[message.find(marker)? + marker.len()..];
     rest.strip_prefix('`')?.split('`').next()
+}
+
+/// `var` without its `TIDEMARK__` prefix, matched in any case.
+pub(crate) fn strip_env_prefix(var: &str) -> Option<&str> {
+    let n = ENV_PREFIX.len();
+    (var.len() > n && var.is_char_boundary(n) && var[..n].eq_ignore_ascii_case(ENV_PREFIX))
+        .then(|| &var[n..])
 }
 
 /// Sets the value at the path `rest` (`SECTION__KEY[__SUBKEY]`, case

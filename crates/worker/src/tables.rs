@@ -531,6 +531,9 @@ pub enum TablesError {
         code: Option<String>,
         /// The error text.
         message: String,
+        /// The call got no answer (connection refused, timeout): DynamoDB
+        /// is unreachable (`tables` exits 69).
+        unreachable: bool,
     },
     /// An account quota refused the call (LimitExceededException on
     /// CreateTable or a capacity change): an operator must act.
@@ -589,12 +592,29 @@ impl TablesError {
         e: aws_sdk_dynamodb::error::SdkError<E>,
     ) -> Self {
         let code = e.code().map(str::to_string);
+        let unreachable = matches!(
+            e,
+            aws_sdk_dynamodb::error::SdkError::DispatchFailure(_)
+                | aws_sdk_dynamodb::error::SdkError::TimeoutError(_)
+        );
         TablesError::Call {
             operation,
             table: table.to_string(),
             code,
             message: DisplayErrorContext(e).to_string(),
+            unreachable,
         }
+    }
+
+    /// The call got no answer at all: DynamoDB is unreachable.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(
+            self,
+            TablesError::Call {
+                unreachable: true,
+                ..
+            }
+        )
     }
 
     /// A quota refusal: logged as an error and counted, for the alarm.
@@ -619,6 +639,7 @@ impl TablesError {
             table: table.to_string(),
             code: None,
             message: e.to_string(),
+            unreachable: false,
         }
     }
 
@@ -638,6 +659,9 @@ pub struct Applied {
     pub action: Action,
     /// `None` when done; the error text when it failed (retried next round).
     pub error: Option<String>,
+    /// The failure was DynamoDB not answering at all.
+    #[serde(skip)]
+    pub unreachable: bool,
 }
 
 /// Runs maintenance against DynamoDB.
@@ -924,6 +948,7 @@ impl TableManager {
         let actions = plan_round(&self.policy, &existing, now, kind);
         let mut applied = Vec::with_capacity(actions.len());
         for action in actions {
+            let mut unreachable = false;
             let error = if dry_run {
                 None
             } else {
@@ -938,12 +963,17 @@ impl TableManager {
                 let outcome = if result.is_ok() { "ok" } else { "error" };
                 metrics::counter!(m::MAINTENANCE_ACTIONS, "action" => action.kind(), "outcome" => outcome)
                     .increment(1);
+                unreachable = result.as_ref().is_err_and(TablesError::is_unreachable);
                 result.err().map(|e| {
                     warn!(table = action.table(), action = action.kind(), error = %e, "maintenance action failed; retried next round");
                     e.to_string()
                 })
             };
-            applied.push(Applied { action, error });
+            applied.push(Applied {
+                action,
+                error,
+                unreachable,
+            });
         }
         if !dry_run {
             let next = self.policy.naming.name_of(

@@ -284,7 +284,49 @@ fn good_config_checks_ok_and_near_miss_variables_are_warned() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let err = stderr(&o);
     assert!(err.contains("use TIDEMARK__SCHEMA__TABLE_PREFIX"), "{err}");
-    assert!(err.contains("use TIDEMARK__SOURCE__STREAM"), "{err}");
+    assert!(
+        !err.contains("tidemark__source__stream"),
+        "lower case is honoured, not warned about: {err}"
+    );
+}
+
+#[test]
+fn variable_names_are_case_insensitive_and_upper_case_wins_a_tie() {
+    let d = dir("case");
+    let file = d.join("t.toml");
+    std::fs::write(&file, GOOD).unwrap();
+    let show = |env: &[(&str, &str)]| {
+        let o = tidemark(
+            env,
+            &[
+                "config",
+                "show",
+                "--config",
+                file.to_str().unwrap(),
+                "-o",
+                "jsonl",
+            ],
+        );
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let period = stdout(&o)
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .find(|r| r["key"] == "schema.period")
+            .unwrap();
+        period["value"]
+            .as_str()
+            .unwrap()
+            .trim_matches('"')
+            .to_string()
+    };
+    assert_eq!(show(&[("tidemark__schema__period", "hour")]), "hour");
+    assert_eq!(
+        show(&[
+            ("tidemark__schema__period", "hour"),
+            ("TIDEMARK__SCHEMA__PERIOD", "day")
+        ]),
+        "day"
+    );
 }
 
 #[test]
@@ -465,20 +507,24 @@ fn an_unreachable_aws_endpoint_exits_69_for_any_command() {
         .local_addr()
         .unwrap()
         .port();
-    let o = tidemark(
-        &[
-            ("AWS_ACCESS_KEY_ID", "test"),
-            ("AWS_SECRET_ACCESS_KEY", "test"),
-        ],
-        &[
-            "status",
+    for command in [&["status"][..], &["tables", "list"], &["tables", "ensure"]] {
+        let endpoint = format!("http://127.0.0.1:{port}");
+        let mut args: Vec<&str> = command.to_vec();
+        args.extend([
             "--config",
             file.to_str().unwrap(),
             "--region",
             "us-east-1",
             "--endpoint-url",
-            &format!("http://127.0.0.1:{port}"),
-        ],
-    );
-    assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
+            &endpoint,
+        ]);
+        let o = tidemark(
+            &[
+                ("AWS_ACCESS_KEY_ID", "test"),
+                ("AWS_SECRET_ACCESS_KEY", "test"),
+            ],
+            &args,
+        );
+        assert_eq!(o.status.code(), Some(69), "{command:?}: {}", stderr(&o));
+    }
 }

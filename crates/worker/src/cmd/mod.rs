@@ -49,6 +49,14 @@ pub(crate) fn exit_code(e: &anyhow::Error) -> u8 {
     if let Some(VerifyError::Unavailable { .. }) = e.downcast_ref::<VerifyError>() {
         return EXIT_UNAVAILABLE;
     }
+    if e.downcast_ref::<Unavailable>().is_some()
+        || e.chain().any(|c| {
+            c.downcast_ref::<tidemark_worker::tables::TablesError>()
+                .is_some_and(tidemark_worker::tables::TablesError::is_unreachable)
+        })
+    {
+        return EXIT_UNAVAILABLE;
+    }
     // A call that got no answer at all (no connection, DNS, a connect or
     // read timeout): the SDK's DispatchFailure carries the connector's
     // error. The service is unreachable, whatever the command.
@@ -57,6 +65,11 @@ pub(crate) fn exit_code(e: &anyhow::Error) -> u8 {
     }
     1
 }
+
+/// An AWS service gave no answer to any call of a command (exit 69).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct Unavailable(pub(crate) String);
 
 /// Options every command takes.
 #[derive(Debug, Clone, clap::Args)]

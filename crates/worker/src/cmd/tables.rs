@@ -82,6 +82,11 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
         }
     }
     if applied.iter().any(|a| a.error.is_some()) {
+        if applied.iter().all(|a| a.error.is_none() || a.unreachable) {
+            return Err(
+                super::Unavailable("DynamoDB did not answer the maintenance calls".into()).into(),
+            );
+        }
         bail!("some maintenance actions failed; they are retried next round");
     }
     Ok(())

@@ -349,19 +349,15 @@ pub(crate) fn humanize(message: &str) -> String {
 }
 
 /// Environment variables that look meant for Tidemark but are ignored:
-/// one underscore after `TIDEMARK`, or not upper case. One warning each,
+/// one underscore after `TIDEMARK` (any case of `TIDEMARK__` is honoured).
+/// One warning each,
 /// with the name to use.
 pub(crate) fn env_warnings(env: &BTreeMap<String, String>, sections: &[&str]) -> Vec<String> {
     let mut out = Vec::new();
     for var in env.keys() {
         let upper = var.to_ascii_uppercase();
-        if var.starts_with(ENV_PREFIX) {
-            continue;
-        }
+        // Any case of `TIDEMARK__` is an override (names are case insensitive).
         if upper.starts_with(ENV_PREFIX) {
-            out.push(format!(
-                "environment variable {var} is ignored: names are upper case; use {upper}"
-            ));
             continue;
         }
         let Some(rest) = upper.strip_prefix("TIDEMARK_") else {
@@ -522,14 +518,11 @@ mod tests {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
         let w = env_warnings(&env, &["source", "schema"]);
-        assert_eq!(w.len(), 2, "{w:?}");
+        // Lower case is honoured (names are case insensitive): no warning.
+        assert_eq!(w.len(), 1, "{w:?}");
         assert!(
             w.iter()
                 .any(|m| m.contains("use TIDEMARK__SCHEMA__TABLE_PREFIX")),
-            "{w:?}"
-        );
-        assert!(
-            w.iter().any(|m| m.contains("use TIDEMARK__SOURCE__STREAM")),
             "{w:?}"
         );
     }
