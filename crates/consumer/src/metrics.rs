@@ -48,6 +48,10 @@ pub mod sqs {
     pub const RECEIVERS: &str = "tidemark_consumer_sqs_receivers";
     /// Gauge: messages received and not yet deleted or released.
     pub const IN_FLIGHT: &str = "tidemark_consumer_sqs_in_flight_messages";
+    /// Gauge, seconds: age (receive time minus SentTimestamp) of the oldest
+    /// message of the latest receive: how far behind the queue's head the
+    /// workers read.
+    pub const RECEIVE_AGE: &str = "tidemark_consumer_sqs_receive_age_seconds";
 }
 
 /// Each metric's kind and HELP text.
@@ -132,6 +136,11 @@ const HELP: &[(&str, Kind, &str)] = &[
         sqs::IN_FLIGHT,
         Kind::Gauge,
         "Messages received and not yet deleted or released.",
+    ),
+    (
+        sqs::RECEIVE_AGE,
+        Kind::Gauge,
+        "Age in seconds (receive time minus SentTimestamp) of the oldest message of the latest receive.",
     ),
 ];
 

@@ -38,15 +38,18 @@ use tidemark_writer::metrics as writer;
 
 /// One sample of the Prometheus text format: name, labels, value.
 #[derive(Debug, Clone, PartialEq)]
-struct Sample {
-    name: String,
-    labels: BTreeMap<String, String>,
-    value: f64,
+pub(crate) struct Sample {
+    /// Metric name.
+    pub(crate) name: String,
+    /// Labels.
+    pub(crate) labels: BTreeMap<String, String>,
+    /// Value.
+    pub(crate) value: f64,
 }
 
 /// Parses the Prometheus text exposition the exporter renders (comments
 /// skipped; label values unescaped). Lines it cannot read are skipped.
-fn parse(text: &str) -> Vec<Sample> {
+pub(crate) fn parse(text: &str) -> Vec<Sample> {
     text.lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .filter_map(parse_line)
@@ -102,8 +105,38 @@ fn parse_line(line: &str) -> Option<Sample> {
 }
 
 /// The samples of metric `name`.
-fn of<'a>(samples: &'a [Sample], name: &'a str) -> impl Iterator<Item = &'a Sample> {
+pub(crate) fn of<'a>(samples: &'a [Sample], name: &'a str) -> impl Iterator<Item = &'a Sample> {
     samples.iter().filter(move |s| s.name == name)
+}
+
+/// Counter values at the last look, by name and labels.
+pub(crate) type Last = HashMap<(String, BTreeMap<String, String>), f64>;
+
+/// The increase of counter `s` since the last look (recorded in `last`).
+pub(crate) fn delta(last: &mut Last, s: &Sample) -> f64 {
+    let key = (s.name.clone(), s.labels.clone());
+    let before = last.insert(key, s.value).unwrap_or(0.0);
+    (s.value - before).max(0.0)
+}
+
+/// MillisBehindLatest of each shard this worker read (GetRecords) since the
+/// last look: a shard whose lease moved away keeps its last gauge value in
+/// the registry, and is left out rather than reported stale.
+pub(crate) fn shard_lags(samples: &[Sample], last: &mut Last) -> BTreeMap<String, f64> {
+    let mut active = Vec::new();
+    for s in of(samples, consumer::GET_RECORDS) {
+        if delta(last, s) > 0.0
+            && let Some(shard) = s.labels.get("shard")
+        {
+            active.push(shard.clone());
+        }
+    }
+    of(samples, consumer::MILLIS_BEHIND)
+        .filter_map(|s| {
+            let shard = s.labels.get("shard")?;
+            active.contains(shard).then(|| (shard.clone(), s.value))
+        })
+        .collect()
 }
 
 /// Turns the worker's metrics into EMF documents, remembering counters
@@ -116,7 +149,7 @@ pub struct Emf {
     in_flight: Box<dyn Fn() -> usize + Send + Sync>,
     started: DateTime<Utc>,
     /// Counter values at the last flush, by name and labels.
-    last: HashMap<(String, BTreeMap<String, String>), f64>,
+    last: Last,
 }
 
 impl std::fmt::Debug for Emf {
@@ -151,9 +184,7 @@ impl Emf {
 
     /// The per-interval increase of a counter since the last flush.
     fn delta(&mut self, s: &Sample) -> f64 {
-        let key = (s.name.clone(), s.labels.clone());
-        let before = self.last.insert(key, s.value).unwrap_or(0.0);
-        (s.value - before).max(0.0)
+        delta(&mut self.last, s)
     }
 
     /// One EMF document: `metrics` (name, unit, value) with the dimension
@@ -200,25 +231,12 @@ impl Emf {
         let mut docs = Vec::new();
 
         // Lag of the shards this worker read since the last flush.
-        let read: Vec<Sample> = of(&samples, consumer::GET_RECORDS).cloned().collect();
-        let mut active = Vec::new();
-        for s in &read {
-            if self.delta(s) > 0.0
-                && let Some(shard) = s.labels.get("shard")
-            {
-                active.push(shard.clone());
-            }
-        }
-        for s in of(&samples, consumer::MILLIS_BEHIND) {
-            if let Some(shard) = s.labels.get("shard")
-                && active.contains(shard)
-            {
-                docs.push(self.doc(
-                    now,
-                    Some(("Shard", shard)),
-                    &[("LagSeconds", "Seconds", s.value / 1000.0)],
-                ));
-            }
+        for (shard, ms) in shard_lags(&samples, &mut self.last) {
+            docs.push(self.doc(
+                now,
+                Some(("Shard", &shard)),
+                &[("LagSeconds", "Seconds", ms / 1000.0)],
+            ));
         }
 
         // Items stored and throttled per table.

@@ -43,6 +43,9 @@
 //! - [`metrics`]: this crate's metric names and their help texts.
 //! - [`produce`]: deterministic synthetic IoT events (with a hot device).
 //! - [`query`]: reads an entity's events back through the query plans.
+//! - [`report`]: each worker's report in the coordinator table (lag per
+//!   shard, SQS receive age), which `status` shows instead of reading the
+//!   stream.
 //! - [`sdk`]: the AWS SDK configuration (standard chain plus timeouts, the
 //!   command line's profile, region and endpoint, credentials wrapped in
 //!   `KeepValid`).
@@ -80,6 +83,7 @@ pub mod metrics;
 pub mod pipeline;
 pub mod produce;
 pub mod query;
+pub mod report;
 pub mod sdk;
 pub mod tables;
 pub mod telemetry;

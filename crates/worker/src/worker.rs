@@ -331,6 +331,8 @@ pub struct Worker {
     data: DataPath,
     /// The maintenance lease, when maintenance is enabled (its table checked).
     maintenance: Option<MaintenanceLease>,
+    /// This worker's id (lease owner name, report key).
+    worker_id: String,
     listener: TcpListener,
     telemetry_addr: SocketAddr,
 }
@@ -348,15 +350,15 @@ impl Worker {
             .map_err(listen_error)?;
         let telemetry_addr = listener.local_addr().map_err(listen_error)?;
         let data = DataPath::start(config, sdk).await?;
+        let worker_id = match &config.source {
+            SourceConfig::Kinesis(k) => k.worker_id.clone(),
+            SourceConfig::Sqs(_) => default_worker_id(&process_env()),
+        };
         let maintenance = if config.maintenance.enabled {
-            let owner = match &config.source {
-                SourceConfig::Kinesis(k) => k.worker_id.clone(),
-                SourceConfig::Sqs(_) => default_worker_id(&process_env()),
-            };
             let lease = MaintenanceLease::new(
                 aws_sdk_dynamodb::Client::new(sdk),
                 config.maintenance.coordinator_table.clone(),
-                owner,
+                worker_id.clone(),
                 config.maintenance.interval,
             );
             // A coordinator table with other keys (the template once keyed
@@ -378,6 +380,7 @@ impl Worker {
             sdk: sdk.clone(),
             data,
             maintenance,
+            worker_id,
             listener,
             telemetry_addr,
         })
@@ -430,6 +433,7 @@ impl Worker {
             sdk,
             data,
             maintenance,
+            worker_id,
             listener,
             telemetry_addr,
         } = self;
@@ -470,6 +474,16 @@ impl Worker {
                 emitter,
                 config.telemetry.emf_interval,
                 std::io::stdout(),
+                telemetry_stop.clone(),
+            )))
+        });
+        // Reports for `status` go where the maintenance lease lives.
+        let reporter = config.maintenance.enabled.then(|| {
+            AbortOnDropHandle::new(tokio::spawn(crate::report::run(
+                dynamodb.clone(),
+                config.maintenance.coordinator_table.clone(),
+                worker_id.clone(),
+                prometheus.clone(),
                 telemetry_stop.clone(),
             )))
         });
@@ -542,6 +556,12 @@ impl Worker {
             task: "telemetry",
             source,
         })?;
+        if let Some(reporter) = reporter {
+            reporter.await.map_err(|source| WorkerError::Task {
+                task: "report",
+                source,
+            })?;
+        }
         if let Some(emf) = emf {
             // The final flush: the last interval's counts.
             emf.await.map_err(|source| WorkerError::Task {

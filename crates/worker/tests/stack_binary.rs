@@ -789,3 +789,51 @@ async fn verify_of_events_never_stored_exits_1() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("missing 1"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn status_shows_the_lag_each_worker_reported_without_reading_the_stream() {
+    let env = setup().await;
+    let manifest = env.dir.join("produced.jsonl");
+    env.produce(200, &manifest);
+    let log = env.dir.join("run.log");
+    let mut run = env.spawn_run(&log);
+    let status =
+        || -> Value { serde_json::from_str(&env.output(&["status", "-o", "json"])).unwrap() };
+    // The first report is written at start (nothing read yet), the next one
+    // a report interval later with the lag of each shard read.
+    let deadline =
+        Instant::now() + tidemark_worker::report::REPORT_INTERVAL + Duration::from_secs(30);
+    let snap = loop {
+        let snap = status();
+        let shards = snap["shards"].as_array().cloned().unwrap_or_default();
+        if shards.len() == 2 && shards.iter().all(|s| s["lag_ms"].is_i64()) {
+            break snap;
+        }
+        assert!(Instant::now() < deadline, "no reported lag: {snap}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    for s in snap["shards"].as_array().unwrap() {
+        assert_eq!(s["owner"], "e2e-worker", "{snap}");
+        assert!(s["lag_ms"].as_i64().unwrap() >= 0, "{snap}");
+        assert!(s["lag_error"].is_null(), "{snap}");
+    }
+    assert!(snap["reports_error"].is_null(), "{snap}");
+    assert_eq!(
+        env.metric("tidemark_consumer_get_records_throttled_total")
+            .await,
+        0,
+        "status made no reads competing with the worker's"
+    );
+    let exit = terminate(&mut run, Duration::from_secs(30));
+    assert!(exit.success(), "run exit: {exit}");
+    // A clean stop deletes the worker's report: no stale lag afterwards.
+    let after = status();
+    for s in after["shards"].as_array().unwrap() {
+        assert!(s["lag_ms"].is_null(), "{after}");
+    }
+    env.assert_all_stored(&manifest, 200);
+}

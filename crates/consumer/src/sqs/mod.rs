@@ -500,6 +500,16 @@ async fn dispatch(ctx: &Arc<Ctx>, messages: Vec<Message>, sent_at: Instant) {
     let target: Arc<dyn AckTarget> = ctx.shared.clone();
     let mut batch = Vec::new();
     let mut started = Vec::new();
+    // How far behind the queue's head this receive is (status and EMF read it).
+    let now_ms = chrono::Utc::now().timestamp_millis();
+    if let Some(oldest) = messages
+        .iter()
+        .filter_map(|m| system_attr(m, &MessageSystemAttributeName::SentTimestamp))
+        .filter_map(|v| v.parse::<i64>().ok())
+        .min()
+    {
+        metrics::gauge!(metric::RECEIVE_AGE).set((now_ms - oldest).max(0) as f64 / 1000.0);
+    }
     for m in messages {
         let (Some(receipt), Some(message_id)) = (m.receipt_handle.clone(), m.message_id.clone())
         else {

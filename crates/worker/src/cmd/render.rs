@@ -165,9 +165,10 @@ pub(crate) struct ShardRow {
     pub(crate) owner: Option<String>,
     pub(crate) checkpoint: String,
     pub(crate) parents: Vec<String>,
-    /// MillisBehindLatest after the checkpoint (`--probe-lag` only).
+    /// MillisBehindLatest: as the owning worker last reported it, or
+    /// measured after the checkpoint with `--probe-lag`.
     pub(crate) lag_ms: Option<i64>,
-    /// Why the lag could not be measured.
+    /// Why the lag is not known (no report from the owner, a failed probe).
     pub(crate) lag_error: Option<String>,
 }
 
@@ -181,6 +182,11 @@ pub(crate) struct QueueRow {
     pub(crate) in_flight: Option<u64>,
     /// ApproximateNumberOfMessagesDelayed.
     pub(crate) delayed: Option<u64>,
+    /// Age of the oldest message the workers last received (from their
+    /// reports), ms.
+    pub(crate) oldest_age_ms: Option<i64>,
+    /// Why that age is not known.
+    pub(crate) oldest_age_error: Option<String>,
 }
 
 /// A lag as a short duration: `850ms`, `12s`, `3m 20s`, `2h 5m`.
@@ -210,44 +216,43 @@ fn checkpoint_cell(c: &str, wide: bool) -> String {
 
 /// `status`' shard section: SHARD OWNER [LAG] CHECKPOINT, each column as
 /// wide as its longest cell.
-pub(crate) fn status_shards(shards: &[ShardRow], wide: bool, with_lag: bool) -> String {
+pub(crate) fn status_shards(shards: &[ShardRow], wide: bool) -> String {
     let rows = shards
         .iter()
         .map(|r| {
-            let mut row = vec![
+            vec![
                 r.shard.clone(),
                 r.owner.clone().unwrap_or_else(|| "(none)".into()),
-            ];
-            if with_lag {
-                row.push(match (&r.lag_ms, &r.lag_error) {
+                match (&r.lag_ms, &r.lag_error) {
                     (Some(ms), _) => lag(*ms),
-                    (None, Some(e)) => format!("error: {}", e.chars().take(40).collect::<String>()),
+                    (None, Some(e)) => e.chars().take(40).collect::<String>(),
                     (None, None) => "n/a".into(),
-                });
-            }
-            row.push(checkpoint_cell(&r.checkpoint, wide));
-            row
+                },
+                checkpoint_cell(&r.checkpoint, wide),
+            ]
         })
         .collect();
-    if with_lag {
-        table(Some(&["SHARD", "OWNER", "LAG", "CHECKPOINT"]), rows, &[2])
-    } else {
-        table(Some(&["SHARD", "OWNER", "CHECKPOINT"]), rows, &[])
-    }
+    table(Some(&["SHARD", "OWNER", "LAG", "CHECKPOINT"]), rows, &[2])
 }
 
 /// `status`' queue section: QUEUE VISIBLE IN-FLIGHT DELAYED.
 pub(crate) fn status_queue(q: &QueueRow) -> String {
     let n = |v: Option<u64>| v.map_or("?".into(), |v| v.to_string());
+    let age = match (&q.oldest_age_ms, &q.oldest_age_error) {
+        (Some(ms), _) => lag(*ms),
+        (None, Some(e)) => e.chars().take(40).collect(),
+        (None, None) => "n/a".into(),
+    };
     table(
-        Some(&["QUEUE", "VISIBLE", "IN-FLIGHT", "DELAYED"]),
+        Some(&["QUEUE", "VISIBLE", "IN-FLIGHT", "DELAYED", "OLDEST AGE"]),
         vec![vec![
             q.queue.clone(),
             n(q.visible),
             n(q.in_flight),
             n(q.delayed),
+            age,
         ]],
-        &[1, 2, 3],
+        &[1, 2, 3, 4],
     )
 }
 
@@ -382,7 +387,7 @@ mod tests {
                 lag_error: None,
             })
             .collect();
-        let out = status_shards(&rows, false, true);
+        let out = status_shards(&rows, false);
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines.len(), 201);
         // The owner column starts at the same place on every line.
@@ -397,7 +402,7 @@ mod tests {
         }
         assert!(out.contains("…"), "checkpoints shortened");
         assert!(
-            status_shards(&rows, true, false).contains(seq),
+            status_shards(&rows, true).contains(seq),
             "--wide keeps them"
         );
         assert_eq!(lag(200_000), "3m 20s");

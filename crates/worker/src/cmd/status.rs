@@ -1,16 +1,21 @@
-//! `tidemark status`: per shard owner, checkpoint and (on request) lag; a
-//! summary line; an SQS source's queue depth; per table period, state and
-//! capacity. Cheap by default: one lease-table scan, one DescribeTable per
-//! period table, one GetQueueAttributes; no GetRecords (those compete with
-//! the workers for a shard's 5 reads per second) unless `--probe-lag`.
+//! `tidemark status`: per shard owner, lag and checkpoint; a summary line;
+//! an SQS source's queue depth and the age of the oldest message the workers
+//! received; per table period, state and capacity. Cheap: one lease-table
+//! scan, one coordinator-table scan (the workers' reports: lag as each
+//! worker last measured it, see `tidemark_worker::report`), one
+//! DescribeTable per period table, one GetQueueAttributes; no GetRecords
+//! (those compete with the workers for a shard's 5 reads per second) unless
+//! `--probe-lag`.
 
 use std::time::Duration;
 
 use anyhow::Result;
 use chrono::Utc;
 use futures::StreamExt as _;
+use std::collections::BTreeMap;
 use tidemark_consumer::lease::{Checkpoint, LeaseTable};
 use tidemark_worker::config::{Config, SourceConfig};
+use tidemark_worker::report::{self, WorkerReport};
 use tidemark_worker::tables::TableInfo;
 use tidemark_worker::worker::table_manager;
 
@@ -45,6 +50,8 @@ struct Snapshot {
     shards: Vec<ShardRow>,
     /// Why the shards could not be listed.
     shards_error: Option<String>,
+    /// Why the workers' reports (lag, queue age) could not be read.
+    reports_error: Option<String>,
     queue: Option<render::QueueRow>,
     queue_error: Option<String>,
     tables: Vec<TableInfo>,
@@ -112,6 +119,7 @@ async fn snapshot(config: &Config, args: &Args) -> Result<Snapshot> {
         summary: None,
         shards: Vec::new(),
         shards_error: None,
+        reports_error: None,
         queue: None,
         queue_error: None,
         tables: Vec::new(),
@@ -119,20 +127,43 @@ async fn snapshot(config: &Config, args: &Args) -> Result<Snapshot> {
         first_error: None,
         read: 0,
     };
+    // What the workers last reported (lag per shard, SQS receive age), from
+    // the coordinator table: no stream reads.
+    let reports = if config.maintenance.enabled {
+        report::read(&dynamodb, &config.maintenance.coordinator_table)
+            .await
+            .map_err(|e| format!("worker reports unreadable: {e}"))
+    } else {
+        Err("no worker reports (maintenance disabled)".to_string())
+    };
+    if !args.probe_lag {
+        snap.reports_error = reports.as_ref().err().cloned();
+    }
     match &config.source {
-        SourceConfig::Kinesis(k) => match shards(&sdk, &dynamodb, k, args.probe_lag).await {
-            Ok(rows) => {
-                snap.read += 1;
-                snap.summary = Some(summary(&rows));
-                snap.shards = rows;
+        SourceConfig::Kinesis(k) => {
+            match shards(&sdk, &dynamodb, k, args.probe_lag, &reports).await {
+                Ok(rows) => {
+                    snap.read += 1;
+                    snap.summary = Some(summary(&rows));
+                    snap.shards = rows;
+                }
+                Err(e) => {
+                    snap.shards_error = Some(format!("{e:#}"));
+                    snap.first_error.get_or_insert(e);
+                }
             }
-            Err(e) => {
-                snap.shards_error = Some(format!("{e:#}"));
-                snap.first_error.get_or_insert(e);
-            }
-        },
+        }
         SourceConfig::Sqs(q) => match queue(&sdk, &q.queue_url).await {
-            Ok(row) => {
+            Ok(mut row) => {
+                match &reports {
+                    Ok(r) => {
+                        row.oldest_age_ms = r.values().filter_map(|r| r.queue_age_ms).max();
+                        if row.oldest_age_ms.is_none() {
+                            row.oldest_age_error = Some("no worker report".into());
+                        }
+                    }
+                    Err(_) => {}
+                }
                 snap.read += 1;
                 snap.queue = Some(row);
             }
@@ -171,11 +202,11 @@ fn print(snap: &Snapshot, args: &Args, output: Output) -> Result<()> {
             s.shards, s.finished, s.unowned, s.owners
         );
         if !snap.shards.is_empty() {
-            println!(
-                "{}\n",
-                render::status_shards(&snap.shards, args.wide, args.probe_lag)
-            );
+            println!("{}\n", render::status_shards(&snap.shards, args.wide));
         }
+    }
+    if let Some(e) = &snap.reports_error {
+        println!("lag: {e}\n");
     }
     if let Some(e) = &snap.queue_error {
         println!("queue: error: {e}\n");
@@ -213,6 +244,7 @@ async fn shards(
     dynamodb: &aws_sdk_dynamodb::Client,
     k: &tidemark_consumer::KinesisConfig,
     probe_lag: bool,
+    reports: &Result<BTreeMap<String, WorkerReport>, String>,
 ) -> Result<Vec<ShardRow>> {
     if !table_exists(dynamodb, &k.lease_table).await? {
         // No worker has run yet: no lease table, no shard to report.
@@ -235,13 +267,31 @@ async fn shards(
                 Checkpoint::Latest => "LATEST".into(),
                 Checkpoint::AtTimestamp => "AT_TIMESTAMP".into(),
             },
+            lag_ms: None,
+            lag_error: None,
             shard: l.key,
             owner: l.owner,
             parents: l.parents,
-            lag_ms: None,
-            lag_error: None,
         })
         .collect();
+    for r in &mut rows {
+        if r.checkpoint == "SHARD_END" {
+            continue;
+        }
+        match (reports, &r.owner) {
+            // Said once, above the table.
+            (Err(_), _) | (Ok(_), None) => {}
+            (Ok(reports), Some(owner)) => {
+                match reports
+                    .get(owner)
+                    .and_then(|w| w.shard_lag_ms.get(&r.shard))
+                {
+                    Some(ms) => r.lag_ms = Some(*ms),
+                    None => r.lag_error = Some("no report from the owner".into()),
+                }
+            }
+        }
+    }
     rows.sort_by(|a, b| a.shard.cmp(&b.shard));
     if probe_lag {
         let kinesis = aws_sdk_kinesis::Client::new(sdk);
@@ -270,8 +320,14 @@ async fn shards(
             futures::stream::iter(probes).buffered(4).collect().await;
         for (r, lag) in rows.iter_mut().zip(lags) {
             match lag {
-                Ok(ms) => r.lag_ms = ms,
-                Err(e) => r.lag_error = Some(format!("{e:#}")),
+                Ok(ms) => {
+                    r.lag_ms = ms;
+                    r.lag_error = None;
+                }
+                Err(e) => {
+                    r.lag_ms = None;
+                    r.lag_error = Some(format!("error: {e:#}"));
+                }
             }
         }
     }
@@ -299,6 +355,8 @@ async fn queue(sdk: &aws_config::SdkConfig, url: &str) -> Result<render::QueueRo
         visible: get(A::ApproximateNumberOfMessages),
         in_flight: get(A::ApproximateNumberOfMessagesNotVisible),
         delayed: get(A::ApproximateNumberOfMessagesDelayed),
+        oldest_age_ms: None,
+        oldest_age_error: None,
     })
 }
 
