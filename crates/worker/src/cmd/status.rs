@@ -155,14 +155,12 @@ async fn snapshot(config: &Config, args: &Args) -> Result<Snapshot> {
         }
         SourceConfig::Sqs(q) => match queue(&sdk, &q.queue_url).await {
             Ok(mut row) => {
-                match &reports {
-                    Ok(r) => {
-                        row.oldest_age_ms = r.values().filter_map(|r| r.queue_age_ms).max();
-                        if row.oldest_age_ms.is_none() {
-                            row.oldest_age_error = Some("no worker report".into());
-                        }
+                // Unreadable reports are said once, above.
+                if let Ok(r) = &reports {
+                    row.oldest_age_ms = r.values().filter_map(|r| r.queue_age_ms).max();
+                    if row.oldest_age_ms.is_none() {
+                        row.oldest_age_error = Some("no worker report".into());
                     }
-                    Err(_) => {}
                 }
                 snap.read += 1;
                 snap.queue = Some(row);
