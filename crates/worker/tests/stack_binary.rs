@@ -837,3 +837,45 @@ async fn status_shows_the_lag_each_worker_reported_without_reading_the_stream() 
     }
     env.assert_all_stored(&manifest, 200);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn status_of_an_sqs_source_shows_depth_and_the_oldest_message_age_workers_saw() {
+    let (env, queue) = sqs_env("e2e-sqs-status").await;
+    let sqs = env.stack.sqs();
+    let now_ms = chrono::Utc::now().timestamp_millis();
+    let events: Vec<(Option<String>, String)> = (0..50)
+        .map(|i| {
+            (
+                None,
+                format!(
+                    r#"{{"deviceId":"d{}","timestamp":{now_ms},"eventId":"e{i}","n":{i}}}"#,
+                    i % 5
+                ),
+            )
+        })
+        .collect();
+    tidemark_tests::send_messages(&sqs, &queue, &events).await;
+    let log = env.dir.join("run.log");
+    let mut run = env.spawn_run(&log);
+    let deadline =
+        Instant::now() + tidemark_worker::report::REPORT_INTERVAL + Duration::from_secs(30);
+    let snap = loop {
+        let snap: Value = serde_json::from_str(&env.output(&["status", "-o", "json"])).unwrap();
+        if snap["queue"]["oldest_age_ms"].is_i64() {
+            break snap;
+        }
+        assert!(Instant::now() < deadline, "no reported queue age: {snap}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert!(snap["queue"]["visible"].is_u64(), "{snap}");
+    assert!(
+        snap["queue"]["oldest_age_ms"].as_i64().unwrap() >= 0,
+        "{snap}"
+    );
+    let exit = terminate(&mut run, Duration::from_secs(30));
+    assert!(exit.success(), "run exit: {exit}");
+}
