@@ -765,11 +765,21 @@ async fn kinesis_replay_equals_live() {
     let dir = std::env::temp_dir().join(unique_name("fixture"));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("recorded.jsonl");
+    // Progress (what `tidemark record` shows): counts that only grow, up to
+    // every record, and every shard reached.
+    let seen = std::sync::Mutex::new(Vec::new());
     let n = tidemark_consumer::fixture::Recorder::new(stack.kinesis())
-        .record(&stream, &path)
+        .record_with(&stream, &path, &|records, shards| {
+            seen.lock().unwrap().push((records, shards));
+        })
         .await
         .unwrap();
     assert_eq!(n, input.len());
+    let seen = seen.into_inner().unwrap();
+    assert!(seen.windows(2).all(|w| w[0].0 <= w[1].0), "{seen:?}");
+    let (last_count, (last_shard, shards)) = *seen.last().unwrap();
+    assert_eq!(last_count, n as u64);
+    assert_eq!(last_shard + 1, shards, "the last shard was reached");
     let replayed = create_item_table(&stack).await;
     let (sink, _log, store) = spawn_store(&stack, &replayed);
     let summary = ReplaySource::run(&path, sink, CancellationToken::new())

@@ -146,6 +146,16 @@ impl Recorder {
 
     /// Reads `stream` (a name) and returns its records, parents' shards first.
     pub async fn capture(&self, stream: &str) -> Result<Vec<FixtureRecord>, ConsumerError> {
+        self.capture_with(stream, &|_, _| {}).await
+    }
+
+    /// [`capture`](Self::capture), telling `progress` the records read so
+    /// far and the shards done out of all after every page.
+    pub async fn capture_with(
+        &self,
+        stream: &str,
+        progress: &(dyn Fn(u64, (usize, usize)) + Sync),
+    ) -> Result<Vec<FixtureRecord>, ConsumerError> {
         let mut shards = Vec::new();
         let mut token: Option<String> = None;
         loop {
@@ -167,7 +177,7 @@ impl Recorder {
             (a.shard_id().len(), a.shard_id()).cmp(&(b.shard_id().len(), b.shard_id()))
         });
         let mut out = Vec::new();
-        for s in &shards {
+        for (done, s) in shards.iter().enumerate() {
             let parents: Vec<String> = [s.parent_shard_id(), s.adjacent_parent_shard_id()]
                 .into_iter()
                 .flatten()
@@ -205,6 +215,7 @@ impl Recorder {
                         r.data().as_ref(),
                     ));
                 }
+                progress(out.len() as u64, (done, shards.len()));
                 let caught_up = page.records().is_empty() && page.millis_behind_latest() == Some(0);
                 match page.next_shard_iterator() {
                     Some(next) if !caught_up => it = next.to_string(),
@@ -217,7 +228,18 @@ impl Recorder {
 
     /// Captures `stream` into the fixture file `path`; returns the line count.
     pub async fn record(&self, stream: &str, path: &Path) -> Result<usize, ConsumerError> {
-        let records = self.capture(stream).await?;
+        self.record_with(stream, path, &|_, _| {}).await
+    }
+
+    /// [`record`](Self::record) with progress, as in
+    /// [`capture_with`](Self::capture_with).
+    pub async fn record_with(
+        &self,
+        stream: &str,
+        path: &Path,
+        progress: &(dyn Fn(u64, (usize, usize)) + Sync),
+    ) -> Result<usize, ConsumerError> {
+        let records = self.capture_with(stream, progress).await?;
         write_fixture(path, &records)?;
         Ok(records.len())
     }

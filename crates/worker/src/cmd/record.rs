@@ -20,11 +20,25 @@ pub(crate) struct Args {
 pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
     let k = kinesis_source(config)?;
     let sdk = super::sdk().await;
-    let bar = indicatif::ProgressBar::new_spinner();
+    // The total is unknown until the stream is read: a count, a rate and
+    // the shards done (hidden off a terminal).
+    let bar = super::progress_bar(
+        0,
+        "{spinner} {msg}: {pos} records {per_sec} {elapsed}",
+        false,
+    );
     bar.set_message(format!("recording {}", k.stream));
     bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    let progress = |records: u64, (done, shards): (usize, usize)| {
+        bar.set_position(records);
+        bar.set_message(format!(
+            "recording {} (shard {}/{shards})",
+            k.stream,
+            done + 1
+        ));
+    };
     let n = tidemark_consumer::fixture::Recorder::new(aws_sdk_kinesis::Client::new(&sdk))
-        .record(&stream_name(&k.stream), &args.out)
+        .record_with(&stream_name(&k.stream), &args.out, &progress)
         .await?;
     bar.finish_and_clear();
     println!(

@@ -27,7 +27,11 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
     let total = replay.len() as u64;
     let sdk = super::sdk().await;
     let data = DataPath::start(config, &sdk).await?;
-    let bar = super::progress_bar(total, "{bar:40} {pos}/{len} records {per_sec}", args.quiet);
+    let bar = super::progress_bar(
+        total,
+        "{bar:40} {pos}/{len} records {per_sec} eta {eta}",
+        args.quiet,
+    );
     // The replay delivers into a relay that counts what passes, for the bar.
     let (tx, mut relay_rx) = mpsc::channel::<Vec<tidemark_consumer::Record>>(16);
     let (pipe_tx, pipe_rx) = mpsc::channel(16);
