@@ -290,7 +290,7 @@ async fn the_worker_refuses_to_start_on_a_coordinator_or_lease_table_keyed_pk() 
     // The coordinator table as the template once made it.
     let coordinator = format!("{name}-coordinator");
     create_hash_only(&ddb, &coordinator, "pk").await;
-    let err = Worker::build(&config, &sdk).await.unwrap_err();
+    let err = Box::pin(Worker::build(&config, &sdk)).await.unwrap_err();
     assert!(matches!(err, WorkerError::Coordinator(_)), "{err}");
     let text = err.to_string();
     assert!(text.contains(&coordinator), "{text}");
@@ -308,7 +308,7 @@ async fn the_worker_refuses_to_start_on_a_coordinator_or_lease_table_keyed_pk() 
     // The lease table: the Kinesis source refuses it when it starts.
     let leases = format!("{name}-leases");
     create_hash_only(&ddb, &leases, "pk").await;
-    let worker = Worker::build(&config, &sdk).await.unwrap();
+    let worker = Box::pin(Worker::build(&config, &sdk)).await.unwrap();
     let err = tokio::time::timeout(
         std::time::Duration::from_secs(60),
         worker.run(std::future::pending()),
@@ -419,5 +419,87 @@ async fn export_mode_turns_pitr_on_exports_to_s3_and_deletes_only_after_completi
     );
     for t in m.list(now).await.unwrap() {
         ddb.delete_table().table_name(&t.name).send().await.ok();
+    }
+}
+
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+#[tokio::test]
+async fn a_changed_shard_count_on_a_table_with_items_is_refused_at_start() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let stack = tidemark_tests::stack().await;
+    let ddb = stack.dynamodb();
+    let name = unique_name("layout");
+    let dir = std::env::temp_dir().join(&name);
+    let dead = dir.join("dead.jsonl");
+    let sdk = sdk(&stack);
+    let queue = tidemark_tests::create_queue(&stack.sqs(), &name, false).await;
+    let source = format!("[source]\nkind = \"sqs\"\nqueue_url = \"{queue}\"\n");
+    let four = test_toml(&source, &name, &dead, "127.0.0.1:0");
+    assert!(four.contains("shards = 4"));
+    let eight = four.replace("shards = 4", "shards = 8");
+
+    // Built at 4 shards: the current table is created and records its layout.
+    drop(
+        Box::pin(Worker::build(&config(&dir, &four), &sdk))
+            .await
+            .unwrap(),
+    );
+    let table = format!(
+        "{name}_{}",
+        Period::Day
+            .containing(Utc::now().timestamp_millis())
+            .label()
+    );
+    // Empty, it simply takes the new layout.
+    drop(
+        Box::pin(Worker::build(&config(&dir, &eight), &sdk))
+            .await
+            .unwrap(),
+    );
+    // Back to 4 (empty again: allowed), then an item is written.
+    drop(
+        Box::pin(Worker::build(&config(&dir, &four), &sdk))
+            .await
+            .unwrap(),
+    );
+    ddb.put_item()
+        .table_name(&table)
+        .item("pk", AttributeValue::S("0#2026-11-24T10".into()))
+        .item("sk", AttributeValue::S("d1#1".into()))
+        .send()
+        .await
+        .unwrap();
+    let err = Box::pin(Worker::build(&config(&dir, &eight), &sdk))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, WorkerError::Tables(TablesError::LayoutChanged { .. })),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(text.contains(&table), "{text}");
+    assert!(
+        text.contains("bucket=hour/shards=4/strategy=time_bucket"),
+        "{text}"
+    );
+    assert!(
+        text.contains("bucket=hour/shards=8/strategy=time_bucket"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Changing the shard count"),
+        "says where the procedure is: {text}"
+    );
+    // The unchanged config still starts.
+    drop(
+        Box::pin(Worker::build(&config(&dir, &four), &sdk))
+            .await
+            .unwrap(),
+    );
+    for t in [table, format!("{name}-coordinator")] {
+        ddb.delete_table().table_name(&t).send().await.ok();
     }
 }

@@ -71,6 +71,11 @@ pub const EXPIRED_TAG: &str = "tidemark:expired";
 /// it (`aws:ResourceTag/tidemark:prefix`) keep another team's `prefix_*`
 /// tables out of the task role's reach.
 pub const PREFIX_TAG: &str = "tidemark:prefix";
+/// The tag recording the key layout a table is written with (strategy,
+/// shard count, bucket): `strategy=time_bucket/bucket=hour/shards=10`.
+/// Keys of one table must never change silently: `query` would miss every
+/// item written before.
+pub const LAYOUT_TAG: &str = "tidemark:layout";
 /// The tag holding the ARN of a table's export to S3 (`on_expiry = "export"`).
 pub const EXPORT_TAG: &str = "tidemark:export-arn";
 /// Frozen tables whose TTL, PITR and tags are read per round, in turn.
@@ -209,6 +214,14 @@ pub enum Action {
         #[serde(skip)]
         arn: String,
     },
+    /// Record the config's key layout on a table that has none.
+    TagLayout {
+        /// Table name.
+        table: String,
+        /// Table ARN.
+        #[serde(skip)]
+        arn: String,
+    },
     /// Export an expired table to S3 (`on_expiry = "export"`).
     Export {
         /// Table name.
@@ -240,6 +253,7 @@ impl Action {
             Action::SetPitr { .. } => "set_pitr",
             Action::SetDeletionProtection { .. } => "set_deletion_protection",
             Action::TagPrefix { .. } => "tag_prefix",
+            Action::TagLayout { .. } => "tag_layout",
             Action::Export { .. } => "export",
             Action::Delete { .. } => "delete",
             Action::TagExpired { .. } => "tag_expired",
@@ -256,6 +270,7 @@ impl Action {
             | Action::SetPitr { table, .. }
             | Action::SetDeletionProtection { table, .. }
             | Action::TagPrefix { table, .. }
+            | Action::TagLayout { table, .. }
             | Action::Export { table, .. }
             | Action::Delete { table }
             | Action::TagExpired { table } => table,
@@ -299,6 +314,8 @@ pub struct TablePolicy {
     pub sk: String,
     /// TTL attribute, enabled on every table when set.
     pub ttl_attribute: Option<String>,
+    /// The key layout new items are written with ([`layout_of`]).
+    pub layout: String,
 }
 
 /// What a table in some state should look like; `None` where the policy
@@ -335,6 +352,7 @@ impl TablePolicy {
             pk: router.key_attributes.pk.clone(),
             sk: router.key_attributes.sk.clone(),
             ttl_attribute: router.ttl_attribute.clone(),
+            layout: layout_of(&router.key),
         }
     }
 
@@ -374,6 +392,24 @@ impl TablePolicy {
             deletion_protection: self.deletion_protection.then_some(young),
         }
     }
+}
+
+/// The layout tag value of a key strategy: its serialized fields as
+/// `name=value` pairs, in name order, joined by `/` (only characters tag
+/// values allow).
+pub fn layout_of(key: &tidemark_schema::strategy::KeyStrategy) -> String {
+    let mut pairs: Vec<String> = match serde_json::to_value(key) {
+        Ok(serde_json::Value::Object(m)) => m
+            .into_iter()
+            .map(|(k, v)| match v {
+                serde_json::Value::String(s) => format!("{k}={s}"),
+                v => format!("{k}={v}"),
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    pairs.sort();
+    pairs.join("/")
 }
 
 /// A table for a period already past its grace: created for a backfill.
@@ -478,6 +514,17 @@ fn reconcile(policy: &TablePolicy, t: &TableInfo, state: LifecycleState, out: &m
             arn: t.arn.clone(),
         });
     }
+    // A table from before layouts were recorded is taken to have been
+    // written with the config's layout (the start-up check refuses a
+    // different one on tables that take writes).
+    if let Some(tags) = &t.details.tags
+        && !tags.contains_key(LAYOUT_TAG)
+    {
+        out.push(Action::TagLayout {
+            table: table(),
+            arn: t.arn.clone(),
+        });
+    }
 }
 
 /// What happens to a table past retention.
@@ -548,6 +595,22 @@ pub enum TablesError {
         table: String,
         /// The error text.
         message: String,
+    },
+    /// A table that takes writes and has items was written with another
+    /// key layout than the config's.
+    #[error(
+        "table {table} was written with key layout {recorded}, but the config says {configured}: \
+         its items would be written and read under other keys (queries would miss every item \
+         written before). Set schema.key back to {recorded}; see 'Changing the shard count' in \
+         docs/keys-and-tables.md"
+    )]
+    LayoutChanged {
+        /// The table.
+        table: String,
+        /// Its `tidemark:layout` tag.
+        recorded: String,
+        /// The config's layout.
+        configured: String,
     },
     /// A table of ours has another key schema than the config's.
     #[error(transparent)]
@@ -921,6 +984,70 @@ impl TableManager {
         }
     }
 
+    /// Refuses a silent key-layout change: every table that takes writes
+    /// at `now` (prebuild, active, cooling) and records another layout than
+    /// the config's is an error when it has items; an empty one is tagged
+    /// with the config's layout instead. Run at start, before any write.
+    pub async fn check_layouts(&self, now: DateTime<Utc>) -> Result<(), TablesError> {
+        for t in self.list(now).await? {
+            let writable = matches!(
+                t.state,
+                LifecycleState::Prebuild | LifecycleState::Active | LifecycleState::Cooling
+            );
+            if !writable {
+                continue;
+            }
+            let tags = self
+                .call(
+                    self.client
+                        .list_tags_of_resource()
+                        .resource_arn(&t.arn)
+                        .send(),
+                )
+                .await
+                .map_err(|e| TablesError::call("ListTagsOfResource", &t.name, e))?;
+            let Some(recorded) = tags
+                .tags()
+                .iter()
+                .find(|tag| tag.key() == LAYOUT_TAG)
+                .map(|tag| tag.value().to_string())
+            else {
+                continue;
+            };
+            if recorded == self.policy.layout {
+                continue;
+            }
+            let items = self
+                .call(
+                    self.client
+                        .scan()
+                        .table_name(&t.name)
+                        .limit(1)
+                        .select(aws_sdk_dynamodb::types::Select::Count)
+                        .send(),
+                )
+                .await
+                .map_err(|e| TablesError::call("Scan", &t.name, e))?;
+            if items.count() == 0 && items.last_evaluated_key().is_none() {
+                warn!(
+                    table = t.name,
+                    from = recorded,
+                    to = self.policy.layout,
+                    "empty table: its recorded key layout follows the config"
+                );
+                self.tag(&t.name, &t.arn, LAYOUT_TAG, &self.policy.layout)
+                    .await?;
+                continue;
+            }
+            return Err(TablesError::LayoutChanged {
+                table: t.name,
+                recorded,
+                configured: self.policy.layout.clone(),
+            });
+        }
+        Ok(())
+    }
+
     /// One round at `now`: plan, then apply unless `dry_run`.
     pub async fn round(
         &self,
@@ -1060,6 +1187,9 @@ impl TableManager {
             Action::TagPrefix { table, arn } => {
                 self.tag(table, arn, PREFIX_TAG, &self.policy.naming.prefix)
                     .await
+            }
+            Action::TagLayout { table, arn } => {
+                self.tag(table, arn, LAYOUT_TAG, &self.policy.layout).await
             }
             Action::Export { table, arn } => self.export(table, arn).await,
             Action::Delete { table } => {
@@ -1209,13 +1339,19 @@ impl TableManager {
             .value(&p.naming.prefix)
             .build()
             .map_err(build_err)?;
+        let layout_tag = Tag::builder()
+            .key(LAYOUT_TAG)
+            .value(&p.layout)
+            .build()
+            .map_err(build_err)?;
         let mut req = self
             .client
             .create_table()
             .table_name(table)
             .set_key_schema(Some(spec.elements().map_err(build_err)?))
             .set_attribute_definitions(Some(spec.definitions().map_err(build_err)?))
-            .tags(prefix_tag);
+            .tags(prefix_tag)
+            .tags(layout_tag);
         req = match capacity {
             Some(c) => req
                 .billing_mode(BillingMode::Provisioned)
@@ -1444,7 +1580,13 @@ mod tests {
         t.details = Details {
             ttl: Some(p.ttl_attribute.clone()),
             pitr: Some(false),
-            tags: Some([(PREFIX_TAG.to_string(), p.naming.prefix.clone())].into()),
+            tags: Some(
+                [
+                    (PREFIX_TAG.to_string(), p.naming.prefix.clone()),
+                    (LAYOUT_TAG.to_string(), p.layout.clone()),
+                ]
+                .into(),
+            ),
             export: None,
         };
         t
@@ -1560,7 +1702,7 @@ mod tests {
         let mut drifted = clean.clone();
         drifted.capacity = Some(Capacity { read: 5, write: 5 });
         drifted.details.ttl = Some(None);
-        drifted.details.tags = Some(BTreeMap::new());
+        drifted.details.tags.as_mut().unwrap().remove(PREFIX_TAG);
         let actions = plan_round(&p, &[drifted], now, RoundKind::Rotate);
         assert_eq!(
             actions,
@@ -1729,6 +1871,46 @@ mod tests {
                 table: "iot_2026-11-23".into(),
                 from: Some(4_000),
                 to: 10_000
+            }]
+        );
+    }
+
+    #[test]
+    fn layouts_are_tag_values_that_change_with_the_shard_count() {
+        use tidemark_schema::strategy::{Bucket, KeyStrategy};
+        let four = layout_of(&KeyStrategy::TimeBucket {
+            shards: 4,
+            bucket: Bucket::Hour,
+        });
+        assert_eq!(four, "bucket=hour/shards=4/strategy=time_bucket");
+        let eight = layout_of(&KeyStrategy::TimeBucket {
+            shards: 8,
+            bucket: Bucket::Hour,
+        });
+        assert_ne!(four, eight);
+        assert_eq!(layout_of(&KeyStrategy::Entity), "strategy=entity");
+        // Only characters DynamoDB tag values allow.
+        assert!(
+            four.chars()
+                .all(|c| c.is_alphanumeric() || " _.:/=+-@".contains(c)),
+            "{four}"
+        );
+    }
+
+    #[test]
+    fn a_table_without_a_recorded_layout_gets_the_configs() {
+        let p = policy(ExpiryAction::Delete);
+        let now = at("2026-11-22T01:00:00Z");
+        let mut t = read(
+            &p,
+            info(&p, "iot_2026-11-22", now, CapacityTiers::default().active),
+        );
+        t.details.tags.as_mut().unwrap().remove(LAYOUT_TAG);
+        assert_eq!(
+            plan_for(&p, &t, now),
+            [Action::TagLayout {
+                table: "iot_2026-11-22".into(),
+                arn: t.arn.clone()
             }]
         );
     }

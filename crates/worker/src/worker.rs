@@ -67,6 +67,10 @@ pub enum WorkerError {
     /// (a lease, coordinator, period or dead-letter table).
     #[error(transparent)]
     KeySchema(#[from] KeySchemaMismatch),
+    /// A period table cannot be used as configured (its recorded key
+    /// layout differs from the config's).
+    #[error(transparent)]
+    Tables(TablesError),
     /// The coordinator table cannot be used.
     #[error(transparent)]
     Coordinator(#[from] crate::coordinator::CoordinatorError),
@@ -214,6 +218,14 @@ impl DataPath {
             Err(e) => {
                 warn!(error = %e, "creating the current tables failed; they are created on first write");
             }
+        }
+        // Keys of a table with items never change silently.
+        match manager.check_layouts(Utc::now()).await {
+            Ok(()) => {}
+            Err(e @ (TablesError::LayoutChanged { .. } | TablesError::KeySchema(_))) => {
+                return Err(WorkerError::Tables(e));
+            }
+            Err(e) => warn!(error = %e, "checking the tables' key layouts failed"),
         }
         if let DeadLetterConfig::Dynamodb { table, .. } = &config.dead_letters {
             check_dead_letter_table(&dynamodb, table).await?;
