@@ -60,7 +60,7 @@ use std::time::{Duration, Instant};
 use aws_sdk_dynamodb::types::{AttributeValue, TableStatus};
 use serde_json::Value;
 use tidemark_schema::period::Period;
-use tidemark_tests::{LocalStack, repo_root, unique_name};
+use tidemark_tests::{LocalStack, free_port, repo_root, unique_name, wait_until_or};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tidemark");
 
@@ -182,6 +182,16 @@ impl Drop for Deployed {
     }
 }
 
+/// The last 30 lines of `logs`, for failure messages.
+fn tail(logs: &[PathBuf]) -> String {
+    let text: String = logs
+        .iter()
+        .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+        .collect();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
+}
+
 /// A worker process, killed on drop (a failed test leaves nothing running).
 struct Worker {
     child: Child,
@@ -201,13 +211,7 @@ impl Drop for Worker {
 impl Worker {
     /// The last 30 lines of its output, for failure messages.
     fn tail(&self) -> String {
-        let text: String = self
-            .logs
-            .iter()
-            .map(|p| std::fs::read_to_string(p).unwrap_or_default())
-            .collect();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
+        tail(&self.logs)
     }
 
     /// Polls `check` until `Some`; fails with the worker's output when the
@@ -217,24 +221,21 @@ impl Worker {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Option<T>>,
     {
-        let start = Instant::now();
-        loop {
-            if let Some(v) = check().await {
-                return v;
-            }
-            if let Some(status) = self.child.try_wait().unwrap() {
+        let logs = self.logs.clone();
+        let child = &mut self.child;
+        let checked = move || {
+            if let Some(status) = child.try_wait().unwrap() {
                 panic!(
                     "the worker exited ({status}) before {what}:\n{}",
-                    self.tail()
+                    tail(&logs)
                 );
             }
-            assert!(
-                start.elapsed() < deadline,
-                "timed out after {deadline:?} waiting for {what}; the worker's output:\n{}",
-                self.tail()
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+            check()
+        };
+        wait_until_or(what, deadline, checked, || {
+            format!("the worker's output:\n{}", tail(&self.logs))
+        })
+        .await
     }
 
     /// SIGTERM, then the exit status within `limit`.
@@ -309,14 +310,6 @@ fn command(env: &BTreeMap<String, String>, home: &Path) -> Command {
     let mut c = Command::new(BIN);
     c.env_clear().envs(env).env("HOME", home);
     c
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Drops [`PENDING`] variables the build's `config check` refuses; panics on
