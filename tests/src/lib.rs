@@ -20,6 +20,7 @@
 //!   [`forward_proxy::start_forward_proxy`].
 //! - [`fault_proxy::FaultProxy`]: a TCP proxy that passes, refuses, freezes
 //!   or denies, switched while a worker runs.
+//! - [`EMF_METRICS`]: the worker's CloudWatch metrics the ECS stack reads.
 //! - [`unique_name`], [`wait_until`] and [`wait_until_or`] (poll a
 //!   condition with a deadline), [`free_port`].
 
@@ -42,6 +43,20 @@ use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
 pub mod fault_proxy;
 pub mod forward_proxy;
 pub mod worker;
+
+/// The worker's Embedded Metric Format metrics that the ECS stack's alarms
+/// and dashboard read (docs/operations.md#metrics-in-cloudwatch): each has
+/// the dimension set [TablePrefix] in the namespace `MetricsNamespace`.
+pub const EMF_METRICS: &[&str] = &[
+    "LagSeconds",
+    "ItemsStored",
+    "ItemsThrottled",
+    "DeadLetters",
+    "WriterItemsInFlight",
+    "SecondsSinceMaintenance",
+    "NextTableReady",
+    "SecondsToNextPeriod",
+];
 
 /// The endpoint variables every integration test needs.
 pub const ENDPOINT_VARS: [&str; 3] = [

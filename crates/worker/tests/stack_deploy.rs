@@ -78,19 +78,6 @@ const PENDING: &[&str] = &[
     "TIDEMARK__MAINTENANCE__EXPORT__PREFIX",
 ];
 
-/// Metrics the template's alarms and dashboard read, each with the dimension
-/// set [TablePrefix] (the EMF contract of docs/operations.md).
-const EMF_METRICS: &[&str] = &[
-    "LagSeconds",
-    "ItemsStored",
-    "ItemsThrottled",
-    "DeadLetters",
-    "WriterItemsInFlight",
-    "SecondsSinceMaintenance",
-    "NextTableReady",
-    "SecondsToNextPeriod",
-];
-
 fn template_path() -> PathBuf {
     repo_root().join("deploy/cloudformation/tidemark.yaml")
 }
@@ -681,7 +668,7 @@ async fn deployed_stack_maintains_its_tables_and_stores_every_event() {
         let missing = worker
             .wait("EMF metrics in the log", Duration::from_secs(150), || {
                 let found = emf_metrics(&log, &namespace, &name);
-                let missing: Vec<&str> = EMF_METRICS
+                let missing: Vec<&str> = tidemark_tests::EMF_METRICS
                     .iter()
                     .copied()
                     .filter(|m| !found.contains(*m))
