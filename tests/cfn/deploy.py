@@ -8,11 +8,13 @@ stack's CloudFormation (moto) and reports what it created, as JSON on stdout.
 
 `create` waits for CREATE_COMPLETE (failing with the stack's reason
 otherwise) and prints {"status", "outputs", "resources", "skipped",
-"task_definition"}:
+"task_definition", "task_role_policies"}:
 
 - resources: logical id -> {"type", "physical"} of every resource created;
 - skipped: how many resources the emulator left out without creating them
   (moto lists resource types it does not implement with an empty id);
+- task_role_policies: the TaskRole's inline policies as IAM returns them
+  (name -> document; moto leaves null where !If chose AWS::NoValue);
 - task_definition: the TaskDefinition resource as the ECS API returns it
   (volumes and the first container: command, environment, mount points,
   readonlyRootFilesystem), i.e. with every intrinsic function resolved by
@@ -28,6 +30,7 @@ local stack's moto venv has it); talks only to the given endpoint.
 """
 
 import argparse
+import ast
 import json
 import os
 import sys
@@ -39,6 +42,17 @@ import boto3
 def client(service, endpoint):
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
     return boto3.client(service, endpoint_url=endpoint, region_name=region)
+
+
+def policy_document(doc):
+    """A policy document as a dict: moto returns the one a stack created as
+    the Python repr of a dict (with None where !If chose AWS::NoValue)."""
+    if isinstance(doc, dict):
+        return doc
+    try:
+        return json.loads(doc)
+    except ValueError:
+        return ast.literal_eval(doc)
 
 
 def create(args):
@@ -102,6 +116,13 @@ def create(args):
                 )
             },
         }
+    task_role_policies = {}
+    role = resources.get("TaskRole")
+    if role:
+        iam = client("iam", args.endpoint)
+        for policy in iam.list_role_policies(RoleName=role["physical"])["PolicyNames"]:
+            doc = iam.get_role_policy(RoleName=role["physical"], PolicyName=policy)
+            task_role_policies[policy] = policy_document(doc["PolicyDocument"])
     json.dump(
         {
             "status": status,
@@ -109,6 +130,7 @@ def create(args):
             "resources": resources,
             "skipped": skipped,
             "task_definition": task_definition,
+            "task_role_policies": task_role_policies,
         },
         sys.stdout,
         default=str,

@@ -285,6 +285,80 @@ fn task_env(task: &Value) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The task definition's variables are the template's, less `left_out`
+/// (those its conditions leave out for the parameters deployed).
+fn assert_env_is_the_templates(env: &BTreeMap<String, String>, left_out: &[&str]) {
+    let template = std::fs::read_to_string(template_path()).unwrap();
+    let expected: BTreeSet<String> = template_env_names(&template)
+        .into_iter()
+        .filter(|n| !left_out.contains(&n.as_str()))
+        .collect();
+    assert!(
+        expected.contains("TIDEMARK__MAINTENANCE__COORDINATOR_TABLE")
+            && expected.contains("TIDEMARK__SCHEMA__TABLE_PREFIX"),
+        "the template scan found too little: {expected:?}"
+    );
+    let got: BTreeSet<String> = env.keys().cloned().collect();
+    assert_eq!(
+        got, expected,
+        "the task definition's environment and the template's disagree"
+    );
+}
+
+/// One statement of the task role, as IAM holds it after CloudFormation.
+#[derive(Debug)]
+struct Grant {
+    sid: String,
+    actions: Vec<String>,
+    resources: Vec<String>,
+    condition: Value,
+}
+
+/// A string or a list of strings, without the nulls moto leaves.
+fn strings(v: &Value) -> Vec<String> {
+    match v {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(items) => items
+            .iter()
+            .filter_map(|i| i.as_str().map(str::to_string))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The statements of the task role's inline policies.
+fn task_role_grants(report: &Value) -> Vec<Grant> {
+    let policies = report["task_role_policies"]
+        .as_object()
+        .expect("task_role_policies");
+    assert!(!policies.is_empty(), "the task role has no inline policy");
+    policies
+        .values()
+        .flat_map(|doc| doc["Statement"].as_array().cloned().unwrap_or_default())
+        .filter(|st| !st.is_null())
+        .map(|st| Grant {
+            sid: st["Sid"].as_str().unwrap_or_default().to_string(),
+            actions: strings(&st["Action"]),
+            resources: strings(&st["Resource"]),
+            condition: st["Condition"].clone(),
+        })
+        .collect()
+}
+
+fn all_actions(grants: &[Grant]) -> BTreeSet<String> {
+    grants.iter().flat_map(|g| g.actions.clone()).collect()
+}
+
+/// The one statement granting `action` (panics unless exactly one does).
+fn grant_of<'a>(grants: &'a [Grant], action: &str) -> &'a Grant {
+    let found: Vec<&Grant> = grants
+        .iter()
+        .filter(|g| g.actions.iter().any(|a| a == action))
+        .collect();
+    assert_eq!(found.len(), 1, "statements granting {action}: {found:#?}");
+    found[0]
+}
+
 /// The variable of a dotted config key: `telemetry.emf` ->
 /// `TIDEMARK__TELEMETRY__EMF`.
 fn var_of(key: &str) -> String {
@@ -461,29 +535,42 @@ async fn deployed_stack_maintains_its_tables_and_stores_every_event() {
         .collect();
     assert_eq!(command_args, ["run"], "the container's command");
     let mut env = task_env(task);
-    let template = std::fs::read_to_string(template_path()).unwrap();
-    let expected: BTreeSet<String> = template_env_names(&template)
-        .into_iter()
-        // Left out by the template's conditions for a Kinesis source and
-        // OnExpiry tag.
-        .filter(|n| {
-            ![
-                "TIDEMARK__SOURCE__QUEUE_URL",
-                "TIDEMARK__MAINTENANCE__EXPORT__BUCKET",
-                "TIDEMARK__MAINTENANCE__EXPORT__PREFIX",
-            ]
-            .contains(&n.as_str())
-        })
-        .collect();
-    assert!(
-        expected.contains("TIDEMARK__MAINTENANCE__COORDINATOR_TABLE")
-            && expected.contains("TIDEMARK__SOURCE__LEASE_TABLE"),
-        "the template scan found too little: {expected:?}"
+    // Left out by the template's conditions for a Kinesis source and
+    // OnExpiry tag.
+    assert_env_is_the_templates(
+        &env,
+        &[
+            "TIDEMARK__SOURCE__QUEUE_URL",
+            "TIDEMARK__MAINTENANCE__EXPORT__BUCKET",
+            "TIDEMARK__MAINTENANCE__EXPORT__PREFIX",
+        ],
     );
-    let got: BTreeSet<String> = env.keys().cloned().collect();
+    // The role as IAM holds it: OnExpiry tag deletes nothing, exports
+    // nothing; no KMS key, no KMS rights; the tag condition names the prefix.
+    let grants = task_role_grants(&deployed.report);
+    let actions = all_actions(&grants);
+    for absent in [
+        "dynamodb:DeleteTable",
+        "dynamodb:ExportTableToPointInTime",
+        "dynamodb:DescribeExport",
+        "sqs:ReceiveMessage",
+    ] {
+        assert!(!actions.contains(absent), "{absent} granted: {grants:#?}");
+    }
+    assert!(
+        !actions
+            .iter()
+            .any(|a| a.starts_with("s3:") || a.starts_with("kms:")),
+        "S3 or KMS granted: {actions:?}"
+    );
+    let create = grant_of(&grants, "dynamodb:CreateTable");
     assert_eq!(
-        got, expected,
-        "the task definition's environment and the template's disagree"
+        create.condition["StringEquals"]["aws:RequestTag/tidemark:prefix"], name,
+        "{create:#?}"
+    );
+    assert_eq!(
+        grant_of(&grants, "kinesis:GetRecords").resources,
+        [env["TIDEMARK__SOURCE__STREAM"].clone()]
     );
     assert_eq!(
         env["TIDEMARK__MAINTENANCE__COORDINATOR_TABLE"],
@@ -698,6 +785,133 @@ async fn deployed_stack_maintains_its_tables_and_stores_every_event() {
     let _ = kinesis.delete_stream().stream_name(&stream).send().await;
     drop(deployed);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The other branches of the template's conditions, resolved by
+/// CloudFormation: an SQS source with entity keys, OnExpiry export and a
+/// KMS key; and OnExpiry delete. Deployed only (the worker run above covers
+/// the Kinesis source).
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+#[tokio::test(flavor = "multi_thread")]
+async fn deployed_stack_variants_get_the_environment_and_rights_they_need() {
+    let stack = tidemark_tests::stack().await;
+    let key = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab";
+    let common = [
+        ("DeployCompute", "false"),
+        ("ImageUri", "tidemark:local"),
+        ("Subnets", "subnet-00000000"),
+        ("SecurityGroups", "sg-00000000"),
+    ];
+
+    let name = unique_name("deploy-sqs");
+    let queue = format!("{name}-source");
+    let mut params = common.to_vec();
+    params.extend([
+        ("SourceKind", "sqs"),
+        ("SourceQueueName", queue.as_str()),
+        ("TablePrefix", name.as_str()),
+        ("KeyStrategy", "entity"),
+        ("OnExpiry", "export"),
+        ("ExportBucket", "tidemark-exports"),
+        ("ExportPrefix", "events/expired/"),
+        ("KmsKeyArn", key),
+    ]);
+    let deployed = Deployed::create(&stack, &name, &params);
+    let env = task_env(&deployed.report["task_definition"]);
+    assert_env_is_the_templates(
+        &env,
+        &[
+            "TIDEMARK__SOURCE__STREAM",
+            "TIDEMARK__SOURCE__LEASE_TABLE",
+            "TIDEMARK__SCHEMA__KEY__SHARDS",
+            "TIDEMARK__SCHEMA__KEY__BUCKET",
+        ],
+    );
+    assert_eq!(env["TIDEMARK__MAINTENANCE__ON_EXPIRY"], "export");
+    assert_eq!(
+        env["TIDEMARK__MAINTENANCE__EXPORT__BUCKET"],
+        "tidemark-exports"
+    );
+    assert_eq!(
+        env["TIDEMARK__MAINTENANCE__EXPORT__PREFIX"],
+        "events/expired/"
+    );
+    assert!(
+        env["TIDEMARK__SOURCE__QUEUE_URL"].ends_with(&format!("/{ACCOUNT}/{queue}")),
+        "{}",
+        env["TIDEMARK__SOURCE__QUEUE_URL"]
+    );
+    let resources = &deployed.report["resources"];
+    assert!(resources["LeaseTable"].is_null() && resources["Stream"].is_null());
+
+    let grants = task_role_grants(&deployed.report);
+    let delete = grant_of(&grants, "dynamodb:DeleteTable");
+    assert_eq!(
+        delete.condition["StringEquals"]["aws:ResourceTag/tidemark:prefix"], name,
+        "{delete:#?}"
+    );
+    grant_of(&grants, "dynamodb:ExportTableToPointInTime");
+    grant_of(&grants, "dynamodb:DescribeExport");
+    for s3 in ["s3:PutObject", "s3:AbortMultipartUpload", "s3:PutObjectAcl"] {
+        assert_eq!(
+            grant_of(&grants, s3).resources,
+            ["arn:aws:s3:::tidemark-exports/events/expired/*"]
+        );
+    }
+    let decrypt = grant_of(&grants, "kms:Decrypt");
+    assert_eq!(decrypt.resources, [key]);
+    assert_eq!(
+        strings(&decrypt.condition["StringEquals"]["kms:ViaService"]),
+        [
+            "kinesis.us-east-1.amazonaws.com",
+            "sqs.us-east-1.amazonaws.com"
+        ]
+    );
+    let data_key = grant_of(&grants, "kms:GenerateDataKey");
+    assert_eq!(
+        strings(&data_key.condition["StringEquals"]["kms:ViaService"]),
+        ["sqs.us-east-1.amazonaws.com"]
+    );
+    assert_eq!(
+        grant_of(&grants, "sqs:ReceiveMessage").resources,
+        [format!("arn:aws:sqs:us-east-1:{ACCOUNT}:{queue}")]
+    );
+    let actions = all_actions(&grants);
+    assert!(
+        !actions.iter().any(|a| a.starts_with("kinesis:")),
+        "Kinesis rights with an SQS source: {actions:?}"
+    );
+    let tables = grants
+        .iter()
+        .find(|g| g.sid == "LeaseAndCoordinatorTables")
+        .expect("LeaseAndCoordinatorTables");
+    assert_eq!(
+        tables.resources.len(),
+        1,
+        "no lease table with SQS: {tables:#?}"
+    );
+    drop(deployed);
+
+    // OnExpiry delete: DeleteTable, and no export rights.
+    let name = unique_name("deploy-del");
+    let mut params = common.to_vec();
+    params.extend([
+        ("StreamName", "any-stream"),
+        ("TablePrefix", name.as_str()),
+        ("OnExpiry", "delete"),
+    ]);
+    let deployed = Deployed::create(&stack, &name, &params);
+    let grants = task_role_grants(&deployed.report);
+    grant_of(&grants, "dynamodb:DeleteTable");
+    let actions = all_actions(&grants);
+    assert!(
+        !actions.contains("dynamodb:ExportTableToPointInTime")
+            && !actions.iter().any(|a| a.starts_with("s3:")),
+        "export rights without OnExpiry export: {actions:?}"
+    );
 }
 
 #[test]
