@@ -95,17 +95,21 @@ fn python() -> PathBuf {
     python
 }
 
-/// `tests/cfn/deploy.py ARGS` against the stack's moto; its JSON output.
-fn deploy_py(stack: &LocalStack, args: &[&str]) -> Value {
-    let out = Command::new(python())
-        .arg(repo_root().join("tests/cfn/deploy.py"))
+/// `tests/cfn/deploy.py ARGS` against the stack's moto, in the stack's account.
+fn deploy_py_command(stack: &LocalStack, args: &[&str]) -> Command {
+    let mut c = Command::new(python());
+    c.arg(repo_root().join("tests/cfn/deploy.py"))
         .args(args)
         .args(["--endpoint", &stack.dynamodb_url])
         .env("AWS_ACCESS_KEY_ID", ACCOUNT)
         .env("AWS_SECRET_ACCESS_KEY", "test")
-        .env("AWS_REGION", "us-east-1")
-        .output()
-        .unwrap();
+        .env("AWS_REGION", "us-east-1");
+    c
+}
+
+/// [`deploy_py_command`]'s JSON output.
+fn deploy_py(stack: &LocalStack, args: &[&str]) -> Value {
+    let out = deploy_py_command(stack, args).output().unwrap();
     assert!(
         out.status.success(),
         "deploy.py {args:?}: {}",
@@ -157,15 +161,12 @@ impl Deployed {
 impl Drop for Deployed {
     fn drop(&mut self) {
         // Best effort: a failing cleanup must not hide the test's own panic.
-        let _ = Command::new(python())
-            .arg(repo_root().join("tests/cfn/deploy.py"))
-            .args(["delete", "--stack", &self.name, "--prefix", &self.name])
-            .args(["--endpoint", &self.stack.dynamodb_url])
-            .env("AWS_ACCESS_KEY_ID", ACCOUNT)
-            .env("AWS_SECRET_ACCESS_KEY", "test")
-            .env("AWS_REGION", "us-east-1")
-            .stdout(Stdio::null())
-            .status();
+        let _ = deploy_py_command(
+            &self.stack,
+            &["delete", "--stack", &self.name, "--prefix", &self.name],
+        )
+        .stdout(Stdio::null())
+        .status();
     }
 }
 
