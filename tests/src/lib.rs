@@ -56,6 +56,7 @@ pub const EMF_METRICS: &[&str] = &[
     "SecondsSinceMaintenance",
     "NextTableReady",
     "SecondsToNextPeriod",
+    "MaintenanceQuotaErrors",
 ];
 
 /// The endpoint variables every integration test needs.

@@ -211,6 +211,7 @@ fn alarms_read_the_workers_metrics_with_the_prefix_dimension() {
         "NextTableReady",
         "SecondsToNextPeriod",
         "SecondsSinceMaintenance",
+        "MaintenanceQuotaErrors",
     ] {
         assert!(alarmed.contains(needed), "no alarm on {needed}");
     }
