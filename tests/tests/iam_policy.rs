@@ -596,10 +596,13 @@ impl Statement {
     fn has_condition(&self, op: &str, key: &str) -> bool {
         let mut current = "";
         for line in &self.condition {
-            // Operators (StringEquals:) have no colon in their name; keys
+            // Operators (StringEquals:, ForAllValues:StringLike:) have no
+            // colon in their name but a set qualifier's; keys
             // (aws:ResourceTag/...) do.
             if let Some(name) = line.strip_suffix(':')
-                && !name.contains(':')
+                && (!name.contains(':')
+                    || name.starts_with("ForAllValues:")
+                    || name.starts_with("ForAnyValue:"))
             {
                 current = name;
             } else if current == op && *line == format!("{key}: !Ref TablePrefix") {
