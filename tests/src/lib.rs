@@ -20,7 +20,9 @@
 //!   [`forward_proxy::start_forward_proxy`].
 //! - [`fault_proxy::FaultProxy`]: a TCP proxy that passes, refuses, freezes
 //!   or denies, switched while a worker runs.
-//! - [`unique_name`], [`wait_until`] (polls a condition with a deadline).
+//! - [`EMF_METRICS`]: the worker's CloudWatch metrics the ECS stack reads.
+//! - [`unique_name`], [`wait_until`] and [`wait_until_or`] (poll a
+//!   condition with a deadline), [`free_port`].
 
 // Test support: a panic here is a failed test, with the message saying why.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
@@ -41,6 +43,21 @@ use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
 pub mod fault_proxy;
 pub mod forward_proxy;
 pub mod worker;
+
+/// The worker's Embedded Metric Format metrics that the ECS stack's alarms
+/// and dashboard read (docs/operations.md#metrics-in-cloudwatch): each has
+/// the dimension set [TablePrefix] in the namespace `MetricsNamespace`.
+pub const EMF_METRICS: &[&str] = &[
+    "LagSeconds",
+    "ItemsStored",
+    "ItemsThrottled",
+    "DeadLetters",
+    "WriterItemsInFlight",
+    "SecondsSinceMaintenance",
+    "NextTableReady",
+    "SecondsToNextPeriod",
+    "MaintenanceQuotaErrors",
+];
 
 /// The endpoint variables every integration test needs.
 pub const ENDPOINT_VARS: [&str; 3] = [
@@ -592,7 +609,22 @@ pub async fn start_limits_proxy(
 }
 
 /// Polls `check` until it returns `Some`, or panics with `what` after `deadline`.
-pub async fn wait_until<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
+pub async fn wait_until<T, F, Fut>(what: &str, deadline: Duration, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    wait_until_or(what, deadline, check, String::new).await
+}
+
+/// [`wait_until`], with `context()` (e.g. a process's last log lines) in
+/// the timeout's panic message.
+pub async fn wait_until_or<T, F, Fut>(
+    what: &str,
+    deadline: Duration,
+    mut check: F,
+    context: impl Fn() -> String,
+) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -604,10 +636,20 @@ where
         }
         assert!(
             start.elapsed() < deadline,
-            "timed out after {deadline:?} waiting for {what}"
+            "timed out after {deadline:?} waiting for {what}\n{}",
+            context()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// A TCP port free on 127.0.0.1 right now (for a server the test starts).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind 127.0.0.1:0")
+        .local_addr()
+        .expect("local address")
+        .port()
 }
 
 #[cfg(test)]

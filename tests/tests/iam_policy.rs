@@ -120,6 +120,38 @@ const NOT_SDK: &[(&str, &str, &str)] = &[];
 /// DynamoDB and the Kinesis client). Empty today.
 const SERVICE_OF: &[(&str, &str, &str)] = &[];
 
+/// (IAM action, template condition its statement must be under, why):
+/// permissions a service uses with the task's rights while serving a call
+/// the code makes, so no SDK call of the code names them. Each must be
+/// granted, only under its condition.
+const ON_BEHALF: &[(&str, &str, &str)] = &[
+    (
+        "s3:PutObject",
+        "IsExport",
+        "ExportTableToPointInTime writes the export's files into the bucket as the caller",
+    ),
+    (
+        "s3:AbortMultipartUpload",
+        "IsExport",
+        "ExportTableToPointInTime uploads in parts as the caller and aborts failed uploads",
+    ),
+    (
+        "s3:PutObjectAcl",
+        "IsExport",
+        "ExportTableToPointInTime sets the export objects' ACL (bucket-owner-full-control) as the caller",
+    ),
+    (
+        "kms:Decrypt",
+        "HasKmsKey",
+        "GetRecords on a stream, and ReceiveMessage/SendMessage on a queue, under a customer managed key decrypt as the caller",
+    ),
+    (
+        "kms:GenerateDataKey",
+        "HasKmsKey",
+        "SendMessage to a dead-letter queue under a customer managed key makes SQS generate a data key as the caller",
+    ),
+];
+
 /// Actions AWS does not scope to a resource, so `Resource: "*"` is allowed.
 const RESOURCE_STAR_OK: &[&str] = &["dynamodb:ListTables"];
 
@@ -550,7 +582,40 @@ struct Statement {
     sid: String,
     actions: Vec<String>,
     resources: Vec<String>,
+    /// The lines of its `Condition:` block, trimmed (operators, keys and
+    /// values as written, e.g. `aws:ResourceTag/tidemark:prefix: !Ref TablePrefix`).
+    condition: Vec<String>,
+    /// The template condition of an enclosing `!If [Cond, statement,
+    /// !Ref AWS::NoValue]`: the statement exists only when it holds.
+    only_if: Option<String>,
     text: String,
+}
+
+impl Statement {
+    /// True when its Condition block has `op` with `key: !Ref TablePrefix`.
+    fn has_condition(&self, op: &str, key: &str) -> bool {
+        let mut current = "";
+        for line in &self.condition {
+            // Operators (StringEquals:, ForAllValues:StringLike:) have no
+            // colon in their name but a set qualifier's; keys
+            // (aws:ResourceTag/...) do.
+            if let Some(name) = line.strip_suffix(':')
+                && (!name.contains(':')
+                    || name.starts_with("ForAllValues:")
+                    || name.starts_with("ForAnyValue:"))
+            {
+                current = name;
+            } else if current == op && *line == format!("{key}: !Ref TablePrefix") {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// True when its Condition block requires `key` to equal `!Ref TablePrefix`.
+    fn requires_prefix_tag(&self, key: &str) -> bool {
+        self.has_condition("StringEquals", key)
+    }
 }
 
 fn indent(line: &str) -> usize {
@@ -646,18 +711,67 @@ fn task_role_statements(template: &str) -> Result<Vec<Statement>, String> {
         .filter(|l| value_of(l, "Effect").is_some())
         .count();
     let mut statements: Vec<Statement> = Vec::new();
+    // (condition, indent of its `- !If`) of the `!If` that opens next.
+    let mut pending_if: Option<(String, usize)> = None;
     let mut i = 0;
     while i < policies.len() {
         let l = policies[i];
+        if l.trim() == "- !If" {
+            // A conditional statement: `- !If`, `- Cond`, the statement,
+            // `- !Ref AWS::NoValue`.
+            let cond = policies
+                .get(i + 1)
+                .and_then(|c| c.trim().strip_prefix("- "))
+                .filter(|c| c.chars().all(|ch| ch.is_ascii_alphanumeric()))
+                .ok_or_else(|| {
+                    format!("`{}`: `- !If` not followed by a condition name", l.trim())
+                })?;
+            pending_if = Some((cond.to_string(), indent(l)));
+            i += 2;
+            continue;
+        }
+        if l.contains("!If") && value_of(l, "Resource").is_none() {
+            return Err(format!(
+                "`{}`: only the block form `- !If` / `- Cond` / statement / `- !Ref AWS::NoValue` is modelled around statements",
+                l.trim()
+            ));
+        }
         if let Some(sid) = value_of(l, "Sid") {
+            let only_if = match pending_if.take() {
+                Some((cond, at)) if indent(l) > at => Some(cond),
+                Some((cond, _)) => {
+                    return Err(format!(
+                        "statement {sid}: the `!If {cond}` before it wraps no statement"
+                    ));
+                }
+                None => None,
+            };
             statements.push(Statement {
                 sid: unquote(sid),
+                only_if,
                 ..Statement::default()
             });
         }
         if let Some(st) = statements.last_mut() {
             st.text.push_str(l);
             st.text.push('\n');
+            if let Some(v) = value_of(l, "Condition") {
+                if !v.is_empty() {
+                    return Err(format!(
+                        "statement {}: write its Condition as a block, not inline",
+                        st.sid
+                    ));
+                }
+                let key_indent = indent(l);
+                while i + 1 < policies.len() && indent(policies[i + 1]) > key_indent {
+                    i += 1;
+                    st.text.push_str(policies[i]);
+                    st.text.push('\n');
+                    st.condition.push(policies[i].trim().to_string());
+                }
+                i += 1;
+                continue;
+            }
             for (key, list) in [("Action", true), ("Resource", false)] {
                 let Some(v) = value_of(l, key) else { continue };
                 let items: Vec<String> = if v.is_empty() {
@@ -795,7 +909,7 @@ fn task_role_grants_exactly_what_the_worker_calls() {
         .collect();
     let unused: Vec<String> = granted
         .iter()
-        .filter(|a| !needed.contains_key(*a))
+        .filter(|a| !needed.contains_key(*a) && !ON_BEHALF.iter().any(|(x, _, _)| x == a))
         .map(|a| {
             let sids: Vec<&str> = statements
                 .iter()
@@ -819,6 +933,146 @@ fn task_role_grants_exactly_what_the_worker_calls() {
             unused.join("\n")
         },
     );
+}
+
+#[test]
+fn on_behalf_grants_are_granted_only_under_their_condition() {
+    let statements = task_role_statements(&template_text()).unwrap_or_else(|e| panic!("{e}"));
+    for (action, cond, why) in ON_BEHALF {
+        let granting: Vec<&Statement> = statements
+            .iter()
+            .filter(|s| s.actions.iter().any(|a| a == action))
+            .collect();
+        assert!(
+            !granting.is_empty(),
+            "ON_BEHALF lists {action} ({why}) but no statement grants it: remove the entry"
+        );
+        for st in granting {
+            assert_eq!(
+                st.only_if.as_deref(),
+                Some(*cond),
+                "statement {} grants {action} outside `!If {cond}`",
+                st.sid
+            );
+        }
+    }
+    // KMS only through the services that use the key for the task.
+    for st in statements
+        .iter()
+        .filter(|s| s.actions.iter().any(|a| a.starts_with("kms:")))
+    {
+        assert!(
+            st.condition
+                .iter()
+                .any(|l| l.starts_with("kms:ViaService:")),
+            "statement {} grants KMS without a kms:ViaService condition",
+            st.sid
+        );
+        assert_eq!(st.resources, ["!Ref KmsKeyArn"], "statement {}", st.sid);
+    }
+}
+
+/// Another team's table that merely matches `<prefix>_*` is out of reach:
+/// period tables are created with the tag `tidemark:prefix` = TablePrefix,
+/// and every change needs that tag on the table.
+#[test]
+fn period_table_changes_need_the_prefix_tag() {
+    let template = template_text();
+    let statements = task_role_statements(&template).unwrap_or_else(|e| panic!("{e}"));
+    const CHANGES: &[&str] = &[
+        "dynamodb:UpdateTable",
+        "dynamodb:DeleteTable",
+        "dynamodb:UpdateTimeToLive",
+        "dynamodb:UpdateContinuousBackups",
+    ];
+    let mut seen = BTreeSet::new();
+    for st in &statements {
+        for a in &st.actions {
+            let creates = a == "dynamodb:CreateTable";
+            let tags = a == "dynamodb:TagResource";
+            if creates {
+                assert!(
+                    st.requires_prefix_tag("aws:RequestTag/tidemark:prefix"),
+                    "statement {} grants CreateTable without requiring the request tag tidemark:prefix = TablePrefix:\n{}",
+                    st.sid,
+                    st.text
+                );
+            } else if tags {
+                // Tagging with our prefix is fine on an untagged table (and
+                // at CreateTable), never over another prefix's tag.
+                let own_table = st.requires_prefix_tag("aws:ResourceTag/tidemark:prefix");
+                let our_tag_on_no_other = st.requires_prefix_tag("aws:RequestTag/tidemark:prefix")
+                    && st.has_condition("StringEqualsIfExists", "aws:ResourceTag/tidemark:prefix");
+                assert!(
+                    own_table || our_tag_on_no_other,
+                    "statement {} grants TagResource on tables of another prefix:\n{}",
+                    st.sid,
+                    st.text
+                );
+            } else if CHANGES.contains(&a.as_str()) {
+                assert!(
+                    st.requires_prefix_tag("aws:ResourceTag/tidemark:prefix"),
+                    "statement {} grants {a} without requiring the table's tag tidemark:prefix = TablePrefix:\n{}",
+                    st.sid,
+                    st.text
+                );
+            } else {
+                continue;
+            }
+            seen.insert(a.as_str());
+        }
+    }
+    for a in CHANGES
+        .iter()
+        .chain(&["dynamodb:CreateTable", "dynamodb:TagResource"])
+    {
+        assert!(seen.contains(a), "no statement grants {a}");
+    }
+
+    // DeleteTable only when OnExpiry deletes (delete, or export then delete).
+    for st in statements
+        .iter()
+        .filter(|s| s.actions.iter().any(|a| a == "dynamodb:DeleteTable"))
+    {
+        assert_eq!(
+            st.only_if.as_deref(),
+            Some("DeletesTables"),
+            "statement {} grants DeleteTable whatever OnExpiry is",
+            st.sid
+        );
+    }
+    let deletes = template
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("DeletesTables:"))
+        .expect("a DeletesTables condition");
+    let holds = |on_expiry: &str| {
+        deletes.contains(&format!("!Equals [!Ref OnExpiry, {on_expiry}]"))
+            || (on_expiry == "export" && deletes.contains("Condition: IsExport"))
+    };
+    assert!(
+        holds("delete")
+            && holds("export")
+            && !holds("tag")
+            && deletes.trim_start().starts_with("!Or"),
+        "DeletesTables must hold for OnExpiry delete and export only: {deletes}"
+    );
+    assert!(
+        template.contains("IsExport: !Equals [!Ref OnExpiry, export]"),
+        "IsExport must mean OnExpiry export"
+    );
+    // Export actions only with OnExpiry export.
+    for st in statements.iter().filter(|s| {
+        s.actions
+            .iter()
+            .any(|a| a == "dynamodb:ExportTableToPointInTime" || a == "dynamodb:DescribeExport")
+    }) {
+        assert_eq!(
+            st.only_if.as_deref(),
+            Some("IsExport"),
+            "statement {}",
+            st.sid
+        );
+    }
 }
 
 #[test]
@@ -981,12 +1235,56 @@ Resources:
     let st = task_role_statements(template).expect("parses");
     assert_eq!(st.len(), 2);
     assert_eq!(st[0].actions, vec!["dynamodb:PutItem", "dynamodb:GetItem"]);
+    assert_eq!(st[0].only_if, None);
+    assert_eq!(st[1].only_if.as_deref(), Some("Cond"));
     assert_eq!(st[1].sid, "B");
     assert_eq!(
         st[1].actions,
         vec!["kinesis:GetRecords", "kinesis:ListShards"]
     );
     assert_eq!(st[1].resources, vec!["*"]);
+
+    // A Condition block is read, and its list items are not taken for actions.
+    let conditioned = template.replace(
+        "                Resource: !Sub \"arn:table/${TablePrefix}_*\"\n",
+        "                Resource: !Sub \"arn:table/${TablePrefix}_*\"\n                Condition:\n                  StringEquals:\n                    aws:ResourceTag/tidemark:prefix: !Ref TablePrefix\n                    kms:ViaService:\n                      - x\n",
+    );
+    let st = task_role_statements(&conditioned).expect("parses");
+    assert_eq!(st[0].actions, vec!["dynamodb:PutItem", "dynamodb:GetItem"]);
+    assert_eq!(
+        st[0].condition,
+        vec![
+            "StringEquals:",
+            "aws:ResourceTag/tidemark:prefix: !Ref TablePrefix",
+            "kms:ViaService:",
+            "- x"
+        ]
+    );
+    assert!(st[0].requires_prefix_tag("aws:ResourceTag/tidemark:prefix"));
+    assert!(!st[0].requires_prefix_tag("aws:RequestTag/tidemark:prefix"));
+    assert!(!st[0].has_condition("StringEqualsIfExists", "aws:ResourceTag/tidemark:prefix"));
+    let if_exists = conditioned.replace(
+        "                  StringEquals:\n",
+        "                  StringEqualsIfExists:\n",
+    );
+    let st2 = task_role_statements(&if_exists).expect("parses");
+    assert!(!st2[0].requires_prefix_tag("aws:ResourceTag/tidemark:prefix"));
+    assert!(st2[0].has_condition("StringEqualsIfExists", "aws:ResourceTag/tidemark:prefix"));
+    assert!(!st[1].requires_prefix_tag("aws:ResourceTag/tidemark:prefix"));
+    let inline = template.replace(
+        "                  Action: [kinesis",
+        "                  Condition: { Bool: { aws:SecureTransport: true } }\n                  Action: [kinesis",
+    );
+    assert!(task_role_statements(&inline).unwrap_err().contains("block"));
+    let inline_if = template.replace(
+        "              - Sid: A\n",
+        "              - !If [Cond, {Sid: X, Effect: Allow, Action: [s3:GetObject], Resource: x}, !Ref AWS::NoValue]\n              - Sid: A\n",
+    );
+    assert!(
+        task_role_statements(&inline_if)
+            .unwrap_err()
+            .contains("!If")
+    );
 
     let wildcard = template.replace("dynamodb:GetItem", "dynamodb:Get*");
     assert!(
