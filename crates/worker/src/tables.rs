@@ -564,6 +564,12 @@ fn expire(policy: &TablePolicy, t: &TableInfo, out: &mut Vec<Action>) {
     }
 }
 
+/// A table's name and ARN.
+struct TableRef {
+    name: String,
+    arn: String,
+}
+
 /// Errors of table maintenance calls.
 #[derive(Debug, thiserror::Error)]
 pub enum TablesError {
@@ -989,14 +995,38 @@ impl TableManager {
     /// the config's is an error when it has items; an empty one is tagged
     /// with the config's layout instead. Run at start, before any write.
     pub async fn check_layouts(&self, now: DateTime<Utc>) -> Result<(), TablesError> {
-        for t in self.list(now).await? {
-            let writable = matches!(
-                t.state,
+        let now_ms = now.timestamp_millis();
+        let current = self.policy.naming.period.containing(now_ms);
+        // Only the previous, current and next periods can take writes.
+        for p in [current.prev(), current, current.next()] {
+            let state = self.policy.lifecycle.state_at(&p, now_ms);
+            if !matches!(
+                state,
                 LifecycleState::Prebuild | LifecycleState::Active | LifecycleState::Cooling
-            );
-            if !writable {
+            ) {
                 continue;
             }
+            let name = self.policy.naming.name_of(&p);
+            let arn = match self
+                .call(self.client.describe_table().table_name(&name).send())
+                .await
+            {
+                Ok(d) => match d.table() {
+                    Some(t) => {
+                        self.policy.key_spec().check(&name, "period table", t)?;
+                        t.table_arn().unwrap_or_default().to_string()
+                    }
+                    None => continue,
+                },
+                Err(e)
+                    if e.as_service_error()
+                        .is_some_and(DescribeTableError::is_resource_not_found_exception) =>
+                {
+                    continue;
+                }
+                Err(e) => return Err(TablesError::call("DescribeTable", &name, e)),
+            };
+            let t = TableRef { name, arn };
             let tags = self
                 .call(
                     self.client
