@@ -57,6 +57,7 @@ pub mod ack;
 pub(crate) mod batch;
 pub mod config;
 pub mod error;
+pub(crate) mod keyrate;
 pub mod metrics;
 pub mod missing;
 pub(crate) mod rate;
