@@ -23,7 +23,8 @@
 //!   `…ProvisionedThroughputExceeded`, `…AccountLimitExceeded`,
 //!   `…MaxOnDemandThroughputExceeded` are the table). UnprocessedItems carry
 //!   no reason: the throttle is taken as the table's when the table is
-//!   saturated (accepting ≥ `saturation` of its capacity), when more than
+//!   saturated (accepting ≥ 90% of its capacity, as the table's
+//!   controller measures it), when more than
 //!   `table_share` of the items of keys *without* a state were throttled over
 //!   the last `share_window` (a full table throttles every key; a hot
 //!   partition only its own), or when the key table is full. A table-level
@@ -33,7 +34,8 @@
 //!   `idle_expiry` without a throttle and without holding its key back; when
 //!   full, the key throttled longest ago is evicted.
 
-use std::collections::HashMap;
+// foldhash: one lookup per item sent on this path, as in `batch`.
+use foldhash::{HashMap, HashMapExt};
 use std::time::{Duration, Instant};
 
 /// Tuning of the per-key law; the defaults are what the scenario tests run.
@@ -64,8 +66,6 @@ pub(crate) struct KeyParams {
     pub table_share: f64,
     /// Time constant of that share and of each key's accepted rate.
     pub share_window: Duration,
-    /// A table accepting this fraction of its capacity is saturated.
-    pub saturation: f64,
 }
 
 impl Default for KeyParams {
@@ -83,7 +83,6 @@ impl Default for KeyParams {
             max_keys: 10_000,
             table_share: 0.05,
             share_window: Duration::from_secs(1),
-            saturation: 0.9,
         }
     }
 }
@@ -207,11 +206,13 @@ impl KeyPacer {
     }
 
     /// Is `key` paced (has a state)?
+    #[cfg(test)]
     pub(crate) fn is_paced(&self, key: u64) -> bool {
         self.keys.contains_key(&key)
     }
 
     /// The planned rate of a tracked key, WCU/s.
+    #[cfg(test)]
     pub(crate) fn key_rate(&self, key: u64) -> Option<f64> {
         self.keys.get(&key).map(|k| k.rate)
     }
@@ -251,7 +252,7 @@ impl KeyPacer {
 
     /// A call sent at `sent_at` ended at `now` with these items. `scope`:
     /// what the answer said about a throttle; `table_saturated`: the table
-    /// accepted at least `saturation` of its capacity lately; `jitter` in
+    /// accepted nearly all of its capacity lately; `jitter` in
     /// [0, 1) scales each back-off (full jitter). Returns whether the table's
     /// own controller must treat the call as throttled.
     pub(crate) fn on_result(
