@@ -34,6 +34,22 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "out")
 
 
+def load(name):
+    """A benchmark's JSON summary in bench/out/, or None before it ran."""
+    path = os.path.join(OUT, name)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def save(fig, dest, name):
+    fig.tight_layout()
+    fig.savefig(os.path.join(dest, name), dpi=90)
+    plt.close(fig)
+    return True
+
+
 def rows(path):
     with open(path, newline="") as f:
         return [{k: float(v) if v else 0.0 for k, v in r.items()} for r in csv.DictReader(f)]
@@ -59,18 +75,13 @@ def writer_capacity(dest):
     a.set_title("1,000 WCU table offered 2,000 items/s: goodput and throttling")
     a.legend(fontsize=8)
     b.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(dest, "writer-capacity.png"), dpi=90)
-    plt.close(fig)
-    return True
+    return save(fig, dest, "writer-capacity.png")
 
 
 def hot_partition(dest):
-    path = os.path.join(OUT, "hot-partition.json")
-    if not os.path.exists(path):
+    res = load("hot-partition.json")
+    if res is None:
         return False
-    with open(path) as f:
-        res = json.load(f)
     labels = {"time": "time only\n(one hour = one key)", "time_bucket:10": "time_bucket,\n10 shards"}
     names = [k for k in ("time", "time_bucket:10") if k in res]
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 4))
@@ -88,18 +99,13 @@ def hot_partition(dest):
     b.set_ylabel("items stored")
     b.set_title("items per partition (10 partitions)")
     b.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(dest, "hot-partition.png"), dpi=90)
-    plt.close(fig)
-    return True
+    return save(fig, dest, "hot-partition.png")
 
 
 def hot_device(dest):
-    path = os.path.join(OUT, "hot-partition-hot-device.json")
-    if not os.path.exists(path):
+    runs = load("hot-partition-hot-device.json")
+    if runs is None:
         return False
-    with open(path) as f:
-        runs = json.load(f)
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
     colors = {"on": "tab:green", "off": "tab:red"}
     names = {"on": "per-key pacing", "off": "table-wide control"}
@@ -134,18 +140,13 @@ def hot_device(dest):
     b.set_ylabel("items acknowledged per second")
     b.set_title("stored per second (first round)", fontsize=9)
     b.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(os.path.join(dest, "hot-partition-hot-device.png"), dpi=90)
-    plt.close(fig)
-    return True
+    return save(fig, dest, "hot-partition-hot-device.png")
 
 
 def planned(dest):
-    path = os.path.join(OUT, "hot-partition-planned.json")
-    if not os.path.exists(path):
+    res = load("hot-partition-planned.json")
+    if res is None:
         return False
-    with open(path) as f:
-        res = json.load(f)
     runs = res["runs"]
     names = sorted(runs, key=lambda k: -int(k.split(":")[1]))
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
@@ -166,18 +167,13 @@ def planned(dest):
     b.set_ylabel("items stored")
     b.set_title("items per partition", fontsize=9)
     b.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(dest, "hot-partition-planned.png"), dpi=90)
-    plt.close(fig)
-    return True
+    return save(fig, dest, "hot-partition-planned.png")
 
 
 def pipeline_cpu(dest):
-    path = os.path.join(OUT, "pipeline-cpu.json")
-    if not os.path.exists(path):
+    res = load("pipeline-cpu.json")
+    if res is None:
         return False
-    with open(path) as f:
-        res = json.load(f)
     t, b = res["tidemark"], res["boto3"]
     fig, ax = plt.subplots(figsize=(7, 3.2))
     labels = [f"Tidemark (tidemark replay)\nmedian of {t.get('runs', 1)}", "boto3 batch_writer loop"]
@@ -188,10 +184,7 @@ def pipeline_cpu(dest):
     ax.set_xlabel("CPU-microseconds per record (user + system), lower is better")
     ax.set_title(f"CPU per record, {t['records']:,} records")
     ax.set_xlim(0, max(values) * 1.2)
-    fig.tight_layout()
-    fig.savefig(os.path.join(dest, "pipeline-cpu.png"), dpi=90)
-    plt.close(fig)
-    return True
+    return save(fig, dest, "pipeline-cpu.png")
 
 
 def main():
