@@ -575,13 +575,29 @@ mod tests {
         let mut q: TableQueue<u32> = TableQueue::default();
         // Ten items of partition key "hot" interleaved with ten cold keys.
         for i in 0..10u32 {
-            q.push(ItemKey::new("hot", &format!("s{i}")), item(0, "x"), 1, i, now);
-            q.push(ItemKey::new(&format!("c{i}"), "s"), item(0, "x"), 1, 100 + i, now);
+            q.push(
+                ItemKey::new("hot", &format!("s{i}")),
+                item(0, "x"),
+                1,
+                i,
+                now,
+            );
+            q.push(
+                ItemKey::new(&format!("c{i}"), "s"),
+                item(0, "x"),
+                1,
+                100 + i,
+                now,
+            );
         }
         let hot = q.hasher.hash_one("hot");
         let b = q.take_batch_gated(|pk, _| pk != hot);
         let tokens: Vec<u32> = b.iter().map(|e| e.tokens[0]).collect();
-        assert_eq!(tokens, (100..110).collect::<Vec<_>>(), "only cold keys went");
+        assert_eq!(
+            tokens,
+            (100..110).collect::<Vec<_>>(),
+            "only cold keys went"
+        );
         assert_eq!(q.parked_len(), 10);
         assert_eq!(q.len(), 10);
         assert!(!q.is_empty());

@@ -22,7 +22,7 @@ use crate::ack::{Complete, Permits, Token, WriteOutcome};
 use crate::batch::{Entry, TableQueue};
 use crate::config::WriterConfig;
 use crate::error::{Failure, WriterError, classify_describe, classify_raw};
-use crate::keyrate::{Gate, ItemResult, KeyParams, KeyPacer, Scope};
+use crate::keyrate::{Gate, ItemResult, KeyPacer, KeyParams, Scope};
 use crate::missing::{MissingTableAction, MissingTableHandler, MissingWait};
 use crate::rate::{Admit, CallFeedback, Capacity, RateController, RateParams};
 use crate::response::{self, BatchAnswer};

@@ -953,7 +953,9 @@ async fn a_hot_key_does_not_hold_back_the_other_keys() {
         for r in 0..20 {
             for i in 0..24 {
                 let pk = format!("c{r}-{i}");
-                submit(&h, &fake, &tx, "t", item(&pk, "v"), &pk).await.unwrap();
+                submit(&h, &fake, &tx, "t", item(&pk, "v"), &pk)
+                    .await
+                    .unwrap();
             }
             let tag = format!("hot{r}");
             submit(&h, &fake, &tx, "t", item("hot", &tag), &tag)
@@ -967,7 +969,10 @@ async fn a_hot_key_does_not_hold_back_the_other_keys() {
             .flat_map(|r| (0..24).map(move |i| format!("c{r}-{i}")))
             .filter(|t| got.get(t) == Some(&vec![WriteOutcome::Stored]))
             .count();
-        assert!(!got.keys().any(|t| t.starts_with("hot")), "hot stored early");
+        assert!(
+            !got.keys().any(|t| t.starts_with("hot")),
+            "hot stored early"
+        );
         if key_pacing {
             assert_eq!(cold_done, 480, "cold keys waited behind the hot one");
         } else {

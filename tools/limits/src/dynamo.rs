@@ -628,9 +628,15 @@ mod tests {
         offer(&mut l, "t", t0 + Duration::from_secs(10), 6, 1800, 1, |i| {
             format!("S:k{i}")
         });
-        let later = offer(&mut l, "t", t0 + Duration::from_secs(16), 10, 1800, 1, |i| {
-            format!("S:k{i}")
-        });
+        let later = offer(
+            &mut l,
+            "t",
+            t0 + Duration::from_secs(16),
+            10,
+            1800,
+            1,
+            |i| format!("S:k{i}"),
+        );
         assert!(later >= 17_000, "after the split: {later} of 18,000");
         assert!(l.partitions_of("t").unwrap_or(0) >= 2);
         let splits = l.report(t0)["t"].stats.splits;

@@ -32,7 +32,10 @@ use tidemark_writer::{Completion, RejectMissing, Submission, WriteOutcome, Write
 /// The hot device's share of the items in `hot_device:H` mode, as every
 /// `1/every`-th item.
 fn hot_every(mode: &str, rate: f64) -> Option<u64> {
-    let h: f64 = mode.strip_prefix("hot_device:")?.parse().expect("hot_device:H");
+    let h: f64 = mode
+        .strip_prefix("hot_device:")?
+        .parse()
+        .expect("hot_device:H");
     Some(((rate / h).round() as u64).max(1))
 }
 
