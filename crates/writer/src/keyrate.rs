@@ -23,7 +23,7 @@
 //!   `…ProvisionedThroughputExceeded`, `…AccountLimitExceeded`,
 //!   `…MaxOnDemandThroughputExceeded` are the table). UnprocessedItems carry
 //!   no reason: the throttle is taken as the table's when the table is
-//!   saturated (accepting ≥ 90% of its capacity, as the table's
+//!   saturated (accepting ≥ 97% of its capacity, as the table's
 //!   controller measures it), when more than
 //!   `table_share` of the items of keys *without* a state were throttled over
 //!   the last `share_window` (a full table throttles every key; a hot

@@ -83,6 +83,8 @@ pub(crate) struct TableTask {
     /// Per-key pacing of hot partition keys (`None`: `key_pacing = false`).
     keys: Option<KeyPacer>,
     last_expire: std::time::Instant,
+    /// When a batch last drained held keys (see `dispatch`).
+    last_parked_send: std::time::Instant,
     events: FuturesUnordered<BoxFuture<'static, Event>>,
     calls_in_flight: usize,
     hold_until: Option<Instant>,
@@ -161,6 +163,7 @@ impl TableTask {
                 )
             }),
             last_expire: now.into_std(),
+            last_parked_send: now.into_std(),
             backoff: backoff_schedule(&cfg),
             table,
             client,
@@ -291,13 +294,24 @@ impl TableTask {
         }
         loop {
             let isolated = !self.isolated.is_empty();
+            // A held key that may go again rides in the next batch the queue
+            // makes anyway (held keys go first); on its own it makes a batch
+            // at most once per linger: sending a few of its items in each
+            // call would shrink every batch, and calls in flight are bounded.
             let (parked_ready, parked_wake) = self.parked(std_now);
-            if !isolated && !parked_ready && !self.queue.due(std_now, self.cfg.linger, force) {
+            let parked_due_at = self.last_parked_send + self.cfg.linger;
+            let parked_due = parked_ready && (force || std_now >= parked_due_at);
+            if !isolated && !parked_due && !self.queue.due(std_now, self.cfg.linger, force) {
+                let parked_next = if parked_ready {
+                    Some(parked_due_at)
+                } else {
+                    parked_wake.map(|w| w.max(parked_due_at))
+                };
                 let next = self
                     .queue
                     .deadline(self.cfg.linger)
                     .into_iter()
-                    .chain(parked_wake)
+                    .chain(parked_next)
                     .min()
                     .map(|d| now + d.saturating_duration_since(std_now));
                 return Ok(next);
@@ -317,6 +331,9 @@ impl TableTask {
             let batch = if isolated {
                 self.isolated.pop_front().unwrap_or_default()
             } else if let Some(k) = self.keys.as_mut() {
+                if self.queue.parked_len() > 0 {
+                    self.last_parked_send = std_now;
+                }
                 self.queue
                     .take_batch_gated(|pk, wcu| k.admit(pk, wcu as f64, std_now) == Gate::Go)
             } else {
@@ -777,7 +794,7 @@ impl TableTask {
 const KEY_EXPIRY_SWEEP: std::time::Duration = std::time::Duration::from_secs(1);
 /// A table accepting this fraction of its capacity is full: a throttle
 /// without a reason is then the table's, not a key range's.
-const KEY_SATURATION: f64 = 0.9;
+const KEY_SATURATION: f64 = 0.97;
 
 /// Clean calls in a row after which the table's back-off starts over.
 const CLEAN_CALLS_TO_RESET: u32 = 8;

@@ -8,8 +8,9 @@
 //!   1,000 WCU/s holding one second of it; an item goes to the partition that
 //!   owns its partition-key hash, as DynamoDB's hash ranges do (they start
 //!   as equal ranges);
-//! - optionally (`split_hot_after`), a partition that keeps throttling for
-//!   that long is split in two at the middle of its hash range, each half
+//! - optionally (`split_hot_after`), a partition that stays busy for that
+//!   long (every second at least 80% of its rate consumed, or a throttle) is
+//!   split in two at the middle of its hash range, each half
 //!   with its own 1,000 WCU/s, as DynamoDB's adaptive capacity ("split for
 //!   heat") does; at most `max_splits` per table. A single key hotter than a
 //!   partition stays limited: a key never spans two partitions here;
@@ -62,8 +63,9 @@ pub struct DynamoLimits {
     pub on_demand_wcu: f64,
     /// Partition count per table, overriding the default formula.
     pub partition_overrides: HashMap<String, u32>,
-    /// Split a partition that has throttled continuously (no second
-    /// without a throttle) for this long; `None`: never.
+    /// Split a partition that has been busy (each second: at least
+    /// [`BUSY_SHARE`] of its rate consumed, or a throttle) for this long;
+    /// `None`: never.
     pub split_hot_after: Option<std::time::Duration>,
     /// Most splits per table.
     pub max_splits: u32,
@@ -118,15 +120,23 @@ pub struct TableStats {
     pub splits: u64,
 }
 
+/// Share of a partition's rate that makes a second busy. DynamoDB splits a
+/// partition for sustained high traffic, not only for throttles: a client
+/// pacing itself just under the limit still gets its partition split.
+pub const BUSY_SHARE: f64 = 0.8;
+
 /// One partition: the hash range from `start` to the next partition's.
 #[derive(Debug)]
 struct Partition {
     start: u64,
     bucket: TokenBucket,
     stats: PartitionStats,
-    /// Throttling since then without a quiet second.
+    /// Busy every second since then.
     hot_since: Option<Instant>,
-    last_throttle: Option<Instant>,
+    /// The current one-second window: start, WCU consumed, any throttle.
+    window_start: Instant,
+    window_wcu: f64,
+    window_throttled: bool,
 }
 
 impl Partition {
@@ -136,8 +146,28 @@ impl Partition {
             bucket: TokenBucket::new(pw, pw, pw, now),
             stats: PartitionStats::default(),
             hot_since: None,
-            last_throttle: None,
+            window_start: now,
+            window_wcu: 0.0,
+            window_throttled: false,
         }
+    }
+
+    /// Closes the one-second window if it is over: a busy one extends the
+    /// hot spell, a quiet one (or a gap) ends it.
+    fn roll(&mut self, now: Instant, pw: f64) {
+        let age = now.saturating_duration_since(self.window_start);
+        if age < std::time::Duration::from_secs(1) {
+            return;
+        }
+        let busy = self.window_throttled || self.window_wcu >= BUSY_SHARE * pw;
+        if busy && age < std::time::Duration::from_secs(2) {
+            self.hot_since.get_or_insert(self.window_start);
+        } else {
+            self.hot_since = None;
+        }
+        self.window_start = now;
+        self.window_wcu = 0.0;
+        self.window_throttled = false;
     }
 }
 
@@ -351,34 +381,31 @@ impl DynamoLimiter {
             state.table.charge(cost, now);
             Ok(p)
         };
+        let pw = self.limits.partition_wcu;
         let part = &mut state.partitions[p];
-        // A quiet second ends a hot spell.
-        if part
-            .last_throttle
-            .is_some_and(|t| now.saturating_duration_since(t) > std::time::Duration::from_secs(1))
-        {
-            part.hot_since = None;
-        }
+        part.roll(now, pw);
         match verdict {
             Ok(_) => {
                 state.stats.consumed_wcu += wcu;
                 state.stats.accepted_items += 1;
                 part.stats.consumed_wcu += wcu;
                 part.stats.accepted_items += 1;
+                part.window_wcu += cost;
             }
             Err(Throttle::KeyRange) => {
                 state.stats.throttled_key_range += 1;
                 part.stats.throttled_items += 1;
-                part.last_throttle = Some(now);
-                let since = *part.hot_since.get_or_insert(now);
-                if let Some(after) = self.limits.split_hot_after
-                    && now.saturating_duration_since(since) >= after
-                    && state.stats.splits < u64::from(self.limits.max_splits)
-                {
-                    Self::split(state, p, self.limits.partition_wcu, now);
-                }
+                part.window_throttled = true;
             }
             Err(Throttle::Table) => state.stats.throttled_table += 1,
+        }
+        if let Some(after) = self.limits.split_hot_after
+            && part
+                .hot_since
+                .is_some_and(|h| now.saturating_duration_since(h) >= after)
+            && state.stats.splits < u64::from(self.limits.max_splits)
+        {
+            Self::split(state, p, pw, now);
         }
         Some(verdict)
     }

@@ -41,7 +41,7 @@ fn hot_every(mode: &str, rate: f64) -> Option<u64> {
 
 fn key(mode: &str, i: u64, hot_every: Option<u64>) -> (String, String) {
     if let Some(every) = hot_every {
-        let dev = if i % every == 0 {
+        let dev = if i.is_multiple_of(every) {
             "dev#hot".to_owned()
         } else {
             format!("dev#{}", (i - i / every - 1) % 999)

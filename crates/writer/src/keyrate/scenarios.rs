@@ -257,7 +257,7 @@ fn run(sc: &Scenario, key_pacing: bool) -> Figures {
             let table_throttled = if key_pacing {
                 let saturated = ctl
                     .accepted_rate(at(t))
-                    .is_some_and(|a| a >= 0.9 * sc.table_wcu);
+                    .is_some_and(|a| a >= 0.97 * sc.table_wcu);
                 pacer.on_result(
                     at(call.sent),
                     &results,
