@@ -299,10 +299,11 @@ fn run(sc: &Scenario, key_pacing: bool) -> Figures {
             pacer.expire(at(t));
             last_expire = t;
         }
-        // Dispatch.
-        while t >= hold_until {
+        // Dispatch (unless the table is held).
+        while t >= hold_until && !(order.is_empty() && parked.is_empty()) {
             let ready_parked = parked.keys().any(|k| pacer.ready_at(*k, at(t)).is_none());
-            let oldest_waited = order.len() >= 25 || (!order.is_empty() && t.as_millis() % 50 == 0);
+            let oldest_waited =
+                order.len() >= 25 || (!order.is_empty() && t.as_millis().is_multiple_of(50));
             if !(ready_parked || oldest_waited) {
                 break;
             }
