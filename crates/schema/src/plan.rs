@@ -298,7 +298,7 @@ pub fn plan(input: &PlanInput) -> Result<Plan, PlanError> {
         ),
     });
     let recommended_partition_skew = partition_skew(recommended_write_shards, table_partitions);
-    let recommended_usable_fraction = 1.0 / recommended_partition_skew;
+    let recommended_usable_fraction = round3(1.0 / recommended_partition_skew);
     lines.push(format!(
         "{recommended_write_shards} shard keys on {table_partitions} partitions: hottest partition {recommended_partition_skew:.2} x the mean (expected over {SKEW_SAMPLES} hourly buckets) -> {:.0}% of the table usable",
         100.0 * recommended_usable_fraction
@@ -309,7 +309,7 @@ pub fn plan(input: &PlanInput) -> Result<Plan, PlanError> {
         input.max_partition_skew,
     );
     let even_partition_skew = even_write_shards.map(|n| partition_skew(n, table_partitions));
-    let even_usable_fraction = even_partition_skew.map(|k| 1.0 / k);
+    let even_usable_fraction = even_partition_skew.map(|k| round3(1.0 / k));
     lines.push(match (even_write_shards, even_partition_skew) {
         (Some(n), Some(k)) => format!(
             "even partitions: fewest shards with hottest <= {} x mean = {n} ({k:.2} x -> {:.0}% usable)",
@@ -443,7 +443,12 @@ pub fn partition_skew(shards: u32, partitions: u32) -> f64 {
         let max = counts.iter().copied().max().unwrap_or(0);
         total += f64::from(max) * f64::from(partitions) / f64::from(shards);
     }
-    total / f64::from(SKEW_SAMPLES)
+    // Three decimals: the sampling is not finer, and a plan prints tidy numbers.
+    (total / f64::from(SKEW_SAMPLES) * 1000.0).round() / 1000.0
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
 }
 
 /// Fewest shards from `from` up (to [`MAX_EVEN_SHARDS`]) whose expected
