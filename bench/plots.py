@@ -9,6 +9,11 @@ whose output is present:
 - writer-capacity.png: goodput and throttled/partial requests over time,
   Tidemark writer against the boto3 batch_writer loop;
 - hot-partition.png: goodput by partition-key layout, per-partition items;
+- hot-partition-hot-device.png: one device at 2,000 writes/s among 1,000,
+  per-key pacing on against off: cold devices' goodput, throttled requests,
+  stored per second over time;
+- hot-partition-planned.png: time_bucket with the planner's shard count
+  against 10 shards: % of the table's capacity, items per partition;
 - pipeline-cpu.png: CPU-microseconds per record, Tidemark against boto3.
 
 Run it with moto's venv (it has matplotlib once a benchmark ran):
@@ -27,6 +32,22 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "out")
+
+
+def load(name):
+    """A benchmark's JSON summary in bench/out/, or None before it ran."""
+    path = os.path.join(OUT, name)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def save(fig, dest, name):
+    fig.tight_layout()
+    fig.savefig(os.path.join(dest, name), dpi=90)
+    plt.close(fig)
+    return True
 
 
 def rows(path):
@@ -54,18 +75,13 @@ def writer_capacity(dest):
     a.set_title("1,000 WCU table offered 2,000 items/s: goodput and throttling")
     a.legend(fontsize=8)
     b.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(dest, "writer-capacity.png"), dpi=90)
-    plt.close(fig)
-    return True
+    return save(fig, dest, "writer-capacity.png")
 
 
 def hot_partition(dest):
-    path = os.path.join(OUT, "hot-partition.json")
-    if not os.path.exists(path):
+    res = load("hot-partition.json")
+    if res is None:
         return False
-    with open(path) as f:
-        res = json.load(f)
     labels = {"time": "time only\n(one hour = one key)", "time_bucket:10": "time_bucket,\n10 shards"}
     names = [k for k in ("time", "time_bucket:10") if k in res]
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 4))
@@ -83,18 +99,81 @@ def hot_partition(dest):
     b.set_ylabel("items stored")
     b.set_title("items per partition (10 partitions)")
     b.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(dest, "hot-partition.png"), dpi=90)
-    plt.close(fig)
-    return True
+    return save(fig, dest, "hot-partition.png")
+
+
+def hot_device(dest):
+    runs = load("hot-partition-hot-device.json")
+    if runs is None:
+        return False
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
+    colors = {"on": "tab:green", "off": "tab:red"}
+    names = {"on": "per-key pacing", "off": "table-wide control"}
+    for i, (metric, title) in enumerate((("cold_goodput_pct", "cold devices' goodput\n% of their offered load"),
+                                         ("throttled_or_partial_pct", "throttled + partial\nrequests %"))):
+        for j, mode in enumerate(("on", "off")):
+            vals = [r[metric] for r in runs if r["pacing"] == mode]
+            if not vals:
+                continue
+            x = i * 3 + j
+            a.bar(x, sum(vals) / len(vals), color=colors[mode], label=names[mode] if i == 0 else None)
+            a.plot([x] * len(vals), vals, "k.", markersize=4)
+            a.text(x, sum(vals) / len(vals), f"{sum(vals) / len(vals):.1f}", ha="center", va="bottom", fontsize=8)
+    a.set_xticks([0.5, 3.5])
+    a.set_xticklabels(["cold goodput, % of offered", "throttled + partial requests, %"], fontsize=8)
+    a.axhline(95, color="grey", linestyle="--", linewidth=0.8)
+    a.set_title("8,000 items/s on 10,000 WCU, one device at 2,000/s\n(bars: mean of runs; dots: each run)", fontsize=9)
+    a.legend(fontsize=8)
+    for mode in ("on", "off"):
+        r = next((r for r in runs if r["pacing"] == mode and r.get("per_sec")), None)
+        if not r:
+            continue
+        cum = r["per_sec"]
+        t = list(range(1, len(cum)))
+        cold = [cum[k][1] - cum[k - 1][1] for k in t]
+        hot = [cum[k][0] - cum[k - 1][0] for k in t]
+        b.plot(t, cold, color=colors[mode], label=f"{names[mode]}: cold devices")
+        b.plot(t, hot, color=colors[mode], linestyle=":", label=f"{names[mode]}: hot device")
+    b.axhline(6000, color="grey", linestyle="--", linewidth=0.8, label="cold offered 6,000/s")
+    b.axhline(1000, color="grey", linestyle=":", linewidth=0.8, label="one partition 1,000 WCU/s")
+    b.set_xlabel("seconds (offer ends at BENCH_SECS, then the backlog drains)")
+    b.set_ylabel("items acknowledged per second")
+    b.set_title("stored per second (first round)", fontsize=9)
+    b.legend(fontsize=7)
+    return save(fig, dest, "hot-partition-hot-device.png")
+
+
+def planned(dest):
+    res = load("hot-partition-planned.json")
+    if res is None:
+        return False
+    runs = res["runs"]
+    names = sorted(runs, key=lambda k: -int(k.split(":")[1]))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    a.bar([k.replace("time_bucket:", "time_bucket,\n") + " shards" for k in names],
+          [runs[k]["table_pct"] for k in names], color=["tab:green", "tab:red"][:len(names)])
+    for x, k in enumerate(names):
+        a.text(x, runs[k]["table_pct"], f"{runs[k]['table_pct']:.1f}%", ha="center", va="bottom", fontsize=8)
+    a.axhline(85, color="grey", linestyle="--", label="target 85%")
+    a.axhline(100 * res["rate"] / 10000, color="grey", linestyle=":", label=f"offered {res['rate']:,} items/s")
+    a.set_ylabel("goodput, % of the 10,000 WCU table")
+    a.set_title("planner's shard count vs 10 shards (10 partitions)", fontsize=9)
+    a.legend(fontsize=8)
+    width = 0.4
+    for i, k in enumerate(names):
+        parts = runs[k].get("per_partition_items", [])
+        b.bar([p + (i - 0.5) * width for p in range(len(parts))], parts, width, label=k)
+    b.set_xlabel("partition")
+    b.set_ylabel("items stored")
+    b.set_title("items per partition", fontsize=9)
+    b.legend(fontsize=8)
+    return save(fig, dest, "hot-partition-planned.png")
 
 
 def pipeline_cpu(dest):
-    path = os.path.join(OUT, "pipeline-cpu.json")
-    if not os.path.exists(path):
+    res = load("pipeline-cpu.json")
+    if res is None:
         return False
-    with open(path) as f:
-        res = json.load(f)
     t, b = res["tidemark"], res["boto3"]
     fig, ax = plt.subplots(figsize=(7, 3.2))
     labels = [f"Tidemark (tidemark replay)\nmedian of {t.get('runs', 1)}", "boto3 batch_writer loop"]
@@ -105,10 +184,7 @@ def pipeline_cpu(dest):
     ax.set_xlabel("CPU-microseconds per record (user + system), lower is better")
     ax.set_title(f"CPU per record, {t['records']:,} records")
     ax.set_xlim(0, max(values) * 1.2)
-    fig.tight_layout()
-    fig.savefig(os.path.join(dest, "pipeline-cpu.png"), dpi=90)
-    plt.close(fig)
-    return True
+    return save(fig, dest, "pipeline-cpu.png")
 
 
 def main():
@@ -116,9 +192,11 @@ def main():
     p.add_argument("--out", default=os.path.join(HERE, "..", "docs", "images"), help="where the images go")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    drawn = [name for name, draw in (("writer-capacity", writer_capacity), ("hot-partition", hot_partition),
-                                     ("pipeline-cpu", pipeline_cpu)) if draw(args.out)]
-    missing = {"writer-capacity", "hot-partition", "pipeline-cpu"} - set(drawn)
+    plots = (("writer-capacity", writer_capacity), ("hot-partition", hot_partition),
+             ("hot-partition-hot-device", hot_device), ("hot-partition-planned", planned),
+             ("pipeline-cpu", pipeline_cpu))
+    drawn = [name for name, draw in plots if draw(args.out)]
+    missing = {name for name, _ in plots} - set(drawn)
     print(f"drew {', '.join(drawn) or 'nothing'} into {args.out}")
     if missing:
         print(f"no output yet for {', '.join(sorted(missing))}: run bench/<name> first", file=sys.stderr)

@@ -45,7 +45,7 @@ def measure(proxy, table, run):
 
 
 def tidemark(proxy, table):
-    exe = os.path.join(h.target_dir(), "debug", "write_load")
+    exe = h.bin_path("write_load")
     if not os.path.exists(exe):
         raise SystemExit(f"{exe} missing: cargo build -p tidemark-bench --bin write_load")
     out = subprocess.run([exe, proxy.url, table, str(RATE), str(SECS), str(SIZE), "spread"],

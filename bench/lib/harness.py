@@ -21,6 +21,15 @@ def target_dir():
     return os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
 
 
+def profile():
+    """Cargo profile of the binaries the benchmarks run (BENCH_PROFILE)."""
+    return os.environ.get("BENCH_PROFILE", "debug")
+
+
+def bin_path(name):
+    return os.path.join(target_dir(), profile(), name)
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -37,7 +46,7 @@ class Proxy:
     """A tidemark-limits process in sink mode, stopped by close()."""
 
     def __init__(self, extra_args=()):
-        binary = os.environ.get("TIDEMARK_LIMITS_BIN") or os.path.join(target_dir(), "debug", "tidemark-limits")
+        binary = os.environ.get("TIDEMARK_LIMITS_BIN") or bin_path("tidemark-limits")
         if not os.path.exists(binary):
             raise SystemExit(f"tidemark-limits not built at {binary}: run cargo build -p tidemark-limits (or set TIDEMARK_LIMITS_BIN)")
         for var in ("AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_KINESIS", "AWS_ENDPOINT_URL_SQS"):

@@ -5,12 +5,24 @@
 //! than 1,000 WCU, and pick the longest convenient period that one 10 GB
 //! partition can hold. Every step is returned as a readable line so a plan
 //! can be checked by hand.
+//!
+//! Write shards must also fill the table's partitions evenly: DynamoDB puts
+//! each partition key on the partition that owns its hash, so N equally
+//! loaded keys land on P partitions like balls in bins, and the table is full
+//! when its hottest partition is. [`partition_skew`] measures the expected
+//! hottest partition's load over the mean for N `time_bucket` keys
+//! (`{shard}#{hour}`) with the hash of the limits proxy (a uniform hash, as
+//! DynamoDB's is); the plan recommends the fewest shards within
+//! `max_partition_skew` and shows the usable fraction of capacity (mean over
+//! hottest) of both layouts.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
+
+use sha2::{Digest, Sha256};
 
 use crate::origin::Origin;
 use crate::period::{self, Period};
@@ -77,6 +89,17 @@ const fn default_safety() -> f64 {
     2.0
 }
 
+const fn default_skew() -> f64 {
+    1.25
+}
+
+/// Time buckets [`partition_skew`] averages over (consecutive hours: the
+/// bucket is part of each key, so every hour lays the keys out anew).
+pub const SKEW_SAMPLES: u32 = 64;
+
+/// Most write shards the even-partition search considers.
+pub const MAX_EVEN_SHARDS: u32 = 4096;
+
 /// What the planner needs to know.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -105,6 +128,14 @@ pub struct PlanInput {
     /// Prices.
     #[serde(default)]
     pub prices: Prices,
+    /// Partitions the table is expected to have. Unset: one per 1,000 WCU
+    /// of the peak, as DynamoDB sizes a provisioned table.
+    #[serde(default)]
+    pub table_partitions: Option<u32>,
+    /// Highest accepted expected load of the hottest partition over the
+    /// mean. Default 1.25 (80% of the table usable).
+    #[serde(default = "default_skew")]
+    pub max_partition_skew: f64,
 }
 
 /// The planner's answer.
@@ -120,6 +151,21 @@ pub struct Plan {
     pub min_write_shards: u32,
     /// The minimum times the safety factor, rounded up.
     pub recommended_write_shards: u32,
+    /// Partitions assumed for the table.
+    pub table_partitions: u32,
+    /// Expected hottest partition's load over the mean with
+    /// `recommended_write_shards` keys per time bucket.
+    pub recommended_partition_skew: f64,
+    /// Fraction of the table's capacity usable with that layout (1 / skew).
+    pub recommended_usable_fraction: f64,
+    /// Fewest write shards (at least `recommended_write_shards`) whose
+    /// expected skew is within `max_partition_skew`; `None` if even
+    /// [`MAX_EVEN_SHARDS`] is not.
+    pub even_write_shards: Option<u32>,
+    /// Expected skew with `even_write_shards`.
+    pub even_partition_skew: Option<f64>,
+    /// Fraction of capacity usable with `even_write_shards`.
+    pub even_usable_fraction: Option<f64>,
     /// Hours until one 10 GB partition is full at the average rate.
     pub partition_fill_hours: f64,
     /// The longest period that fits in `partition_fill_hours`.
@@ -201,6 +247,12 @@ pub fn plan(input: &PlanInput) -> Result<Plan, PlanError> {
     if !input.safety_factor.is_finite() || input.safety_factor < 1.0 {
         return invalid("safety_factor", "must be at least 1");
     }
+    if !input.max_partition_skew.is_finite() || input.max_partition_skew <= 1.0 {
+        return invalid("max_partition_skew", "must be a number above 1");
+    }
+    if input.table_partitions == Some(0) {
+        return invalid("table_partitions", "must be at least 1");
+    }
 
     let mut lines = Vec::new();
     let item = input.avg_item_bytes as f64;
@@ -235,6 +287,40 @@ pub fn plan(input: &PlanInput) -> Result<Plan, PlanError> {
         "recommended write shards = ceil({peak_key_wcu} x safety {} / {PARTITION_WCU}) = {recommended_write_shards}",
         input.safety_factor
     ));
+
+    let table_partitions = input
+        .table_partitions
+        .unwrap_or_else(|| ceil_u32(peak_wcu as f64 / PARTITION_WCU).max(1));
+    lines.push(match input.table_partitions {
+        Some(n) => format!("table partitions = {n} (given)"),
+        None => format!(
+            "table partitions = ceil({peak_wcu} WCU / {PARTITION_WCU}) = {table_partitions} (as provisioned for the peak)"
+        ),
+    });
+    let recommended_partition_skew = partition_skew(recommended_write_shards, table_partitions);
+    let recommended_usable_fraction = round3(1.0 / recommended_partition_skew);
+    lines.push(format!(
+        "{recommended_write_shards} shard keys on {table_partitions} partitions: hottest partition {recommended_partition_skew:.2} x the mean (expected over {SKEW_SAMPLES} hourly buckets) -> {:.0}% of the table usable",
+        100.0 * recommended_usable_fraction
+    ));
+    let even_write_shards = even_shards(
+        recommended_write_shards,
+        table_partitions,
+        input.max_partition_skew,
+    );
+    let even_partition_skew = even_write_shards.map(|n| partition_skew(n, table_partitions));
+    let even_usable_fraction = even_partition_skew.map(|k| round3(1.0 / k));
+    lines.push(match (even_write_shards, even_partition_skew) {
+        (Some(n), Some(k)) => format!(
+            "even partitions: fewest shards with hottest <= {} x mean = {n} ({k:.2} x -> {:.0}% usable)",
+            input.max_partition_skew,
+            100.0 / k
+        ),
+        _ => format!(
+            "even partitions: no shard count up to {MAX_EVEN_SHARDS} keeps the hottest partition within {} x the mean",
+            input.max_partition_skew
+        ),
+    });
 
     let bytes_per_sec = input.avg_events_per_sec * item;
     let partition_fill_hours = PARTITION_BYTES / bytes_per_sec / 3600.0;
@@ -303,6 +389,12 @@ pub fn plan(input: &PlanInput) -> Result<Plan, PlanError> {
         peak_key_wcu,
         min_write_shards,
         recommended_write_shards,
+        table_partitions,
+        recommended_partition_skew,
+        recommended_usable_fraction,
+        even_write_shards,
+        even_partition_skew,
+        even_usable_fraction,
         partition_fill_hours,
         recommended_period,
         period_fits,
@@ -314,6 +406,81 @@ pub fn plan(input: &PlanInput) -> Result<Plan, PlanError> {
         monthly_cost_provisioned_usd,
         arithmetic: lines,
     })
+}
+
+/// The partition (of `partitions`, equal hash ranges) a string partition
+/// key lands on, as the limits proxy (`tools/limits`) places it: the first
+/// 8 bytes of SHA-256 over the typed key (`S:` and the value), big-endian,
+/// scaled to the partition count.
+pub fn partition_of(pk: &str, partitions: u32) -> u32 {
+    let mut h = Sha256::new();
+    h.update(b"S:");
+    h.update(pk.as_bytes());
+    let d = h.finalize();
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&d[..8]);
+    let x = u128::from(u64::from_be_bytes(b));
+    u32::try_from((x * u128::from(partitions)) >> 64).unwrap_or(0)
+}
+
+/// Expected load of the hottest partition over the mean when `shards`
+/// equally loaded `time_bucket` keys (`{shard}#{hour}`) share `partitions`
+/// partitions: the mean over [`SKEW_SAMPLES`] consecutive hours, each hour's
+/// keys placed with [`partition_of`]. 1.0 is perfectly even.
+pub fn partition_skew(shards: u32, partitions: u32) -> f64 {
+    if shards == 0 || partitions <= 1 {
+        return 1.0;
+    }
+    let mut counts = vec![0u32; partitions as usize];
+    let base = DateTime::<Utc>::from_timestamp(1_767_225_600, 0).unwrap_or_default();
+    let mut total = 0.0;
+    for h in 0..SKEW_SAMPLES {
+        counts.iter_mut().for_each(|c| *c = 0);
+        let hour = (base + chrono::Duration::hours(i64::from(h))).format("%Y-%m-%dT%H");
+        for s in 0..shards {
+            counts[partition_of(&format!("{s}#{hour}"), partitions) as usize] += 1;
+        }
+        let max = counts.iter().copied().max().unwrap_or(0);
+        total += f64::from(max) * f64::from(partitions) / f64::from(shards);
+    }
+    // Three decimals: the sampling is not finer, and a plan prints tidy numbers.
+    (total / f64::from(SKEW_SAMPLES) * 1000.0).round() / 1000.0
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// Fewest shards from `from` up (to [`MAX_EVEN_SHARDS`]) whose expected
+/// skew is within `bound`: doubling, then bisection (skew falls with more
+/// keys, up to the sampling noise).
+fn even_shards(from: u32, partitions: u32, bound: f64) -> Option<u32> {
+    let ok = |n: u32| partition_skew(n, partitions) <= bound;
+    let mut lo = from.max(1);
+    if ok(lo) {
+        return Some(lo);
+    }
+    let mut hi = lo;
+    loop {
+        if hi >= MAX_EVEN_SHARDS {
+            return None;
+        }
+        hi = (hi * 2).min(MAX_EVEN_SHARDS);
+        if ok(hi) {
+            break;
+        }
+        lo = hi;
+    }
+    // ok(hi), !ok(lo)
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if ok(mid) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    Some(hi)
 }
 
 /// The DynamoDB size of the item `router` makes from a sample record. A
@@ -348,7 +515,38 @@ mod tests {
             retention: Duration::from_secs(30 * 86_400),
             safety_factor: 1.0,
             prices: Prices::default(),
+            table_partitions: None,
+            max_partition_skew: 1.25,
         }
+    }
+
+    /// The hot-partition benchmark's layout: 10 write shards on a
+    /// 10-partition table landed on 7 partitions, the hottest with 22% of
+    /// the items: skew 2.2, about 45% usable. The expected skew of that
+    /// layout is as bad; the planner finds a count within the bound.
+    #[test]
+    fn ten_shards_on_ten_partitions_fill_them_unevenly() {
+        let hour = "2026-11-22T06";
+        let mut counts = [0u32; 10];
+        for s in 0..10 {
+            counts[partition_of(&format!("{s}#{hour}"), 10) as usize] += 1;
+        }
+        assert_eq!(counts.iter().filter(|&&c| c > 0).count(), 7, "{counts:?}");
+        let skew = partition_skew(10, 10);
+        assert!((2.2..3.5).contains(&skew), "{skew}");
+        let mut i = input(8000.0, 8000.0, 200);
+        i.peak_key_events_per_sec = Some(8000.0);
+        i.table_partitions = Some(10);
+        let p = plan(&i).unwrap();
+        assert_eq!(p.recommended_write_shards, 8);
+        assert!(p.recommended_usable_fraction < 0.5);
+        let n = p.even_write_shards.unwrap();
+        let k = p.even_partition_skew.unwrap();
+        assert!(k <= 1.25, "{k}");
+        assert!(n > 100 && n < 1000, "{n}");
+        assert!(partition_skew(n - 1, 10) > 1.25, "not the fewest");
+        assert!(p.even_usable_fraction.unwrap() >= 0.8);
+        assert!(p.arithmetic.iter().any(|l| l.contains("even partitions")));
     }
 
     #[test]

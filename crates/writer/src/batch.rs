@@ -7,6 +7,10 @@
 //! - A batch holds at most 25 distinct keys and at most 16 MB of request body
 //!   (counted on the items' JSON encoding, which is what DynamoDB receives).
 //! - Items returned for retry go back to the front, ahead of newer work.
+//! - With a gate ([`TableQueue::take_batch_gated`], per-key pacing), entries
+//!   of a partition key the gate holds back wait in that key's own queue, in
+//!   their order, while every other key's entries go on; a held key's
+//!   entries go first once it is let through again.
 
 use std::collections::VecDeque;
 
@@ -31,6 +35,8 @@ pub struct Entry<T> {
     pub key: ItemKey,
     /// The key's 64-bit hash: what the queue indexes (no key copies).
     pub key_hash: u64,
+    /// The partition key's 64-bit hash: what per-key pacing tracks.
+    pub pk_hash: u64,
     /// The item to put (the latest submitted for this key).
     pub item: WireItem,
     /// Bytes of this item in the request body.
@@ -59,6 +65,10 @@ pub struct TableQueue<T> {
     order: VecDeque<usize>,
     keys: HashMap<u64, KeyState>,
     in_flight: usize,
+    /// Slots of entries whose partition key a gate held back, per
+    /// partition-key hash, in send order.
+    parked: HashMap<u64, VecDeque<usize>>,
+    parked_len: usize,
     hasher: RandomState,
     max_items: usize,
     max_bytes: usize,
@@ -135,20 +145,32 @@ impl<T> TableQueue<T> {
             order: VecDeque::new(),
             keys: HashMap::new(),
             in_flight: 0,
+            parked: HashMap::new(),
+            parked_len: 0,
             hasher: RandomState::default(),
             max_items: max_items.max(1),
             max_bytes,
         }
     }
 
-    /// Distinct keys pending (not in flight).
+    /// Distinct keys pending (not in flight), held back ones included.
     pub fn len(&self) -> usize {
-        self.order.len()
+        self.order.len() + self.parked_len
     }
 
     /// Nothing pending.
     pub fn is_empty(&self) -> bool {
-        self.order.is_empty()
+        self.order.is_empty() && self.parked_len == 0
+    }
+
+    /// Partition-key hashes with entries held back by a gate.
+    pub fn parked_keys(&self) -> impl Iterator<Item = u64> + '_ {
+        self.parked.keys().copied()
+    }
+
+    /// Entries held back by a gate.
+    pub fn parked_len(&self) -> usize {
+        self.parked_len
     }
 
     /// Keys currently in flight (taken by [`take_batch`](Self::take_batch)
@@ -172,10 +194,12 @@ impl<T> TableQueue<T> {
             e.tokens.push(token);
             return;
         }
+        let pk_hash = self.hasher.hash_one(key.pk());
         let slot = self.slots.store(Entry {
             wire_bytes: item.json().len(),
             key,
             key_hash,
+            pk_hash,
             item,
             wcu,
             tokens: smallvec![token],
@@ -293,9 +317,125 @@ impl<T> TableQueue<T> {
         batch
     }
 
+    /// [`take_batch`](Self::take_batch) with a gate on partition keys:
+    /// `gate(pk_hash, wcu)` says whether an entry may go now (and charges it
+    /// if so). Held keys' entries go first, while their gate allows; an entry
+    /// the gate refuses, and every later entry of its partition key, waits in
+    /// that key's queue.
+    pub fn take_batch_gated(&mut self, mut gate: impl FnMut(u64, u64) -> bool) -> Vec<Entry<T>> {
+        let mut batch = Vec::new();
+        let mut bytes = REQUEST_OVERHEAD;
+        if !self.parked.is_empty() {
+            let pks: Vec<u64> = self.parked.keys().copied().collect();
+            for pk in pks {
+                if batch.len() >= self.max_items {
+                    break;
+                }
+                self.drain_parked(pk, &mut gate, &mut batch, &mut bytes);
+            }
+        }
+        let mut deferred = Vec::new();
+        while batch.len() < self.max_items {
+            let Some(slot) = self.order.pop_front() else {
+                break;
+            };
+            let Some(e) = self.slots.get(slot) else {
+                continue;
+            };
+            let (key_hash, pk_hash, wcu) = (e.key_hash, e.pk_hash, e.wcu);
+            let cost = e.wire_bytes + PER_ITEM_OVERHEAD;
+            if let Some(q) = self.parked.get_mut(&pk_hash) {
+                q.push_back(slot);
+                self.parked_len += 1;
+                continue;
+            }
+            if self.keys.get(&key_hash).is_some_and(|st| st.in_flight) {
+                deferred.push(slot);
+                continue;
+            }
+            if !batch.is_empty() && bytes + cost > self.max_bytes {
+                self.order.push_front(slot);
+                break;
+            }
+            if !gate(pk_hash, wcu) {
+                self.parked.entry(pk_hash).or_default().push_back(slot);
+                self.parked_len += 1;
+                continue;
+            }
+            bytes += cost;
+            self.take_slot(slot, key_hash, &mut batch);
+        }
+        for slot in deferred.into_iter().rev() {
+            self.order.push_front(slot);
+        }
+        batch
+    }
+
+    /// Moves a held key's entries into `batch` while the gate allows.
+    fn drain_parked(
+        &mut self,
+        pk: u64,
+        gate: &mut impl FnMut(u64, u64) -> bool,
+        batch: &mut Vec<Entry<T>>,
+        bytes: &mut usize,
+    ) {
+        while batch.len() < self.max_items {
+            let Some(&slot) = self.parked.get(&pk).and_then(VecDeque::front) else {
+                self.parked.remove(&pk);
+                return;
+            };
+            let Some(e) = self.slots.get(slot) else {
+                self.pop_parked(pk);
+                continue;
+            };
+            let (key_hash, wcu) = (e.key_hash, e.wcu);
+            let cost = e.wire_bytes + PER_ITEM_OVERHEAD;
+            // A key in flight, a full request or a closed gate: this key
+            // waits (its order is kept) and the next one is tried.
+            if self.keys.get(&key_hash).is_some_and(|st| st.in_flight)
+                || (!batch.is_empty() && *bytes + cost > self.max_bytes)
+                || !gate(pk, wcu)
+            {
+                return;
+            }
+            self.pop_parked(pk);
+            *bytes += cost;
+            self.take_slot(slot, key_hash, batch);
+        }
+    }
+
+    fn pop_parked(&mut self, pk: u64) {
+        if let Some(q) = self.parked.get_mut(&pk) {
+            if q.pop_front().is_some() {
+                self.parked_len -= 1;
+            }
+            if q.is_empty() {
+                self.parked.remove(&pk);
+            }
+        }
+    }
+
+    /// Takes a pending slot into a batch: its key becomes in flight.
+    fn take_slot(&mut self, slot: usize, key_hash: u64, batch: &mut Vec<Entry<T>>) {
+        let st = self.keys.entry(key_hash).or_default();
+        st.in_flight = true;
+        if st.pending == Some(slot) {
+            st.pending = None;
+        }
+        self.in_flight += 1;
+        if let Some(e) = self.slots.take(slot) {
+            batch.push(e);
+        }
+    }
+
     /// Removes everything pending (for a table that will not come back).
     pub fn drain(&mut self) -> Vec<Entry<T>> {
-        let mut out = Vec::with_capacity(self.order.len());
+        let mut out = Vec::with_capacity(self.len());
+        let parked: Vec<usize> = self.parked.drain().flat_map(|(_, q)| q).collect();
+        self.parked_len = 0;
+        for slot in parked.into_iter().rev() {
+            self.order.push_front(slot);
+        }
         while let Some(slot) = self.order.pop_front() {
             let Some(e) = self.slots.take(slot) else {
                 continue;
@@ -427,6 +567,65 @@ mod tests {
             total += b.len();
         }
         assert_eq!(total, 25);
+    }
+
+    #[test]
+    fn a_gate_holds_back_one_partition_key_and_lets_the_others_pass() {
+        let now = Instant::now();
+        let mut q: TableQueue<u32> = TableQueue::default();
+        // Ten items of partition key "hot" interleaved with ten cold keys.
+        for i in 0..10u32 {
+            q.push(
+                ItemKey::new("hot", &format!("s{i}")),
+                item(0, "x"),
+                1,
+                i,
+                now,
+            );
+            q.push(
+                ItemKey::new(&format!("c{i}"), "s"),
+                item(0, "x"),
+                1,
+                100 + i,
+                now,
+            );
+        }
+        let hot = q.hasher.hash_one("hot");
+        let b = q.take_batch_gated(|pk, _| pk != hot);
+        let tokens: Vec<u32> = b.iter().map(|e| e.tokens[0]).collect();
+        assert_eq!(
+            tokens,
+            (100..110).collect::<Vec<_>>(),
+            "only cold keys went"
+        );
+        assert_eq!(q.parked_len(), 10);
+        assert_eq!(q.len(), 10);
+        assert!(!q.is_empty());
+        q.release(&b);
+        // A new hot item joins its key's queue behind the held ones.
+        q.push(ItemKey::new("hot", "s10"), item(0, "x"), 1, 10, now);
+        q.push(ItemKey::new("c", "s"), item(0, "x"), 1, 200, now);
+        // The gate lets three hot items through: they go first, in order.
+        let mut budget = 3;
+        let b = q.take_batch_gated(|pk, _| {
+            if pk != hot {
+                return true;
+            }
+            budget -= 1;
+            budget >= 0
+        });
+        let tokens: Vec<u32> = b.iter().map(|e| e.tokens[0]).collect();
+        assert_eq!(tokens, vec![0, 1, 2, 200]);
+        q.release(&b);
+        // Open: the rest of the hot key in its order; drain empties all.
+        let b = q.take_batch_gated(|_, _| true);
+        let tokens: Vec<u32> = b.iter().map(|e| e.tokens[0]).collect();
+        assert_eq!(tokens, (3..=10).collect::<Vec<_>>());
+        assert!(q.is_empty() && q.parked_len() == 0);
+        q.push(ItemKey::new("hot", "z"), item(0, "x"), 1, 11, now);
+        assert!(q.take_batch_gated(|_, _| false).is_empty());
+        assert_eq!(q.drain().len(), 1);
+        assert!(q.is_empty());
     }
 
     #[test]

@@ -51,6 +51,18 @@ pub struct WriterConfig {
     #[schemars(with = "String")]
     #[serde(with = "humantime_serde")]
     pub call_timeout: Duration,
+    /// Pace hot partition keys on their own: items of a key DynamoDB
+    /// throttles (UnprocessedItems, or a key-range throttling reason) are held
+    /// back with that key's own rate and back-off, while every other key
+    /// flows at the table's rate. `false`: every throttle slows the whole
+    /// table, as a per-table controller does. Default `true`.
+    pub key_pacing: bool,
+    /// Highest rate one throttled partition key is paced at, in WCU/s.
+    /// Default 1,000: what one DynamoDB partition serves.
+    pub max_key_wcu: f64,
+    /// Most partition keys per table with a pacing state (each about 100
+    /// bytes); states expire after 10 s without a throttle. Default 10,000.
+    pub max_paced_keys: usize,
     /// Name of the partition key attribute, used to match UnprocessedItems back
     /// to submissions. Default `"pk"`. The `tidemark` worker always sets it
     /// from `schema.key_attributes.pk`; a value written here is replaced.
@@ -105,6 +117,9 @@ impl Default for WriterConfig {
             backoff_cap: default_backoff_cap(),
             capacity_refresh: default_capacity_refresh(),
             call_timeout: default_call_timeout(),
+            key_pacing: true,
+            max_key_wcu: 1_000.0,
+            max_paced_keys: 10_000,
             pk_attribute: "pk".to_owned(),
             sk_attribute: "sk".to_owned(),
         }
@@ -137,6 +152,12 @@ impl WriterConfig {
         }
         if self.call_timeout.is_zero() || self.capacity_refresh.is_zero() {
             return Err("writer.call_timeout and writer.capacity_refresh must be > 0".into());
+        }
+        if !(self.max_key_wcu.is_finite() && self.max_key_wcu >= 1.0) {
+            return Err("writer.max_key_wcu must be at least 1 (WCU/s)".into());
+        }
+        if self.max_paced_keys == 0 {
+            return Err("writer.max_paced_keys must be at least 1".into());
         }
         if self.pk_attribute.is_empty() {
             return Err("writer.pk_attribute must name the partition key attribute".into());

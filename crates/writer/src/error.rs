@@ -5,6 +5,8 @@ use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::describe_table::DescribeTableError;
 use tidemark_aws_errors::{ErrorClass, classify};
 
+use crate::keyrate::Scope;
+
 /// Why the writer stopped or refused a submission.
 #[derive(Debug, thiserror::Error)]
 pub enum WriterError {
@@ -34,8 +36,9 @@ pub enum WriterError {
 /// [`ErrorClass`] with the text the loop logs or reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Failure {
-    /// The table is over capacity: back off, cut the rate, retry.
-    Throttled,
+    /// Over capacity: the table's, or one key range's (DynamoDB's
+    /// `ThrottlingReasons` say which, when the answer carries them).
+    Throttled(Scope),
     /// 5xx, timeout, connection: back off and retry, without limit.
     Transient(String),
     /// DynamoDB rejected the request's content: bisect to find the items.
@@ -51,7 +54,7 @@ impl Failure {
     pub(crate) fn outcome(&self) -> tidemark_governor::Outcome {
         use tidemark_governor::Outcome;
         match self {
-            Failure::Throttled => Outcome::Throttled,
+            Failure::Throttled(_) => Outcome::Throttled,
             Failure::Transient(_) => Outcome::Congested,
             Failure::Invalid(_) | Failure::TableMissing(_) | Failure::Fatal { .. } => {
                 Outcome::Answered
@@ -71,7 +74,7 @@ impl Failure {
         let message = message.unwrap_or_default().to_owned();
         let status_text = || format!("HTTP {}", status.map_or("?".into(), |s| s.to_string()));
         match class {
-            ErrorClass::Throttled => Self::Throttled,
+            ErrorClass::Throttled => Self::Throttled(Scope::Unknown),
             ErrorClass::Retry => Self::Transient(format!(
                 "{}: {message}",
                 code.map_or_else(status_text, str::to_owned)
@@ -97,12 +100,35 @@ impl Failure {
 /// and JSON body (see [`tidemark_aws_errors::classify_http`]).
 pub(crate) fn classify_raw(status: u16, body: &[u8]) -> Failure {
     let e = tidemark_aws_errors::classify_http(status, body);
-    Failure::from_class(
+    match Failure::from_class(
         e.class,
         e.code.as_deref(),
         e.message.as_deref(),
         Some(status),
-    )
+    ) {
+        Failure::Throttled(_) => Failure::Throttled(throttle_scope(body)),
+        other => other,
+    }
+}
+
+/// What a throttling error's `ThrottlingReasons` say (the SDK's
+/// `types::ThrottlingReason`, on `ProvisionedThroughputExceededException`,
+/// `ThrottlingException` and `RequestLimitExceeded`): read from the raw body,
+/// which the writer's transport returns unparsed.
+fn throttle_scope(body: &[u8]) -> Scope {
+    #[derive(serde::Deserialize)]
+    struct Body {
+        #[serde(rename = "ThrottlingReasons", default)]
+        reasons: Vec<Reason>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Reason {
+        reason: Option<String>,
+    }
+    match serde_json::from_slice::<Body>(body) {
+        Ok(b) => Scope::of_reasons(b.reasons.iter().filter_map(|r| r.reason.as_deref())),
+        Err(_) => Scope::Unknown,
+    }
 }
 
 /// Classifies a DescribeTable failure.
@@ -150,11 +176,9 @@ mod tests {
                 Some(400),
             )
         };
-        assert_eq!(
-            c("ProvisionedThroughputExceededException"),
-            Failure::Throttled
-        );
-        assert_eq!(c("ThrottlingException"), Failure::Throttled);
+        let throttled = Failure::Throttled(Scope::Unknown);
+        assert_eq!(c("ProvisionedThroughputExceededException"), throttled);
+        assert_eq!(c("ThrottlingException"), throttled);
         assert_eq!(c("ValidationException"), Failure::Invalid("m".into()));
         assert_eq!(
             c("ResourceNotFoundException"),
@@ -172,16 +196,27 @@ mod tests {
             Failure::Transient(_)
         ));
         // The two lists disagreed; the shared one throttles these.
-        assert_eq!(c("LimitExceededException"), Failure::Throttled);
-        assert_eq!(c("KMSThrottlingException"), Failure::Throttled);
+        assert_eq!(c("LimitExceededException"), throttled);
+        assert_eq!(c("KMSThrottlingException"), throttled);
         assert!(matches!(c("InternalServerError"), Failure::Transient(_)));
-        assert_eq!(classify_raw(429, b""), Failure::Throttled);
+        assert_eq!(classify_raw(429, b""), throttled);
     }
 
     #[test]
     fn raw_answers_classify_by_type_and_status() {
         let throttled = br#"{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException","message":"slow"}"#;
-        assert_eq!(classify_raw(400, throttled), Failure::Throttled);
+        assert_eq!(
+            classify_raw(400, throttled),
+            Failure::Throttled(Scope::Unknown)
+        );
+        // DynamoDB's throttling reasons, as the limits proxy sends them.
+        let key_range = br#"{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException","message":"slow","ThrottlingReasons":[{"reason":"TableWriteKeyRangeThroughputExceeded","resource":"arn:aws:dynamodb:us-east-1:000000000000:table/t"}]}"#;
+        assert_eq!(
+            classify_raw(400, key_range),
+            Failure::Throttled(Scope::KeyRange)
+        );
+        let table = br#"{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException","message":"slow","ThrottlingReasons":[{"reason":"TableWriteProvisionedThroughputExceeded"}]}"#;
+        assert_eq!(classify_raw(400, table), Failure::Throttled(Scope::Table));
         assert_eq!(
             classify_raw(
                 400,

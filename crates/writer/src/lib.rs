@@ -16,6 +16,9 @@
 //!   one map by key hash): coalescing, 25 items / 16 MB batches.
 //! - `rate` (private): the pure rate control law (token-bucket pacing, AIMD,
 //!   adaptive concurrency), tested by deterministic simulation.
+//! - `keyrate` (private): the pure per-key pacing law for hot partition keys
+//!   (a key DynamoDB throttles gets its own rate and back-off; the others
+//!   flow at the table's rate), tested by simulated scenarios on and off.
 //! - [`error`]: [`WriterError`], and the writer's action per class of
 //!   DynamoDB error (classes from `tidemark-aws-errors`).
 //! - [`transport`]: [`Transport`] and [`SdkTransport`]: one pre-encoded
@@ -28,7 +31,7 @@
 //! - [`stats`]: [`WriterStats`], the counters the worker prints.
 //! - [`metrics`]: every metric name, and [`metrics::describe`] for HELP lines.
 //!
-//! Dependencies run one way: `writer` → `table` → {`batch`, `rate`,
+//! Dependencies run one way: `writer` → `table` → {`batch`, `rate`, `keyrate`,
 //! `transport` (→ `batch`), `response`, `error`, `stats`
 //! (→ `metrics`)}; `ack`, `missing` and `config` import no module of the crate.
 //!
@@ -52,11 +55,17 @@
 //!   (every token acknowledged with the survivor), and a key is never in two
 //!   calls at once, so an older value can never land after a newer one.
 //! - **Tables are independent**: each has its own queue, pacer and back-off.
+//! - **Hot keys are paced on their own** (`key_pacing`, on by default): items
+//!   of a partition key DynamoDB throttles wait in that key's queue, at most
+//!   `max_key_wcu`, while other keys keep the table's rate; the guarantees
+//!   above hold for them unchanged (they are acknowledged only after store,
+//!   retried without limit, and a key is still never in two calls at once).
 
 pub mod ack;
 pub(crate) mod batch;
 pub mod config;
 pub mod error;
+pub(crate) mod keyrate;
 pub mod metrics;
 pub mod missing;
 pub(crate) mod rate;

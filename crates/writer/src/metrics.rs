@@ -20,6 +20,8 @@ pub const TRANSIENT_ERRORS: &str = "tidemark_writer_transient_errors_total";
 pub const CONSUMED_WCU: &str = "tidemark_writer_consumed_wcu_total";
 /// Gauge: the rate the controller plans, WCU/s.
 pub const RATE: &str = "tidemark_writer_rate_wcu";
+/// Gauge: partition keys paced on their own (hot keys), per table.
+pub const PACED_KEYS: &str = "tidemark_writer_paced_keys";
 /// Histogram: BatchWriteItem call latency, seconds.
 pub const CALL_SECONDS: &str = "tidemark_writer_call_seconds";
 /// Counter: submissions completed as Rejected, label `reason`.
@@ -59,6 +61,11 @@ const HELP: &[(&str, Kind, &str)] = &[
         "WCU DynamoDB reported consumed (ReturnConsumedCapacity TOTAL).",
     ),
     (RATE, Kind::Gauge, "The rate the controller plans, WCU/s."),
+    (
+        PACED_KEYS,
+        Kind::Gauge,
+        "Partition keys throttled lately and paced on their own (hot keys).",
+    ),
     (
         CALL_SECONDS,
         Kind::Histogram(Some(Unit::Seconds)),

@@ -232,6 +232,15 @@ impl RateController {
         (now.duration_since(self.started) >= w).then(|| self.accepted_sum / w.as_secs_f64())
     }
 
+    /// Has the table accepted at least `fraction` of its known capacity
+    /// over the last window? (`false` while the capacity is unknown.)
+    pub(crate) fn saturated(&self, now: Instant, fraction: f64) -> bool {
+        match (self.cap, self.accepted_rate(now)) {
+            (Some(cap), Some(accepted)) => accepted >= fraction * cap,
+            _ => false,
+        }
+    }
+
     fn refill(&mut self, now: Instant) {
         let dt = now
             .saturating_duration_since(self.last_refill)

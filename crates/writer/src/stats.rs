@@ -78,6 +78,7 @@ pub(crate) struct TableStats {
     consumed: Counter,
     rate: Gauge,
     latency: Histogram,
+    paced_keys: Gauge,
 }
 
 impl TableStats {
@@ -92,6 +93,7 @@ impl TableStats {
             transient: counter!(crate::metrics::TRANSIENT_ERRORS, "table" => t.clone()),
             consumed: counter!(crate::metrics::CONSUMED_WCU, "table" => t.clone()),
             rate: gauge!(crate::metrics::RATE, "table" => t.clone()),
+            paced_keys: gauge!(crate::metrics::PACED_KEYS, "table" => t.clone()),
             latency: histogram!(crate::metrics::CALL_SECONDS, "table" => t.clone()),
             table: t,
             shared,
@@ -140,6 +142,10 @@ impl TableStats {
         if let Ok(mut r) = self.shared.rates.lock() {
             r.insert(self.table.clone(), wcu);
         }
+    }
+
+    pub(crate) fn paced_keys(&self, keys: usize) {
+        self.paced_keys.set(keys as f64);
     }
 
     pub(crate) fn dead_letter(&self, reason: Reason, tokens: u64) {

@@ -22,6 +22,7 @@ use crate::ack::{Complete, Permits, Token, WriteOutcome};
 use crate::batch::{Entry, TableQueue};
 use crate::config::WriterConfig;
 use crate::error::{Failure, WriterError, classify_describe, classify_raw};
+use crate::keyrate::{Gate, ItemResult, KeyPacer, KeyParams, Scope};
 use crate::missing::{MissingTableAction, MissingTableHandler, MissingWait};
 use crate::rate::{Admit, CallFeedback, Capacity, RateController, RateParams};
 use crate::response::{self, BatchAnswer};
@@ -79,6 +80,11 @@ pub(crate) struct TableTask {
     /// Batches that found the table missing, waiting for the handler.
     missing_wait: MissingWait<Batch>,
     ctl: RateController,
+    /// Per-key pacing of hot partition keys (`None`: `key_pacing = false`).
+    keys: Option<KeyPacer>,
+    last_expire: std::time::Instant,
+    /// When a batch last drained held keys (see `dispatch`).
+    last_parked_send: std::time::Instant,
     events: FuturesUnordered<BoxFuture<'static, Event>>,
     calls_in_flight: usize,
     hold_until: Option<Instant>,
@@ -146,6 +152,18 @@ impl TableTask {
         TableTask {
             stats: TableStats::new(&table, shared),
             ctl: RateController::new(params, now.into_std()),
+            keys: cfg.key_pacing.then(|| {
+                KeyPacer::new(
+                    KeyParams {
+                        max_key_wcu: cfg.max_key_wcu,
+                        max_keys: cfg.max_paced_keys,
+                        ..KeyParams::default()
+                    },
+                    now.into_std(),
+                )
+            }),
+            last_expire: now.into_std(),
+            last_parked_send: now.into_std(),
             backoff: backoff_schedule(&cfg),
             table,
             client,
@@ -267,12 +285,34 @@ impl TableTask {
         }
         let force = !self.rx_open || !self.flush_waiters.is_empty();
         let std_now = now.into_std();
+        if let Some(k) = self.keys.as_mut()
+            && std_now.saturating_duration_since(self.last_expire) >= KEY_EXPIRY_SWEEP
+        {
+            k.expire(std_now);
+            self.last_expire = std_now;
+            self.stats.paced_keys(k.tracked());
+        }
         loop {
             let isolated = !self.isolated.is_empty();
-            if !isolated && !self.queue.due(std_now, self.cfg.linger, force) {
+            // A held key that may go again rides in the next batch the queue
+            // makes anyway (held keys go first); on its own it makes a batch
+            // at most once per linger: sending a few of its items in each
+            // call would shrink every batch, and calls in flight are bounded.
+            let (parked_ready, parked_wake) = self.parked(std_now);
+            let parked_due_at = self.last_parked_send + self.cfg.linger;
+            let parked_due = parked_ready && (force || std_now >= parked_due_at);
+            if !isolated && !parked_due && !self.queue.due(std_now, self.cfg.linger, force) {
+                let parked_next = if parked_ready {
+                    Some(parked_due_at)
+                } else {
+                    parked_wake.map(|w| w.max(parked_due_at))
+                };
                 let next = self
                     .queue
                     .deadline(self.cfg.linger)
+                    .into_iter()
+                    .chain(parked_next)
+                    .min()
                     .map(|d| now + d.saturating_duration_since(std_now));
                 return Ok(next);
             }
@@ -290,15 +330,39 @@ impl TableTask {
             };
             let batch = if isolated {
                 self.isolated.pop_front().unwrap_or_default()
+            } else if let Some(k) = self.keys.as_mut() {
+                if self.queue.parked_len() > 0 {
+                    self.last_parked_send = std_now;
+                }
+                self.queue
+                    .take_batch_gated(|pk, wcu| k.admit(pk, wcu as f64, std_now) == Gate::Go)
             } else {
                 self.queue.take_batch()
             };
             if batch.is_empty() {
-                // Every due key is in flight: a call result will wake us.
-                return Ok(None);
+                // Every due key is in flight (a call result will wake us) or
+                // held back by its own pacing (wake when the first may go).
+                let (_, wake) = self.parked(std_now);
+                return Ok(wake.map(|d| now + d.saturating_duration_since(std_now)));
             }
             self.send(batch, isolated, permit, now)?;
         }
+    }
+
+    /// Whether a held-back partition key may go now, and when the first
+    /// one may go otherwise.
+    fn parked(&mut self, now: std::time::Instant) -> (bool, Option<std::time::Instant>) {
+        let Some(k) = self.keys.as_mut() else {
+            return (false, None);
+        };
+        let mut wake: Option<std::time::Instant> = None;
+        for pk in self.queue.parked_keys() {
+            match k.ready_at(pk, now) {
+                None => return (true, None),
+                Some(t) => wake = Some(wake.map_or(t, |w| w.min(t))),
+            }
+        }
+        (false, wake)
     }
 
     fn send(
@@ -445,7 +509,7 @@ impl TableTask {
                         permit.finish(Outcome::Answered);
                         // Unprocessed items of a bisected half rejoin the normal
                         // queue: the half was valid, so they cannot poison a batch.
-                        self.on_output(batch, answer, &mut fb, now);
+                        self.on_output(batch, answer, &mut fb, sent_at, now);
                         self.ctl.on_result(fb, now.into_std());
                         self.stats.rate(self.ctl.rate());
                         return Ok(());
@@ -464,10 +528,22 @@ impl TableTask {
         };
         permit.finish(class.outcome());
         match class {
-            Failure::Throttled => {
-                fb.throttled = true;
+            Failure::Throttled(scope) => {
+                let results: Vec<ItemResult> = batch
+                    .iter()
+                    .map(|e| ItemResult {
+                        key: e.pk_hash,
+                        wcu: e.wcu as f64,
+                        stored: false,
+                    })
+                    .collect();
+                fb.throttled = self.table_throttled(&results, scope, sent_at, now);
                 self.stats.throttled(0);
-                self.retry(batch, isolated, now);
+                if fb.throttled || isolated {
+                    self.retry(batch, isolated, now);
+                } else {
+                    self.requeue_paced(batch);
+                }
             }
             Failure::Transient(msg) => {
                 tracing::debug!(table = %self.table, error = %msg, "transient BatchWriteItem failure");
@@ -502,6 +578,7 @@ impl TableTask {
         batch: Batch,
         answer: BatchAnswer,
         fb: &mut CallFeedback,
+        sent_at: Instant,
         now: Instant,
     ) {
         if let Some(wcu) = answer.consumed {
@@ -522,10 +599,29 @@ impl TableTask {
         // Some emulators report 1 unit per call; never feed the controller
         // less than the stored items' own cost.
         fb.consumed_wcu = answer.consumed.unwrap_or(0.0).max(stored_wcu as f64);
+        let table_throttled = if self.keys.is_some() {
+            let results: Vec<ItemResult> = stored
+                .iter()
+                .map(|e| (e, true))
+                .chain(again.iter().map(|e| (e, false)))
+                .map(|(e, ok)| ItemResult {
+                    key: e.pk_hash,
+                    wcu: e.wcu as f64,
+                    stored: ok,
+                })
+                .collect();
+            self.table_throttled(&results, Scope::Unknown, sent_at, now)
+        } else {
+            !again.is_empty()
+        };
         if !again.is_empty() {
-            fb.throttled = true;
+            fb.throttled = table_throttled;
             self.stats.throttled(unprocessed as u64);
-            self.retry(again, false, now);
+            if table_throttled {
+                self.retry(again, false, now);
+            } else {
+                self.requeue_paced(again);
+            }
         } else if self.backoff_used {
             self.clean_calls += 1;
             if self.clean_calls >= CLEAN_CALLS_TO_RESET {
@@ -535,6 +631,38 @@ impl TableTask {
             }
         }
         self.complete(stored, &WriteOutcome::Stored);
+    }
+
+    /// Feeds a call's items to per-key pacing; returns whether the table's
+    /// own controller and back-off must treat the call as throttled (always,
+    /// without key pacing, if anything was throttled).
+    fn table_throttled(
+        &mut self,
+        results: &[ItemResult],
+        scope: Scope,
+        sent_at: Instant,
+        now: Instant,
+    ) -> bool {
+        let std_now = now.into_std();
+        let saturated = self.ctl.saturated(std_now, KEY_SATURATION);
+        match self.keys.as_mut() {
+            Some(k) => k.on_result(
+                sent_at.into_std(),
+                results,
+                scope,
+                saturated,
+                std_now,
+                self.rng.f64(),
+            ),
+            None => results.iter().any(|r| !r.stored),
+        }
+    }
+
+    /// Items of keys throttled on their own: back to the queue, where their
+    /// keys' pacing holds them; the table is not held.
+    fn requeue_paced(&mut self, batch: Batch) {
+        self.stats.retried(batch.len() as u64);
+        self.queue.requeue_front(batch);
     }
 
     /// A call that timed out or failed with a 5xx: besides the table's own
@@ -661,6 +789,12 @@ impl TableTask {
         }
     }
 }
+
+/// How often idle per-key pacing states are swept.
+const KEY_EXPIRY_SWEEP: std::time::Duration = std::time::Duration::from_secs(1);
+/// A table accepting this fraction of its capacity is full: a throttle
+/// without a reason is then the table's, not a key range's.
+const KEY_SATURATION: f64 = 0.97;
 
 /// Clean calls in a row after which the table's back-off starts over.
 const CLEAN_CALLS_TO_RESET: u32 = 8;

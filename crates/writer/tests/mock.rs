@@ -56,6 +56,9 @@ struct State {
     throttle_all: bool,
     /// Tables whose every call is throttled.
     throttle_tables: Vec<String>,
+    /// Partition keys whose partition is full: their items always come
+    /// back in UnprocessedItems, the other items of the call are stored.
+    hot: Vec<String>,
     /// While set, every call hangs (an overloaded endpoint: no answer before
     /// the writer's call timeout).
     hang_all: bool,
@@ -149,6 +152,7 @@ impl Fake {
             Some(Fault::Unprocessed(keys)) => unprocessed = keys,
             None => {}
         }
+        unprocessed.extend(g.hot.iter().cloned());
         let mut back = Vec::new();
         let mut wcu = 0.0;
         for it in items {
@@ -926,4 +930,69 @@ async fn a_brownout_holds_new_calls_instead_of_piling_on() {
     );
     h.close();
     task.await.unwrap().unwrap();
+}
+
+/// One hot partition key (its items always come back unprocessed) among
+/// cold ones sent in the same calls: with per-key pacing the cold items are
+/// stored round after round while the hot key waits on its own; with the
+/// table-wide control alone, the hot key's throttles hold the whole table.
+/// Either way the hot key's submissions are stored once it cools, each
+/// acknowledged exactly once.
+#[tokio::test(start_paused = true)]
+async fn a_hot_key_does_not_hold_back_the_other_keys() {
+    for key_pacing in [true, false] {
+        let fake = Fake::default();
+        fake.0.lock().unwrap().hot.push("hot".into());
+        let cfg = WriterConfig {
+            linger: Duration::from_millis(5),
+            key_pacing,
+            ..WriterConfig::default()
+        };
+        let (h, task) = start(&fake, cfg);
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        for r in 0..20 {
+            for i in 0..24 {
+                let pk = format!("c{r}-{i}");
+                submit(&h, &fake, &tx, "t", item(&pk, "v"), &pk)
+                    .await
+                    .unwrap();
+            }
+            let tag = format!("hot{r}");
+            submit(&h, &fake, &tx, "t", item("hot", &tag), &tag)
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let got = drain(&mut rx);
+        let cold_done = (0..20)
+            .flat_map(|r| (0..24).map(move |i| format!("c{r}-{i}")))
+            .filter(|t| got.get(t) == Some(&vec![WriteOutcome::Stored]))
+            .count();
+        assert!(
+            !got.keys().any(|t| t.starts_with("hot")),
+            "hot stored early"
+        );
+        if key_pacing {
+            assert_eq!(cold_done, 480, "cold keys waited behind the hot one");
+        } else {
+            assert!(
+                cold_done < 480,
+                "the table-wide control no longer holds cold keys back: this test shows nothing"
+            );
+        }
+        fake.0.lock().unwrap().hot.clear();
+        h.flush().await;
+        let mut got2 = got;
+        for (t, o) in drain(&mut rx) {
+            got2.entry(t).or_default().extend(o);
+        }
+        for r in 0..20 {
+            assert_eq!(got2[&format!("hot{r}")], vec![WriteOutcome::Stored]);
+        }
+        assert_eq!(got2.len(), 500);
+        assert!(got2.values().all(|o| o == &vec![WriteOutcome::Stored]));
+        h.close();
+        task.await.unwrap().unwrap();
+    }
 }

@@ -70,6 +70,15 @@ pub struct Config {
     #[arg(long = "partitions", env = "TIDEMARK_LIMITS_PARTITIONS", value_delimiter = ',', value_parser = parse_partition_override)]
     pub partitions: Vec<(String, u32)>,
 
+    /// Split a DynamoDB partition that keeps throttling this many seconds
+    /// (adaptive capacity's split for heat); 0: never.
+    #[arg(long, env = "TIDEMARK_LIMITS_SPLIT_HOT_AFTER", default_value_t = 0.0)]
+    pub split_hot_after: f64,
+
+    /// Most partition splits per table.
+    #[arg(long, env = "TIDEMARK_LIMITS_MAX_SPLITS", default_value_t = 8)]
+    pub max_splits: u32,
+
     /// GetRecords calls per shard per second.
     #[arg(long, env = "TIDEMARK_LIMITS_KINESIS_READ_CALLS", default_value_t = 5)]
     pub kinesis_read_calls: usize,
@@ -139,6 +148,9 @@ impl Config {
                 return Err(format!("{flag} must be a positive number, got {v}"));
             }
         }
+        if !(self.split_hot_after.is_finite() && self.split_hot_after >= 0.0) {
+            return Err("--split-hot-after must be >= 0 seconds".into());
+        }
         if !(self.burst_secs >= 0.0 && self.initial_credit_secs >= 0.0) {
             return Err("--burst-secs and --initial-credit-secs must be >= 0".into());
         }
@@ -153,6 +165,9 @@ impl Config {
             initial_credit_secs: self.initial_credit_secs,
             on_demand_wcu: self.on_demand_wcu,
             partition_overrides: self.partitions.iter().cloned().collect::<HashMap<_, _>>(),
+            split_hot_after: (self.split_hot_after > 0.0)
+                .then(|| std::time::Duration::from_secs_f64(self.split_hot_after)),
+            max_splits: self.max_splits,
         }
     }
 

@@ -6,7 +6,14 @@
 //!   unused capacity;
 //! - each table has `partitions` partitions, each a bucket refilled at
 //!   1,000 WCU/s holding one second of it; an item goes to the partition that
-//!   owns its partition-key hash, as DynamoDB's hash ranges do;
+//!   owns its partition-key hash, as DynamoDB's hash ranges do (they start
+//!   as equal ranges);
+//! - optionally (`split_hot_after`), a partition that stays busy for that
+//!   long (every second at least 80% of its rate consumed, or a throttle) is
+//!   split in two at the middle of its hash range, each half
+//!   with its own 1,000 WCU/s, as DynamoDB's adaptive capacity ("split for
+//!   heat") does; at most `max_splits` per table. A single key hotter than a
+//!   partition stays limited: a key never spans two partitions here;
 //! - a write is admitted only if both its partition and its table hold its
 //!   cost; otherwise it is throttled, naming which limit was hit.
 
@@ -56,6 +63,12 @@ pub struct DynamoLimits {
     pub on_demand_wcu: f64,
     /// Partition count per table, overriding the default formula.
     pub partition_overrides: HashMap<String, u32>,
+    /// Split a partition that has been busy (each second: at least
+    /// [`BUSY_SHARE`] of its rate consumed, or a throttle) for this long;
+    /// `None`: never.
+    pub split_hot_after: Option<std::time::Duration>,
+    /// Most splits per table.
+    pub max_splits: u32,
 }
 
 impl Default for DynamoLimits {
@@ -66,6 +79,8 @@ impl Default for DynamoLimits {
             initial_credit_secs: 1.0,
             on_demand_wcu: 4000.0,
             partition_overrides: HashMap::new(),
+            split_hot_after: None,
+            max_splits: 8,
         }
     }
 }
@@ -101,15 +116,78 @@ pub struct TableStats {
     pub throttled_table: u64,
     /// Items refused because their partition was full.
     pub throttled_key_range: u64,
+    /// Hot partitions split (adaptive capacity).
+    pub splits: u64,
+}
+
+/// Share of a partition's rate that makes a second busy. DynamoDB splits a
+/// partition for sustained high traffic, not only for throttles: a client
+/// pacing itself just under the limit still gets its partition split.
+pub const BUSY_SHARE: f64 = 0.8;
+
+/// One partition: the hash range from `start` to the next partition's.
+#[derive(Debug)]
+struct Partition {
+    start: u64,
+    bucket: TokenBucket,
+    stats: PartitionStats,
+    /// Busy every second since then.
+    hot_since: Option<Instant>,
+    /// The current one-second window: start, WCU consumed, any throttle.
+    window_start: Instant,
+    window_wcu: f64,
+    window_throttled: bool,
+}
+
+impl Partition {
+    fn new(start: u64, pw: f64, now: Instant) -> Self {
+        Partition {
+            start,
+            bucket: TokenBucket::new(pw, pw, pw, now),
+            stats: PartitionStats::default(),
+            hot_since: None,
+            window_start: now,
+            window_wcu: 0.0,
+            window_throttled: false,
+        }
+    }
+
+    /// Closes the one-second window if it is over: a busy one extends the
+    /// hot spell, a quiet one (or a gap) ends it.
+    fn roll(&mut self, now: Instant, pw: f64) {
+        let age = now.saturating_duration_since(self.window_start);
+        if age < std::time::Duration::from_secs(1) {
+            return;
+        }
+        let busy = self.window_throttled || self.window_wcu >= BUSY_SHARE * pw;
+        if busy && age < std::time::Duration::from_secs(2) {
+            self.hot_since.get_or_insert(self.window_start);
+        } else {
+            self.hot_since = None;
+        }
+        self.window_start = now;
+        self.window_wcu = 0.0;
+        self.window_throttled = false;
+    }
+}
+
+/// `n` partitions over equal hash ranges: partition `i` holds the hashes
+/// `h` with `h * n / 2^64 == i`, as [`DynamoLimiter::partition_index`] says.
+fn equal_partitions(n: usize, pw: f64, now: Instant) -> Vec<Partition> {
+    (0..n)
+        .map(|i| {
+            let start = ((i as u128) << 64).div_ceil(n as u128);
+            Partition::new(u64::try_from(start).unwrap_or(u64::MAX), pw, now)
+        })
+        .collect()
 }
 
 #[derive(Debug)]
 struct TableState {
     spec: TableSpec,
     table: TokenBucket,
-    partitions: Vec<TokenBucket>,
+    partitions: Vec<Partition>,
     stats: TableStats,
-    partition_stats: Vec<PartitionStats>,
 }
 
 /// Snapshot of one table for `/_limits/stats`.
@@ -199,13 +277,8 @@ impl DynamoLimiter {
                     wanted.max(state.partitions.len())
                 };
                 if keep != state.partitions.len() {
-                    // A split re-hashes key ranges; start the new set full.
-                    state.partitions = (0..keep)
-                        .map(|_| TokenBucket::new(pw, pw, pw, now))
-                        .collect();
-                    state
-                        .partition_stats
-                        .resize(keep, PartitionStats::default());
+                    // A new count re-hashes key ranges; start the new set full.
+                    state.partitions = equal_partitions(keep, pw, now);
                 }
                 state.spec = spec;
             }
@@ -216,11 +289,8 @@ impl DynamoLimiter {
                     TableState {
                         spec,
                         table: TokenBucket::new(rate, capacity, initial, now),
-                        partitions: (0..wanted)
-                            .map(|_| TokenBucket::new(pw, pw, pw, now))
-                            .collect(),
+                        partitions: equal_partitions(wanted, pw, now),
                         stats: TableStats::default(),
-                        partition_stats: vec![PartitionStats::default(); wanted],
                     },
                 );
             }
@@ -250,11 +320,38 @@ impl DynamoLimiter {
     /// The partition (of `n`) that owns a partition key: its hash's position
     /// in the 64-bit hash space split into `n` equal ranges.
     pub fn partition_index(pk: &[u8], n: usize) -> usize {
+        ((u128::from(Self::key_hash(pk)) * n as u128) >> 64) as usize
+    }
+
+    /// A partition key's position in the 64-bit hash space: the first
+    /// 8 bytes of its SHA-256, big-endian.
+    pub fn key_hash(pk: &[u8]) -> u64 {
         let d = Sha256::digest(pk);
         let mut b = [0u8; 8];
         b.copy_from_slice(&d[..8]);
-        let h = u64::from_be_bytes(b);
-        ((u128::from(h) * n as u128) >> 64) as usize
+        u64::from_be_bytes(b)
+    }
+
+    /// Splits partition `i` at the middle of its hash range.
+    fn split(state: &mut TableState, i: usize, pw: f64, now: Instant) {
+        let start = u128::from(state.partitions[i].start);
+        let end = state
+            .partitions
+            .get(i + 1)
+            .map_or(1u128 << 64, |p| u128::from(p.start));
+        if end - start < 2 {
+            return;
+        }
+        let mid = u64::try_from(start + (end - start) / 2).unwrap_or(u64::MAX);
+        let p = &mut state.partitions[i];
+        p.hot_since = None;
+        // Both halves start with what the partition had left: a split adds
+        // capacity from now on, never a burst.
+        let left = p.bucket.available(now).max(0.0);
+        let mut half = Partition::new(mid, pw, now);
+        half.bucket = TokenBucket::new(pw, pw, left, now);
+        state.partitions.insert(i + 1, half);
+        state.stats.splits += 1;
     }
 
     /// Decides one write of `wcu` units to the item whose partition key is
@@ -267,31 +364,48 @@ impl DynamoLimiter {
         now: Instant,
     ) -> Option<Result<usize, Throttle>> {
         let state = self.tables.get_mut(table)?;
-        let p = Self::partition_index(pk, state.partitions.len());
+        let h = Self::key_hash(pk);
+        let p = state
+            .partitions
+            .partition_point(|x| x.start <= h)
+            .saturating_sub(1);
         let cost = wcu as f64;
-        let part_ok = state.partitions[p].available(now) + 1e-9 >= cost;
+        let part_ok = state.partitions[p].bucket.available(now) + 1e-9 >= cost;
         let table_ok = state.table.available(now) + 1e-9 >= cost;
         let verdict = if !part_ok {
             Err(Throttle::KeyRange)
         } else if !table_ok {
             Err(Throttle::Table)
         } else {
-            state.partitions[p].charge(cost, now);
+            state.partitions[p].bucket.charge(cost, now);
             state.table.charge(cost, now);
             Ok(p)
         };
+        let pw = self.limits.partition_wcu;
+        let part = &mut state.partitions[p];
+        part.roll(now, pw);
         match verdict {
-            Ok(p) => {
+            Ok(_) => {
                 state.stats.consumed_wcu += wcu;
                 state.stats.accepted_items += 1;
-                state.partition_stats[p].consumed_wcu += wcu;
-                state.partition_stats[p].accepted_items += 1;
+                part.stats.consumed_wcu += wcu;
+                part.stats.accepted_items += 1;
+                part.window_wcu += cost;
             }
             Err(Throttle::KeyRange) => {
                 state.stats.throttled_key_range += 1;
-                state.partition_stats[p].throttled_items += 1;
+                part.stats.throttled_items += 1;
+                part.window_throttled = true;
             }
             Err(Throttle::Table) => state.stats.throttled_table += 1,
+        }
+        if let Some(after) = self.limits.split_hot_after
+            && part
+                .hot_since
+                .is_some_and(|h| now.saturating_duration_since(h) >= after)
+            && state.stats.splits < u64::from(self.limits.max_splits)
+        {
+            Self::split(state, p, pw, now);
         }
         Some(verdict)
     }
@@ -300,9 +414,9 @@ impl DynamoLimiter {
     pub fn reset_stats(&mut self) {
         for t in self.tables.values_mut() {
             t.stats = TableStats::default();
-            t.partition_stats
+            t.partitions
                 .iter_mut()
-                .for_each(|p| *p = PartitionStats::default());
+                .for_each(|p| p.stats = PartitionStats::default());
         }
     }
 
@@ -318,7 +432,7 @@ impl DynamoLimiter {
                         write_limit_wcu: t.table.rate(),
                         credit_wcu: t.table.available(now),
                         stats: t.stats.clone(),
-                        partitions: t.partition_stats.clone(),
+                        partitions: t.partitions.iter().map(|p| p.stats.clone()).collect(),
                     },
                 )
             })
@@ -506,6 +620,67 @@ mod tests {
         let accepted = offer(&mut l, "t", t0, 30, 4000, 1, |i| format!("k{i}"));
         let ratio = accepted as f64 / 60_000.0;
         assert!((0.95..=1.05).contains(&ratio), "accepted {accepted}");
+    }
+
+    #[test]
+    fn partition_ranges_match_partition_index() {
+        let t0 = Instant::now();
+        let mut l = DynamoLimiter::new(DynamoLimits::default());
+        l.learn("t", provisioned(7_000, 1), t0);
+        for i in 0..2_000 {
+            let k = format!("S:k{i}");
+            let want = DynamoLimiter::partition_index(k.as_bytes(), 7);
+            assert_eq!(l.admit("t", k.as_bytes(), 1, t0), Some(Ok(want)), "{k}");
+        }
+    }
+
+    #[test]
+    fn a_partition_that_stays_hot_is_split_and_a_single_key_stays_capped() {
+        let t0 = Instant::now();
+        let limits = DynamoLimits {
+            split_hot_after: Some(Duration::from_secs(2)),
+            max_splits: 3,
+            ..DynamoLimits::default()
+        };
+        let mut over = limits.clone();
+        over.partition_overrides.insert("t".into(), 1);
+        // 1,800 WCU/s over many keys on one partition of a 4,000 WCU table:
+        // capped at 1,000 until the partition splits.
+        let mut l = DynamoLimiter::new(over.clone());
+        l.learn("t", provisioned(4_000, 1), t0);
+        // Two seconds: one partition's 1,000/s plus its full bucket.
+        let first = offer(&mut l, "t", t0, 2, 1800, 1, |i| format!("S:k{i}"));
+        assert!(first <= 3_100, "before the split: {first}");
+        // A hot spell of 2 s splits it; measured after 6 s of it.
+        offer(&mut l, "t", t0 + Duration::from_secs(10), 6, 1800, 1, |i| {
+            format!("S:k{i}")
+        });
+        let later = offer(
+            &mut l,
+            "t",
+            t0 + Duration::from_secs(16),
+            10,
+            1800,
+            1,
+            |i| format!("S:k{i}"),
+        );
+        assert!(later >= 17_000, "after the split: {later} of 18,000");
+        assert!(l.partitions_of("t").unwrap_or(0) >= 2);
+        let splits = l.report(t0)["t"].stats.splits;
+        assert!((1..=3).contains(&splits), "{splits}");
+        // Without splitting, the same load stays at one partition's 1,000/s.
+        let mut still = over.clone();
+        still.split_hot_after = None;
+        let mut l = DynamoLimiter::new(still);
+        l.learn("t", provisioned(4_000, 1), t0);
+        let capped = offer(&mut l, "t", t0, 12, 1800, 1, |i| format!("S:k{i}"));
+        assert!(capped <= 13_100, "{capped}");
+        // One key at 1,800/s: splits (up to max_splits) cannot help it.
+        let mut l = DynamoLimiter::new(over);
+        l.learn("t", provisioned(4_000, 1), t0);
+        let hot = offer(&mut l, "t", t0, 20, 1800, 1, |_| "S:hot".to_owned());
+        assert!(hot <= 21_100, "{hot}");
+        assert_eq!(l.report(t0)["t"].stats.splits, 3);
     }
 
     #[test]

@@ -37,6 +37,12 @@ pub(crate) struct Args {
     /// Head-room multiplier for the recommended write shards.
     #[arg(long, default_value_t = 2.0)]
     safety_factor: f64,
+    /// Partitions the table will have; default: one per 1,000 WCU of the peak.
+    #[arg(long)]
+    table_partitions: Option<u32>,
+    /// Highest expected load of the hottest partition over the mean.
+    #[arg(long, default_value_t = 1.25)]
+    max_partition_skew: f64,
     /// Former spelling of the global `--output json`.
     #[arg(long, hide = true)]
     json: bool,
@@ -64,6 +70,8 @@ pub(crate) fn run(args: &Args) -> Result<()> {
         retention: std::time::Duration::from_secs(args.retention_days * 86_400),
         safety_factor: args.safety_factor,
         prices: Prices::default(),
+        table_partitions: args.table_partitions,
+        max_partition_skew: args.max_partition_skew,
     };
     let p = plan(&input)?;
     let output = super::output(if args.json {
@@ -75,13 +83,26 @@ pub(crate) fn run(args: &Args) -> Result<()> {
         return render::print_json(&p, output);
     }
     let period = serde_json::to_value(p.recommended_period)?;
-    let rows: [(&str, String); 9] = [
+    let pct = |f: f64| format!("{:.0}%", 100.0 * f);
+    let rows: [(&str, String); 12] = [
         ("WCU per item", p.wcu_per_item.to_string()),
         ("peak WCU", p.peak_wcu.to_string()),
         ("minimum write shards", p.min_write_shards.to_string()),
         (
             "recommended write shards",
             p.recommended_write_shards.to_string(),
+        ),
+        ("table partitions", p.table_partitions.to_string()),
+        (
+            "usable capacity with recommended shards",
+            pct(p.recommended_usable_fraction),
+        ),
+        (
+            "write shards for even partitions",
+            match (p.even_write_shards, p.even_usable_fraction) {
+                (Some(n), Some(f)) => format!("{n} ({} usable)", pct(f)),
+                _ => format!("none up to {}", tidemark_schema::plan::MAX_EVEN_SHARDS),
+            },
         ),
         (
             "hours to fill a 10 GB partition",

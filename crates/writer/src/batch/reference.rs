@@ -76,10 +76,12 @@ impl<T> RefQueue<T> {
         }
         let id = self.next_id;
         self.next_id += 1;
+        let pk_hash = self.hasher.hash_one(key.pk());
         let entry = Entry {
             wire_bytes: item.json().len(),
             key,
             key_hash,
+            pk_hash,
             item,
             wcu,
             tokens: smallvec![token],
