@@ -27,7 +27,10 @@
 //!   the types), every problem reported at once with its key, value, source
 //!   (file:line or variable) and fix; the effective config with sources.
 //! - [`pipeline`]: source records → route → writer → acknowledgement; every
-//!   record is acknowledged only once stored or durably dead-lettered.
+//!   record is acknowledged only once stored or durably dead-lettered. A
+//!   record of several events (`record_format` ndjson / json_array, gzip
+//!   detected) is split: each event is stored or dead-lettered on its own,
+//!   and the record acknowledged once all of them are.
 //! - [`credentials`]: [`KeepValid`](credentials::KeepValid), credentials
 //!   that keep serving while still valid when a refresh fails.
 //! - [`coordinator`]: the fenced maintenance lease (one maintainer at a
@@ -38,6 +41,8 @@
 //!   with bounded retries, then to a local fallback file.
 //! - [`metrics`]: this crate's metric names and their help texts.
 //! - [`produce`]: deterministic synthetic IoT events (with a hot device).
+//! - [`template`]: events in the user's shape from a template file with
+//!   placeholders (`produce --template`).
 //! - [`query`]: reads an entity's events back through the query plans.
 //! - [`sdk`]: the AWS SDK configuration (standard chain plus timeouts, the
 //!   command line's profile, region and endpoint, credentials wrapped in
@@ -74,6 +79,7 @@ pub mod deadletter;
 pub mod metrics;
 pub mod pipeline;
 pub mod produce;
+pub mod template;
 pub mod query;
 pub mod sdk;
 pub mod tables;
