@@ -64,19 +64,7 @@ fn bench(c: &mut Criterion) {
         let mut cfg = RouterConfig::with_prefix("tidemark");
         cfg.key = key;
         cfg.ttl_attribute = Some("ttl".into());
-        let Ok(router) = Router::new(cfg) else {
-            panic!("bench config is valid");
-        };
-        let mut i = 0usize;
-        // One cache across the events, as the pipeline keeps one per run.
-        let mut cache = RouteCache::default();
-        group.bench_function(name, |b| {
-            b.iter(|| {
-                i = (i + 1) % records.len();
-                let routed = router.route_in(black_box(&records[i]), &origin, now, &mut cache);
-                black_box(routed.is_ok())
-            });
-        });
+        route_each(&mut group, name, cfg, &records, &origin, now);
     }
     group.finish();
 
@@ -126,20 +114,33 @@ fn bench(c: &mut Criterion) {
         ("wide_no_mapping", RouterConfig::with_prefix("tidemark")),
         ("wide_rename5_include10", mapped),
     ] {
-        let Ok(router) = Router::new(cfg) else {
-            panic!("bench config is valid");
-        };
-        let mut i = 0usize;
-        let mut cache = RouteCache::default();
-        group.bench_function(name, |b| {
-            b.iter(|| {
-                i = (i + 1) % wide.len();
-                let routed = router.route_in(black_box(&wide[i]), &origin, now, &mut cache);
-                black_box(routed.is_ok())
-            });
-        });
+        route_each(&mut group, name, cfg, &wide, &origin, now);
     }
     group.finish();
+}
+
+/// Benches routing `records` in turn with `cfg`.
+fn route_each(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    name: &str,
+    cfg: RouterConfig,
+    records: &[Vec<u8>],
+    origin: &Origin,
+    now: DateTime<Utc>,
+) {
+    let Ok(router) = Router::new(cfg) else {
+        panic!("bench config is valid");
+    };
+    let mut i = 0usize;
+    // One cache across the events, as the pipeline keeps one per run.
+    let mut cache = RouteCache::default();
+    group.bench_function(name, |b| {
+        b.iter(|| {
+            i = (i + 1) % records.len();
+            let routed = router.route_in(black_box(&records[i]), origin, now, &mut cache);
+            black_box(routed.is_ok())
+        });
+    });
 }
 
 criterion_group!(benches, bench);

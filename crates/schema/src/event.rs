@@ -896,7 +896,7 @@ fn scalar_text<'a>(
 
 /// A JSON string's contents: borrowed from the record when it has no
 /// escapes (the usual id or timestamp), decoded otherwise.
-fn string_text(raw: &RawValue) -> Result<Cow<'_, str>, serde_json::Error> {
+pub(crate) fn string_text(raw: &RawValue) -> Result<Cow<'_, str>, serde_json::Error> {
     let text = raw.get().trim_ascii();
     // The parser already checked the string, so quotes and no backslash mean
     // its contents are the text between them.

@@ -14,7 +14,7 @@ use chrono::{DateTime, FixedOffset, NaiveDate, NaiveDateTime, NaiveTime, TimeZon
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::value::RawValue;
 
-use crate::event::{EventConfigError, Node, json_kind};
+use crate::event::{EventConfigError, Node, json_kind, string_text};
 
 /// How the timestamp field is written. In TOML a string: one of the names
 /// below, or a strftime pattern (anything containing `%`).
@@ -542,17 +542,7 @@ fn shorten(text: &str) -> &str {
 }
 
 fn unquote(raw: &RawValue) -> Result<Cow<'_, str>, String> {
-    let text = raw.get().trim_ascii();
-    match text
-        .strip_prefix('"')
-        .and_then(|t| t.strip_suffix('"'))
-        .filter(|inner| !inner.contains('\\'))
-    {
-        Some(inner) => Ok(Cow::Borrowed(inner)),
-        None => serde_json::from_str::<String>(text)
-            .map(Cow::Owned)
-            .map_err(|e| e.to_string()),
-    }
+    string_text(raw).map_err(|e| e.to_string())
 }
 
 /// JSON's number grammar: `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`.

@@ -318,13 +318,15 @@ mod tests {
         }
     }
 
-    /// Records stored and rejected in one batch: every record is acked only
-    /// after its outcome, the rejected one is dead-lettered with its own
-    /// origin, bytes and DynamoDB's message, and the checkpoint covers all.
-    #[tokio::test]
-    async fn a_rejected_write_is_dead_lettered_with_its_record_and_all_are_acked() {
-        // DescribeTable goes nowhere (refused), which the writer retries
-        // later; writes go through the fake.
+    /// A pipeline over the fake transport and in-memory dead letters, at a
+    /// fixed now, with its writer and the tasks to await at the end.
+    fn setup() -> (
+        Pipeline,
+        WriterHandle,
+        Arc<Memory>,
+        tokio::task::JoinHandle<Result<(), WriterError>>,
+        tokio::task::JoinHandle<Result<(), DeadLetterError>>,
+    ) {
         let sdk = aws_sdk_dynamodb::Config::builder()
             .behavior_version(BehaviorVersion::latest())
             .region(Region::new("us-east-1"))
@@ -347,6 +349,17 @@ mod tests {
             .with_timezone(&Utc);
         let router = Arc::new(Router::new(RouterConfig::with_prefix("t")).unwrap());
         let pipeline = Pipeline::new(router, writer.clone(), dead_letters, Arc::new(move || now));
+        (pipeline, writer, memory, task, dl_task)
+    }
+
+    /// Records stored and rejected in one batch: every record is acked only
+    /// after its outcome, the rejected one is dead-lettered with its own
+    /// origin, bytes and DynamoDB's message, and the checkpoint covers all.
+    #[tokio::test]
+    async fn a_rejected_write_is_dead_lettered_with_its_record_and_all_are_acked() {
+        // DescribeTable goes nowhere (refused), which the writer retries
+        // later; writes go through the fake.
+        let (pipeline, writer, memory, task, dl_task) = setup();
         let tracker = Arc::new(AckTracker::new());
         let records: Vec<Record> = (0..40u64)
             .map(|i| {
@@ -403,29 +416,8 @@ mod tests {
     #[tokio::test]
     async fn inner_events_are_routed_alone_and_their_record_acked_after_all() {
         use std::io::Write;
-        let sdk = aws_sdk_dynamodb::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new("us-east-1"))
-            .endpoint_url("http://127.0.0.1:1")
-            .credentials_provider(Credentials::new("a", "b", None, None, "test"))
-            .build();
-        let (writer, task) = Writer::start(
-            aws_sdk_dynamodb::Client::from_conf(sdk),
-            Arc::new(Fake),
-            WriterConfig {
-                linger: Duration::from_millis(1),
-                ..WriterConfig::default()
-            },
-            Arc::new(RejectMissing),
-        );
-        let memory = Arc::new(Memory::default());
-        let (dead_letters, dl_task) = DeadLetters::start(Arc::new(memory.clone()), None);
-        let now = DateTime::parse_from_rfc3339("2026-11-22T10:00:00Z")
-            .unwrap()
-            .with_timezone(&Utc);
-        let router = Arc::new(Router::new(RouterConfig::with_prefix("t")).unwrap());
-        let pipeline = Pipeline::new(router, writer.clone(), dead_letters, Arc::new(move || now))
-            .with_record_format(RecordFormat::Ndjson);
+        let (pipeline, writer, memory, task, dl_task) = setup();
+        let pipeline = pipeline.with_record_format(RecordFormat::Ndjson);
         let tracker = Arc::new(AckTracker::new());
         let ev = |i: u32| format!(r#"{{"deviceId":"d{i}","timestamp":"2026-11-22T09:59:00Z"}}"#);
         let plain = format!("{}\n{{\"deviceId\":\"bad\"}}\n{}\n", ev(0), ev(2));
