@@ -65,9 +65,10 @@ async fn clickstream_fixture_replays_with_its_mapping_and_verifies() {
     let source = format!("{}record_format = \"ndjson\"\n", kinesis_source(&name));
     // The fixture's times are fixed (November 2025): a long retention keeps
     // their tables writable.
-    let toml = test_toml(&source, &name, &dead, "127.0.0.1:0")
-        .replace("period = \"day\"", "period = \"day\"\nretention = \"36500d\"")
-        + &mapping;
+    let toml = test_toml(&source, &name, &dead, "127.0.0.1:0").replace(
+        "period = \"day\"",
+        "period = \"day\"\nretention = \"36500d\"",
+    ) + &mapping;
     let config = config(&dir, &toml);
     let sdk = sdk(&stack);
     tidemark_tests::create_stream(&stack.kinesis(), &name, 1).await;
@@ -120,11 +121,15 @@ async fn clickstream_fixture_replays_with_its_mapping_and_verifies() {
 
     // The first event's item, spelled out as docs/event-mapping.md shows it.
     let routed = router
-        .route(events[0].as_bytes(), &tidemark_schema::Origin::Sqs {
-            queue: "q".into(),
-            message_id: "m".into(),
-            index: 0,
-        }, chrono::Utc::now())
+        .route(
+            events[0].as_bytes(),
+            &tidemark_schema::Origin::Sqs {
+                queue: "q".into(),
+                message_id: "m".into(),
+                index: 0,
+            },
+            chrono::Utc::now(),
+        )
         .unwrap();
     let item = ddb
         .get_item()

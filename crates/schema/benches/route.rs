@@ -102,8 +102,16 @@ fn bench(c: &mut Criterion) {
         .collect();
         cfg.event.include = Some(
             [
-                "temp_c", "rh", "site_name", "site_zone", "first_tag", "pressure", "fw",
-                "battery", "rssi", "state",
+                "temp_c",
+                "rh",
+                "site_name",
+                "site_zone",
+                "first_tag",
+                "pressure",
+                "fw",
+                "battery",
+                "rssi",
+                "state",
             ]
             .map(str::to_owned)
             .to_vec(),

@@ -541,7 +541,9 @@ impl Extractor {
             if names.contains(&&path.name) {
                 return err(
                     "rename",
-                    format!("renames {from:?}, which is an identity field (entity, timestamp or event id) and not in the payload"),
+                    format!(
+                        "renames {from:?}, which is an identity field (entity, timestamp or event id) and not in the payload"
+                    ),
                 );
             }
             if to.is_empty() {
@@ -573,7 +575,10 @@ impl Extractor {
             .chain(renames.iter().map(|(p, _)| p))
             .collect();
         let single_entity = entity_parts.is_empty().then_some(&entity);
-        let split = Split::names([single_entity, Some(&timestamp), event_id.as_ref()], &others);
+        let split = Split::names(
+            [single_entity, Some(&timestamp), event_id.as_ref()],
+            &others,
+        );
         Ok(Extractor {
             entity,
             entity_parts,

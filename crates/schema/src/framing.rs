@@ -169,7 +169,10 @@ mod tests {
             split(RecordFormat::Ndjson, &nd).unwrap()
         );
         let one = Bytes::from(gzip(br#"{"x":1}"#));
-        assert_eq!(texts(&split(RecordFormat::Json, &one).unwrap()), [r#"{"x":1}"#]);
+        assert_eq!(
+            texts(&split(RecordFormat::Json, &one).unwrap()),
+            [r#"{"x":1}"#]
+        );
     }
 
     #[test]
@@ -189,20 +192,23 @@ mod tests {
     fn event() -> impl Strategy<Value = String> {
         // Objects with strings holding newlines (escaped), brackets and
         // commas: what a naive splitter would cut in the wrong place.
-        proptest::collection::vec(("[a-z]{1,4}", "[ -~]{0,12}", -1_000_000i64..1_000_000), 0..4)
-            .prop_map(|members| {
-                let body: Vec<String> = members
-                    .iter()
-                    .map(|(k, v, n)| {
-                        format!(
-                            "{}:{{\"s\":{},\"n\":{n},\"l\":[{n},\"a\\nb\"]}}",
-                            serde_json::to_string(k).unwrap(),
-                            serde_json::to_string(v).unwrap()
-                        )
-                    })
-                    .collect();
-                format!("{{{}}}", body.join(","))
-            })
+        proptest::collection::vec(
+            ("[a-z]{1,4}", "[ -~]{0,12}", -1_000_000i64..1_000_000),
+            0..4,
+        )
+        .prop_map(|members| {
+            let body: Vec<String> = members
+                .iter()
+                .map(|(k, v, n)| {
+                    format!(
+                        "{}:{{\"s\":{},\"n\":{n},\"l\":[{n},\"a\\nb\"]}}",
+                        serde_json::to_string(k).unwrap(),
+                        serde_json::to_string(v).unwrap()
+                    )
+                })
+                .collect();
+            format!("{{{}}}", body.join(","))
+        })
     }
 
     proptest! {

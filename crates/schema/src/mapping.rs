@@ -112,9 +112,7 @@ impl schemars::JsonSchema for TimestampFormat {
 }
 
 /// The type a payload field is coerced to (`[event] types`).
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FieldType {
     /// A number: numbers stay as written; strings holding a JSON number
@@ -168,8 +166,14 @@ impl Zone {
     /// back (a time that happens twice), an error in a gap.
     pub(crate) fn resolve(&self, naive: NaiveDateTime) -> Result<i64, String> {
         let found = match self {
-            Zone::Fixed(o) => o.from_local_datetime(&naive).earliest().map(|t| t.timestamp_millis()),
-            Zone::Named(tz) => tz.from_local_datetime(&naive).earliest().map(|t| t.timestamp_millis()),
+            Zone::Fixed(o) => o
+                .from_local_datetime(&naive)
+                .earliest()
+                .map(|t| t.timestamp_millis()),
+            Zone::Named(tz) => tz
+                .from_local_datetime(&naive)
+                .earliest()
+                .map(|t| t.timestamp_millis()),
         };
         found.ok_or_else(|| format!("does not exist in time zone {self} (a daylight-saving gap)"))
     }
@@ -341,7 +345,8 @@ impl TimeWriter {
                 if ms % 1000 == 0 {
                     Value::from(ms / 1000)
                 } else {
-                    serde_json::Number::from_f64(ms as f64 / 1000.0).map_or(Value::Null, Value::Number)
+                    serde_json::Number::from_f64(ms as f64 / 1000.0)
+                        .map_or(Value::Null, Value::Number)
                 }
             }
             TimestampFormat::EpochMillis => Value::from(ms),
@@ -426,7 +431,13 @@ impl Rules {
             if name.is_empty() {
                 return err("include", "lists an empty name".into());
             }
-            by_name.insert(name.as_str().into(), Rule { keep: true, ty: None });
+            by_name.insert(
+                name.as_str().into(),
+                Rule {
+                    keep: true,
+                    ty: None,
+                },
+            );
         }
         for name in exclude {
             if name.is_empty() {
@@ -438,7 +449,13 @@ impl Rules {
                     format!("lists {name:?}, which `include` also lists: keep it in one of them"),
                 );
             }
-            by_name.insert(name.as_str().into(), Rule { keep: false, ty: None });
+            by_name.insert(
+                name.as_str().into(),
+                Rule {
+                    keep: false,
+                    ty: None,
+                },
+            );
         }
         for target in renamed_to {
             let kept = by_name.get(*target).map_or(default.keep, |r| r.keep);
@@ -457,7 +474,9 @@ impl Rules {
             if !rule.keep {
                 return err(
                     "types",
-                    format!("coerces {name:?}, which `include`/`exclude` drop: the type would never apply"),
+                    format!(
+                        "coerces {name:?}, which `include`/`exclude` drop: the type would never apply"
+                    ),
                 );
             }
             rule.ty = Some(*ty);
@@ -486,7 +505,10 @@ pub(crate) enum Coerced<'a> {
 /// Coerces `node` to `ty`, or says why it cannot be.
 pub(crate) fn coerce<'a>(node: &Node<'a>, ty: FieldType) -> Result<Coerced<'a>, String> {
     let Node::Raw(raw) = node else {
-        return Err(format!("is an object, which cannot become a {}", ty_name(ty)));
+        return Err(format!(
+            "is an object, which cannot become a {}",
+            ty_name(ty)
+        ));
     };
     let raw: &'a RawValue = raw;
     let text = raw.get().trim_ascii();
@@ -521,7 +543,10 @@ pub(crate) fn coerce<'a>(node: &Node<'a>, ty: FieldType) -> Result<Coerced<'a>, 
                 _ => Err(format!("is {}, not a boolean", shorten(text))),
             }
         }
-        (ty, kind) => Err(format!("is a JSON {kind}, which cannot become a {}", ty_name(ty))),
+        (ty, kind) => Err(format!(
+            "is a JSON {kind}, which cannot become a {}",
+            ty_name(ty)
+        )),
     }
 }
 
@@ -608,7 +633,10 @@ mod tests {
 
     #[test]
     fn zones_by_name_and_offset() {
-        assert_eq!(Zone::parse("Europe/Paris").unwrap().to_string(), "Europe/Paris");
+        assert_eq!(
+            Zone::parse("Europe/Paris").unwrap().to_string(),
+            "Europe/Paris"
+        );
         assert_eq!(Zone::parse("+05:30").unwrap().to_string(), "+05:30");
         assert_eq!(Zone::parse("-0800").unwrap().to_string(), "-08:00");
         assert!(Zone::parse("Mars/Olympus").is_err());
@@ -616,12 +644,17 @@ mod tests {
         let paris = Zone::parse("Europe/Paris").unwrap();
         let at = |s: &str| NaiveDateTime::parse_from_str(s, "%Y-%m-%d %H:%M:%S").unwrap();
         // Winter: UTC+1.
-        assert_eq!(paris.resolve(at("2025-11-22 05:00:00")).unwrap(), 1_763_784_000_000);
+        assert_eq!(
+            paris.resolve(at("2025-11-22 05:00:00")).unwrap(),
+            1_763_784_000_000
+        );
         // 2025-03-30 02:30 does not exist in Paris; 2025-10-26 02:30 happens twice.
         assert!(paris.resolve(at("2025-03-30 02:30:00")).is_err());
         assert_eq!(
             paris.resolve(at("2025-10-26 02:30:00")).unwrap(),
-            DateTime::parse_from_rfc3339("2025-10-26T02:30:00+02:00").unwrap().timestamp_millis()
+            DateTime::parse_from_rfc3339("2025-10-26T02:30:00+02:00")
+                .unwrap()
+                .timestamp_millis()
         );
     }
 
@@ -636,8 +669,14 @@ mod tests {
             (p("%Y-%m-%d %Q", None), "timestamp_format"),
             (p("%Y-%m-%d %H:%M:%S %Z", None), "timestamp_format"),
             (p("%Y-%m-%dT%H:%M:%S%z", Some("UTC")), "timezone"),
-            (TimeParser::new(TimestampFormat::EpochMillis, Some("UTC")), "timezone"),
-            (TimeParser::new(TimestampFormat::Auto, Some("Nowhere/Else")), "timezone"),
+            (
+                TimeParser::new(TimestampFormat::EpochMillis, Some("UTC")),
+                "timezone",
+            ),
+            (
+                TimeParser::new(TimestampFormat::Auto, Some("Nowhere/Else")),
+                "timezone",
+            ),
         ] {
             assert_eq!(bad.unwrap_err().field, key);
         }
@@ -670,7 +709,9 @@ mod tests {
                 TimestampFormat::EpochMicros => text.parse::<i64>().unwrap() / 1_000,
                 TimestampFormat::EpochNanos => text.parse::<i64>().unwrap() / 1_000_000,
                 TimestampFormat::EpochMillis => text.parse().unwrap(),
-                _ => DateTime::parse_from_rfc3339(&text).unwrap().timestamp_millis(),
+                _ => DateTime::parse_from_rfc3339(&text)
+                    .unwrap()
+                    .timestamp_millis(),
             };
             assert_eq!(back, ms, "{format} {value}");
         }
@@ -680,7 +721,15 @@ mod tests {
 
     #[test]
     fn json_number_grammar() {
-        for ok in ["0", "-0", "12", "1.5", "-1.5e3", "1E+2", "123456789012345678901234567890"] {
+        for ok in [
+            "0",
+            "-0",
+            "12",
+            "1.5",
+            "-1.5e3",
+            "1E+2",
+            "123456789012345678901234567890",
+        ] {
             assert!(is_json_number(ok), "{ok}");
         }
         for bad in ["", "-", "01", "1.", ".5", "1e", "+1", "0x10", "1 2", "NaN"] {

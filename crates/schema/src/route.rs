@@ -18,8 +18,8 @@ use thiserror::Error;
 use crate::event::{
     self, EventConfig, EventConfigError, EventError, Extractor, Name, Node, RawEvent,
 };
-use crate::mapping::{self, ClashPolicy, Coerced, FieldType};
 use crate::key::ItemKey;
+use crate::mapping::{self, ClashPolicy, Coerced, FieldType};
 use crate::origin::{Origin, SharedStr};
 use crate::period::{self, Lifecycle, Period, PeriodRef, TableNaming};
 use crate::reason::Reason;
@@ -335,7 +335,9 @@ impl Router {
             if let Some((key, _)) = names.iter().find(|(_, n)| n == target) {
                 return invalid(
                     "event.rename",
-                    format!("renames a field to {target:?}, the name of `{key}`: pick another name"),
+                    format!(
+                        "renames a field to {target:?}, the name of `{key}`: pick another name"
+                    ),
                 );
             }
         }
@@ -566,9 +568,11 @@ impl Router {
             if rule.is_some_and(|r| !r.keep) {
                 continue;
             }
-            let reserved = || RouteError::BadAttribute {
+            let reserved = || {
+                RouteError::BadAttribute {
                 field: name.to_string(),
                 problem: "has the name of a reserved item attribute; rename it in the producer, change `attributes`, or set [event] on_clash = \"prefix\"".into(),
+            }
             };
             // A top-level duplicate meets its earlier copy like a reserved name.
             if names.earlier(i) {
@@ -1049,9 +1053,11 @@ mod reference {
                 .saturating_add(router.retention_ms / 1000);
             item.insert(ttl.clone(), AttributeValue::N(expires.to_string()));
         }
-        let reserved = |name: String| RouteError::BadAttribute {
+        let reserved = |name: String| {
+            RouteError::BadAttribute {
             field: name,
             problem: "has the name of a reserved item attribute; rename it in the producer, change `attributes`, or set [event] on_clash = \"prefix\"".into(),
+        }
         };
         let mut seen = std::collections::HashSet::new();
         for (name, node) in &ev.payload {
@@ -1933,7 +1939,11 @@ bucket = "hour"
         assert_eq!(e.reason(), Reason::BadTimestamp);
         // ...and read in the zone with one.
         let r = router(|c| c.event.timezone = Some("+01:00".into()));
-        let item = item_of(&r, r#"{"deviceId":"d","timestamp":"2025-11-22 05:00:00.5"}"#).unwrap();
+        let item = item_of(
+            &r,
+            r#"{"deviceId":"d","timestamp":"2025-11-22 05:00:00.5"}"#,
+        )
+        .unwrap();
         assert_eq!(item["ts"], s("2025-11-22T04:00:00.500Z"));
         // Offsets in the text still count.
         let item = item_of(&r, r#"{"deviceId":"d","timestamp":"2025-11-22T05:00:00Z"}"#).unwrap();
@@ -1941,7 +1951,10 @@ bucket = "hour"
         // A pattern that does not match dead-letters with the pattern named.
         let e = ts("%d/%m/%Y %H:%M", r#""2025-11-22 05:00""#).unwrap_err();
         assert!(e.to_string().contains("%d/%m/%Y"), "{e}");
-        assert_eq!(ts("%d/%m/%Y %H:%M", r#""22/11/2025 05:00""#).unwrap(), n("1763787600000"));
+        assert_eq!(
+            ts("%d/%m/%Y %H:%M", r#""22/11/2025 05:00""#).unwrap(),
+            n("1763787600000")
+        );
     }
 
     #[test]
@@ -1954,9 +1967,18 @@ bucket = "hour"
             ]
             .into();
             c.event.include = Some(
-                ["user_name", "first_sku", "count", "price", "code", "ok", "flag", "user"]
-                    .map(str::to_owned)
-                    .to_vec(),
+                [
+                    "user_name",
+                    "first_sku",
+                    "count",
+                    "price",
+                    "code",
+                    "ok",
+                    "flag",
+                    "user",
+                ]
+                .map(str::to_owned)
+                .to_vec(),
             );
             c.event.types = [
                 ("count".to_owned(), FieldType::Number),
@@ -1986,16 +2008,30 @@ bucket = "hour"
             panic!()
         };
         assert_eq!(user.keys().collect::<Vec<_>>(), ["id"]);
-        assert!(!item.contains_key("items") && !item.contains_key("debug") && !item.contains_key("n"));
+        assert!(
+            !item.contains_key("items") && !item.contains_key("debug") && !item.contains_key("n")
+        );
         // A value that does not coerce dead-letters its event, naming it.
-        let e = item_of(&r, r#"{"deviceId":"d","timestamp":1763787600,"price":"12 euros"}"#).unwrap_err();
+        let e = item_of(
+            &r,
+            r#"{"deviceId":"d","timestamp":1763787600,"price":"12 euros"}"#,
+        )
+        .unwrap_err();
         assert_eq!(e.reason(), Reason::InvalidField);
         assert!(e.to_string().contains("`price`"), "{e}");
-        let e = item_of(&r, r#"{"deviceId":"d","timestamp":1763787600,"ok":{"a":1}}"#).unwrap_err();
+        let e = item_of(
+            &r,
+            r#"{"deviceId":"d","timestamp":1763787600,"ok":{"a":1}}"#,
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("`ok`"), "{e}");
         // Exclude alone keeps everything else.
         let r = router(|c| c.event.exclude = vec!["debug".into()]);
-        let item = item_of(&r, r#"{"deviceId":"d","timestamp":1763787600,"debug":1,"v":2}"#).unwrap();
+        let item = item_of(
+            &r,
+            r#"{"deviceId":"d","timestamp":1763787600,"debug":1,"v":2}"#,
+        )
+        .unwrap();
         assert!(!item.contains_key("debug"));
         assert_eq!(item["v"], n("2"));
     }
@@ -2035,7 +2071,11 @@ bucket = "hour"
                 .unwrap();
             routed.item.to_item().unwrap()["event_id"].clone()
         };
-        assert_eq!(id(0), s(&origin().derived_event_id()), "the first keeps the record's id");
+        assert_eq!(
+            id(0),
+            s(&origin().derived_event_id()),
+            "the first keeps the record's id"
+        );
         assert_eq!(id(1), s(&format!("{}/1", origin().derived_event_id())));
         assert_eq!(id(7), id(7), "stable across replays");
         assert_ne!(id(1), id(2));
@@ -2046,7 +2086,10 @@ bucket = "hour"
     #[test]
     fn mapping_errors_name_their_key() {
         let cases: Vec<(Box<dyn Fn(&mut RouterConfig)>, &str)> = vec![
-            (Box::new(|c| c.event.entity_fields = vec!["a".into(), String::new()]), "entity_fields"),
+            (
+                Box::new(|c| c.event.entity_fields = vec!["a".into(), String::new()]),
+                "entity_fields",
+            ),
             (
                 Box::new(|c| {
                     c.event.entity_fields = vec!["a".into()];
@@ -2072,11 +2115,26 @@ bucket = "hour"
                 }),
                 "event.entity_separator",
             ),
-            (Box::new(|c| c.event.entity_field = "items[x].id".into()), "entity_field"),
-            (Box::new(|c| c.event.timestamp_field = "[0]".into()), "timestamp_field"),
-            (Box::new(|c| c.event.event_id_field = Some("a[1".into())), "event_id_field"),
-            (Box::new(|c| c.event.timestamp_format = "%H:%M".parse().unwrap()), "timestamp_format"),
-            (Box::new(|c| c.event.timezone = Some("Atlantis/Capital".into())), "timezone"),
+            (
+                Box::new(|c| c.event.entity_field = "items[x].id".into()),
+                "entity_field",
+            ),
+            (
+                Box::new(|c| c.event.timestamp_field = "[0]".into()),
+                "timestamp_field",
+            ),
+            (
+                Box::new(|c| c.event.event_id_field = Some("a[1".into())),
+                "event_id_field",
+            ),
+            (
+                Box::new(|c| c.event.timestamp_format = "%H:%M".parse().unwrap()),
+                "timestamp_format",
+            ),
+            (
+                Box::new(|c| c.event.timezone = Some("Atlantis/Capital".into())),
+                "timezone",
+            ),
             (
                 Box::new(|c| {
                     c.event.timestamp_format = TimestampFormat::EpochMicros;
@@ -2084,13 +2142,24 @@ bucket = "hour"
                 }),
                 "timezone",
             ),
-            (Box::new(|c| c.event.rename = [("a".into(), String::new())].into()), "rename"),
             (
-                Box::new(|c| c.event.rename = [("a".into(), "x".into()), ("b".into(), "x".into())].into()),
+                Box::new(|c| c.event.rename = [("a".into(), String::new())].into()),
                 "rename",
             ),
-            (Box::new(|c| c.event.rename = [("deviceId".into(), "x".into())].into()), "rename"),
-            (Box::new(|c| c.event.rename = [("a".into(), "ts".into())].into()), "event.rename"),
+            (
+                Box::new(|c| {
+                    c.event.rename = [("a".into(), "x".into()), ("b".into(), "x".into())].into()
+                }),
+                "rename",
+            ),
+            (
+                Box::new(|c| c.event.rename = [("deviceId".into(), "x".into())].into()),
+                "rename",
+            ),
+            (
+                Box::new(|c| c.event.rename = [("a".into(), "ts".into())].into()),
+                "event.rename",
+            ),
             (
                 Box::new(|c| {
                     c.event.rename = [("a".into(), "x".into())].into();
@@ -2098,7 +2167,10 @@ bucket = "hour"
                 }),
                 "rename",
             ),
-            (Box::new(|c| c.event.include = Some(vec![String::new()])), "include"),
+            (
+                Box::new(|c| c.event.include = Some(vec![String::new()])),
+                "include",
+            ),
             (
                 Box::new(|c| {
                     c.event.include = Some(vec!["a".into()]);
@@ -2113,7 +2185,10 @@ bucket = "hour"
                 }),
                 "types",
             ),
-            (Box::new(|c| c.event.clash_prefix = String::new()), "clash_prefix"),
+            (
+                Box::new(|c| c.event.clash_prefix = String::new()),
+                "clash_prefix",
+            ),
         ];
         for (i, (f, key)) in cases.iter().enumerate() {
             let mut c = RouterConfig::with_prefix("tm");
@@ -2155,7 +2230,9 @@ bucket = "hour"
                     last.insert(k.to_string(), v);
                 }
                 last.len() == map.len()
-                    && last.iter().all(|(k, v)| map.get(k).is_some_and(|a| same_value(a, v)))
+                    && last
+                        .iter()
+                        .all(|(k, v)| map.get(k).is_some_and(|a| same_value(a, v)))
             }
             _ => false,
         }

@@ -102,7 +102,8 @@ impl Pipeline {
             let mut routed = Vec::with_capacity(batch.len());
             let mut slots = Vec::with_capacity(batch.len());
             for record in batch {
-                counts.dead_lettered += self.prepare(record, now, &mut cache, &mut slots, &mut routed);
+                counts.dead_lettered +=
+                    self.prepare(record, now, &mut cache, &mut slots, &mut routed);
             }
             counts.submitted += routed.len() as u64;
             if routed.is_empty() {
@@ -174,7 +175,8 @@ impl Pipeline {
         let mut dead = 0;
         for (i, (event, ack)) in events.into_iter().zip(acks).enumerate() {
             let inner = (!single).then(|| u32::try_from(i).unwrap_or(u32::MAX));
-            dead += self.prepare_event(origin.clone(), event, inner, ack, now, cache, slots, routed);
+            dead +=
+                self.prepare_event(origin.clone(), event, inner, ack, now, cache, slots, routed);
         }
         dead
     }
@@ -422,7 +424,8 @@ mod tests {
         let ev = |i: u32| format!(r#"{{"deviceId":"d{i}","timestamp":"2026-11-22T09:59:00Z"}}"#);
         let plain = format!("{}\n{{\"deviceId\":\"bad\"}}\n{}\n", ev(0), ev(2));
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        gz.write_all(format!("{}\r\n{}", ev(3), ev(4)).as_bytes()).unwrap();
+        gz.write_all(format!("{}\r\n{}", ev(3), ev(4)).as_bytes())
+            .unwrap();
         let records: Vec<Record> = [plain.into_bytes(), gz.finish().unwrap()]
             .into_iter()
             .enumerate()

@@ -209,9 +209,7 @@ async fn send_sqs(
                     .id(i.to_string())
                     .message_body(body);
                 if fifo {
-                    m = m
-                        .message_group_id(&e.key)
-                        .message_deduplication_id(&e.id);
+                    m = m.message_group_id(&e.key).message_deduplication_id(&e.id);
                 }
                 m.build().map_err(|e| CallFailed::Fatal(e.to_string()))
             })

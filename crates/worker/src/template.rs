@@ -47,7 +47,10 @@ enum Node {
     /// A string of text and placeholders.
     Text(Vec<Piece>),
     /// A string that is one placeholder: its value as it is, or as text.
-    One { value: Gen, text: bool },
+    One {
+        value: Gen,
+        text: bool,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -114,7 +117,9 @@ fn event_id(spec: &ProduceSpec, n: u64) -> String {
 fn compile(value: Value) -> Result<Node, TemplateError> {
     Ok(match value {
         Value::String(s) => compile_text(&s)?,
-        Value::Array(items) => Node::Array(items.into_iter().map(compile).collect::<Result<_, _>>()?),
+        Value::Array(items) => {
+            Node::Array(items.into_iter().map(compile).collect::<Result<_, _>>()?)
+        }
         Value::Object(members) => Node::Object(
             members
                 .into_iter()
@@ -193,8 +198,11 @@ fn placeholder(inner: &str) -> Result<Gen, TemplateError> {
         "pick" if args.len() > 1 => Gen::Pick(args[1..].iter().map(|a| (*a).to_owned()).collect()),
         "pick" => return Err(bad("give the words to pick from, e.g. {{pick|a|b}}")),
         "time" => Gen::Time(
-            TimeWriter::new(args.get(1).copied().unwrap_or("rfc3339"), args.get(2).copied())
-                .map_err(|e| bad(&e))?,
+            TimeWriter::new(
+                args.get(1).copied().unwrap_or("rfc3339"),
+                args.get(2).copied(),
+            )
+            .map_err(|e| bad(&e))?,
         ),
         other => {
             return Err(bad(&format!(
@@ -283,7 +291,9 @@ mod tests {
                 "seq":"{{seq}}","eid":"{{id}}","fixed":[1,"plain",null]}"#,
         )
         .unwrap();
-        let at = DateTime::parse_from_rfc3339("2025-11-22T04:00:00Z").unwrap().to_utc();
+        let at = DateTime::parse_from_rfc3339("2025-11-22T04:00:00Z")
+            .unwrap()
+            .to_utc();
         let p = t.render(&spec(), 3, at);
         let v: Value = serde_json::from_slice(&p.body).unwrap();
         assert!(["acme", "globex"].contains(&v["tenant"].as_str().unwrap()));

@@ -313,14 +313,14 @@ fn markdown(schema: &Value) -> String {
             "tests/fixtures/clickstream/mapping.toml",
             "tests/fixtures/clickstream/examples.toml",
         ]
-            .iter()
-            .map(|f| {
-                std::fs::read_to_string(root.join(f))
-                    .unwrap()
-                    .parse()
-                    .unwrap()
-            })
-            .collect(),
+        .iter()
+        .map(|f| {
+            std::fs::read_to_string(root.join(f))
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect(),
     );
     let mut doc = Doc {
         defs: &schema["definitions"],
