@@ -2085,7 +2085,8 @@ bucket = "hour"
     /// key to fix.
     #[test]
     fn mapping_errors_name_their_key() {
-        let cases: Vec<(Box<dyn Fn(&mut RouterConfig)>, &str)> = vec![
+        type Change = Box<dyn Fn(&mut RouterConfig)>;
+        let cases: Vec<(Change, &str)> = vec![
             (
                 Box::new(|c| c.event.entity_fields = vec!["a".into(), String::new()]),
                 "entity_fields",

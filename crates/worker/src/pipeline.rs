@@ -320,15 +320,19 @@ mod tests {
         }
     }
 
-    /// A pipeline over the fake transport and in-memory dead letters, at a
-    /// fixed now, with its writer and the tasks to await at the end.
-    fn setup() -> (
+    /// What [`setup`] makes: pipeline, writer, dead letters, and the writer's
+    /// and dead letters' tasks.
+    type Rig = (
         Pipeline,
         WriterHandle,
         Arc<Memory>,
         tokio::task::JoinHandle<Result<(), WriterError>>,
         tokio::task::JoinHandle<Result<(), DeadLetterError>>,
-    ) {
+    );
+
+    /// A pipeline over the fake transport and in-memory dead letters, at a
+    /// fixed now, with its writer and the tasks to await at the end.
+    fn setup() -> Rig {
         let sdk = aws_sdk_dynamodb::Config::builder()
             .behavior_version(BehaviorVersion::latest())
             .region(Region::new("us-east-1"))
