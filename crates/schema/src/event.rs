@@ -4,6 +4,12 @@
 //! ([`serde_json::value::RawValue`]); only the configured fields are decoded.
 //! Payload numbers therefore reach DynamoDB with exactly the digits the
 //! producer wrote, which an `f64` round trip cannot promise past 17 digits.
+//!
+//! The entity may be one field or several joined ([`EventConfig::entity_fields`]);
+//! field paths may cross arrays (`items[0].id`: read, never removed). After
+//! the identity fields are taken out, `rename` moves values to top-level
+//! names; include / exclude / types and the clash policy (see
+//! [`crate::mapping`]) apply as the item is written.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
