@@ -36,6 +36,14 @@ pub struct KinesisConfig {
     /// Where shards without a checkpoint start.
     #[serde(default)]
     pub initial_position: InitialPosition,
+    /// How events are laid out in one record: `json` (one event), `ndjson`
+    /// (one event per line) or `json_array` (a JSON array of events).
+    /// Gzip-compressed records are detected by their magic bytes whatever
+    /// the format. Each inner event is routed, stored or dead-lettered on
+    /// its own; the record is checkpointed once all of them are. Default
+    /// `json`.
+    #[serde(default)]
+    pub record_format: tidemark_schema::framing::RecordFormat,
     /// A lease not renewed for this long is free for others (KCL default 10 s).
     /// Leases are renewed every third of it.
     #[schemars(with = "String")]
@@ -120,6 +128,7 @@ impl KinesisConfig {
             lease_table: lease_table.into(),
             worker_id: worker_id.into(),
             initial_position: InitialPosition::TrimHorizon,
+            record_format: tidemark_schema::framing::RecordFormat::Json,
             failover_time: default_failover_time(),
             shard_sync_interval: default_shard_sync_interval(),
             checkpoint_interval: default_checkpoint_interval(),

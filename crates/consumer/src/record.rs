@@ -7,7 +7,8 @@
 //! pass a record that was lost on the way.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use tidemark_schema::{Origin, Reason};
@@ -67,6 +68,27 @@ impl Ack {
         }
     }
 
+    /// Splits the acknowledgement of a record holding `n` events (NDJSON,
+    /// a JSON array) into one per event: the record is acknowledged when
+    /// every one of them is done, and never if one is dropped. With `n` = 0
+    /// the record holds nothing to store and is acknowledged now.
+    pub fn split(self, n: usize) -> Vec<Ack> {
+        match n {
+            0 => {
+                self.done();
+                Vec::new()
+            }
+            1 => vec![self],
+            _ => {
+                let fan: Arc<dyn AckTarget> = Arc::new(FanIn {
+                    remaining: AtomicUsize::new(n),
+                    whole: Mutex::new(Some(self)),
+                });
+                (0..n as u64).map(|i| Ack::new(fan.clone(), i)).collect()
+            }
+        }
+    }
+
     /// The record's serial within its tracker (for diagnostics).
     pub fn serial(&self) -> u64 {
         self.serial
@@ -76,6 +98,25 @@ impl Ack {
 impl fmt::Debug for Ack {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Ack").field("serial", &self.serial).finish()
+    }
+}
+
+/// The acks of one record's inner events: the last one done acknowledges
+/// the record. Each inner [`Ack`] is consumed by `done`, so each counts once.
+struct FanIn {
+    remaining: AtomicUsize,
+    whole: Mutex<Option<Ack>>,
+}
+
+impl AckTarget for FanIn {
+    fn ack(&self, _serial: u64) {
+        if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // Poisoning is moot: the slot is either taken or not.
+            let whole = self.whole.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(whole) = whole {
+                whole.done();
+            }
+        }
     }
 }
 
@@ -104,4 +145,43 @@ pub struct Record {
     pub ack: Ack,
     /// Set when the source knows the record is bad (corrupt KPL aggregate).
     pub defect: Option<Defect>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+
+    #[derive(Default)]
+    struct Count(AtomicU64);
+
+    impl AckTarget for Count {
+        fn ack(&self, _serial: u64) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_split_ack_acknowledges_once_after_every_part() {
+        let target = Arc::new(Count::default());
+        let mut parts = Ack::new(target.clone(), 7).split(3);
+        assert_eq!(parts.len(), 3);
+        parts.pop().unwrap().done();
+        parts.pop().unwrap().done();
+        assert_eq!(target.0.load(Ordering::SeqCst), 0, "one part still pending");
+        Ack::done_all(parts);
+        assert_eq!(target.0.load(Ordering::SeqCst), 1);
+
+        // A dropped part leaves the record unacknowledged.
+        let mut parts = Ack::new(target.clone(), 8).split(2);
+        parts.pop().unwrap().done();
+        drop(parts);
+        assert_eq!(target.0.load(Ordering::SeqCst), 1);
+
+        // Nothing inside: acknowledged at once; one inside: the ack itself.
+        assert!(Ack::new(target.clone(), 9).split(0).is_empty());
+        assert_eq!(target.0.load(Ordering::SeqCst), 2);
+        let one = Ack::new(target.clone(), 10).split(1);
+        assert_eq!(one[0].serial(), 10);
+    }
 }

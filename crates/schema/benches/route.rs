@@ -1,4 +1,6 @@
-//! Routing cost per event: extract, key and item for ~200-byte records.
+//! Routing cost per event: extract, key and item for ~200-byte records, and
+//! for a 12-field record without a mapping and with a 10-field
+//! rename/include mapping (`route_mapping/*`).
 //!
 //! Run: `cargo bench -p tidemark-schema --bench route`. Criterion's
 //! throughput line reports elements/s; time per iteration is ns per event.
@@ -62,21 +64,91 @@ fn bench(c: &mut Criterion) {
         let mut cfg = RouterConfig::with_prefix("tidemark");
         cfg.key = key;
         cfg.ttl_attribute = Some("ttl".into());
-        let Ok(router) = Router::new(cfg) else {
-            panic!("bench config is valid");
-        };
-        let mut i = 0usize;
-        // One cache across the events, as the pipeline keeps one per run.
-        let mut cache = RouteCache::default();
-        group.bench_function(name, |b| {
-            b.iter(|| {
-                i = (i + 1) % records.len();
-                let routed = router.route_in(black_box(&records[i]), &origin, now, &mut cache);
-                black_box(routed.is_ok())
-            });
-        });
+        route_each(&mut group, name, cfg, &records, &origin, now);
     }
     group.finish();
+
+    // A wider event (12 payload fields, ~330 bytes), routed as it is and
+    // through a mapping that renames 5 fields (two from nested paths, one
+    // through an array index) and includes 10.
+    let wide: Vec<Vec<u8>> = (0..1024u32)
+        .map(|i| {
+            format!(
+                r#"{{"deviceId":"sensor-{:05}","timestamp":"2026-11-22T05:{:02}:{:02}.{:03}Z","eventId":"e-{i:08}","temperature":21.{},"humidity":48.2,"pressure":1013.25,"site":{{"name":"plant-{}","zone":"z{}"}},"tags":["a","b"],"fw":"1.4.2","battery":87,"rssi":-61,"state":"ok","seq":{i},"debug":"x"}}"#,
+                i % 10_000,
+                (i / 60) % 60,
+                i % 60,
+                i % 1000,
+                i % 10,
+                i % 7,
+                i % 3,
+            )
+            .into_bytes()
+        })
+        .collect();
+    let mut group = c.benchmark_group("route_mapping");
+    group.throughput(Throughput::Elements(1));
+    let mapped = {
+        let mut cfg = RouterConfig::with_prefix("tidemark");
+        cfg.event.rename = [
+            ("temperature", "temp_c"),
+            ("humidity", "rh"),
+            ("site.name", "site_name"),
+            ("site.zone", "site_zone"),
+            ("tags[0]", "first_tag"),
+        ]
+        .into_iter()
+        .map(|(a, b)| (a.to_owned(), b.to_owned()))
+        .collect();
+        cfg.event.include = Some(
+            [
+                "temp_c",
+                "rh",
+                "site_name",
+                "site_zone",
+                "first_tag",
+                "pressure",
+                "fw",
+                "battery",
+                "rssi",
+                "state",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+        );
+        cfg
+    };
+    for (name, cfg) in [
+        ("wide_no_mapping", RouterConfig::with_prefix("tidemark")),
+        ("wide_rename5_include10", mapped),
+    ] {
+        route_each(&mut group, name, cfg, &wide, &origin, now);
+    }
+    group.finish();
+}
+
+/// Benches routing `records` in turn with `cfg`.
+fn route_each(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    name: &str,
+    cfg: RouterConfig,
+    records: &[Vec<u8>],
+    origin: &Origin,
+    now: DateTime<Utc>,
+) {
+    let Ok(router) = Router::new(cfg) else {
+        panic!("bench config is valid");
+    };
+    let mut i = 0usize;
+    // One cache across the events, as the pipeline keeps one per run.
+    let mut cache = RouteCache::default();
+    group.bench_function(name, |b| {
+        b.iter(|| {
+            i = (i + 1) % records.len();
+            let routed = router.route_in(black_box(&records[i]), origin, now, &mut cache);
+            black_box(routed.is_ok())
+        });
+    });
 }
 
 criterion_group!(benches, bench);

@@ -4,8 +4,15 @@
 //! ([`serde_json::value::RawValue`]); only the configured fields are decoded.
 //! Payload numbers therefore reach DynamoDB with exactly the digits the
 //! producer wrote, which an `f64` round trip cannot promise past 17 digits.
+//!
+//! The entity may be one field or several joined ([`EventConfig::entity_fields`]);
+//! field paths may cross arrays (`items[0].id`: read, never removed). After
+//! the identity fields are taken out, `rename` moves values to top-level
+//! names; include / exclude / types and the clash policy (see
+//! [`crate::mapping`]) apply as the item is written.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, Visitor};
@@ -14,29 +21,12 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use thiserror::Error;
 
+use crate::mapping::{self, Coerced, Rules, TimeParser};
 use crate::origin::Origin;
 use crate::reason::Reason;
 use crate::timefmt;
 
-/// How the timestamp field is written.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum TimestampFormat {
-    /// RFC 3339 strings; numbers (or numeric strings) of magnitude below 1e11
-    /// are epoch seconds, larger ones epoch milliseconds. 1e11 seconds is the
-    /// year 5138 and 1e11 ms is March 1973, so the guess is only wrong for
-    /// millisecond timestamps before 1973.
-    #[default]
-    Auto,
-    /// RFC 3339 / ISO 8601 with an offset (`Z` or `+hh:mm`), any precision.
-    Rfc3339,
-    /// Seconds since the Unix epoch, integer or decimal.
-    EpochSeconds,
-    /// Milliseconds since the Unix epoch, integer or decimal.
-    EpochMillis,
-}
+pub use crate::mapping::{ClashPolicy, FieldType, TimestampFormat};
 
 /// Which record fields hold the event's identity and time.
 ///
@@ -59,9 +49,77 @@ pub struct EventConfig {
     /// Default `eventId`.
     #[serde(default = "default_event_id_field")]
     pub event_id_field: Option<String>,
-    /// How the timestamp is written. Default `auto`.
+    /// How the timestamp is written: `auto`, `rfc3339`, `epoch_seconds`,
+    /// `epoch_millis`, `epoch_micros`, `epoch_nanos`, or a chrono strftime
+    /// pattern such as `"%Y-%m-%d %H:%M:%S"`. Default `auto`.
     #[serde(default)]
     pub timestamp_format: TimestampFormat,
+    /// Time zone of zone-less times: an IANA name (`"Europe/Paris"`) or a
+    /// fixed offset (`"+05:30"`). Used by a strftime `timestamp_format`
+    /// without `%z`, and by `auto` for `"2025-11-22 05:00:00"`-style text.
+    /// Refused with formats whose times carry their zone. Default: none
+    /// (such times are UTC for a pattern, refused for `auto`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
+    /// Several fields whose values, joined by `entity_separator`, make the
+    /// entity id, e.g. `["tenant", "device"]` gives `acme:d1`. Replaces
+    /// `entity_field` (leave that unset). Each part is a string or number and
+    /// is removed from the payload like `entity_field`. Default: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub entity_fields: Vec<String>,
+    /// Joins the parts of `entity_fields`. Default `":"`. Must not be empty;
+    /// with the `time_bucket` key strategy it must not contain `#`.
+    #[serde(default = "default_entity_separator")]
+    pub entity_separator: String,
+    /// Payload fields to move to a top-level attribute of another name:
+    /// `{ "user.name" = "user_name", "items[0].sku" = "first_sku" }`. The
+    /// source is a field path; a path through an array index copies the
+    /// value and leaves the array as it is. A renamed value replaces a field
+    /// already named like its target. Default: none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub rename: BTreeMap<String, String>,
+    /// When set, only these top-level payload fields are stored (names after
+    /// `rename`), e.g. `["page", "user_name"]`. Default: every field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub include: Option<Vec<String>>,
+    /// Top-level payload fields not stored (names after `rename`), e.g.
+    /// `["debug"]`. Default: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclude: Vec<String>,
+    /// Type coercion of top-level payload fields (names after `rename`):
+    /// `{ n = "number", code = "string", ok = "bool" }`. A string becomes a
+    /// number with every digit kept; a value that cannot be coerced
+    /// dead-letters its event (`invalid_field`). Default: none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub types: BTreeMap<String, FieldType>,
+    /// A payload field named like an attribute every item carries (`ts`,
+    /// `ts_ms`, `entity_id`, `event_id`, the key attributes, the TTL):
+    /// `prefix` stores it as `clash_prefix` + name; `refuse` dead-letters
+    /// the event. Default `prefix`.
+    #[serde(default)]
+    pub on_clash: ClashPolicy,
+    /// Prefix of clashing payload fields. Default `"payload_"`.
+    #[serde(default = "default_clash_prefix")]
+    pub clash_prefix: String,
+}
+
+fn default_entity_separator() -> String {
+    ":".to_owned()
+}
+
+fn default_clash_prefix() -> String {
+    "payload_".to_owned()
+}
+
+impl EventConfig {
+    /// How errors name the entity: its field, or its fields joined by `+`.
+    pub fn entity_label(&self) -> String {
+        if self.entity_fields.is_empty() {
+            self.entity_field.clone()
+        } else {
+            self.entity_fields.join("+")
+        }
+    }
 }
 
 fn default_entity_field() -> String {
@@ -84,6 +142,15 @@ impl Default for EventConfig {
             timestamp_field: default_timestamp_field(),
             event_id_field: default_event_id_field(),
             timestamp_format: TimestampFormat::Auto,
+            timezone: None,
+            entity_fields: Vec::new(),
+            entity_separator: default_entity_separator(),
+            rename: BTreeMap::new(),
+            include: None,
+            exclude: Vec::new(),
+            types: BTreeMap::new(),
+            on_clash: ClashPolicy::Prefix,
+            clash_prefix: default_clash_prefix(),
         }
     }
 }
@@ -134,6 +201,14 @@ pub enum EventError {
         /// The configured field name or path.
         field: String,
     },
+    /// A payload field cannot be coerced to its configured type.
+    #[error("field `{field}` {problem} (`types` coerces it)")]
+    Coercion {
+        /// The field, by its name after renaming.
+        field: String,
+        /// What the value is and why it does not convert.
+        problem: String,
+    },
     /// The timestamp cannot be read, or is outside 1900-01-01..9999-01-01.
     #[error("field `{field}` has an unusable timestamp {value:?}: {why}")]
     BadTimestamp {
@@ -152,7 +227,9 @@ impl EventError {
         match self {
             EventError::InvalidJson(_) | EventError::NotAnObject(_) => Reason::InvalidJson,
             EventError::Missing { .. } => Reason::MissingField,
-            EventError::WrongType { .. } | EventError::EmptyEntityId { .. } => Reason::InvalidField,
+            EventError::WrongType { .. }
+            | EventError::EmptyEntityId { .. }
+            | EventError::Coercion { .. } => Reason::InvalidField,
             EventError::BadTimestamp { .. } => Reason::BadTimestamp,
         }
     }
@@ -168,26 +245,78 @@ pub struct EventConfigError {
     pub problem: String,
 }
 
+/// One step of a field path with array indices.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Seg {
+    Key(String),
+    Index(usize),
+}
+
 /// A configured field: its full name and, if dotted, its path segments.
 #[derive(Debug, Clone)]
-struct FieldPath {
-    name: String,
+pub(crate) struct FieldPath {
+    pub(crate) name: String,
     parts: Vec<String>,
+    /// The steps of a path with an array index (`items[0].id`). Such a path
+    /// is read, not taken out: removing an element would renumber the rest.
+    indexed: Option<Vec<Seg>>,
 }
 
 impl FieldPath {
-    fn new(key: &'static str, name: &str) -> Result<FieldPath, EventConfigError> {
+    pub(crate) fn new(key: &'static str, name: &str) -> Result<FieldPath, EventConfigError> {
+        let invalid = || EventConfigError {
+            field: key,
+            problem: format!(
+                "is {name:?}: give a field name, a dotted path like `meta.id`, or a path with array indices like `items[0].id`"
+            ),
+        };
         let parts: Vec<String> = name.split('.').map(str::to_owned).collect();
         if name.is_empty() || (parts.len() > 1 && parts.iter().any(String::is_empty)) {
-            return Err(EventConfigError {
-                field: key,
-                problem: format!("is {name:?}: give a field name, or a dotted path like `meta.id`"),
+            return Err(invalid());
+        }
+        if !name.contains('[') {
+            return Ok(FieldPath {
+                name: name.to_owned(),
+                parts,
+                indexed: None,
             });
+        }
+        let mut segs = Vec::new();
+        for part in &parts {
+            let (key_part, mut rest) = part.split_at(part.find('[').unwrap_or(part.len()));
+            if key_part.is_empty() || key_part.contains(']') {
+                return Err(invalid());
+            }
+            segs.push(Seg::Key(key_part.to_owned()));
+            while !rest.is_empty() {
+                let (index, after) = rest
+                    .strip_prefix('[')
+                    .and_then(|r| r.split_once(']'))
+                    .ok_or_else(invalid)?;
+                if index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(invalid());
+                }
+                segs.push(Seg::Index(index.parse().map_err(|_| invalid())?));
+                rest = after;
+            }
         }
         Ok(FieldPath {
             name: name.to_owned(),
             parts,
+            indexed: Some(segs),
         })
+    }
+
+    /// The top-level member a multi-step path goes through.
+    fn first_step(&self) -> Option<&str> {
+        match &self.indexed {
+            Some(segs) => match segs.first() {
+                Some(Seg::Key(k)) => Some(k),
+                _ => None,
+            },
+            None if self.parts.len() > 1 => self.parts.first().map(String::as_str),
+            None => None,
+        }
     }
 }
 
@@ -282,13 +411,14 @@ impl Split<'_> {
     /// The names to set aside. A name that begins another field's dotted
     /// path (`meta` when another field is `meta.id`) stays a member: that
     /// field's path may need to open it first, as it did before this parse.
-    fn names(fields: [Option<&FieldPath>; 3]) -> [Option<String>; 3] {
+    fn names(fields: [Option<&FieldPath>; 3], others: &[&FieldPath]) -> [Option<String>; 3] {
         fields.map(|f| {
             let f = f?;
             let prefix_of_other = fields
                 .iter()
                 .flatten()
-                .any(|g| g.parts.len() > 1 && g.parts[0] == f.name);
+                .chain(others)
+                .any(|g| g.first_step() == Some(f.name.as_str()));
             (!prefix_of_other).then(|| f.name.clone())
         })
     }
@@ -351,9 +481,16 @@ pub(crate) struct RawEvent<'a> {
 #[derive(Debug, Clone)]
 pub struct Extractor {
     entity: FieldPath,
+    /// A composite entity's parts (empty for a single entity field).
+    entity_parts: Vec<FieldPath>,
+    separator: String,
     timestamp: FieldPath,
     event_id: Option<FieldPath>,
-    format: TimestampFormat,
+    time: TimeParser,
+    renames: Vec<(FieldPath, String)>,
+    rules: Option<Rules>,
+    on_clash: ClashPolicy,
+    clash_prefix: String,
     /// Names of the fields above (in that order) that the record parse sets
     /// aside as it meets them; see [`Split`].
     split: [Option<String>; 3],
@@ -362,46 +499,158 @@ pub struct Extractor {
 impl Extractor {
     /// Checks the configuration once, so extraction cannot fail on it.
     pub fn new(config: EventConfig) -> Result<Extractor, EventConfigError> {
+        let err = |field: &'static str, problem: String| Err(EventConfigError { field, problem });
         let entity = FieldPath::new("entity_field", &config.entity_field)?;
+        let entity_parts = config
+            .entity_fields
+            .iter()
+            .map(|f| FieldPath::new("entity_fields", f))
+            .collect::<Result<Vec<_>, _>>()?;
+        if !entity_parts.is_empty() && config.entity_field != default_entity_field() {
+            return err(
+                "entity_fields",
+                "is set together with `entity_field`: keep one of them".into(),
+            );
+        }
+        if config.entity_separator.is_empty() {
+            return err(
+                "entity_separator",
+                "is empty: the parts of a composite entity need a separator such as \":\"".into(),
+            );
+        }
         let timestamp = FieldPath::new("timestamp_field", &config.timestamp_field)?;
         let event_id = match config.event_id_field.as_deref() {
             None | Some("") => None,
             Some(name) => Some(FieldPath::new("event_id_field", name)?),
         };
-        let names = [
-            Some(&entity.name),
-            Some(&timestamp.name),
-            event_id.as_ref().map(|p| &p.name),
-        ];
+        let mut names: Vec<&String> = Vec::new();
+        if entity_parts.is_empty() {
+            names.push(&entity.name);
+        } else {
+            names.extend(entity_parts.iter().map(|p| &p.name));
+        }
+        names.push(&timestamp.name);
+        names.extend(event_id.as_ref().map(|p| &p.name));
         for (i, a) in names.iter().enumerate() {
-            for b in &names[i + 1..] {
-                if let (Some(a), Some(b)) = (a, b)
-                    && a == b
-                {
-                    return Err(EventConfigError {
-                        field: "event",
-                        problem: format!("uses field {a:?} for two roles: give each its own field"),
-                    });
-                }
+            if names[i + 1..].contains(a) {
+                return err(
+                    "event",
+                    format!("uses field {a:?} for two roles: give each its own field"),
+                );
             }
         }
-        let split = Split::names([Some(&entity), Some(&timestamp), event_id.as_ref()]);
+        let time = TimeParser::new(config.timestamp_format.clone(), config.timezone.as_deref())?;
+        let mut renames = Vec::with_capacity(config.rename.len());
+        let mut targets: Vec<&str> = Vec::with_capacity(config.rename.len());
+        for (from, to) in &config.rename {
+            let path = FieldPath::new("rename", from)?;
+            if names.contains(&&path.name) {
+                return err(
+                    "rename",
+                    format!(
+                        "renames {from:?}, which is an identity field (entity, timestamp or event id) and not in the payload"
+                    ),
+                );
+            }
+            if to.is_empty() {
+                return err("rename", format!("renames {from:?} to an empty name"));
+            }
+            if targets.contains(&to.as_str()) {
+                return err(
+                    "rename",
+                    format!("renames two fields to {to:?}: give each its own name"),
+                );
+            }
+            targets.push(to);
+            renames.push((path, to.clone()));
+        }
+        let rules = Rules::new(
+            config.include.as_deref(),
+            &config.exclude,
+            &config.types,
+            &targets,
+        )?;
+        if config.on_clash == ClashPolicy::Prefix && config.clash_prefix.is_empty() {
+            return err(
+                "clash_prefix",
+                "is empty: give a prefix such as \"payload_\", or set on_clash = \"refuse\"".into(),
+            );
+        }
+        let others: Vec<&FieldPath> = entity_parts
+            .iter()
+            .chain(renames.iter().map(|(p, _)| p))
+            .collect();
+        let single_entity = entity_parts.is_empty().then_some(&entity);
+        let split = Split::names(
+            [single_entity, Some(&timestamp), event_id.as_ref()],
+            &others,
+        );
         Ok(Extractor {
             entity,
+            entity_parts,
+            separator: config.entity_separator,
             timestamp,
             event_id,
-            format: config.timestamp_format,
+            time,
+            renames,
+            rules,
+            on_clash: config.on_clash,
+            clash_prefix: config.clash_prefix,
             split,
         })
     }
 
+    /// What the mapping does with a payload field (by its final name);
+    /// `None` when every field is kept as it is.
+    pub(crate) fn rules(&self) -> Option<&Rules> {
+        self.rules.as_ref()
+    }
+
+    /// The clash policy and prefix.
+    pub(crate) fn clash(&self) -> (ClashPolicy, &str) {
+        (self.on_clash, &self.clash_prefix)
+    }
+
     /// Extracts the event of one record; `origin` supplies the event id when
-    /// the record has none.
+    /// the record has none. The payload is mapped (renamed, filtered and
+    /// coerced) as the item's will be; coerced numbers beyond `f64`
+    /// precision lose digits here, as [`Event::payload`] says.
     pub fn extract(&self, data: &[u8], origin: &Origin) -> Result<Event, EventError> {
-        let raw = self.extract_raw(data, origin)?;
+        self.extract_inner(data, origin, 0)
+    }
+
+    /// [`Extractor::extract`] for inner event `inner` of a record holding
+    /// several (NDJSON, JSON array): a derived event id names the position.
+    pub fn extract_inner(
+        &self,
+        data: &[u8],
+        origin: &Origin,
+        inner: u32,
+    ) -> Result<Event, EventError> {
+        let raw = self.extract_raw(data, origin, inner)?;
         let mut payload = serde_json::Map::with_capacity(raw.payload.len());
         for (k, node) in raw.payload {
-            payload.insert(k.into_owned(), node_to_value(&node)?);
+            let rule = self.rules.as_ref().map(|r| r.get(&k));
+            if rule.is_some_and(|r| !r.keep) {
+                continue;
+            }
+            let value = match rule.and_then(|r| r.ty) {
+                None => node_to_value(&node)?,
+                Some(ty) => match mapping::coerce(&node, ty) {
+                    Ok(Coerced::Same) => node_to_value(&node)?,
+                    Ok(Coerced::Number(n)) => serde_json::from_str(&n)
+                        .map_err(|e| EventError::InvalidJson(e.to_string()))?,
+                    Ok(Coerced::Str(t)) => Value::String(t.into_owned()),
+                    Ok(Coerced::Bool(b)) => Value::Bool(b),
+                    Err(problem) => {
+                        return Err(EventError::Coercion {
+                            field: k.into_owned(),
+                            problem,
+                        });
+                    }
+                },
+            };
+            payload.insert(k.into_owned(), value);
         }
         Ok(Event {
             entity_id: raw.entity_id.into_owned(),
@@ -415,6 +664,7 @@ impl Extractor {
         &self,
         data: &'a [u8],
         origin: &Origin,
+        inner: u32,
     ) -> Result<RawEvent<'a>, EventError> {
         // One UTF-8 check for the whole record: parsing from `str` then
         // skips the per-value check each raw member would cost from bytes.
@@ -433,22 +683,24 @@ impl Extractor {
             Err(e) => return Err(EventError::InvalidJson(e.to_string())),
         };
 
-        let entity_raw =
-            take(&mut members, entity_slot, &self.entity)?.ok_or_else(|| EventError::Missing {
-                field: self.entity.name.clone(),
-            })?;
-        let entity_id = scalar_text(&entity_raw, &self.entity.name, "a string or a number")?;
-        if entity_id.is_empty() {
-            return Err(EventError::EmptyEntityId {
-                field: self.entity.name.clone(),
-            });
-        }
+        let entity_id = if self.entity_parts.is_empty() {
+            self.entity_part(&mut members, entity_slot, &self.entity)?
+        } else {
+            let mut joined = String::new();
+            for (i, part) in self.entity_parts.iter().enumerate() {
+                if i > 0 {
+                    joined.push_str(&self.separator);
+                }
+                joined.push_str(&self.entity_part(&mut members, Slot::NotSplit, part)?);
+            }
+            Cow::Owned(joined)
+        };
 
         let ts_raw =
             take(&mut members, ts_slot, &self.timestamp)?.ok_or_else(|| EventError::Missing {
                 field: self.timestamp.name.clone(),
             })?;
-        let (timestamp_ms, iso) = parse_timestamp(&ts_raw, &self.timestamp.name, self.format)?;
+        let (timestamp_ms, iso) = parse_timestamp(&ts_raw, &self.timestamp.name, &self.time)?;
 
         let mut event_id = None;
         if let Some(path) = &self.event_id
@@ -463,7 +715,14 @@ impl Extractor {
                 }
             }
         }
-        let event_id = event_id.unwrap_or_else(|| Cow::Owned(origin.derived_event_id()));
+        let event_id = event_id.unwrap_or_else(|| Cow::Owned(derived_event_id(origin, inner)));
+
+        for (path, target) in &self.renames {
+            if let Some(node) = take(&mut members, Slot::NotSplit, path)? {
+                remove_member(&mut members, target);
+                members.push((Cow::Owned(target.clone()), node));
+            }
+        }
 
         Ok(RawEvent {
             entity_id,
@@ -473,6 +732,39 @@ impl Extractor {
             payload: members,
         })
     }
+}
+
+impl Extractor {
+    /// One entity field's text, taken out of the payload.
+    fn entity_part<'a>(
+        &self,
+        members: &mut Vec<(Name<'a>, Node<'a>)>,
+        slot: Slot<'a>,
+        path: &FieldPath,
+    ) -> Result<Cow<'a, str>, EventError> {
+        let raw = take(members, slot, path)?.ok_or_else(|| EventError::Missing {
+            field: path.name.clone(),
+        })?;
+        let text = scalar_text(&raw, &path.name, "a string or a number")?;
+        if text.is_empty() {
+            return Err(EventError::EmptyEntityId {
+                field: path.name.clone(),
+            });
+        }
+        Ok(text)
+    }
+}
+
+/// The event id of inner event `inner` of the record at `origin` when it
+/// carries none. The first (or only) event keeps the record's id, so a
+/// record of one event gets the same id whatever its record format.
+pub fn derived_event_id(origin: &Origin, inner: u32) -> String {
+    let mut id = origin.derived_event_id();
+    if inner > 0 {
+        id.push('/');
+        id.push_str(itoa::Buffer::new().format(inner));
+    }
+    id
 }
 
 /// Removes and returns the value at `path`; `Ok(None)` when absent.
@@ -493,10 +785,55 @@ fn take<'a>(
             }
         }
     }
+    if let Some(segs) = &path.indexed {
+        return read_path(members, segs);
+    }
     if path.parts.len() < 2 {
         return Ok(None);
     }
     take_path(members, &path.parts)
+}
+
+/// The value at a path with array indices, read without changing the
+/// payload; `Ok(None)` when absent.
+fn read_path<'a>(
+    members: &[(Name<'a>, Node<'a>)],
+    segs: &[Seg],
+) -> Result<Option<Node<'a>>, EventError> {
+    let find = |members: &[(Name<'a>, Node<'a>)], key: &str| {
+        members
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+    };
+    let Some((Seg::Key(first), rest)) = segs.split_first() else {
+        return Ok(None);
+    };
+    let Some(mut node) = find(members, first) else {
+        return Ok(None);
+    };
+    let invalid = |e: serde_json::Error| EventError::InvalidJson(e.to_string());
+    for seg in rest {
+        let next = match (seg, &node) {
+            (Seg::Key(k), Node::Object(inner)) => find(inner, k),
+            (Seg::Key(k), Node::Raw(raw)) if json_kind(raw) == "object" => {
+                let raw: &'a RawValue = raw;
+                find(&open_object(raw).map_err(invalid)?, k)
+            }
+            (Seg::Index(i), Node::Raw(raw)) if json_kind(raw) == "array" => {
+                let raw: &'a RawValue = raw;
+                let elems: Vec<&'a RawValue> = serde_json::from_str(raw.get()).map_err(invalid)?;
+                elems.get(*i).map(|e| Node::Raw(e))
+            }
+            _ => None,
+        };
+        match next {
+            Some(n) => node = n,
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(node))
 }
 
 fn take_path<'a>(
@@ -570,7 +907,7 @@ fn scalar_text<'a>(
 
 /// A JSON string's contents: borrowed from the record when it has no
 /// escapes (the usual id or timestamp), decoded otherwise.
-fn string_text(raw: &RawValue) -> Result<Cow<'_, str>, serde_json::Error> {
+pub(crate) fn string_text(raw: &RawValue) -> Result<Cow<'_, str>, serde_json::Error> {
     let text = raw.get().trim_ascii();
     // The parser already checked the string, so quotes and no backslash mean
     // its contents are the text between them.
@@ -620,8 +957,9 @@ fn bad_ts(field: &str, value: &str, why: impl Into<String>) -> EventError {
 fn parse_timestamp<'a>(
     node: &Node<'a>,
     field: &str,
-    format: TimestampFormat,
+    time: &TimeParser,
 ) -> Result<(i64, Option<&'a str>), EventError> {
+    let format = &time.format;
     let Node::Raw(raw) = node else {
         return Err(EventError::WrongType {
             field: field.to_owned(),
@@ -676,15 +1014,20 @@ fn parse_timestamp<'a>(
             }
             parse_rfc3339(&text).map_err(|why| bad_ts(field, &text, why))?
         }
-        TimestampFormat::Auto if is_string && !looks_numeric => {
-            parse_rfc3339(&text).map_err(|why| bad_ts(field, &text, why))?
-        }
+        TimestampFormat::Auto if is_string && !looks_numeric => parse_rfc3339(&text)
+            .or_else(|why| match time.parse_local_iso(&text) {
+                Some(local) => local.map(i128::from),
+                None => Err(why),
+            })
+            .map_err(|why| bad_ts(field, &text, why))?,
         TimestampFormat::Auto => {
             let whole = scaled_floor(&text, 0).map_err(|why| bad_ts(field, &text, why))?;
-            let exp = if whole.unsigned_abs() >= 100_000_000_000 {
-                0
-            } else {
-                3
+            // Seconds below 1e11, then millis, micros, nanos: see `Auto`.
+            let exp = match whole.unsigned_abs() {
+                0..100_000_000_000 => 3,
+                100_000_000_000..100_000_000_000_000 => 0,
+                100_000_000_000_000..100_000_000_000_000_000 => -3,
+                _ => -6,
             };
             scaled_floor(&text, exp).map_err(|why| bad_ts(field, &text, why))?
         }
@@ -694,6 +1037,16 @@ fn parse_timestamp<'a>(
         TimestampFormat::EpochMillis => {
             scaled_floor(&text, 0).map_err(|why| bad_ts(field, &text, why))?
         }
+        TimestampFormat::EpochMicros => {
+            scaled_floor(&text, -3).map_err(|why| bad_ts(field, &text, why))?
+        }
+        TimestampFormat::EpochNanos => {
+            scaled_floor(&text, -6).map_err(|why| bad_ts(field, &text, why))?
+        }
+        TimestampFormat::Pattern(p) => time
+            .parse_pattern(&text, p)
+            .map(i128::from)
+            .map_err(|why| bad_ts(field, &text, why))?,
     };
     let ms = i64::try_from(ms).map_err(|_| bad_ts(field, &text, "out of range"))?;
     if !timefmt::in_range(ms) {

@@ -5,6 +5,11 @@
 //! Modules:
 //! - [`event`]: JSON record to [`event::Event`] (entity id, UTC millisecond
 //!   timestamp, event id, payload) with typed, field-naming errors.
+//! - [`mapping`]: the rest of the `[event]` mapping, compiled once: time
+//!   formats and zones, include / exclude / rename, type coercion, and the
+//!   policy for payload fields named like Tidemark's attributes.
+//! - [`framing`]: record formats (one JSON event, NDJSON, a JSON array,
+//!   each optionally gzip-compressed) split into inner events.
 //! - [`strategy`]: key strategies (`entity`, `random_suffix`,
 //!   `calculated_suffix`, `time_bucket`), [`strategy::shard_of`] (seed 003's
 //!   SHA-256 hash, bit for bit), and shard-count migrations.
@@ -40,7 +45,9 @@
 //!   `None` and must be left alone.
 
 pub mod event;
+pub mod framing;
 pub mod key;
+pub mod mapping;
 pub mod origin;
 pub mod period;
 pub mod plan;

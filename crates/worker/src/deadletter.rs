@@ -93,6 +93,11 @@ pub struct DeadLetter {
     /// because the whole did not fit the destination's size limit.
     #[serde(default)]
     pub payload_truncated: bool,
+    /// Position of the event inside its record, for records holding several
+    /// (`record_format = "ndjson"` or `"json_array"`); the payload is then
+    /// that event alone. Absent for a record of one event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inner: Option<u32>,
 }
 
 impl DeadLetter {
@@ -114,6 +119,23 @@ impl DeadLetter {
             payload_bytes: payload.len(),
             payload_sha256: hex(&Sha256::digest(payload)),
             payload_truncated: keep < payload.len(),
+            inner: None,
+        }
+    }
+
+    /// The entry of inner event `inner` of its record.
+    pub fn with_inner(mut self, inner: Option<u32>) -> Self {
+        self.inner = inner;
+        self
+    }
+
+    /// Where the event came from, as text: the source position, and the
+    /// inner event's index when the record held several (two dead events of
+    /// one record must not share a key or a deduplication id).
+    pub fn position(&self) -> String {
+        match self.inner {
+            None => self.source.to_string(),
+            Some(i) => format!("{}@{i}", self.source),
         }
     }
 
@@ -149,7 +171,7 @@ impl DeadLetter {
     /// the same bytes are two dead letters, and SQS would drop the second.
     pub fn dedup_id(&self) -> String {
         let mut h = Sha256::new();
-        h.update(self.source.to_string().as_bytes());
+        h.update(self.position().as_bytes());
         h.update(b"\n");
         h.update(self.reason.as_str().as_bytes());
         hex(&h.finalize())
@@ -442,7 +464,7 @@ impl DeadLetterSink for DynamoDbSink {
 /// which is sized so the whole item stays within [`DYNAMODB_MAX_ITEM`].
 fn dynamodb_item(e: &DeadLetter) -> std::collections::HashMap<String, AttributeValue> {
     let mut item: std::collections::HashMap<String, AttributeValue> = [
-        ("pk", e.source.to_string()),
+        ("pk", e.position()),
         ("sk", e.time.clone()),
         ("reason", e.reason.as_str().to_string()),
     ]

@@ -27,7 +27,10 @@
 //!   the types), every problem reported at once with its key, value, source
 //!   (file:line or variable) and fix; the effective config with sources.
 //! - [`pipeline`]: source records → route → writer → acknowledgement; every
-//!   record is acknowledged only once stored or durably dead-lettered.
+//!   record is acknowledged only once stored or durably dead-lettered. A
+//!   record of several events (`record_format` ndjson / json_array, gzip
+//!   detected) is split: each event is stored or dead-lettered on its own,
+//!   and the record acknowledged once all of them are.
 //! - [`credentials`]: [`KeepValid`](credentials::KeepValid), credentials
 //!   that keep serving while still valid when a refresh fails.
 //! - [`coordinator`]: the fenced maintenance lease (one maintainer at a
@@ -42,6 +45,8 @@
 //!   `telemetry.emf` is on.
 //! - [`metrics`]: this crate's metric names and their help texts.
 //! - [`produce`]: deterministic synthetic IoT events (with a hot device).
+//! - [`template`]: events in the user's shape from a template file with
+//!   placeholders (`produce --template`).
 //! - [`query`]: reads an entity's events back through the query plans.
 //! - [`report`]: each worker's report in the coordinator table (lag per
 //!   shard, SQS receive age), which `status` shows instead of reading the
@@ -87,5 +92,6 @@ pub mod report;
 pub mod sdk;
 pub mod tables;
 pub mod telemetry;
+pub mod template;
 pub mod verify;
 pub mod worker;

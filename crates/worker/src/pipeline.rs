@@ -18,6 +18,7 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use tidemark_consumer::record::{Ack, Record};
 use tidemark_schema::Origin;
+use tidemark_schema::framing::{self, GZIP_MAGIC, RecordFormat};
 use tidemark_schema::route::{RouteCache, Routed, Router};
 use tidemark_writer::{Complete, Completion, Submission, WriteOutcome, WriterError, WriterHandle};
 use tokio::sync::mpsc;
@@ -37,9 +38,10 @@ pub fn system_clock() -> Clock {
 pub struct PipelineCounts {
     /// Records received from the source.
     pub records: u64,
-    /// Records submitted to the writer.
+    /// Events submitted to the writer (a record may hold several).
     pub submitted: u64,
-    /// Records dead-lettered before reaching the writer.
+    /// Events dead-lettered before reaching the writer (a record that
+    /// cannot be split counts as one).
     pub dead_lettered: u64,
 }
 
@@ -50,6 +52,7 @@ pub struct Pipeline {
     writer: WriterHandle,
     dead_letters: DeadLetters,
     clock: Clock,
+    format: RecordFormat,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -71,7 +74,15 @@ impl Pipeline {
             writer,
             dead_letters,
             clock,
+            format: RecordFormat::Json,
         }
+    }
+
+    /// Records hold events laid out as `format` (gzip detected in any
+    /// format). Default [`RecordFormat::Json`].
+    pub fn with_record_format(mut self, format: RecordFormat) -> Self {
+        self.format = format;
+        self
     }
 
     /// Handles batches until the channel closes (every source stopped).
@@ -91,11 +102,9 @@ impl Pipeline {
             let mut routed = Vec::with_capacity(batch.len());
             let mut slots = Vec::with_capacity(batch.len());
             for record in batch {
-                if let Some(r) = self.prepare(record, now, &mut cache, &mut slots) {
-                    routed.push(r);
-                }
+                counts.dead_lettered +=
+                    self.prepare(record, now, &mut cache, &mut slots, &mut routed);
             }
-            counts.dead_lettered += n - routed.len() as u64;
             counts.submitted += routed.len() as u64;
             if routed.is_empty() {
                 continue;
@@ -125,17 +134,18 @@ impl Pipeline {
         Ok(counts)
     }
 
-    /// Routes one record: the routed item (its record kept in `slots`, at
-    /// the same index as the item among the batch's routed ones), or `None`
-    /// when it was dead-lettered (its ack then travels with the dead-letter
-    /// entry).
+    /// Routes one record's events: each routed item is pushed to `routed`
+    /// (its event kept in `slots`, at the same index), each event that
+    /// cannot be routed is dead-lettered (its ack travels with the entry).
+    /// Returns the number dead-lettered.
     fn prepare(
         &self,
         record: Record,
         now: DateTime<Utc>,
         cache: &mut RouteCache,
         slots: &mut Vec<Slot>,
-    ) -> Option<Routed> {
+        routed: &mut Vec<Routed>,
+    ) -> u64 {
         let Record {
             origin,
             data,
@@ -146,17 +156,63 @@ impl Pipeline {
         if let Some(defect) = defect {
             let entry = DeadLetter::new(origin, defect.reason, defect.message, &data, now);
             self.dead_letters.send(entry, Some(ack));
-            return None;
+            return 1;
         }
-        match self.router.route_in(&data, &origin, now, cache) {
-            Ok(routed) => {
-                slots.push(Some(Kept { origin, data, ack }));
-                Some(routed)
-            }
+        // The usual case, one plain event per record: no splitting.
+        if self.format == RecordFormat::Json && !data.starts_with(&GZIP_MAGIC) {
+            return self.prepare_event(origin, data, None, ack, now, cache, slots, routed);
+        }
+        let events = match framing::split(self.format, &data) {
+            Ok(events) => events,
             Err(e) => {
                 let entry = DeadLetter::new(origin, e.reason(), e.to_string(), &data, now);
                 self.dead_letters.send(entry, Some(ack));
-                None
+                return 1;
+            }
+        };
+        let single = self.format == RecordFormat::Json;
+        let acks = ack.split(events.len());
+        let mut dead = 0;
+        for (i, (event, ack)) in events.into_iter().zip(acks).enumerate() {
+            let inner = (!single).then(|| u32::try_from(i).unwrap_or(u32::MAX));
+            dead +=
+                self.prepare_event(origin.clone(), event, inner, ack, now, cache, slots, routed);
+        }
+        dead
+    }
+
+    /// Routes one event (`inner`: its place in a record of several).
+    #[allow(clippy::too_many_arguments)] // the batch's buffers, threaded through
+    fn prepare_event(
+        &self,
+        origin: Origin,
+        data: Bytes,
+        inner: Option<u32>,
+        ack: Ack,
+        now: DateTime<Utc>,
+        cache: &mut RouteCache,
+        slots: &mut Vec<Slot>,
+        routed: &mut Vec<Routed>,
+    ) -> u64 {
+        match self
+            .router
+            .route_inner(&data, &origin, inner.unwrap_or(0), now, cache)
+        {
+            Ok(r) => {
+                slots.push(Some(Kept {
+                    origin,
+                    data,
+                    ack,
+                    inner,
+                }));
+                routed.push(r);
+                0
+            }
+            Err(e) => {
+                let entry = DeadLetter::new(origin, e.reason(), e.to_string(), &data, now)
+                    .with_inner(inner);
+                self.dead_letters.send(entry, Some(ack));
+                1
             }
         }
     }
@@ -168,6 +224,7 @@ struct Kept {
     origin: Origin,
     data: Bytes,
     ack: Ack,
+    inner: Option<u32>,
 }
 
 /// A routed record's place in its batch; emptied when its write ends.
@@ -202,7 +259,8 @@ impl Complete for BatchDone {
             WriteOutcome::Rejected { reason, message } => {
                 let now = (self.clock)();
                 for k in kept {
-                    let entry = DeadLetter::new(k.origin, *reason, message.clone(), &k.data, now);
+                    let entry = DeadLetter::new(k.origin, *reason, message.clone(), &k.data, now)
+                        .with_inner(k.inner);
                     self.dead_letters.send(entry, Some(k.ack));
                 }
             }
@@ -262,13 +320,19 @@ mod tests {
         }
     }
 
-    /// Records stored and rejected in one batch: every record is acked only
-    /// after its outcome, the rejected one is dead-lettered with its own
-    /// origin, bytes and DynamoDB's message, and the checkpoint covers all.
-    #[tokio::test]
-    async fn a_rejected_write_is_dead_lettered_with_its_record_and_all_are_acked() {
-        // DescribeTable goes nowhere (refused), which the writer retries
-        // later; writes go through the fake.
+    /// What [`setup`] makes: pipeline, writer, dead letters, and the writer's
+    /// and dead letters' tasks.
+    type Rig = (
+        Pipeline,
+        WriterHandle,
+        Arc<Memory>,
+        tokio::task::JoinHandle<Result<(), WriterError>>,
+        tokio::task::JoinHandle<Result<(), DeadLetterError>>,
+    );
+
+    /// A pipeline over the fake transport and in-memory dead letters, at a
+    /// fixed now, with its writer and the tasks to await at the end.
+    fn setup() -> Rig {
         let sdk = aws_sdk_dynamodb::Config::builder()
             .behavior_version(BehaviorVersion::latest())
             .region(Region::new("us-east-1"))
@@ -291,6 +355,17 @@ mod tests {
             .with_timezone(&Utc);
         let router = Arc::new(Router::new(RouterConfig::with_prefix("t")).unwrap());
         let pipeline = Pipeline::new(router, writer.clone(), dead_letters, Arc::new(move || now));
+        (pipeline, writer, memory, task, dl_task)
+    }
+
+    /// Records stored and rejected in one batch: every record is acked only
+    /// after its outcome, the rejected one is dead-lettered with its own
+    /// origin, bytes and DynamoDB's message, and the checkpoint covers all.
+    #[tokio::test]
+    async fn a_rejected_write_is_dead_lettered_with_its_record_and_all_are_acked() {
+        // DescribeTable goes nowhere (refused), which the writer retries
+        // later; writes go through the fake.
+        let (pipeline, writer, memory, task, dl_task) = setup();
         let tracker = Arc::new(AckTracker::new());
         let records: Vec<Record> = (0..40u64)
             .map(|i| {
@@ -334,6 +409,71 @@ mod tests {
         assert!(dead[0].error.contains("poisoned"), "{}", dead[0].error);
         assert_eq!(dead[0].source.to_string(), "kinesis:s/shardId-0/1017.0");
         assert_eq!(writer.stats().stored, 39);
+        drop(pipeline);
+        writer.close();
+        task.await.unwrap().unwrap();
+        dl_task.await.unwrap().unwrap();
+    }
+
+    /// NDJSON records, one of them gzip-compressed: each inner event is
+    /// stored or dead-lettered on its own (the bad one with its position and
+    /// its own bytes), and each record is acknowledged once all its events
+    /// are.
+    #[tokio::test]
+    async fn inner_events_are_routed_alone_and_their_record_acked_after_all() {
+        use std::io::Write;
+        let (pipeline, writer, memory, task, dl_task) = setup();
+        let pipeline = pipeline.with_record_format(RecordFormat::Ndjson);
+        let tracker = Arc::new(AckTracker::new());
+        let ev = |i: u32| format!(r#"{{"deviceId":"d{i}","timestamp":"2026-11-22T09:59:00Z"}}"#);
+        let plain = format!("{}\n{{\"deviceId\":\"bad\"}}\n{}\n", ev(0), ev(2));
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(format!("{}\r\n{}", ev(3), ev(4)).as_bytes())
+            .unwrap();
+        let records: Vec<Record> = [plain.into_bytes(), gz.finish().unwrap()]
+            .into_iter()
+            .enumerate()
+            .map(|(i, data)| {
+                let seq = format!("{}", 1000 + i);
+                let serial = tracker.push(Position::new(seq.as_str(), 0)).unwrap();
+                Record {
+                    origin: Origin::Kinesis {
+                        stream: "s".into(),
+                        shard_id: "shardId-0".into(),
+                        sequence_number: seq.into(),
+                        sub_sequence_number: 0,
+                    },
+                    partition_key: "p".into(),
+                    data: Bytes::from(data),
+                    arrival_ms: 0,
+                    ack: Ack::new(tracker.clone(), serial),
+                    defect: None,
+                }
+            })
+            .collect();
+        let (tx, rx) = mpsc::channel(1);
+        tx.send(records).await.unwrap();
+        drop(tx);
+        let counts = pipeline.run(rx).await.unwrap();
+        assert_eq!(
+            (counts.records, counts.submitted, counts.dead_lettered),
+            (2, 4, 1)
+        );
+        writer.flush().await;
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            tracker.wait_for(|w| w.in_flight() == 0),
+        )
+        .await
+        .expect("both records are acked");
+        assert_eq!(tracker.checkpoint(), Some(Position::new("1001", 0)));
+        assert_eq!(writer.stats().stored, 4);
+        let dead = memory.0.lock().unwrap().clone();
+        assert_eq!(dead.len(), 1, "{dead:?}");
+        assert_eq!(dead[0].reason, Reason::MissingField);
+        assert_eq!(dead[0].inner, Some(1));
+        assert_eq!(dead[0].payload().unwrap(), br#"{"deviceId":"bad"}"#);
+        assert_eq!(dead[0].position(), "kinesis:s/shardId-0/1000.0@1");
         drop(pipeline);
         writer.close();
         task.await.unwrap().unwrap();

@@ -47,14 +47,8 @@ impl ProduceSpec {
     /// Event `n` of the run, stamped at `at`. Device 0 gets `hot_factor`
     /// shares of the traffic, every other device one share.
     pub fn event(&self, n: u64, at: DateTime<Utc>) -> IotEvent {
-        let mut rng = fastrand::Rng::with_seed(self.seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        let shares = u64::from(self.devices.max(1) - 1) + u64::from(self.hot_factor.max(1));
-        let pick = rng.u64(0..shares);
-        let device = if pick < u64::from(self.hot_factor.max(1)) {
-            0
-        } else {
-            pick - u64::from(self.hot_factor.max(1)) + 1
-        };
+        let mut rng = self.rng(n);
+        let device = self.pick_device(&mut rng);
         let round = |x: f64| (x * 100.0).round() / 100.0;
         IotEvent {
             device_id: format!("device-{device:04}"),
@@ -63,6 +57,36 @@ impl ProduceSpec {
             temperature: round(15.0 + rng.f64() * 15.0),
             humidity: round(30.0 + rng.f64() * 50.0),
             pressure: round(990.0 + rng.f64() * 40.0),
+        }
+    }
+}
+
+impl ProduceSpec {
+    /// Event `n` as sent: keyed by its device, its JSON.
+    pub fn produced(&self, n: u64, at: DateTime<Utc>) -> Produced {
+        let e = self.event(n, at);
+        Produced {
+            // Serializing strings and finite floats cannot fail.
+            body: serde_json::to_vec(&e).unwrap_or_default(),
+            key: e.device_id,
+            id: e.event_id,
+        }
+    }
+
+    /// The generator of event `n`: the same seed and `n`, the same values.
+    pub fn rng(&self, n: u64) -> fastrand::Rng {
+        fastrand::Rng::with_seed(self.seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+    }
+
+    /// A device (entity) number: device 0 gets `hot_factor` shares of the
+    /// traffic, every other device one share.
+    pub fn pick_device(&self, rng: &mut fastrand::Rng) -> u64 {
+        let shares = u64::from(self.devices.max(1) - 1) + u64::from(self.hot_factor.max(1));
+        let pick = rng.u64(0..shares);
+        if pick < u64::from(self.hot_factor.max(1)) {
+            0
+        } else {
+            pick - u64::from(self.hot_factor.max(1)) + 1
         }
     }
 }
@@ -107,26 +131,44 @@ impl Target {
     /// Sends `events` (at most `batch_size`), retrying the entries the
     /// service refused (throttled) until all are in.
     pub async fn send(&self, events: &[IotEvent]) -> Result<(), ProduceError> {
-        let err = |message: String| ProduceError {
+        let produced = events
+            .iter()
+            .map(|e| {
+                Ok(Produced {
+                    key: e.device_id.clone(),
+                    id: e.event_id.clone(),
+                    body: serde_json::to_vec(e).map_err(|e| self.error(e.to_string()))?,
+                })
+            })
+            .collect::<Result<Vec<_>, ProduceError>>()?;
+        self.send_produced(&produced).await
+    }
+
+    fn error(&self, message: String) -> ProduceError {
+        ProduceError {
             target: self.name(),
             message,
-        };
-        let json = |e: &IotEvent| serde_json::to_vec(e).map_err(|e| err(e.to_string()));
+        }
+    }
+
+    /// Sends events already encoded (a template's), as [`Target::send`].
+    pub async fn send_produced(&self, events: &[Produced]) -> Result<(), ProduceError> {
+        let err = |message: String| self.error(message);
         match self {
             Target::Kinesis(client, stream) => {
                 let records = events
                     .iter()
-                    .map(|e| Ok((e.device_id.clone(), json(e)?)))
-                    .collect::<Result<Vec<_>, ProduceError>>()?;
+                    .map(|e| (e.key.clone(), e.body.clone()))
+                    .collect();
                 put_kinesis(client, stream, records).await.map_err(err)
             }
             Target::KinesisAggregated(client, stream, n) => {
                 let mut records = Vec::new();
                 for chunk in events.chunks((*n).max(1)) {
-                    let users = chunk
+                    let users: Vec<(String, Vec<u8>)> = chunk
                         .iter()
-                        .map(|e| Ok((e.device_id.clone(), json(e)?)))
-                        .collect::<Result<Vec<_>, ProduceError>>()?;
+                        .map(|e| (e.key.clone(), e.body.clone()))
+                        .collect();
                     // The KPL puts an aggregate under its first user record's key.
                     let key = users.first().map(|u| u.0.clone()).unwrap_or_default();
                     records.push((key, tidemark_consumer::kpl::aggregate(&users)));
@@ -138,27 +180,36 @@ impl Target {
     }
 }
 
+/// One encoded event to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Produced {
+    /// Partition key (Kinesis) or message group (SQS FIFO).
+    pub key: String,
+    /// Unique id (SQS FIFO deduplication id).
+    pub id: String,
+    /// The event's JSON.
+    pub body: Vec<u8>,
+}
+
 /// SendMessageBatch of events (at most 10), retrying refused entries.
 async fn send_sqs(
     client: &aws_sdk_sqs::Client,
     queue: &str,
-    events: &[IotEvent],
+    events: &[Produced],
 ) -> Result<(), String> {
     let fifo = queue.ends_with(".fifo");
-    until_accepted(events.to_vec(), async |pending: &[IotEvent]| {
+    until_accepted(events.to_vec(), async |pending: &[Produced]| {
         let entries = pending
             .iter()
             .enumerate()
             .map(|(i, e)| {
-                let body =
-                    serde_json::to_string(e).map_err(|e| CallFailed::Fatal(e.to_string()))?;
+                let body = String::from_utf8(e.body.clone())
+                    .map_err(|e| CallFailed::Fatal(e.to_string()))?;
                 let mut m = SendMessageBatchRequestEntry::builder()
                     .id(i.to_string())
                     .message_body(body);
                 if fifo {
-                    m = m
-                        .message_group_id(&e.device_id)
-                        .message_deduplication_id(&e.event_id);
+                    m = m.message_group_id(&e.key).message_deduplication_id(&e.id);
                 }
                 m.build().map_err(|e| CallFailed::Fatal(e.to_string()))
             })

@@ -256,7 +256,12 @@ impl DataPath {
             ),
         };
         let (dead_letters, dead_task) = DeadLetters::start(sink, config.dead_letters.fallback());
-        let pipeline = Pipeline::new(router, writer.clone(), dead_letters, system_clock());
+        let format = match &config.source {
+            SourceConfig::Kinesis(k) => k.record_format,
+            SourceConfig::Sqs(_) => tidemark_schema::framing::RecordFormat::Json,
+        };
+        let pipeline = Pipeline::new(router, writer.clone(), dead_letters, system_clock())
+            .with_record_format(format);
         Ok(DataPath {
             manager,
             governors,

@@ -390,6 +390,76 @@ fn key_needs_no_source_section() {
     assert_eq!(v["table"], "x_2026-11-22");
 }
 
+/// `key` and `plan` route with the config's whole `[event]` mapping (the
+/// documented clickstream one), and a mapping error stops them at start,
+/// naming its key.
+#[test]
+fn key_and_plan_use_the_event_mapping_and_refuse_its_errors() {
+    let d = dir("mapping");
+    let file = d.join("t.toml");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mapping =
+        std::fs::read_to_string(root.join("tests/fixtures/clickstream/mapping.toml")).unwrap();
+    let events =
+        std::fs::read_to_string(root.join("tests/fixtures/clickstream/events.ndjson")).unwrap();
+    let first = events.lines().next().unwrap();
+    std::fs::write(
+        &file,
+        format!("{mapping}\n[schema]\ntable_prefix = \"x\"\nretention = \"36500d\"\n"),
+    )
+    .unwrap();
+    let o = tidemark(
+        &[],
+        &[
+            "key",
+            "--config",
+            file.to_str().unwrap(),
+            "--event",
+            first,
+            "--now",
+            "2025-11-22T06:00:00Z",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["pk"], "acme:1000", "composite entity");
+    assert_eq!(v["table"], "x_2025-11-22");
+    let o = tidemark(
+        &[],
+        &[
+            "plan",
+            "--events-per-sec",
+            "100",
+            "--config",
+            file.to_str().unwrap(),
+            "--sample-event",
+            first,
+            "-o",
+            "json",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    std::fs::write(
+        &file,
+        format!(
+            "{}\n[schema]\ntable_prefix = \"x\"\n",
+            mapping.replace("Europe/Paris", "Europe/Atlantis")
+        ),
+    )
+    .unwrap();
+    let o = tidemark(
+        &[],
+        &["key", "--config", file.to_str().unwrap(), "--event", first],
+    );
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("`timezone`") && stderr(&o).contains("Europe/Atlantis"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 #[test]
 fn plan_sizes_with_the_configs_field_names_and_prints_tidy_numbers() {
     let d = dir("plan");

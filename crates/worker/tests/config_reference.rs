@@ -306,15 +306,21 @@ impl Doc<'_> {
 fn markdown(schema: &Value) -> String {
     let root = root();
     let examples = Examples(
-        ["localstack/tidemark.toml", "deploy/tidemark.toml"]
-            .iter()
-            .map(|f| {
-                std::fs::read_to_string(root.join(f))
-                    .unwrap()
-                    .parse()
-                    .unwrap()
-            })
-            .collect(),
+        [
+            "localstack/tidemark.toml",
+            "deploy/tidemark.toml",
+            // The [event] mapping keys, from the documented clickstream mapping.
+            "tests/fixtures/clickstream/mapping.toml",
+            "tests/fixtures/clickstream/examples.toml",
+        ]
+        .iter()
+        .map(|f| {
+            std::fs::read_to_string(root.join(f))
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect(),
     );
     let mut doc = Doc {
         defs: &schema["definitions"],

@@ -1,4 +1,5 @@
-//! `tidemark produce`: synthetic IoT events to the configured source.
+//! `tidemark produce`: synthetic events to the configured source, in the
+//! built-in IoT shape or a template's (`--template`).
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -7,7 +8,8 @@ use anyhow::{Context, Result};
 use chrono::Utc;
 use futures::StreamExt as _;
 use tidemark_worker::config::{Config, SourceConfig};
-use tidemark_worker::produce::{ProduceSpec, Target};
+use tidemark_worker::produce::{ProduceSpec, Produced, Target};
+use tidemark_worker::template::Template;
 
 use super::stream_name;
 
@@ -44,6 +46,11 @@ pub(crate) struct Args {
     /// Hide the progress bar.
     #[arg(long)]
     quiet: bool,
+    /// Generate events in this template's shape instead of the IoT one: a
+    /// JSON event whose strings may hold placeholders such as `{{entity}}`,
+    /// `{{int|1|9}}`, `{{time|epoch_micros}}` (docs/event-mapping.md).
+    #[arg(long)]
+    template: Option<PathBuf>,
 }
 
 pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
@@ -63,6 +70,16 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
             Target::Kinesis(aws_sdk_kinesis::Client::new(&sdk), stream_name(&k.stream))
         }
         SourceConfig::Sqs(s) => Target::Sqs(aws_sdk_sqs::Client::new(&sdk), s.queue_url.clone()),
+    };
+    let template = match &args.template {
+        Some(p) => Some(
+            Template::parse(
+                &std::fs::read_to_string(p)
+                    .with_context(|| format!("reading template {}", p.display()))?,
+            )
+            .with_context(|| format!("template {}", p.display()))?,
+        ),
+        None => None,
     };
     let spec = ProduceSpec {
         devices: args.devices,
@@ -93,15 +110,25 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
         while n < args.count && in_flight.len() < args.concurrency.max(1) {
             let end = (n + batch).min(args.count);
             let now = Utc::now();
-            let events: Vec<_> = (n..end).map(|i| spec.event(i, now)).collect();
+            let events: Vec<Produced> = (n..end)
+                .map(|i| match &template {
+                    Some(t) => t.render(&spec, i, now),
+                    None => spec.produced(i, now),
+                })
+                .collect();
             if let Some(m) = manifest.as_mut() {
                 for e in &events {
-                    serde_json::to_writer(&mut *m, e)?;
+                    m.write_all(&e.body)?;
                     m.write_all(b"\n")?;
                 }
             }
             let target = target.clone();
-            in_flight.push(async move { target.send(&events).await.map(|()| events.len() as u64) });
+            in_flight.push(async move {
+                target
+                    .send_produced(&events)
+                    .await
+                    .map(|()| events.len() as u64)
+            });
             n = end;
         }
         if let Some(done) = in_flight.next().await {
