@@ -250,6 +250,22 @@ impl KinesisSource {
         }
     }
 
+    /// A source whose leases live in `table` (the fleet simulator passes
+    /// an in-memory store; [`KinesisSource::new`] uses DynamoDB).
+    pub fn with_lease_table(
+        config: KinesisConfig,
+        kinesis: aws_sdk_kinesis::Client,
+        table: LeaseTable,
+    ) -> Self {
+        Self {
+            config,
+            kinesis,
+            table,
+            status: StatusHandle::default(),
+            govs: None,
+        }
+    }
+
     /// Shares the worker's endpoint governors: lease writes and GetRecords
     /// are admitted by them, and reading pauses while DynamoDB's breaker is
     /// open.

@@ -21,11 +21,11 @@ use std::time::Duration;
 use tidemark_governor::{Governor, Outcome};
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ScalarAttributeType, TableStatus,
-};
+use aws_sdk_dynamodb::types::AttributeValue;
+use std::sync::Arc;
 use tokio::time::Instant;
+
+pub use crate::lease_store::{DynamoStore, LeaseStore, LeaseWrite, ScanPage};
 
 use crate::checkpoint::Position;
 use crate::error::{AwsError, ConsumerError, ErrorClass};
@@ -65,7 +65,7 @@ impl Checkpoint {
         }
     }
 
-    fn to_parts(&self) -> (&str, u64) {
+    pub(crate) fn to_parts(&self) -> (&str, u64) {
         match self {
             Self::TrimHorizon => (TRIM_HORIZON, 0),
             Self::Latest => (LATEST, 0),
@@ -400,13 +400,13 @@ fn jitter() -> f64 {
 /// The lease table. Every write that touches an owned lease is conditional on
 /// `leaseCounter` (and owner), so a worker that lost a lease cannot write it.
 ///
-/// Conditional writes and their re-reads use a copy of the client with SDK
-/// retries off and the attempt timeout of [`LeaseTiming`]; see
-/// [`write_once`]. Table set-up and the Scan keep the client as given.
+/// The calls go to a [`LeaseStore`]: DynamoDB ([`DynamoStore`], whose
+/// conditional writes and re-reads use a client with SDK retries off and the
+/// attempt timeout of [`LeaseTiming`]), or an in-memory table in the fleet
+/// simulator. Retries follow [`write_once`] whatever the store.
 #[derive(Debug, Clone)]
 pub struct LeaseTable {
-    client: Client,
-    writes: Client,
+    store: Arc<dyn LeaseStore>,
     table: String,
     timing: LeaseTiming,
     gov: Option<Governor>,
@@ -421,22 +421,15 @@ impl LeaseTable {
 
     /// A handle on table `table` whose writes follow `timing`.
     pub fn with_timing(client: Client, table: impl Into<String>, timing: LeaseTiming) -> Self {
-        let conf = client.config();
-        let connect = conf.timeout_config().and_then(|t| t.connect_timeout());
-        let mut timeouts = aws_sdk_dynamodb::config::timeout::TimeoutConfig::builder()
-            .operation_attempt_timeout(timing.attempt);
-        timeouts.set_connect_timeout(connect);
-        let timeouts = timeouts.build();
-        let writes = Client::from_conf(
-            conf.to_builder()
-                .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
-                .timeout_config(timeouts)
-                .build(),
-        );
+        let store = DynamoStore::new(client, table, timing.attempt);
+        Self::with_store(Arc::new(store), timing)
+    }
+
+    /// A handle on the table behind `store` whose writes follow `timing`.
+    pub fn with_store(store: Arc<dyn LeaseStore>, timing: LeaseTiming) -> Self {
         Self {
-            client,
-            writes,
-            table: table.into(),
+            table: store.name().to_string(),
+            store,
             timing,
             gov: None,
         }
@@ -462,163 +455,53 @@ impl LeaseTable {
     /// Creates the table (on-demand billing) unless it exists, then waits
     /// until it is ACTIVE. Checks an existing table's key schema.
     pub async fn create_if_absent(&self, timeout: Duration) -> Result<(), ConsumerError> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            match self
-                .client
-                .describe_table()
-                .table_name(&self.table)
-                .send()
-                .await
-            {
-                Ok(out) => {
-                    let Some(t) = out.table() else {
-                        return Err(self.bad("DescribeTable returned no table"));
-                    };
-                    let hash = t
-                        .key_schema()
-                        .iter()
-                        .find(|k| k.key_type() == &KeyType::Hash)
-                        .map(|k| k.attribute_name());
-                    if hash != Some("leaseKey") || t.key_schema().len() != 1 {
-                        return Err(self.bad("hash key must be leaseKey (S) with no sort key"));
-                    }
-                    if t.table_status() == Some(&TableStatus::Active) {
-                        return Ok(());
-                    }
-                }
-                Err(e) => {
-                    let err = AwsError::new("DescribeTable", &e);
-                    match err.class {
-                        ErrorClass::NotFound => self.create().await?,
-                        ErrorClass::Retry | ErrorClass::Throttled => {}
-                        _ => return Err(err.into()),
-                    }
-                }
-            }
-            if Instant::now() >= deadline {
-                return Err(self.bad("not ACTIVE in time"));
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-
-    fn bad(&self, problem: &str) -> ConsumerError {
-        ConsumerError::LeaseTable {
-            table: self.table.clone(),
-            problem: problem.to_string(),
-        }
-    }
-
-    async fn create(&self) -> Result<(), ConsumerError> {
-        let res = self
-            .client
-            .create_table()
-            .table_name(&self.table)
-            .billing_mode(BillingMode::PayPerRequest)
-            .key_schema(
-                KeySchemaElement::builder()
-                    .attribute_name("leaseKey")
-                    .key_type(KeyType::Hash)
-                    .build()
-                    .map_err(|e| self.bad(&e.to_string()))?,
-            )
-            .attribute_definitions(
-                AttributeDefinition::builder()
-                    .attribute_name("leaseKey")
-                    .attribute_type(ScalarAttributeType::S)
-                    .build()
-                    .map_err(|e| self.bad(&e.to_string()))?,
-            )
-            .send()
-            .await;
-        match res {
-            Ok(_) => Ok(()),
-            Err(e) => {
-                let err = AwsError::new("CreateTable", &e);
-                // ResourceInUse: another worker created it first.
-                if err.class == ErrorClass::Retry || err.class == ErrorClass::Throttled {
-                    Ok(())
-                } else {
-                    Err(err.into())
-                }
-            }
-        }
+        self.store.ensure_table(timeout).await
     }
 
     /// Every lease (strongly consistent scan).
     pub async fn list(&self) -> Result<Vec<Lease>, ConsumerError> {
+        self.list_with(true).await
+    }
+
+    /// Every lease; `consistent` false reads eventually consistently (half
+    /// the read capacity; may miss writes of the last second or so).
+    pub async fn list_with(&self, consistent: bool) -> Result<Vec<Lease>, ConsumerError> {
         let mut out = Vec::new();
         let mut start = None;
         loop {
-            let page = self
-                .client
-                .scan()
-                .table_name(&self.table)
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| AwsError::new("Scan", &e))?;
-            for item in page.items() {
-                out.push(Lease::from_item(item).map_err(|p| self.bad(&p))?);
-            }
-            start = page.last_evaluated_key().cloned();
+            let page = self.store.scan_page(consistent, start).await?;
+            out.extend(page.leases);
+            start = page.next;
             if start.is_none() {
                 return Ok(out);
             }
         }
     }
 
-    /// The lease `key` (consistent read); `None` when there is none. Uses the
-    /// single-attempt client: it is the re-read of [`write_once`].
+    /// The lease `key` (consistent read); `None` when there is none. One
+    /// attempt: it is the re-read of [`write_once`].
     pub async fn get(&self, key: &str) -> Result<Option<Lease>, AwsError> {
-        let out = self
-            .writes
-            .get_item()
-            .table_name(&self.table)
-            .key("leaseKey", AttributeValue::S(key.to_string()))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| AwsError::new("GetItem", &e))?;
-        match out.item() {
-            None => Ok(None),
-            Some(item) => Lease::from_item(item).map(Some).map_err(|p| AwsError {
-                op: "GetItem",
-                class: ErrorClass::Fatal,
-                message: format!("lease {key} in {}: {p}", self.table),
-            }),
-        }
+        self.store.get(key).await
     }
 
     /// Sends a conditional write with [`write_once`]; after an unanswered
     /// attempt, a failed condition is checked against the item: `ours` says
     /// whether it shows this write applied.
-    async fn send_fenced<B, S, E>(
+    async fn send_fenced(
         &self,
-        op: &'static str,
-        key: &str,
-        req: B,
+        write: LeaseWrite,
         counter_after: u64,
         ours: impl Fn(&Lease) -> bool,
-    ) -> Fenced
-    where
-        B: Clone + SendFenced<Sdk = S, Err = E>,
-        E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
-        S: crate::error::HttpStatus + std::fmt::Debug,
-    {
+    ) -> Fenced {
+        let key = write.key().to_string();
         let sent = write_once(
             &self.timing,
             self.gov.as_ref(),
-            op,
-            || {
-                let req = req.clone();
-                async move { req.send_fenced().await.map_err(|e| AwsError::new(op, &e)) }
-            },
+            write.op(),
+            || self.store.write(&write),
             || async {
                 Ok(self
-                    .get(key)
+                    .get(&key)
                     .await?
                     .is_some_and(|l| l.counter == counter_after && ours(&l)))
             },
@@ -632,16 +515,10 @@ impl LeaseTable {
 
     /// Creates `lease` unless one with its key exists. Returns true if created.
     pub async fn create_lease(&self, lease: &Lease) -> Result<bool, AwsError> {
-        let req = self
-            .writes
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(lease.to_item()))
-            .condition_expression("attribute_not_exists(leaseKey)");
         // Whoever created it, the lease exists: a re-read only decides
         // whether to log "created".
         let r = self
-            .send_fenced("PutItem", &lease.key, req, lease.counter, |_| false)
+            .send_fenced(LeaseWrite::Create(lease.clone()), lease.counter, |_| false)
             .await?;
         Ok(r.is_some())
     }
@@ -649,22 +526,13 @@ impl LeaseTable {
     /// Takes a free, expired or someone else's lease whose counter is still
     /// `observed.counter` (the same write serves take and steal).
     pub async fn acquire(&self, observed: &Lease, me: &str) -> Fenced {
-        let next = observed.counter + 1;
-        let switches = u64::from(observed.owner.as_deref() != Some(me));
-        let req = self
-            .writes
-            .update_item()
-            .table_name(&self.table)
-            .key("leaseKey", AttributeValue::S(observed.key.clone()))
-            .condition_expression("attribute_exists(leaseKey) AND leaseCounter = :c")
-            .update_expression(
-                "SET leaseOwner = :me, leaseCounter = :n ADD ownerSwitchesSinceCheckpoint :s",
-            )
-            .expression_attribute_values(":c", n(observed.counter))
-            .expression_attribute_values(":n", n(next))
-            .expression_attribute_values(":me", AttributeValue::S(me.to_string()))
-            .expression_attribute_values(":s", n(switches));
-        self.send_fenced("UpdateItem(acquire)", &observed.key, req, next, |l| {
+        let write = LeaseWrite::Acquire {
+            key: observed.key.clone(),
+            counter: observed.counter,
+            me: me.to_string(),
+            switches: u64::from(observed.owner.as_deref() != Some(me)),
+        };
+        self.send_fenced(write, observed.counter + 1, |l| {
             l.owner.as_deref() == Some(me)
         })
         .await
@@ -672,24 +540,24 @@ impl LeaseTable {
 
     /// Renews a held lease (bumps the counter).
     pub async fn renew(&self, key: &str, me: &str, counter: u64) -> Fenced {
-        let req = self
-            .owned_update(key, me, counter)
-            .update_expression("SET leaseCounter = :n");
-        self.send_fenced("UpdateItem(renew)", key, req, counter + 1, |l| {
-            l.owner.as_deref() == Some(me)
-        })
-        .await
+        let write = LeaseWrite::Renew {
+            key: key.to_string(),
+            me: me.to_string(),
+            counter,
+        };
+        self.send_fenced(write, counter + 1, |l| l.owner.as_deref() == Some(me))
+            .await
     }
 
     /// Releases a held lease: owner cleared, so others take it at once.
     pub async fn release(&self, key: &str, me: &str, counter: u64) -> Fenced {
-        let req = self
-            .owned_update(key, me, counter)
-            .update_expression("SET leaseCounter = :n REMOVE leaseOwner");
-        self.send_fenced("UpdateItem(release)", key, req, counter + 1, |l| {
-            l.owner.is_none()
-        })
-        .await
+        let write = LeaseWrite::Release {
+            key: key.to_string(),
+            me: me.to_string(),
+            counter,
+        };
+        self.send_fenced(write, counter + 1, |l| l.owner.is_none())
+            .await
     }
 
     /// Writes a checkpoint of a held lease (and the child shard ids at shard
@@ -702,68 +570,17 @@ impl LeaseTable {
         checkpoint: &Checkpoint,
         children: &[String],
     ) -> Fenced {
-        let (cp, sub) = checkpoint.to_parts();
-        let mut req = self
-            .owned_update(key, me, counter)
-            .expression_attribute_values(":cp", AttributeValue::S(cp.to_string()))
-            .expression_attribute_values(":sub", n(sub))
-            .expression_attribute_values(":zero", n(0));
-        let set = "SET leaseCounter = :n, checkpoint = :cp, checkpointSubSequenceNumber = :sub, ownerSwitchesSinceCheckpoint = :zero";
-        req = if children.is_empty() {
-            req.update_expression(set)
-        } else {
-            req.update_expression(format!("{set}, childShardIds = :kids"))
-                .expression_attribute_values(":kids", AttributeValue::Ss(children.to_vec()))
+        let write = LeaseWrite::Checkpoint {
+            key: key.to_string(),
+            me: me.to_string(),
+            counter,
+            checkpoint: checkpoint.clone(),
+            children: children.to_vec(),
         };
-        self.send_fenced("UpdateItem(checkpoint)", key, req, counter + 1, |l| {
+        self.send_fenced(write, counter + 1, |l| {
             l.owner.as_deref() == Some(me) && &l.checkpoint == checkpoint
         })
         .await
-    }
-
-    fn owned_update(
-        &self,
-        key: &str,
-        me: &str,
-        counter: u64,
-    ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
-        self.writes
-            .update_item()
-            .table_name(&self.table)
-            .key("leaseKey", AttributeValue::S(key.to_string()))
-            .condition_expression("leaseCounter = :c AND leaseOwner = :me")
-            .expression_attribute_values(":c", n(counter))
-            .expression_attribute_values(":n", n(counter + 1))
-            .expression_attribute_values(":me", AttributeValue::S(me.to_string()))
-    }
-}
-
-/// The two request builders lease writes use, sent once.
-trait SendFenced {
-    type Sdk;
-    type Err;
-    fn send_fenced(
-        self,
-    ) -> impl Future<Output = Result<(), aws_sdk_dynamodb::error::SdkError<Self::Err, Self::Sdk>>>;
-}
-
-impl SendFenced for aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
-    type Sdk = aws_sdk_dynamodb::config::http::HttpResponse;
-    type Err = aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-    async fn send_fenced(
-        self,
-    ) -> Result<(), aws_sdk_dynamodb::error::SdkError<Self::Err, Self::Sdk>> {
-        self.send().await.map(|_| ())
-    }
-}
-
-impl SendFenced for aws_sdk_dynamodb::operation::put_item::builders::PutItemFluentBuilder {
-    type Sdk = aws_sdk_dynamodb::config::http::HttpResponse;
-    type Err = aws_sdk_dynamodb::operation::put_item::PutItemError;
-    async fn send_fenced(
-        self,
-    ) -> Result<(), aws_sdk_dynamodb::error::SdkError<Self::Err, Self::Sdk>> {
-        self.send().await.map(|_| ())
     }
 }
 
