@@ -731,8 +731,9 @@ pub fn plan(input: BalanceInput<'_>) -> Plan {
     need -= out.take.len();
     if need > 0 {
         let mut victims: Vec<(&str, Vec<&Lease>)> = per_owner
-            .into_iter()
+            .iter()
             .filter(|(_, ls)| ls.len() > target)
+            .map(|(o, ls)| (*o, ls.clone()))
             .collect();
         victims.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(b.0)));
         for (_, mut ls) in victims {
@@ -744,6 +745,30 @@ pub fn plan(input: BalanceInput<'_>) -> Plan {
             out.steal
                 .extend(ls.into_iter().take(n).map(|l| l.key.clone()));
             need -= n;
+        }
+    }
+    // When leases / workers is just under a whole number nobody is above
+    // the target, yet a newcomer would stay far below it. As the KCL does,
+    // a worker two or more below the target takes one lease from each of
+    // some workers at the target, never past target - 1: the givers end at
+    // target - 1 and cannot take it back, so nothing flaps.
+    let mut mine = held.len() + out.take.len() + out.steal.len();
+    if mine + 2 <= target {
+        let mut givers: Vec<(&str, &Vec<&Lease>)> = per_owner
+            .iter()
+            .filter(|(_, ls)| ls.len() == target)
+            .map(|(o, ls)| (*o, ls))
+            .collect();
+        // A different order per worker spreads newcomers over the givers.
+        givers.sort_by_key(|(o, _)| spread(me, o));
+        for (_, ls) in givers {
+            if mine + 2 > target {
+                break;
+            }
+            if let Some(l) = ls.iter().min_by_key(|l| rank(l)) {
+                out.steal.push(l.key.clone());
+                mine += 1;
+            }
         }
     }
     out
@@ -1066,6 +1091,21 @@ mod tests {
                 take: 0,
                 steal: 0,
                 target: 3,
+            },
+            Scenario {
+                name: "newcomer below target takes one from each worker at it",
+                leases: {
+                    let mut v: Vec<_> = keys[..2].iter().map(|k| (*k, Some("a"), 1)).collect();
+                    v.extend(keys[2..4].iter().map(|k| (*k, Some("b"), 1)));
+                    v.extend(keys[4..6].iter().map(|k| (*k, Some("c"), 1)));
+                    v
+                },
+                held: vec![],
+                max: None,
+                at: 1,
+                take: 0,
+                steal: 1,
+                target: 2,
             },
             Scenario {
                 name: "own stale lease retaken",

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
+use tidemark_consumer::config::LeaseTuning;
 use tidemark_fleet_sim::{Scenario, report, run_blocking};
 
 /// Simulates a Tidemark fleet's lease coordination on simulated time.
@@ -19,6 +20,12 @@ struct Args {
     /// Also write leases per worker per second as CSV (second,worker,leases).
     #[arg(long)]
     series: Option<PathBuf>,
+    /// Run the lease code as it was before tuning instead.
+    #[arg(long, conflicts_with = "compare")]
+    before: bool,
+    /// Run before and after tuning, side by side.
+    #[arg(long)]
+    compare: bool,
     /// Also write the figures as JSON lines.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -29,10 +36,19 @@ fn main() -> anyhow::Result<()> {
     let mut runs = Vec::new();
     for path in &args.scenarios {
         let sc = Scenario::load(path)?.scaled_down(args.scale_down);
-        let started = std::time::Instant::now();
-        let f = run_blocking(sc).context("runtime")?;
-        eprintln!("{}: simulated in {:.1} s", f.name, started.elapsed().as_secs_f64());
-        runs.push(f);
+        let tunings = if args.compare {
+            vec![LeaseTuning::before(), LeaseTuning::default()]
+        } else if args.before {
+            vec![LeaseTuning::before()]
+        } else {
+            vec![LeaseTuning::default()]
+        };
+        for tuning in tunings {
+            let started = std::time::Instant::now();
+            let f = run_blocking(sc.clone(), tuning).context("runtime")?;
+            eprintln!("{}: simulated in {:.1} s", f.name, started.elapsed().as_secs_f64());
+            runs.push(f);
+        }
     }
     println!("{}", report::table(&runs));
     if let Some(p) = &args.series {

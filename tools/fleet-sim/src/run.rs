@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tidemark_consumer::config::LeaseTuning;
 use tidemark_consumer::lease::{LeaseTable, LeaseTiming};
 use tidemark_consumer::status::ShardState;
 use tidemark_consumer::{Ack, KinesisConfig, KinesisSource, Record, StatusHandle};
@@ -56,8 +57,9 @@ pub struct Figures {
     pub scans_steady: f64,
     /// Calls throttled over the run.
     pub throttled: u64,
-    /// Shard-seconds during which two live workers both had the shard as
-    /// owned and were reading it (duplicate processing windows).
+    /// Shard-seconds (after the first event) during which two live workers
+    /// both had the shard as owned and were reading it (duplicate
+    /// processing windows: the old owner has not yet seen the steal).
     pub dup_hold_shard_s: u64,
     /// Times a worker handed on records of a shard after another worker had
     /// already handed on records of it since this worker's previous batch.
@@ -124,6 +126,7 @@ struct Fleet {
     workers: Vec<Worker>,
     submits: Arc<Mutex<Submits>>,
     next: usize,
+    tuning: LeaseTuning,
 }
 
 impl Fleet {
@@ -133,6 +136,7 @@ impl Fleet {
         cfg.checkpoint_interval = self.sc.checkpoint_interval;
         cfg.idle_poll = self.sc.idle_poll;
         cfg.shutdown_grace = Duration::from_secs(5);
+        cfg.lease_tuning = self.tuning;
         let table = LeaseTable::with_store(self.table.clone(), self.timing);
         let source = KinesisSource::with_lease_table(cfg, self.stream.client(), table);
         let status = source.status_handle();
@@ -213,8 +217,9 @@ struct Sample {
     dup_hold: usize,
 }
 
-/// Runs `sc` to the end on the current (paused-clock) runtime.
-pub async fn run(sc: Scenario) -> Figures {
+/// Runs `sc` to the end on the current (paused-clock) runtime, every worker
+/// with `tuning`.
+pub async fn run(sc: Scenario, tuning: LeaseTuning) -> Figures {
     let faults = Faults {
         latency: sc.faults.latency,
         fail_rate: sc.faults.fail_rate,
@@ -233,6 +238,7 @@ pub async fn run(sc: Scenario) -> Figures {
         workers: Vec::new(),
         submits: Arc::new(Mutex::new(Submits::default())),
         next: 0,
+        tuning,
     };
     for i in 0..sc.workers {
         let delay = sc.start_spread.mul_f64(i as f64 / sc.workers.max(1) as f64);
@@ -285,7 +291,11 @@ pub async fn run(sc: Scenario) -> Figures {
         w.sink.abort();
     }
     let dup_submits = fleet.submits.lock().map(|s| s.dup).unwrap_or(0);
-    figures(&sc, &table, &samples, dup_submits)
+    let mut f = figures(&sc, &table, &samples, dup_submits);
+    if tuning == LeaseTuning::before() {
+        f.name = format!("{} (before tuning)", f.name);
+    }
+    f
 }
 
 fn sample(fleet: &Fleet, at: Duration) -> Sample {
@@ -422,7 +432,11 @@ fn figures(sc: &Scenario, table: &MemTable, samples: &[Sample], dup_submits: u64
         wcu_per_shard_renewal: wcu_steady * renewal / sc.shards.max(1) as f64,
         scans_steady: mean(&|s| s.scans as f64),
         throttled: seconds.iter().map(|s| s.throttled).sum(),
-        dup_hold_shard_s: samples.iter().map(|s| s.dup_hold as u64).sum(),
+        dup_hold_shard_s: samples
+            .iter()
+            .filter(|s| s.at >= first)
+            .map(|s| s.dup_hold as u64)
+            .sum(),
         dup_submits,
         dup_checkpoints,
         item_bytes: table.mean_item_size(),
@@ -438,10 +452,10 @@ fn figures(sc: &Scenario, table: &MemTable, samples: &[Sample], dup_submits: u64
 }
 
 /// Runs `sc` on a fresh current-thread runtime with paused time.
-pub fn run_blocking(sc: Scenario) -> std::io::Result<Figures> {
+pub fn run_blocking(sc: Scenario, tuning: LeaseTuning) -> std::io::Result<Figures> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()?;
-    Ok(rt.block_on(run(sc)))
+    Ok(rt.block_on(run(sc, tuning)))
 }
