@@ -292,13 +292,7 @@ impl KinesisSource {
             config.lease_table.clone(),
             LeaseTiming::new(config.failover_time),
         );
-        Self {
-            config,
-            kinesis,
-            table,
-            status: StatusHandle::default(),
-            govs: None,
-        }
+        Self::with_lease_table(config, kinesis, table)
     }
 
     /// A source whose leases live in `table` (the fleet simulator passes

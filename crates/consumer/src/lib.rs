@@ -22,7 +22,8 @@
 //! - [`metrics`]: every metric name, and [`metrics::describe`] for HELP lines.
 //! - [`error`]: [`ConsumerError`], [`error::AwsError`]; AWS errors are
 //!   classified by `tidemark-aws-errors` (re-exported as [`error::ErrorClass`]).
-//! - [`config`], [`status`].
+//! - [`config`] (with [`config::LeaseTuning`], the lease-table behaviour at
+//!   scale, measured by `tools/fleet-sim`), [`status`].
 //!
 //! Guarantees:
 //! - At-least-once: a checkpoint never passes a record that is not

@@ -18,6 +18,14 @@ fn run(file: &str) -> Figures {
     // Fewer GetRecords calls keep a debug build fast; lease traffic is the
     // same apart from checkpoints coming every 10 s.
     sc.idle_poll = Duration::from_secs(10);
+    // A tenth of the fleet settles within seconds: events at 60 s (after a
+    // 30 s steady window), and a minute after the last one.
+    let shift = sc.first_event().saturating_sub(Duration::from_secs(60));
+    for e in &mut sc.events {
+        e.at -= shift;
+    }
+    sc.steady = Duration::from_secs(30);
+    sc.duration = sc.last_event_end().max(Duration::from_secs(60)) + Duration::from_secs(60);
     let f = run_blocking(sc, LeaseTuning::default()).unwrap();
     eprintln!("{}", tidemark_fleet_sim::report::table(std::slice::from_ref(&f)));
     f
