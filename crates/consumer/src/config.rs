@@ -97,6 +97,14 @@ pub struct LeaseTuning {
     /// lease is written at most once per renewal interval (final and
     /// shard-end checkpoints are still written at once).
     pub fold_checkpoints: bool,
+    /// A worker two or more below the target takes one lease from each of
+    /// some workers at the target (never past target - 1), as the KCL does;
+    /// without it a join can leave newcomers empty (see `lease::plan`).
+    pub steal_at_target: bool,
+    /// A steal is carried out only when two passes in a row planned one, so
+    /// leases released meanwhile (a rolling deploy's old worker shutting
+    /// down) are taken instead of live ones.
+    pub patient_steals: bool,
 }
 
 impl LeaseTuning {
@@ -109,6 +117,8 @@ impl LeaseTuning {
             settled_passes: false,
             leader_shard_sync: false,
             fold_checkpoints: false,
+            steal_at_target: false,
+            patient_steals: false,
         }
     }
 }
@@ -120,6 +130,8 @@ impl Default for LeaseTuning {
             settled_passes: true,
             leader_shard_sync: true,
             fold_checkpoints: true,
+            steal_at_target: true,
+            patient_steals: true,
         }
     }
 }

@@ -379,6 +379,8 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
     let mut passes = 0u64;
     // A reader saw a shard end: sync on this worker, leader or not.
     let mut sync_asked = false;
+    // The previous pass planned a steal.
+    let mut steal_armed = false;
     // Renewals run on their own clock: a slow Scan or ListShards in this
     // loop never delays them.
     let renewer_stop = CancellationToken::new();
@@ -452,7 +454,16 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
                     now,
                     failover: cfg.failover_time,
                     max_leases: cfg.max_leases,
+                    steal_at_target: tuning.steal_at_target,
                 });
+                // Patient steals: carried out when the previous pass planned
+                // one too (a lease released meanwhile is taken instead).
+                let steals: &[String] = if !tuning.patient_steals || steal_armed {
+                    &plan.steal
+                } else {
+                    &[]
+                };
+                steal_armed = !plan.steal.is_empty();
                 debug!(
                     worker = %cfg.worker_id,
                     held = held.len(),
@@ -461,7 +472,7 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
                     steal = plan.steal.len(),
                     "balancing pass"
                 );
-                for (keys, kind) in [(&plan.take, "take"), (&plan.steal, "steal")] {
+                for (keys, kind) in [(plan.take.as_slice(), "take"), (steals, "steal")] {
                     for key in keys {
                         let Some(observed) = leases.iter().find(|l| &l.key == key) else {
                             continue;
@@ -708,11 +719,7 @@ async fn sync_shards(ctx: &Ctx, existing: Option<&[Lease]>) -> Result<usize, Con
 
 /// A failed shard sync: the stream may be momentarily unreachable (retry
 /// next pass), but a stream missing at start is fatal (`Some`).
-fn sync_failed(
-    e: ConsumerError,
-    holds_none: bool,
-    failures: &mut u32,
-) -> Option<ConsumerError> {
+fn sync_failed(e: ConsumerError, holds_none: bool, failures: &mut u32) -> Option<ConsumerError> {
     *failures += 1;
     warn!(error = %e, "shard sync failed");
     let fatal = matches!(&e, ConsumerError::Aws(a) if a.class == ErrorClass::NotFound || a.class == ErrorClass::Fatal);

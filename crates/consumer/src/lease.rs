@@ -670,6 +670,9 @@ pub struct BalanceInput<'a> {
     pub failover: Duration,
     /// Optional cap on leases per worker.
     pub max_leases: Option<usize>,
+    /// Also take one lease from each of some workers at the target when two
+    /// or more below it ([`LeaseTuning::steal_at_target`](crate::config::LeaseTuning)).
+    pub steal_at_target: bool,
 }
 
 /// Decides which leases to take and steal. Finished (`SHARD_END`) leases are
@@ -688,6 +691,7 @@ pub fn plan(input: BalanceInput<'_>) -> Plan {
         now,
         failover,
         max_leases,
+        steal_at_target,
     } = input;
     let active: Vec<&Lease> = leases.iter().filter(|l| !l.is_finished()).collect();
     let mut per_owner: HashMap<&str, Vec<&Lease>> = HashMap::new();
@@ -753,7 +757,7 @@ pub fn plan(input: BalanceInput<'_>) -> Plan {
     // some workers at the target, never past target - 1: the givers end at
     // target - 1 and cannot take it back, so nothing flaps.
     let mut mine = held.len() + out.take.len() + out.steal.len();
-    if mine + 2 <= target {
+    if steal_at_target && mine + 2 <= target {
         let mut givers: Vec<(&str, &Vec<&Lease>)> = per_owner
             .iter()
             .filter(|(_, ls)| ls.len() == target)
@@ -1132,6 +1136,7 @@ mod tests {
                 now: t0 + Duration::from_secs(s.at),
                 failover: Duration::from_secs(10),
                 max_leases: s.max,
+                steal_at_target: true,
             });
             assert_eq!(
                 (p.take.len(), p.steal.len(), p.target),
@@ -1166,6 +1171,7 @@ mod tests {
             now: Instant::now(),
             failover: Duration::from_secs(10),
             max_leases: Some(1),
+            steal_at_target: true,
         });
         assert_eq!(p.take, vec!["p".to_string()]);
         assert_eq!(p.target, 1);
@@ -1211,6 +1217,7 @@ mod tests {
                 now,
                 failover: fo,
                 max_leases: None,
+                steal_at_target: true,
             });
             for k in p.take.iter().chain(&p.steal) {
                 let observed = leases.iter().find(|l| &l.key == k).unwrap();

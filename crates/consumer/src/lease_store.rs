@@ -325,15 +325,19 @@ impl DynamoStore {
         }
     }
 
-    async fn scan(&self, consistent: bool, start: Option<String>) -> Result<ScanPage, ConsumerError> {
+    async fn scan(
+        &self,
+        consistent: bool,
+        start: Option<String>,
+    ) -> Result<ScanPage, ConsumerError> {
         let page = self
             .client
             .scan()
             .table_name(&self.table)
             .consistent_read(consistent)
-            .set_exclusive_start_key(start.map(|k| {
-                HashMap::from([("leaseKey".to_string(), AttributeValue::S(k))])
-            }))
+            .set_exclusive_start_key(
+                start.map(|k| HashMap::from([("leaseKey".to_string(), AttributeValue::S(k))])),
+            )
             .send()
             .await
             .map_err(|e| AwsError::new("Scan", &e))?;

@@ -46,7 +46,11 @@ fn main() -> anyhow::Result<()> {
         for tuning in tunings {
             let started = std::time::Instant::now();
             let f = run_blocking(sc.clone(), tuning).context("runtime")?;
-            eprintln!("{}: simulated in {:.1} s", f.name, started.elapsed().as_secs_f64());
+            eprintln!(
+                "{}: simulated in {:.1} s",
+                f.name,
+                started.elapsed().as_secs_f64()
+            );
             runs.push(f);
         }
     }

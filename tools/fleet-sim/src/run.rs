@@ -61,8 +61,9 @@ pub struct Figures {
     /// both had the shard as owned and were reading it (duplicate
     /// processing windows: the old owner has not yet seen the steal).
     pub dup_hold_shard_s: u64,
-    /// Times a worker handed on records of a shard after another worker had
-    /// already handed on records of it since this worker's previous batch.
+    /// Times (after the first event) a worker handed on records of a shard
+    /// within a failover time of its previous batch of it, while another
+    /// worker had handed on records of that shard in between.
     pub dup_submits: u64,
     /// Times a worker's checkpoint landed after another worker's checkpoint
     /// of the same shard that followed this worker's previous one (must be 0).
@@ -89,14 +90,19 @@ impl Worker {
     }
 }
 
+/// A worker's last batch of a shard: the shard's batch number, and when.
+type LastBatch = (u64, Instant);
+
 /// Record submissions per shard: who handed on its last batch, and when
 /// each worker did last.
 #[derive(Debug, Default)]
 struct Submits {
     /// shard -> (worker -> sequence number of its last batch), plus the
     /// global batch counter per shard.
-    shards: HashMap<String, (u64, HashMap<String, (u64, Instant)>)>,
+    shards: HashMap<String, (u64, HashMap<String, LastBatch>)>,
     dup: u64,
+    /// Counted from here (the first event).
+    from: Option<Instant>,
 }
 
 impl Submits {
@@ -107,10 +113,8 @@ impl Submits {
         if let Some((prev, at)) = mine {
             // Someone else handed on this shard since my previous batch, and
             // I was still at it within a failover time: both processed it.
-            let other = by
-                .iter()
-                .any(|(w, (k, _))| w != worker && *k > prev);
-            if other && now.duration_since(at) < failover {
+            let other = by.iter().any(|(w, (k, _))| w != worker && *k > prev);
+            if other && now.duration_since(at) < failover && self.from.is_some_and(|f| now >= f) {
                 self.dup += 1;
             }
         }
@@ -183,15 +187,10 @@ impl Fleet {
     }
 
     fn crash(&mut self, count: usize) {
-        let mut n = 0;
-        for w in self.workers.iter_mut().filter(|w| w.live()) {
-            if n == count {
-                break;
-            }
+        for w in self.workers.iter_mut().filter(|w| w.live()).take(count) {
             w.task.abort();
             w.sink.abort();
             w.crashed = true;
-            n += 1;
         }
     }
 
@@ -236,7 +235,10 @@ pub async fn run(sc: Scenario, tuning: LeaseTuning) -> Figures {
         table: table.clone(),
         stream,
         workers: Vec::new(),
-        submits: Arc::new(Mutex::new(Submits::default())),
+        submits: Arc::new(Mutex::new(Submits {
+            from: Some(start + sc.first_event()),
+            ..Submits::default()
+        })),
         next: 0,
         tuning,
     };
@@ -305,8 +307,7 @@ fn sample(fleet: &Fleet, at: Duration) -> Sample {
         .filter(|w| w.live())
         .map(|w| w.id.as_str())
         .collect();
-    let mut per_worker: BTreeMap<String, usize> =
-        live.iter().map(|w| (w.to_string(), 0)).collect();
+    let mut per_worker: BTreeMap<String, usize> = live.iter().map(|w| (w.to_string(), 0)).collect();
     let mut unowned = HashSet::new();
     for l in fleet.table.leases() {
         if l.is_finished() {

@@ -145,23 +145,33 @@ impl MemTable {
 
     /// A copy of every lease.
     pub fn leases(&self) -> Vec<Lease> {
-        self.lock().items.values().map(|i| i.lease.clone()).collect()
+        self.lock()
+            .items
+            .values()
+            .map(|i| i.lease.clone())
+            .collect()
     }
 
     /// Average item size in bytes (0 when empty).
     pub fn mean_item_size(&self) -> usize {
         let s = self.lock();
-        let n = s.items.len();
-        if n == 0 {
-            0
-        } else {
-            s.items.values().map(|i| i.size).sum::<usize>() / n
-        }
+        s.items
+            .values()
+            .map(|i| i.size)
+            .sum::<usize>()
+            .checked_div(s.items.len())
+            .unwrap_or(0)
     }
 
     /// Admits a call that will cost `rcu`/`wcu` (charged when admitted), or
     /// refuses it (throttled or failed).
-    fn admit(&self, state: &mut State, op: &'static str, rcu: f64, wcu: f64) -> Result<(), AwsError> {
+    fn admit(
+        &self,
+        state: &mut State,
+        op: &'static str,
+        rcu: f64,
+        wcu: f64,
+    ) -> Result<(), AwsError> {
         let sec = self.elapsed().as_secs() as usize;
         if state.seconds.len() <= sec {
             state.seconds.resize(sec + 1, Second::default());
@@ -197,7 +207,11 @@ impl MemTable {
         }
     }
 
-    async fn scan(&self, consistent: bool, start: Option<String>) -> Result<ScanPage, ConsumerError> {
+    async fn scan(
+        &self,
+        consistent: bool,
+        start: Option<String>,
+    ) -> Result<ScanPage, ConsumerError> {
         self.delay().await;
         let mut st = self.lock();
         let mut leases = Vec::new();

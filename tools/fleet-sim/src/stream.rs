@@ -186,7 +186,10 @@ impl Stream {
         at: Option<&str>,
     ) -> Result<GetShardIteratorOutput, InvalidArgumentException> {
         let st = self.lock();
-        let s = st.shards.get(shard).ok_or_else(|| invalid("no such shard"))?;
+        let s = st
+            .shards
+            .get(shard)
+            .ok_or_else(|| invalid("no such shard"))?;
         let number = || -> Result<u64, InvalidArgumentException> {
             at.and_then(|n| n.parse::<u64>().ok())
                 .ok_or_else(|| invalid("bad sequence number"))
@@ -208,7 +211,10 @@ impl Stream {
             .and_then(|(s, k)| Some((s, k.parse::<u64>().ok()?)))
             .ok_or_else(|| invalid("bad iterator"))?;
         let st = self.lock();
-        let s = st.shards.get(shard).ok_or_else(|| invalid("no such shard"))?;
+        let s = st
+            .shards
+            .get(shard)
+            .ok_or_else(|| invalid("no such shard"))?;
         let now = self.now();
         let produced = self.produced(s, now);
         let upto = produced.min(k + MAX_PER_CALL);
@@ -260,9 +266,8 @@ impl Stream {
     /// A Kinesis client answered by this stream.
     pub fn client(&self) -> Client {
         let (a, b, c) = (self.clone(), self.clone(), self.clone());
-        let list = mock!(Client::list_shards).then_compute_response(move |_| {
-            MockResponse::<_, ListShardsError>::Output(a.list())
-        });
+        let list = mock!(Client::list_shards)
+            .then_compute_response(move |_| MockResponse::<_, ListShardsError>::Output(a.list()));
         let iter = mock!(Client::get_shard_iterator).then_compute_response(move |req| {
             match b.iterator(
                 req.shard_id().unwrap_or_default(),
@@ -288,7 +293,11 @@ impl Stream {
             .behavior_version(aws_sdk_kinesis::config::BehaviorVersion::latest())
             .region(aws_sdk_kinesis::config::Region::new("us-east-1"))
             .credentials_provider(aws_sdk_kinesis::config::Credentials::new(
-                "sim", "sim", None, None, "fleet-sim",
+                "sim",
+                "sim",
+                None,
+                None,
+                "fleet-sim",
             ))
             .http_client(aws_smithy_mocks::create_mock_http_client())
             .interceptor(interceptor)
