@@ -371,13 +371,13 @@ mod tests {
         let mut throttled = 0;
         for i in 0..20 {
             let mut l = Lease::new(format!("k{i:05}"), Checkpoint::TrimHorizon, vec![]);
-            l.children = vec!["x".repeat(2000)];
+            l.children = vec!["x".repeat(1500)];
             if let Err(e) = t.send(&LeaseWrite::Create(l)).await {
                 assert_eq!(e.class, ErrorClass::Throttled);
                 throttled += 1;
             }
         }
-        // Items of 2 KB: 2 WCU each, 5 fit in 10 WCU.
+        // Items of about 1.6 KB: 2 WCU each, 5 fit in 10 WCU.
         assert_eq!(throttled, 15);
         tokio::time::advance(Duration::from_secs(1)).await;
         let big = MemTable::new("b", Faults::default());
