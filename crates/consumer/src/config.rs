@@ -103,7 +103,9 @@ pub struct LeaseTuning {
     pub steal_at_target: bool,
     /// A steal is carried out only when two passes in a row planned one, so
     /// leases released meanwhile (a rolling deploy's old worker shutting
-    /// down) are taken instead of live ones.
+    /// down) are taken instead of live ones; and a worker one short of its
+    /// target leaves a just-freed lease for half a failover time to workers
+    /// further below (the newcomer, whom others cannot count yet).
     pub patient_steals: bool,
 }
 

@@ -455,6 +455,7 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
                     failover: cfg.failover_time,
                     max_leases: cfg.max_leases,
                     steal_at_target: tuning.steal_at_target,
+                    patient: tuning.patient_steals,
                 });
                 // Patient steals: carried out when the previous pass planned
                 // one too (a lease released meanwhile is taken instead).

@@ -628,6 +628,15 @@ impl Observations {
             .min()
     }
 
+    /// How long the lease's counter has stood still on this worker's clock
+    /// (zero when not observed at this counter).
+    pub fn unchanged_for(&self, lease: &Lease, now: Instant) -> Duration {
+        match self.seen.get(&lease.key) {
+            Some((c, since)) if *c == lease.counter => now.saturating_duration_since(*since),
+            _ => Duration::ZERO,
+        }
+    }
+
     /// True when the lease is free, or its counter has not moved for
     /// `failover` on this worker's clock.
     pub fn is_expired(&self, lease: &Lease, now: Instant, failover: Duration) -> bool {
@@ -673,6 +682,10 @@ pub struct BalanceInput<'a> {
     /// Also take one lease from each of some workers at the target when two
     /// or more below it ([`LeaseTuning::steal_at_target`](crate::config::LeaseTuning)).
     pub steal_at_target: bool,
+    /// One short of the target, leave a lease that just became free to
+    /// others for half a failover time
+    /// ([`LeaseTuning::patient_steals`](crate::config::LeaseTuning)).
+    pub patient: bool,
 }
 
 /// Decides which leases to take and steal. Finished (`SHARD_END`) leases are
@@ -692,6 +705,7 @@ pub fn plan(input: BalanceInput<'_>) -> Plan {
         failover,
         max_leases,
         steal_at_target,
+        patient,
     } = input;
     let active: Vec<&Lease> = leases.iter().filter(|l| !l.is_finished()).collect();
     let mut per_owner: HashMap<&str, Vec<&Lease>> = HashMap::new();
@@ -729,6 +743,15 @@ pub fn plan(input: BalanceInput<'_>) -> Plan {
         (unfinished_parent, spread(me, &l.key))
     };
     available.sort_by_key(|l| rank(l));
+    // One short of the target, a worker leaves a lease that just became
+    // free to workers further below for half a failover time: the
+    // newcomer of a rolling deploy (whom the others cannot count yet: it
+    // owns nothing) gets the leases its predecessor released, rather than
+    // them moving twice.
+    if patient && need == 1 {
+        available
+            .retain(|l| l.owner.is_some() || observations.unchanged_for(l, now) >= failover / 2);
+    }
     for l in available.into_iter().take(need) {
         out.take.push(l.key.clone());
     }
@@ -1137,6 +1160,7 @@ mod tests {
                 failover: Duration::from_secs(10),
                 max_leases: s.max,
                 steal_at_target: true,
+                patient: false,
             });
             assert_eq!(
                 (p.take.len(), p.steal.len(), p.target),
@@ -1172,6 +1196,7 @@ mod tests {
             failover: Duration::from_secs(10),
             max_leases: Some(1),
             steal_at_target: true,
+            patient: false,
         });
         assert_eq!(p.take, vec!["p".to_string()]);
         assert_eq!(p.target, 1);
@@ -1218,6 +1243,7 @@ mod tests {
                 failover: fo,
                 max_leases: None,
                 steal_at_target: true,
+                patient: false,
             });
             for k in p.take.iter().chain(&p.steal) {
                 let observed = leases.iter().find(|l| &l.key == k).unwrap();
