@@ -1,7 +1,7 @@
 """Plots leases per worker over time from `fleet-sim --series FILE` output.
 
     fleet-sim --scenario tools/fleet-sim/scenarios/rolling-deploy.toml --compare --series out.csv
-    python tools/fleet-sim/plot.py out.csv docs/images/fleet-rolling-deploy.png
+    python tools/fleet-sim/plot.py out.csv docs/images/fleet-rolling-deploy.png [FROM_SECOND]
 
 One panel per run in the file (before / after tuning): a thin line per
 worker (each replaced worker is a new line), and the min / max over live
@@ -18,10 +18,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def main(src, dest):
+def main(src, dest, start=0):
     runs = defaultdict(lambda: defaultdict(dict))
     for r in csv.DictReader(open(src, newline="")):
-        runs[r["scenario"]][r["worker"]][int(r["second"])] = int(r["leases"])
+        if int(r["second"]) >= start:
+            runs[r["scenario"]][r["worker"]][int(r["second"])] = int(r["leases"])
     fig, axes = plt.subplots(len(runs), 1, figsize=(9, 3.4 * len(runs)), sharex=True, squeeze=False)
     for ax, (name, workers) in zip(axes[:, 0], runs.items()):
         per_second = defaultdict(list)
@@ -43,4 +44,4 @@ def main(src, dest):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 0)
