@@ -339,7 +339,7 @@ fn sample(fleet: &Fleet, at: Duration) -> Sample {
 fn balanced(s: &Sample) -> bool {
     let max = s.per_worker.values().max().copied().unwrap_or(0);
     let min = s.per_worker.values().min().copied().unwrap_or(0);
-    s.unowned.is_empty() && max - min <= 1
+    s.unowned.is_empty() && max > 0 && max - min <= 1
 }
 
 fn figures(sc: &Scenario, table: &MemTable, samples: &[Sample], dup_submits: u64) -> Figures {
@@ -349,7 +349,8 @@ fn figures(sc: &Scenario, table: &MemTable, samples: &[Sample], dup_submits: u64
     let all_owned_s = samples
         .iter()
         .filter(after)
-        .find(|s| s.unowned.is_empty())
+        // Before the first lease exists nothing is unowned, yet nothing is owned.
+        .find(|s| s.unowned.is_empty() && s.per_worker.values().sum::<usize>() > 0)
         .map(|s| (s.at - reference).as_secs_f64());
     // Balanced for good: after the last unbalanced sample.
     let last_bad = samples.iter().filter(after).rev().find(|s| !balanced(s));
