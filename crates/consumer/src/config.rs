@@ -75,6 +75,75 @@ pub struct KinesisConfig {
     #[schemars(with = "String")]
     #[serde(default = "default_shutdown_grace", with = "humantime_serde")]
     pub shutdown_grace: Duration,
+    /// Lease-coordination switches. Not a configuration key: always
+    /// [`LeaseTuning::default`] when read from a file; the fleet simulator
+    /// sets [`LeaseTuning::before`] to measure the earlier behaviour.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub lease_tuning: LeaseTuning,
+}
+
+/// How the lease coordinator reads and writes the lease table at scale (see
+/// docs/scale-out.md for the measured effect of each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseTuning {
+    /// List leases with eventually consistent Scans (half the read units);
+    /// conditional writes on `leaseCounter` stay the safety net, and a stale
+    /// view can only delay an expiry, never hasten it.
+    pub eventual_listing: bool,
+    /// After a pass that found nothing to do (no free or expired lease, no
+    /// take or steal, this worker at its target), the next pass comes after
+    /// one failover time, jittered, instead of a third of it.
+    pub settled_passes: bool,
+    /// Periodic shard discovery runs on one worker (the lowest live owner id,
+    /// as the KCL's deterministic shard-sync leader) and reuses the pass's
+    /// listing instead of a Scan of its own; a shard end still triggers it
+    /// on the worker that saw it.
+    pub leader_shard_sync: bool,
+    /// Periodic checkpoints ride on renewals: the reader hands its position
+    /// to the renewer, which writes it instead of a bare renewal, and a
+    /// lease is written at most once per renewal interval (final and
+    /// shard-end checkpoints are still written at once).
+    pub fold_checkpoints: bool,
+    /// A worker two or more below the target takes one lease from each of
+    /// some workers at the target (never past target - 1), as the KCL does;
+    /// without it a join can leave newcomers empty (see `lease::plan`).
+    pub steal_at_target: bool,
+    /// A steal is carried out only when two passes in a row planned one, so
+    /// leases released meanwhile (a rolling deploy's old worker shutting
+    /// down) are taken instead of live ones; and a worker one short of its
+    /// target leaves a just-freed lease for half a failover time to workers
+    /// further below (the newcomer, whom others cannot count yet).
+    pub patient_steals: bool,
+}
+
+impl LeaseTuning {
+    /// The behaviour before tuning: consistent Scans by every worker every
+    /// third of the failover time, shard sync on every worker with its own
+    /// Scan, checkpoints written apart from renewals.
+    pub const fn before() -> Self {
+        Self {
+            eventual_listing: false,
+            settled_passes: false,
+            leader_shard_sync: false,
+            fold_checkpoints: false,
+            steal_at_target: false,
+            patient_steals: false,
+        }
+    }
+}
+
+impl Default for LeaseTuning {
+    fn default() -> Self {
+        Self {
+            eventual_listing: true,
+            settled_passes: true,
+            leader_shard_sync: true,
+            fold_checkpoints: true,
+            steal_at_target: true,
+            patient_steals: true,
+        }
+    }
 }
 
 /// KCL 2.x `failoverTimeMillis`.
@@ -137,6 +206,7 @@ impl KinesisConfig {
             max_leases: None,
             max_records_per_call: default_max_records_per_call(),
             shutdown_grace: default_shutdown_grace(),
+            lease_tuning: LeaseTuning::default(),
         }
     }
 

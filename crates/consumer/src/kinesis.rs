@@ -64,10 +64,19 @@ struct HeldLease {
     released: AtomicBool,
     /// The last write ended unanswered: it may have been applied.
     unsure: AtomicBool,
+    /// The checkpoint written last, and one the reader handed to the
+    /// renewer to write with the next renewal ([`LeaseTuning::fold_checkpoints`]).
+    checkpoint: std::sync::Mutex<CheckpointState>,
+}
+
+#[derive(Debug)]
+struct CheckpointState {
+    written: Checkpoint,
+    pending: Option<Checkpoint>,
 }
 
 impl HeldLease {
-    fn new(key: &str, written: Written) -> Self {
+    fn new(key: &str, written: Written, checkpoint: Checkpoint) -> Self {
         Self {
             key: key.to_string(),
             counter: Mutex::new(written.counter),
@@ -75,6 +84,48 @@ impl HeldLease {
             lost: CancellationToken::new(),
             released: AtomicBool::new(false),
             unsure: AtomicBool::new(false),
+            checkpoint: std::sync::Mutex::new(CheckpointState {
+                written: checkpoint,
+                pending: None,
+            }),
+        }
+    }
+
+    fn cp(&self) -> std::sync::MutexGuard<'_, CheckpointState> {
+        self.checkpoint
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The checkpoint written last (or read at acquisition).
+    fn written(&self) -> Checkpoint {
+        self.cp().written.clone()
+    }
+
+    /// Records a written checkpoint; a pending one no newer is dropped.
+    fn set_written(&self, cp: Checkpoint) {
+        let mut st = self.cp();
+        if st.pending.as_ref() == Some(&cp) {
+            st.pending = None;
+        }
+        st.written = cp;
+    }
+
+    /// Hands `cp` to the renewer, to be written with the next renewal.
+    fn set_pending(&self, cp: Checkpoint) {
+        self.cp().pending = Some(cp);
+    }
+
+    fn take_pending(&self) -> Option<Checkpoint> {
+        self.cp().pending.take()
+    }
+
+    /// Puts back a pending checkpoint whose write failed, unless a newer
+    /// one arrived meanwhile.
+    fn restore_pending(&self, cp: Checkpoint) {
+        let mut st = self.cp();
+        if st.pending.is_none() {
+            st.pending = Some(cp);
         }
     }
 
@@ -244,6 +295,16 @@ impl KinesisSource {
             config.lease_table.clone(),
             LeaseTiming::new(config.failover_time),
         );
+        Self::with_lease_table(config, kinesis, table)
+    }
+
+    /// A source whose leases live in `table` (the fleet simulator passes
+    /// an in-memory store; [`KinesisSource::new`] uses DynamoDB).
+    pub fn with_lease_table(
+        config: KinesisConfig,
+        kinesis: aws_sdk_kinesis::Client,
+        table: LeaseTable,
+    ) -> Self {
         Self {
             config,
             kinesis,
@@ -326,6 +387,12 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
     let mut obs = Observations::default();
     let mut next_sync = Instant::now();
     let mut sync_failures = 0u32;
+    let tuning = cfg.lease_tuning;
+    let mut passes = 0u64;
+    // A reader saw a shard end: sync on this worker, leader or not.
+    let mut sync_asked = false;
+    // The previous pass planned a steal.
+    let mut steal_armed = false;
     // Renewals run on their own clock: a slow Scan or ListShards in this
     // loop never delays them.
     let renewer_stop = CancellationToken::new();
@@ -337,28 +404,53 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
         prune(&ctx, &mut held);
         let pass_start = Instant::now();
         let mut wake = pass_start + tick;
-        if Instant::now() >= next_sync {
-            match sync_shards(&ctx).await {
-                Ok(()) => {
+        passes += 1;
+        if !tuning.leader_shard_sync && Instant::now() >= next_sync {
+            match sync_shards(&ctx, None).await {
+                Ok(_) => {
                     sync_failures = 0;
                     next_sync = Instant::now() + cfg.shard_sync_interval;
                 }
                 Err(e) => {
-                    // The stream may be momentarily unreachable: retry next pass,
-                    // but a missing stream at start is fatal.
-                    sync_failures += 1;
-                    warn!(error = %e, "shard sync failed");
-                    if matches!(&e, ConsumerError::Aws(a) if a.class == ErrorClass::NotFound || a.class == ErrorClass::Fatal)
-                        && held.is_empty()
-                        && sync_failures >= 3
-                    {
+                    if let Some(e) = sync_failed(e, held.is_empty(), &mut sync_failures) {
                         return Err(e);
                     }
                     next_sync = Instant::now() + tick;
                 }
             }
         }
-        match ctx.table.list().await {
+        let mut listed = ctx.table.list_with(!tuning.eventual_listing).await;
+        // Tuned shard sync: on the leader (or when a shard ended here, or
+        // on an empty table), with this pass's listing.
+        if tuning.leader_shard_sync
+            && Instant::now() >= next_sync
+            && let Ok(leases) = &listed
+        {
+            let now = Instant::now();
+            obs.observe(leases, now);
+            let leader = is_sync_leader(&cfg.worker_id, leases, &obs, now, cfg.failover_time);
+            if sync_asked || leases.is_empty() || leader {
+                match sync_shards(&ctx, Some(leases)).await {
+                    Ok(created) => {
+                        sync_failures = 0;
+                        sync_asked = false;
+                        next_sync = Instant::now() + cfg.shard_sync_interval;
+                        if created > 0 {
+                            listed = ctx.table.list_with(!tuning.eventual_listing).await;
+                        }
+                    }
+                    Err(e) => {
+                        if let Some(e) = sync_failed(e, held.is_empty(), &mut sync_failures) {
+                            return Err(e);
+                        }
+                        next_sync = Instant::now() + tick;
+                    }
+                }
+            } else {
+                next_sync = Instant::now() + cfg.shard_sync_interval;
+            }
+        }
+        match listed {
             Ok(leases) => {
                 let now = Instant::now();
                 obs.observe(&leases, now);
@@ -374,7 +466,17 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
                     now,
                     failover: cfg.failover_time,
                     max_leases: cfg.max_leases,
+                    steal_at_target: tuning.steal_at_target,
+                    patient: tuning.patient_steals,
                 });
+                // Patient steals: carried out when the previous pass planned
+                // one too (a lease released meanwhile is taken instead).
+                let steals: &[String] = if !tuning.patient_steals || steal_armed {
+                    &plan.steal
+                } else {
+                    &[]
+                };
+                steal_armed = !plan.steal.is_empty();
                 debug!(
                     worker = %cfg.worker_id,
                     held = held.len(),
@@ -383,7 +485,7 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
                     steal = plan.steal.len(),
                     "balancing pass"
                 );
-                for (keys, kind) in [(&plan.take, "take"), (&plan.steal, "steal")] {
+                for (keys, kind) in [(plan.take.as_slice(), "take"), (steals, "steal")] {
                     for key in keys {
                         let Some(observed) = leases.iter().find(|l| &l.key == key) else {
                             continue;
@@ -407,6 +509,23 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
                         }
                     }
                 }
+                // Nothing to do and nothing free or expired: the next pass
+                // can wait a failover time (an expiry still wakes it below).
+                let settled = tuning.settled_passes
+                    && plan.take.is_empty()
+                    && plan.steal.is_empty()
+                    && held.len() + 1 >= plan.target
+                    && !leases.iter().any(|l| {
+                        !l.is_finished()
+                            && l.owner.as_deref() != Some(cfg.worker_id.as_str())
+                            && obs.is_expired(l, now, cfg.failover_time)
+                    });
+                if settled {
+                    wake = pass_start
+                        + cfg
+                            .failover_time
+                            .mul_f64(pass_jitter(&cfg.worker_id, passes));
+                }
                 if let Some(t) = obs.next_expiry(&leases, &cfg.worker_id, now, cfg.failover_time) {
                     wake = wake.min(t + Duration::from_millis(5));
                 }
@@ -417,7 +536,10 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
         tokio::select! {
             _ = ctx.shutdown.cancelled() => {}
             _ = tokio::time::sleep_until(wake) => {}
-            _ = ctx.sync_now.notified() => next_sync = Instant::now(),
+            _ = ctx.sync_now.notified() => {
+                next_sync = Instant::now();
+                sync_asked = true;
+            }
         }
     }
     // Shutdown: readers drain, checkpoint and release on their own; the
@@ -467,7 +589,13 @@ fn prune(ctx: &Ctx, held: &mut HashMap<String, Held>) {
 /// most [`MAX_CONCURRENT_RENEWALS`] at once), each bounded by the lease
 /// table's operation deadline (below the renewal period).
 async fn renew_loop(ctx: Arc<Ctx>, stop: CancellationToken) {
-    let every = ctx.config.failover_time / 3;
+    // Folded checkpoints: look twice per renewal interval, write a lease
+    // once its last write is a renewal interval old.
+    let every = if ctx.config.lease_tuning.fold_checkpoints {
+        ctx.config.failover_time / 6
+    } else {
+        ctx.config.failover_time / 3
+    };
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -494,22 +622,59 @@ async fn renew_one(ctx: &Ctx, lease: Arc<HeldLease>) {
         return;
     }
     // A checkpoint write renews as well.
+    let fold = ctx.config.lease_tuning.fold_checkpoints;
     let since = *lease.renewed.borrow();
-    if since.elapsed() < ctx.config.failover_time / 6 {
+    let min_age = if fold {
+        ctx.config.failover_time / 3
+    } else {
+        ctx.config.failover_time / 6
+    };
+    if since.elapsed() < min_age {
         return;
     }
-    let renewed = lease
-        .write(&ctx.table, me, &mut counter, |c| {
-            ctx.table.renew(&lease.key, me, c)
-        })
-        .await;
+    // A handed-on checkpoint is written only while the lease is live, as
+    // the reader's own checkpoints are.
+    let live = matches!(timing.phase(since, Instant::now()), LeasePhase::Live { .. });
+    let pending = if fold && live {
+        lease.take_pending()
+    } else {
+        None
+    };
+    let table = &ctx.table;
+    let renewed = match &pending {
+        Some(cp) => {
+            lease
+                .write(table, me, &mut counter, |c| {
+                    table.checkpoint(&lease.key, me, c, cp, &[])
+                })
+                .await
+        }
+        None => {
+            lease
+                .write(table, me, &mut counter, |c| table.renew(&lease.key, me, c))
+                .await
+        }
+    };
     match renewed {
-        Ok(Some(_)) => {}
+        Ok(Some(_)) => {
+            if let Some(cp) = pending {
+                metrics::counter!(metric::CHECKPOINTS, "shard" => lease.key.clone(), "result" => "ok")
+                    .increment(1);
+                let text = shown(&cp);
+                ctx.status.update(&lease.key, |s| s.checkpoint = Some(text));
+                lease.set_written(cp);
+            }
+        }
         Ok(None) => {
             info!(shard = %lease.key, "lease lost");
             lease.fence(&ctx.status);
         }
-        Err(e) => warn!(shard = %lease.key, error = %e, "renew failed"),
+        Err(e) => {
+            if let Some(cp) = pending {
+                lease.restore_pending(cp);
+            }
+            warn!(shard = %lease.key, error = %e, "renew failed");
+        }
     }
     // Self-fencing: others may take a lease we failed to renew in time.
     if !lease.is_gone() && timing.phase(*lease.renewed.borrow(), Instant::now()) == LeasePhase::Lost
@@ -520,7 +685,11 @@ async fn renew_one(ctx: &Ctx, lease: Arc<HeldLease>) {
 }
 
 fn spawn_reader(ctx: &Arc<Ctx>, lease: Lease, written: Written) -> Held {
-    let held = Arc::new(HeldLease::new(&lease.key, written));
+    let held = Arc::new(HeldLease::new(
+        &lease.key,
+        written,
+        lease.checkpoint.clone(),
+    ));
     ctx.status.update(&lease.key, |s| {
         *s = Default::default();
         s.owned = true;
@@ -531,7 +700,6 @@ fn spawn_reader(ctx: &Arc<Ctx>, lease: Lease, written: Written) -> Held {
         lease: held.clone(),
         renewed: held.renewed.subscribe(),
         tracker: Arc::new(AckTracker::new()),
-        written: lease.checkpoint.clone(),
         last_write: Instant::now(),
     };
     let task = AbortOnDrop(tokio::spawn(reader.run(lease)));
@@ -539,16 +707,61 @@ fn spawn_reader(ctx: &Arc<Ctx>, lease: Lease, written: Written) -> Held {
 }
 
 /// ListShards, then a lease for every shard that has none, parents first.
-async fn sync_shards(ctx: &Ctx) -> Result<(), ConsumerError> {
+/// `existing` is a listing taken just before; without one the table is
+/// scanned (consistently). Returns how many leases were created.
+async fn sync_shards(ctx: &Ctx, existing: Option<&[Lease]>) -> Result<usize, ConsumerError> {
     let shards = list_shards(ctx).await?;
-    let existing = ctx.table.list().await?;
-    let new = new_leases(&shards, &existing, &ctx.config.initial_position);
+    let scanned;
+    let existing = match existing {
+        Some(e) => e,
+        None => {
+            scanned = ctx.table.list().await?;
+            &scanned
+        }
+    };
+    let new = new_leases(&shards, existing, &ctx.config.initial_position);
+    let mut created = 0;
     for l in new {
         if ctx.table.create_lease(&l).await? {
+            created += 1;
             info!(shard = %l.key, checkpoint = ?l.checkpoint, "lease created");
         }
     }
-    Ok(())
+    Ok(created)
+}
+
+/// A failed shard sync: the stream may be momentarily unreachable (retry
+/// next pass), but a stream missing at start is fatal (`Some`).
+fn sync_failed(e: ConsumerError, holds_none: bool, failures: &mut u32) -> Option<ConsumerError> {
+    *failures += 1;
+    warn!(error = %e, "shard sync failed");
+    let fatal = matches!(&e, ConsumerError::Aws(a) if a.class == ErrorClass::NotFound || a.class == ErrorClass::Fatal);
+    (fatal && holds_none && *failures >= 3).then_some(e)
+}
+
+/// The periodic shard-sync leader: the lowest id among this worker and the
+/// owners of live leases in `leases`, as the KCL's deterministic leader.
+fn is_sync_leader(
+    me: &str,
+    leases: &[Lease],
+    obs: &Observations,
+    now: Instant,
+    failover: Duration,
+) -> bool {
+    !leases.iter().any(|l| {
+        l.owner.as_deref().is_some_and(|o| o < me)
+            && !l.is_finished()
+            && !obs.is_expired(l, now, failover)
+    })
+}
+
+/// A factor in [0.9, 1.1) that differs per worker and pass, so that
+/// settled workers do not list the table in step.
+fn pass_jitter(me: &str, pass: u64) -> f64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (me, pass).hash(&mut h);
+    0.9 + (h.finish() % 1000) as f64 / 5000.0
 }
 
 async fn list_shards(ctx: &Ctx) -> Result<Vec<Shard>, ConsumerError> {
@@ -639,8 +852,7 @@ struct Reader {
     /// Send times of successful renewals of `lease`.
     renewed: watch::Receiver<Instant>,
     tracker: Arc<AckTracker>,
-    /// Last checkpoint written (or read at acquisition).
-    written: Checkpoint,
+    /// When the last periodic checkpoint was written or handed on.
     last_write: Instant,
 }
 
@@ -1019,7 +1231,7 @@ impl Reader {
         let checkpointed = self
             .tracker
             .checkpoint()
-            .is_none_or(|p| Checkpoint::At(p) == self.written);
+            .is_none_or(|p| Checkpoint::At(p) == self.lease.written());
         let released = self.release().await;
         // A lost lease is the new owner's to finish; anything else left
         // undone means records are read again: the stop was not clean.
@@ -1047,7 +1259,12 @@ impl Reader {
             return;
         };
         let cp = Checkpoint::At(pos);
-        if cp == self.written {
+        if cp == self.lease.written() {
+            return;
+        }
+        if !force && self.ctx.config.lease_tuning.fold_checkpoints {
+            self.last_write = Instant::now();
+            self.lease.set_pending(cp);
             return;
         }
         self.write_checkpoint(cp, &[]).await;
@@ -1076,14 +1293,11 @@ impl Reader {
             Ok(Some(_)) => {
                 metrics::counter!(metric::CHECKPOINTS, "shard" => label, "result" => "ok")
                     .increment(1);
-                let shown = match &cp {
-                    Checkpoint::At(p) => format!("{}.{}", p.sequence, p.sub_sequence),
-                    other => format!("{other:?}"),
-                };
+                let shown = shown(&cp);
                 self.ctx
                     .status
                     .update(&self.shard, |s| s.checkpoint = Some(shown));
-                self.written = cp;
+                lease.set_written(cp);
                 true
             }
             Ok(None) => {
@@ -1197,6 +1411,14 @@ impl Reader {
     }
 }
 
+/// A checkpoint as the status shows it.
+fn shown(cp: &Checkpoint) -> String {
+    match cp {
+        Checkpoint::At(p) => format!("{}.{}", p.sequence, p.sub_sequence),
+        other => format!("{other:?}"),
+    }
+}
+
 fn retry_backoff() -> backon::ExponentialBackoff {
     use backon::BackoffBuilder;
     backon::ExponentialBuilder::default()
@@ -1269,6 +1491,7 @@ mod tests {
                     counter: 5,
                     sent: Instant::now(),
                 },
+                Checkpoint::TrimHorizon,
             );
             lease.unsure.store(unsure, Ordering::Relaxed);
             let mut counter = 5;

@@ -21,11 +21,11 @@ use std::time::Duration;
 use tidemark_governor::{Governor, Outcome};
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ScalarAttributeType, TableStatus,
-};
+use aws_sdk_dynamodb::types::AttributeValue;
+use std::sync::Arc;
 use tokio::time::Instant;
+
+pub use crate::lease_store::{DynamoStore, LeaseStore, LeaseWrite, ScanPage};
 
 use crate::checkpoint::Position;
 use crate::error::{AwsError, ConsumerError, ErrorClass};
@@ -66,7 +66,7 @@ impl Checkpoint {
         }
     }
 
-    fn to_parts(&self) -> (&str, u64) {
+    pub(crate) fn to_parts(&self) -> (&str, u64) {
         match self {
             Self::TrimHorizon => (TRIM_HORIZON, 0),
             Self::Latest => (LATEST, 0),
@@ -401,13 +401,13 @@ fn jitter() -> f64 {
 /// The lease table. Every write that touches an owned lease is conditional on
 /// `leaseCounter` (and owner), so a worker that lost a lease cannot write it.
 ///
-/// Conditional writes and their re-reads use a copy of the client with SDK
-/// retries off and the attempt timeout of [`LeaseTiming`]; see
-/// [`write_once`]. Table set-up and the Scan keep the client as given.
+/// The calls go to a [`LeaseStore`]: DynamoDB ([`DynamoStore`], whose
+/// conditional writes and re-reads use a client with SDK retries off and the
+/// attempt timeout of [`LeaseTiming`]), or an in-memory table in the fleet
+/// simulator. Retries follow [`write_once`] whatever the store.
 #[derive(Debug, Clone)]
 pub struct LeaseTable {
-    client: Client,
-    writes: Client,
+    store: Arc<dyn LeaseStore>,
     table: String,
     timing: LeaseTiming,
     gov: Option<Governor>,
@@ -429,22 +429,15 @@ impl LeaseTable {
 
     /// A handle on table `table` whose writes follow `timing`.
     pub fn with_timing(client: Client, table: impl Into<String>, timing: LeaseTiming) -> Self {
-        let conf = client.config();
-        let connect = conf.timeout_config().and_then(|t| t.connect_timeout());
-        let mut timeouts = aws_sdk_dynamodb::config::timeout::TimeoutConfig::builder()
-            .operation_attempt_timeout(timing.attempt);
-        timeouts.set_connect_timeout(connect);
-        let timeouts = timeouts.build();
-        let writes = Client::from_conf(
-            conf.to_builder()
-                .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
-                .timeout_config(timeouts)
-                .build(),
-        );
+        let store = DynamoStore::new(client, table, timing.attempt);
+        Self::with_store(Arc::new(store), timing)
+    }
+
+    /// A handle on the table behind `store` whose writes follow `timing`.
+    pub fn with_store(store: Arc<dyn LeaseStore>, timing: LeaseTiming) -> Self {
         Self {
-            client,
-            writes,
-            table: table.into(),
+            table: store.name().to_string(),
+            store,
             timing,
             gov: None,
             role: "lease table",
@@ -478,158 +471,60 @@ impl LeaseTable {
     /// until it is ACTIVE. An existing table with another key schema is
     /// refused ([`ConsumerError::KeySchema`], naming found and expected).
     pub async fn create_if_absent(&self, timeout: Duration) -> Result<(), ConsumerError> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            match self
-                .client
-                .describe_table()
-                .table_name(&self.table)
-                .send()
-                .await
-            {
-                Ok(out) => {
-                    let Some(t) = out.table() else {
-                        return Err(self.bad("DescribeTable returned no table"));
-                    };
-                    lease_key_spec()
-                        .check(&self.table, self.role, t)
-                        .map_err(ConsumerError::KeySchema)?;
-                    if t.table_status() == Some(&TableStatus::Active) {
-                        return Ok(());
-                    }
-                }
-                Err(e) => {
-                    let err = AwsError::new("DescribeTable", &e);
-                    match err.class {
-                        ErrorClass::NotFound => self.create().await?,
-                        ErrorClass::Retry | ErrorClass::Throttled => {}
-                        _ => return Err(err.into()),
-                    }
-                }
+        match self.store.ensure_table(timeout).await {
+            // The store knows the table; this handle knows what it is for.
+            Err(ConsumerError::KeySchema(mut m)) => {
+                m.role = self.role;
+                Err(ConsumerError::KeySchema(m))
             }
-            if Instant::now() >= deadline {
-                return Err(self.bad("not ACTIVE in time"));
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-
-    fn bad(&self, problem: &str) -> ConsumerError {
-        ConsumerError::LeaseTable {
-            table: self.table.clone(),
-            problem: problem.to_string(),
-        }
-    }
-
-    async fn create(&self) -> Result<(), ConsumerError> {
-        let res = self
-            .client
-            .create_table()
-            .table_name(&self.table)
-            .billing_mode(BillingMode::PayPerRequest)
-            .key_schema(
-                KeySchemaElement::builder()
-                    .attribute_name("leaseKey")
-                    .key_type(KeyType::Hash)
-                    .build()
-                    .map_err(|e| self.bad(&e.to_string()))?,
-            )
-            .attribute_definitions(
-                AttributeDefinition::builder()
-                    .attribute_name("leaseKey")
-                    .attribute_type(ScalarAttributeType::S)
-                    .build()
-                    .map_err(|e| self.bad(&e.to_string()))?,
-            )
-            .send()
-            .await;
-        match res {
-            Ok(_) => Ok(()),
-            Err(e) => {
-                let err = AwsError::new("CreateTable", &e);
-                // ResourceInUse: another worker created it first.
-                if err.class == ErrorClass::Retry || err.class == ErrorClass::Throttled {
-                    Ok(())
-                } else {
-                    Err(err.into())
-                }
-            }
+            other => other,
         }
     }
 
     /// Every lease (strongly consistent scan).
     pub async fn list(&self) -> Result<Vec<Lease>, ConsumerError> {
+        self.list_with(true).await
+    }
+
+    /// Every lease; `consistent` false reads eventually consistently (half
+    /// the read capacity; may miss writes of the last second or so).
+    pub async fn list_with(&self, consistent: bool) -> Result<Vec<Lease>, ConsumerError> {
         let mut out = Vec::new();
         let mut start = None;
         loop {
-            let page = self
-                .client
-                .scan()
-                .table_name(&self.table)
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| AwsError::new("Scan", &e))?;
-            for item in page.items() {
-                out.push(Lease::from_item(item).map_err(|p| self.bad(&p))?);
-            }
-            start = page.last_evaluated_key().cloned();
+            let page = self.store.scan_page(consistent, start).await?;
+            out.extend(page.leases);
+            start = page.next;
             if start.is_none() {
                 return Ok(out);
             }
         }
     }
 
-    /// The lease `key` (consistent read); `None` when there is none. Uses the
-    /// single-attempt client: it is the re-read of [`write_once`].
+    /// The lease `key` (consistent read); `None` when there is none. One
+    /// attempt: it is the re-read of [`write_once`].
     pub async fn get(&self, key: &str) -> Result<Option<Lease>, AwsError> {
-        let out = self
-            .writes
-            .get_item()
-            .table_name(&self.table)
-            .key("leaseKey", AttributeValue::S(key.to_string()))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| AwsError::new("GetItem", &e))?;
-        match out.item() {
-            None => Ok(None),
-            Some(item) => Lease::from_item(item).map(Some).map_err(|p| AwsError {
-                op: "GetItem",
-                class: ErrorClass::Fatal,
-                message: format!("lease {key} in {}: {p}", self.table),
-            }),
-        }
+        self.store.get(key).await
     }
 
     /// Sends a conditional write with [`write_once`]; after an unanswered
     /// attempt, a failed condition is checked against the item: `ours` says
     /// whether it shows this write applied.
-    async fn send_fenced<B, S, E>(
+    async fn send_fenced(
         &self,
-        op: &'static str,
-        key: &str,
-        req: B,
+        write: LeaseWrite,
         counter_after: u64,
         ours: impl Fn(&Lease) -> bool,
-    ) -> Fenced
-    where
-        B: Clone + SendFenced<Sdk = S, Err = E>,
-        E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
-        S: crate::error::HttpStatus + std::fmt::Debug,
-    {
+    ) -> Fenced {
+        let key = write.key().to_string();
         let sent = write_once(
             &self.timing,
             self.gov.as_ref(),
-            op,
-            || {
-                let req = req.clone();
-                async move { req.send_fenced().await.map_err(|e| AwsError::new(op, &e)) }
-            },
+            write.op(),
+            || self.store.write(&write),
             || async {
                 Ok(self
-                    .get(key)
+                    .get(&key)
                     .await?
                     .is_some_and(|l| l.counter == counter_after && ours(&l)))
             },
@@ -643,16 +538,10 @@ impl LeaseTable {
 
     /// Creates `lease` unless one with its key exists. Returns true if created.
     pub async fn create_lease(&self, lease: &Lease) -> Result<bool, AwsError> {
-        let req = self
-            .writes
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(lease.to_item()))
-            .condition_expression("attribute_not_exists(leaseKey)");
         // Whoever created it, the lease exists: a re-read only decides
         // whether to log "created".
         let r = self
-            .send_fenced("PutItem", &lease.key, req, lease.counter, |_| false)
+            .send_fenced(LeaseWrite::Create(lease.clone()), lease.counter, |_| false)
             .await?;
         Ok(r.is_some())
     }
@@ -660,22 +549,13 @@ impl LeaseTable {
     /// Takes a free, expired or someone else's lease whose counter is still
     /// `observed.counter` (the same write serves take and steal).
     pub async fn acquire(&self, observed: &Lease, me: &str) -> Fenced {
-        let next = observed.counter + 1;
-        let switches = u64::from(observed.owner.as_deref() != Some(me));
-        let req = self
-            .writes
-            .update_item()
-            .table_name(&self.table)
-            .key("leaseKey", AttributeValue::S(observed.key.clone()))
-            .condition_expression("attribute_exists(leaseKey) AND leaseCounter = :c")
-            .update_expression(
-                "SET leaseOwner = :me, leaseCounter = :n ADD ownerSwitchesSinceCheckpoint :s",
-            )
-            .expression_attribute_values(":c", n(observed.counter))
-            .expression_attribute_values(":n", n(next))
-            .expression_attribute_values(":me", AttributeValue::S(me.to_string()))
-            .expression_attribute_values(":s", n(switches));
-        self.send_fenced("UpdateItem(acquire)", &observed.key, req, next, |l| {
+        let write = LeaseWrite::Acquire {
+            key: observed.key.clone(),
+            counter: observed.counter,
+            me: me.to_string(),
+            switches: u64::from(observed.owner.as_deref() != Some(me)),
+        };
+        self.send_fenced(write, observed.counter + 1, |l| {
             l.owner.as_deref() == Some(me)
         })
         .await
@@ -683,24 +563,24 @@ impl LeaseTable {
 
     /// Renews a held lease (bumps the counter).
     pub async fn renew(&self, key: &str, me: &str, counter: u64) -> Fenced {
-        let req = self
-            .owned_update(key, me, counter)
-            .update_expression("SET leaseCounter = :n");
-        self.send_fenced("UpdateItem(renew)", key, req, counter + 1, |l| {
-            l.owner.as_deref() == Some(me)
-        })
-        .await
+        let write = LeaseWrite::Renew {
+            key: key.to_string(),
+            me: me.to_string(),
+            counter,
+        };
+        self.send_fenced(write, counter + 1, |l| l.owner.as_deref() == Some(me))
+            .await
     }
 
     /// Releases a held lease: owner cleared, so others take it at once.
     pub async fn release(&self, key: &str, me: &str, counter: u64) -> Fenced {
-        let req = self
-            .owned_update(key, me, counter)
-            .update_expression("SET leaseCounter = :n REMOVE leaseOwner");
-        self.send_fenced("UpdateItem(release)", key, req, counter + 1, |l| {
-            l.owner.is_none()
-        })
-        .await
+        let write = LeaseWrite::Release {
+            key: key.to_string(),
+            me: me.to_string(),
+            counter,
+        };
+        self.send_fenced(write, counter + 1, |l| l.owner.is_none())
+            .await
     }
 
     /// Writes a checkpoint of a held lease (and the child shard ids at shard
@@ -713,68 +593,17 @@ impl LeaseTable {
         checkpoint: &Checkpoint,
         children: &[String],
     ) -> Fenced {
-        let (cp, sub) = checkpoint.to_parts();
-        let mut req = self
-            .owned_update(key, me, counter)
-            .expression_attribute_values(":cp", AttributeValue::S(cp.to_string()))
-            .expression_attribute_values(":sub", n(sub))
-            .expression_attribute_values(":zero", n(0));
-        let set = "SET leaseCounter = :n, checkpoint = :cp, checkpointSubSequenceNumber = :sub, ownerSwitchesSinceCheckpoint = :zero";
-        req = if children.is_empty() {
-            req.update_expression(set)
-        } else {
-            req.update_expression(format!("{set}, childShardIds = :kids"))
-                .expression_attribute_values(":kids", AttributeValue::Ss(children.to_vec()))
+        let write = LeaseWrite::Checkpoint {
+            key: key.to_string(),
+            me: me.to_string(),
+            counter,
+            checkpoint: checkpoint.clone(),
+            children: children.to_vec(),
         };
-        self.send_fenced("UpdateItem(checkpoint)", key, req, counter + 1, |l| {
+        self.send_fenced(write, counter + 1, |l| {
             l.owner.as_deref() == Some(me) && &l.checkpoint == checkpoint
         })
         .await
-    }
-
-    fn owned_update(
-        &self,
-        key: &str,
-        me: &str,
-        counter: u64,
-    ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
-        self.writes
-            .update_item()
-            .table_name(&self.table)
-            .key("leaseKey", AttributeValue::S(key.to_string()))
-            .condition_expression("leaseCounter = :c AND leaseOwner = :me")
-            .expression_attribute_values(":c", n(counter))
-            .expression_attribute_values(":n", n(counter + 1))
-            .expression_attribute_values(":me", AttributeValue::S(me.to_string()))
-    }
-}
-
-/// The two request builders lease writes use, sent once.
-trait SendFenced {
-    type Sdk;
-    type Err;
-    fn send_fenced(
-        self,
-    ) -> impl Future<Output = Result<(), aws_sdk_dynamodb::error::SdkError<Self::Err, Self::Sdk>>>;
-}
-
-impl SendFenced for aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
-    type Sdk = aws_sdk_dynamodb::config::http::HttpResponse;
-    type Err = aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-    async fn send_fenced(
-        self,
-    ) -> Result<(), aws_sdk_dynamodb::error::SdkError<Self::Err, Self::Sdk>> {
-        self.send().await.map(|_| ())
-    }
-}
-
-impl SendFenced for aws_sdk_dynamodb::operation::put_item::builders::PutItemFluentBuilder {
-    type Sdk = aws_sdk_dynamodb::config::http::HttpResponse;
-    type Err = aws_sdk_dynamodb::operation::put_item::PutItemError;
-    async fn send_fenced(
-        self,
-    ) -> Result<(), aws_sdk_dynamodb::error::SdkError<Self::Err, Self::Sdk>> {
-        self.send().await.map(|_| ())
     }
 }
 
@@ -822,6 +651,15 @@ impl Observations {
             .min()
     }
 
+    /// How long the lease's counter has stood still on this worker's clock
+    /// (zero when not observed at this counter).
+    pub fn unchanged_for(&self, lease: &Lease, now: Instant) -> Duration {
+        match self.seen.get(&lease.key) {
+            Some((c, since)) if *c == lease.counter => now.saturating_duration_since(*since),
+            _ => Duration::ZERO,
+        }
+    }
+
     /// True when the lease is free, or its counter has not moved for
     /// `failover` on this worker's clock.
     pub fn is_expired(&self, lease: &Lease, now: Instant, failover: Duration) -> bool {
@@ -864,6 +702,13 @@ pub struct BalanceInput<'a> {
     pub failover: Duration,
     /// Optional cap on leases per worker.
     pub max_leases: Option<usize>,
+    /// Also take one lease from each of some workers at the target when two
+    /// or more below it ([`LeaseTuning::steal_at_target`](crate::config::LeaseTuning)).
+    pub steal_at_target: bool,
+    /// One short of the target, leave a lease that just became free to
+    /// others for half a failover time
+    /// ([`LeaseTuning::patient_steals`](crate::config::LeaseTuning)).
+    pub patient: bool,
 }
 
 /// Decides which leases to take and steal. Finished (`SHARD_END`) leases are
@@ -882,6 +727,8 @@ pub fn plan(input: BalanceInput<'_>) -> Plan {
         now,
         failover,
         max_leases,
+        steal_at_target,
+        patient,
     } = input;
     let active: Vec<&Lease> = leases.iter().filter(|l| !l.is_finished()).collect();
     let mut per_owner: HashMap<&str, Vec<&Lease>> = HashMap::new();
@@ -919,14 +766,24 @@ pub fn plan(input: BalanceInput<'_>) -> Plan {
         (unfinished_parent, spread(me, &l.key))
     };
     available.sort_by_key(|l| rank(l));
+    // One short of the target, a worker leaves a lease that just became
+    // free to workers further below for half a failover time: the
+    // newcomer of a rolling deploy (whom the others cannot count yet: it
+    // owns nothing) gets the leases its predecessor released, rather than
+    // them moving twice.
+    if patient && need == 1 {
+        available
+            .retain(|l| l.owner.is_some() || observations.unchanged_for(l, now) >= failover / 2);
+    }
     for l in available.into_iter().take(need) {
         out.take.push(l.key.clone());
     }
     need -= out.take.len();
     if need > 0 {
         let mut victims: Vec<(&str, Vec<&Lease>)> = per_owner
-            .into_iter()
+            .iter()
             .filter(|(_, ls)| ls.len() > target)
+            .map(|(o, ls)| (*o, ls.clone()))
             .collect();
         victims.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(b.0)));
         for (_, mut ls) in victims {
@@ -938,6 +795,30 @@ pub fn plan(input: BalanceInput<'_>) -> Plan {
             out.steal
                 .extend(ls.into_iter().take(n).map(|l| l.key.clone()));
             need -= n;
+        }
+    }
+    // When leases / workers is just under a whole number nobody is above
+    // the target, yet a newcomer would stay far below it. As the KCL does,
+    // a worker two or more below the target takes one lease from each of
+    // some workers at the target, never past target - 1: the givers end at
+    // target - 1 and cannot take it back, so nothing flaps.
+    let mut mine = held.len() + out.take.len() + out.steal.len();
+    if steal_at_target && mine + 2 <= target {
+        let mut givers: Vec<(&str, &Vec<&Lease>)> = per_owner
+            .iter()
+            .filter(|(_, ls)| ls.len() == target)
+            .map(|(o, ls)| (*o, ls))
+            .collect();
+        // A different order per worker spreads newcomers over the givers.
+        givers.sort_by_key(|(o, _)| spread(me, o));
+        for (_, ls) in givers {
+            if mine + 2 > target {
+                break;
+            }
+            if let Some(l) = ls.iter().min_by_key(|l| rank(l)) {
+                out.steal.push(l.key.clone());
+                mine += 1;
+            }
         }
     }
     out
@@ -1262,6 +1143,21 @@ mod tests {
                 target: 3,
             },
             Scenario {
+                name: "newcomer below target takes one from each worker at it",
+                leases: {
+                    let mut v: Vec<_> = keys[..2].iter().map(|k| (*k, Some("a"), 1)).collect();
+                    v.extend(keys[2..4].iter().map(|k| (*k, Some("b"), 1)));
+                    v.extend(keys[4..6].iter().map(|k| (*k, Some("c"), 1)));
+                    v
+                },
+                held: vec![],
+                max: None,
+                at: 1,
+                take: 0,
+                steal: 1,
+                target: 2,
+            },
+            Scenario {
                 name: "own stale lease retaken",
                 leases: vec![("s0", Some("me"), 4), ("s1", Some("a"), 1)],
                 held: vec![],
@@ -1286,6 +1182,8 @@ mod tests {
                 now: t0 + Duration::from_secs(s.at),
                 failover: Duration::from_secs(10),
                 max_leases: s.max,
+                steal_at_target: true,
+                patient: false,
             });
             assert_eq!(
                 (p.take.len(), p.steal.len(), p.target),
@@ -1320,6 +1218,8 @@ mod tests {
             now: Instant::now(),
             failover: Duration::from_secs(10),
             max_leases: Some(1),
+            steal_at_target: true,
+            patient: false,
         });
         assert_eq!(p.take, vec!["p".to_string()]);
         assert_eq!(p.target, 1);
@@ -1365,6 +1265,8 @@ mod tests {
                 now,
                 failover: fo,
                 max_leases: None,
+                steal_at_target: true,
+                patient: false,
             });
             for k in p.take.iter().chain(&p.steal) {
                 let observed = leases.iter().find(|l| &l.key == k).unwrap();

@@ -9,6 +9,9 @@
 //! - [`lease`]: the KCL 2.x-format lease table (fenced conditional writes
 //!   without blind retries, [`lease::write_once`]), the pure lease-deadline
 //!   law ([`lease::LeaseTiming`]) and the pure balancing law.
+//! - [`lease_store`]: [`lease_store::LeaseStore`], one attempt of each
+//!   lease-table call (DynamoDB, or an in-memory table in the fleet
+//!   simulator), and the reference semantics of a conditional lease write.
 //! - [`pacer`]: the pure per-shard GetRecords pacing law.
 //! - [`kpl`]: KPL aggregate de-aggregation (MD5-checked).
 //! - [`convert`]: raw Kinesis record to user records (shared by live and replay).
@@ -21,7 +24,8 @@
 //!   classified by `tidemark-aws-errors` (re-exported as [`error::ErrorClass`]).
 //! - [`keyschema`]: the key schema a table must have before it is adopted
 //!   ([`keyschema::KeySpec::check`]: a mismatch names table, found, expected).
-//! - [`config`], [`status`].
+//! - [`config`] (with [`config::LeaseTuning`], the lease-table behaviour at
+//!   scale, measured by `tools/fleet-sim`), [`status`].
 //!
 //! Guarantees:
 //! - At-least-once: a checkpoint never passes a record that is not
@@ -48,6 +52,7 @@ pub mod keyschema;
 pub mod kinesis;
 pub mod kpl;
 pub mod lease;
+pub mod lease_store;
 pub mod metrics;
 pub mod pacer;
 pub mod record;

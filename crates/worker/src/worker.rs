@@ -366,7 +366,9 @@ impl Worker {
             .await
             .map_err(listen_error)?;
         let telemetry_addr = listener.local_addr().map_err(listen_error)?;
-        let data = DataPath::start(config, sdk).await?;
+        // Boxed: these futures are large, and callers (tests, the binary's
+        // main) hold `build` on their own stack.
+        let data = Box::pin(DataPath::start(config, sdk)).await?;
         let worker_id = match &config.source {
             SourceConfig::Kinesis(k) => k.worker_id.clone(),
             SourceConfig::Sqs(_) => default_worker_id(&process_env()),
@@ -422,8 +424,9 @@ impl Worker {
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<Report, WorkerError> {
         let timeout = self.config.shutdown_timeout;
         let stop = CancellationToken::new();
-        let body = self.run_until(stop.clone());
-        tokio::pin!(body, shutdown);
+        // On the heap: the whole run is a large future.
+        let mut body = Box::pin(self.run_until(stop.clone()));
+        tokio::pin!(shutdown);
         tokio::select! {
             result = &mut body => return result,
             () = &mut shutdown => stop.cancel(),

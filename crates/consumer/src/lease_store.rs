@@ -1,0 +1,526 @@
+//! Where lease items live: the [`LeaseStore`] trait under
+//! [`LeaseTable`](crate::lease::LeaseTable), and its DynamoDB implementation
+//! [`DynamoStore`].
+//!
+//! A store sends one attempt of one call and reports its outcome; retries,
+//! deadlines, fencing and the re-read after an unanswered write stay in
+//! [`LeaseTable`](crate::lease::LeaseTable) and
+//! [`write_once`](crate::lease::write_once), so every store gets the same
+//! lease protocol. The trait exists so that the fleet simulator
+//! (`tools/fleet-sim`) runs the real lease code against an in-memory table
+//! with DynamoDB's conditional-write semantics and capacity accounting.
+//!
+//! Guarantees of an implementation: a [`LeaseWrite`] is applied only when
+//! its condition holds (`leaseCounter`, and `leaseOwner` for a holder's own
+//! writes), atomically, and fails with [`ErrorClass::ConditionFailed`]
+//! otherwise; items keep the KCL 2.x format ([`Lease::to_item`]).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
+    ScalarAttributeType, TableStatus,
+};
+use futures::future::BoxFuture;
+use tokio::time::Instant;
+
+use crate::error::{AwsError, ConsumerError, ErrorClass};
+use crate::lease::{Checkpoint, Lease};
+
+/// One page of a listing.
+#[derive(Debug, Clone, Default)]
+pub struct ScanPage {
+    /// The leases of this page.
+    pub leases: Vec<Lease>,
+    /// The key to continue after; `None` on the last page.
+    pub next: Option<String>,
+}
+
+/// One conditional write of a lease item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseWrite {
+    /// Put `lease` unless an item with its key exists.
+    Create(Lease),
+    /// Take (or steal) a lease whose counter is still `counter`: owner set
+    /// to `me`, counter bumped, `ownerSwitchesSinceCheckpoint` += `switches`.
+    Acquire {
+        /// Lease key.
+        key: String,
+        /// The counter observed.
+        counter: u64,
+        /// The new owner.
+        me: String,
+        /// 1 when the owner changes, else 0.
+        switches: u64,
+    },
+    /// Bump the counter of a lease held by `me` at `counter`.
+    Renew {
+        /// Lease key.
+        key: String,
+        /// The holder.
+        me: String,
+        /// The holder's counter.
+        counter: u64,
+    },
+    /// Bump the counter and clear the owner of a lease held by `me`.
+    Release {
+        /// Lease key.
+        key: String,
+        /// The holder.
+        me: String,
+        /// The holder's counter.
+        counter: u64,
+    },
+    /// Bump the counter and write the checkpoint (and the children at
+    /// shard end) of a lease held by `me`.
+    Checkpoint {
+        /// Lease key.
+        key: String,
+        /// The holder.
+        me: String,
+        /// The holder's counter.
+        counter: u64,
+        /// The new checkpoint.
+        checkpoint: Checkpoint,
+        /// Child shard ids (at shard end), else empty.
+        children: Vec<String>,
+    },
+}
+
+impl LeaseWrite {
+    /// The lease key written.
+    pub fn key(&self) -> &str {
+        match self {
+            Self::Create(l) => &l.key,
+            Self::Acquire { key, .. }
+            | Self::Renew { key, .. }
+            | Self::Release { key, .. }
+            | Self::Checkpoint { key, .. } => key,
+        }
+    }
+
+    /// The operation's name in logs and errors.
+    pub fn op(&self) -> &'static str {
+        match self {
+            Self::Create(_) => "PutItem",
+            Self::Acquire { .. } => "UpdateItem(acquire)",
+            Self::Renew { .. } => "UpdateItem(renew)",
+            Self::Release { .. } => "UpdateItem(release)",
+            Self::Checkpoint { .. } => "UpdateItem(checkpoint)",
+        }
+    }
+
+    /// Applies the write to `item` (the current item, `None` when absent)
+    /// as DynamoDB would: `Err` with [`ErrorClass::ConditionFailed`] when the
+    /// condition does not hold, else the new item. The reference semantics
+    /// for in-memory stores; [`DynamoStore`] sends the same condition.
+    pub fn apply(&self, item: Option<&Lease>) -> Result<Lease, AwsError> {
+        let refused = || AwsError {
+            op: self.op(),
+            class: ErrorClass::ConditionFailed,
+            message: "The conditional request failed".into(),
+        };
+        let held = |me: &str, counter: u64| -> Result<Lease, AwsError> {
+            match item {
+                Some(l) if l.counter == counter && l.owner.as_deref() == Some(me) => {
+                    let mut l = l.clone();
+                    l.counter = counter + 1;
+                    Ok(l)
+                }
+                _ => Err(refused()),
+            }
+        };
+        match self {
+            Self::Create(lease) => match item {
+                Some(_) => Err(refused()),
+                None => Ok(lease.clone()),
+            },
+            Self::Acquire {
+                counter,
+                me,
+                switches,
+                ..
+            } => match item {
+                Some(l) if l.counter == *counter => {
+                    let mut l = l.clone();
+                    l.owner = Some(me.clone());
+                    l.counter = counter + 1;
+                    l.owner_switches_since_checkpoint += switches;
+                    Ok(l)
+                }
+                _ => Err(refused()),
+            },
+            Self::Renew { me, counter, .. } => held(me, *counter),
+            Self::Release { me, counter, .. } => {
+                let mut l = held(me, *counter)?;
+                l.owner = None;
+                Ok(l)
+            }
+            Self::Checkpoint {
+                me,
+                counter,
+                checkpoint,
+                children,
+                ..
+            } => {
+                let mut l = held(me, *counter)?;
+                l.checkpoint = checkpoint.clone();
+                l.owner_switches_since_checkpoint = 0;
+                if !children.is_empty() {
+                    l.children = children.clone();
+                }
+                Ok(l)
+            }
+        }
+    }
+}
+
+/// The calls the lease code makes on its table, one attempt each.
+pub trait LeaseStore: Send + Sync + std::fmt::Debug {
+    /// The table name (errors and logs).
+    fn name(&self) -> &str;
+
+    /// Creates the table unless it exists and waits (until `timeout`) for it
+    /// to be usable; an existing table's key schema is checked.
+    fn ensure_table(&self, timeout: Duration) -> BoxFuture<'_, Result<(), ConsumerError>>;
+
+    /// One page of a Scan, starting after `start`; `consistent` asks for a
+    /// strongly consistent read.
+    fn scan_page(
+        &self,
+        consistent: bool,
+        start: Option<String>,
+    ) -> BoxFuture<'_, Result<ScanPage, ConsumerError>>;
+
+    /// One attempt of a strongly consistent GetItem.
+    fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Lease>, AwsError>>;
+
+    /// One attempt of a conditional write (see [`LeaseWrite::apply`]).
+    fn write<'a>(&'a self, write: &'a LeaseWrite) -> BoxFuture<'a, Result<(), AwsError>>;
+}
+
+/// The lease table in DynamoDB.
+///
+/// Conditional writes and their re-reads use a copy of the client with SDK
+/// retries off and the attempt timeout given, since
+/// [`write_once`](crate::lease::write_once) decides on retries. Table set-up
+/// and the Scan keep the client as given.
+#[derive(Debug, Clone)]
+pub struct DynamoStore {
+    client: Client,
+    writes: Client,
+    table: String,
+}
+
+fn n(v: u64) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+impl DynamoStore {
+    /// The table `table`; single write attempts end after `attempt`.
+    pub fn new(client: Client, table: impl Into<String>, attempt: Duration) -> Self {
+        let conf = client.config();
+        let connect = conf.timeout_config().and_then(|t| t.connect_timeout());
+        let mut timeouts = aws_sdk_dynamodb::config::timeout::TimeoutConfig::builder()
+            .operation_attempt_timeout(attempt);
+        timeouts.set_connect_timeout(connect);
+        let timeouts = timeouts.build();
+        let writes = Client::from_conf(
+            conf.to_builder()
+                .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
+                .timeout_config(timeouts)
+                .build(),
+        );
+        Self {
+            client,
+            writes,
+            table: table.into(),
+        }
+    }
+
+    fn bad(&self, problem: &str) -> ConsumerError {
+        ConsumerError::LeaseTable {
+            table: self.table.clone(),
+            problem: problem.to_string(),
+        }
+    }
+
+    async fn ensure(&self, timeout: Duration) -> Result<(), ConsumerError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self
+                .client
+                .describe_table()
+                .table_name(&self.table)
+                .send()
+                .await
+            {
+                Ok(out) => {
+                    let Some(t) = out.table() else {
+                        return Err(self.bad("DescribeTable returned no table"));
+                    };
+                    crate::lease::lease_key_spec()
+                        .check(&self.table, "lease table", t)
+                        .map_err(ConsumerError::KeySchema)?;
+                    if t.table_status() == Some(&TableStatus::Active) {
+                        return Ok(());
+                    }
+                }
+                Err(e) => {
+                    let err = AwsError::new("DescribeTable", &e);
+                    match err.class {
+                        ErrorClass::NotFound => self.create().await?,
+                        ErrorClass::Retry | ErrorClass::Throttled => {}
+                        _ => return Err(err.into()),
+                    }
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(self.bad("not ACTIVE in time"));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn create(&self) -> Result<(), ConsumerError> {
+        let res = self
+            .client
+            .create_table()
+            .table_name(&self.table)
+            .billing_mode(BillingMode::PayPerRequest)
+            .key_schema(
+                KeySchemaElement::builder()
+                    .attribute_name("leaseKey")
+                    .key_type(KeyType::Hash)
+                    .build()
+                    .map_err(|e| self.bad(&e.to_string()))?,
+            )
+            .attribute_definitions(
+                AttributeDefinition::builder()
+                    .attribute_name("leaseKey")
+                    .attribute_type(ScalarAttributeType::S)
+                    .build()
+                    .map_err(|e| self.bad(&e.to_string()))?,
+            )
+            .send()
+            .await;
+        match res {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let err = AwsError::new("CreateTable", &e);
+                // ResourceInUse: another worker created it first.
+                if err.class == ErrorClass::Retry || err.class == ErrorClass::Throttled {
+                    Ok(())
+                } else {
+                    Err(err.into())
+                }
+            }
+        }
+    }
+
+    async fn scan(
+        &self,
+        consistent: bool,
+        start: Option<String>,
+    ) -> Result<ScanPage, ConsumerError> {
+        let page = self
+            .client
+            .scan()
+            .table_name(&self.table)
+            .consistent_read(consistent)
+            .set_exclusive_start_key(
+                start.map(|k| HashMap::from([("leaseKey".to_string(), AttributeValue::S(k))])),
+            )
+            .send()
+            .await
+            .map_err(|e| AwsError::new("Scan", &e))?;
+        let mut leases = Vec::with_capacity(page.items().len());
+        for item in page.items() {
+            leases.push(Lease::from_item(item).map_err(|p| self.bad(&p))?);
+        }
+        let next = page
+            .last_evaluated_key()
+            .and_then(|k| k.get("leaseKey"))
+            .and_then(|v| v.as_s().ok())
+            .cloned();
+        Ok(ScanPage { leases, next })
+    }
+
+    async fn get_item(&self, key: &str) -> Result<Option<Lease>, AwsError> {
+        let out = self
+            .writes
+            .get_item()
+            .table_name(&self.table)
+            .key("leaseKey", AttributeValue::S(key.to_string()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| AwsError::new("GetItem", &e))?;
+        match out.item() {
+            None => Ok(None),
+            Some(item) => Lease::from_item(item).map(Some).map_err(|p| AwsError {
+                op: "GetItem",
+                class: ErrorClass::Fatal,
+                message: format!("lease {key} in {}: {p}", self.table),
+            }),
+        }
+    }
+
+    fn owned_update(
+        &self,
+        key: &str,
+        me: &str,
+        counter: u64,
+    ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+        self.writes
+            .update_item()
+            .table_name(&self.table)
+            .key("leaseKey", AttributeValue::S(key.to_string()))
+            .condition_expression("leaseCounter = :c AND leaseOwner = :me")
+            .expression_attribute_values(":c", n(counter))
+            .expression_attribute_values(":n", n(counter + 1))
+            .expression_attribute_values(":me", AttributeValue::S(me.to_string()))
+    }
+
+    async fn send(&self, w: &LeaseWrite) -> Result<(), AwsError> {
+        let op = w.op();
+        let req = match w {
+            LeaseWrite::Create(lease) => {
+                return self
+                    .writes
+                    .put_item()
+                    .table_name(&self.table)
+                    .set_item(Some(lease.to_item()))
+                    .condition_expression("attribute_not_exists(leaseKey)")
+                    .send()
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| AwsError::new(op, &e));
+            }
+            LeaseWrite::Acquire {
+                key,
+                counter,
+                me,
+                switches,
+            } => self
+                .writes
+                .update_item()
+                .table_name(&self.table)
+                .key("leaseKey", AttributeValue::S(key.clone()))
+                .condition_expression("attribute_exists(leaseKey) AND leaseCounter = :c")
+                .update_expression(
+                    "SET leaseOwner = :me, leaseCounter = :n ADD ownerSwitchesSinceCheckpoint :s",
+                )
+                .expression_attribute_values(":c", n(*counter))
+                .expression_attribute_values(":n", n(counter + 1))
+                .expression_attribute_values(":me", AttributeValue::S(me.clone()))
+                .expression_attribute_values(":s", n(*switches)),
+            LeaseWrite::Renew { key, me, counter } => self
+                .owned_update(key, me, *counter)
+                .update_expression("SET leaseCounter = :n"),
+            LeaseWrite::Release { key, me, counter } => self
+                .owned_update(key, me, *counter)
+                .update_expression("SET leaseCounter = :n REMOVE leaseOwner"),
+            LeaseWrite::Checkpoint {
+                key,
+                me,
+                counter,
+                checkpoint,
+                children,
+            } => {
+                let (cp, sub) = checkpoint.to_parts();
+                let req = self
+                    .owned_update(key, me, *counter)
+                    .expression_attribute_values(":cp", AttributeValue::S(cp.to_string()))
+                    .expression_attribute_values(":sub", n(sub))
+                    .expression_attribute_values(":zero", n(0));
+                let set = "SET leaseCounter = :n, checkpoint = :cp, checkpointSubSequenceNumber = :sub, ownerSwitchesSinceCheckpoint = :zero";
+                if children.is_empty() {
+                    req.update_expression(set)
+                } else {
+                    req.update_expression(format!("{set}, childShardIds = :kids"))
+                        .expression_attribute_values(":kids", AttributeValue::Ss(children.clone()))
+                }
+            }
+        };
+        req.send()
+            .await
+            .map(|_| ())
+            .map_err(|e| AwsError::new(op, &e))
+    }
+}
+
+impl LeaseStore for DynamoStore {
+    fn name(&self) -> &str {
+        &self.table
+    }
+
+    fn ensure_table(&self, timeout: Duration) -> BoxFuture<'_, Result<(), ConsumerError>> {
+        Box::pin(self.ensure(timeout))
+    }
+
+    fn scan_page(
+        &self,
+        consistent: bool,
+        start: Option<String>,
+    ) -> BoxFuture<'_, Result<ScanPage, ConsumerError>> {
+        Box::pin(self.scan(consistent, start))
+    }
+
+    fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Lease>, AwsError>> {
+        Box::pin(self.get_item(key))
+    }
+
+    fn write<'a>(&'a self, write: &'a LeaseWrite) -> BoxFuture<'a, Result<(), AwsError>> {
+        Box::pin(self.send(write))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(owner: Option<&str>, counter: u64) -> Lease {
+        let mut l = Lease::new("s", Checkpoint::TrimHorizon, vec![]);
+        l.owner = owner.map(str::to_string);
+        l.counter = counter;
+        l
+    }
+
+    #[test]
+    fn in_memory_semantics_fence_on_counter_and_owner() {
+        let renew = LeaseWrite::Renew {
+            key: "s".into(),
+            me: "a".into(),
+            counter: 3,
+        };
+        assert_eq!(renew.apply(Some(&lease(Some("a"), 3))).unwrap().counter, 4);
+        for stale in [lease(Some("a"), 4), lease(Some("b"), 3), lease(None, 3)] {
+            let e = renew.apply(Some(&stale)).unwrap_err();
+            assert_eq!(e.class, ErrorClass::ConditionFailed, "{stale:?}");
+        }
+        assert!(renew.apply(None).is_err());
+        let steal = LeaseWrite::Acquire {
+            key: "s".into(),
+            counter: 3,
+            me: "b".into(),
+            switches: 1,
+        };
+        let l = steal.apply(Some(&lease(Some("a"), 3))).unwrap();
+        assert_eq!((l.owner.as_deref(), l.counter), (Some("b"), 4));
+        assert_eq!(l.owner_switches_since_checkpoint, 1);
+        assert!(steal.apply(Some(&lease(Some("a"), 2))).is_err());
+        let create = LeaseWrite::Create(lease(None, 0));
+        assert!(create.apply(None).is_ok());
+        assert!(create.apply(Some(&lease(None, 0))).is_err());
+        let release = LeaseWrite::Release {
+            key: "s".into(),
+            me: "b".into(),
+            counter: 4,
+        };
+        let l = release.apply(Some(&l)).unwrap();
+        assert_eq!((l.owner, l.counter), (None, 5));
+    }
+}
