@@ -133,8 +133,9 @@ impl LeaseTuning {
     }
 }
 
-impl Default for LeaseTuning {
-    fn default() -> Self {
+impl LeaseTuning {
+    /// Every tuning on: what `tools/fleet-sim` measures at fleet scale.
+    pub const fn tuned() -> Self {
         Self {
             eventual_listing: true,
             settled_passes: true,
@@ -143,6 +144,17 @@ impl Default for LeaseTuning {
             steal_at_target: true,
             patient_steals: true,
         }
+    }
+}
+
+/// Off in the worker for now: the tuned protocol is measured in the
+/// simulator, but against the local stack a settled worker took a cleanly
+/// released lease only at its next pass (2.2-2.4 s with a 3 s failover, the
+/// hand-over test's bound is 2 s), and one drain ended incomplete; it stays
+/// opt-in until the stack suite passes with it (see docs/scale-out.md).
+impl Default for LeaseTuning {
+    fn default() -> Self {
+        Self::before()
     }
 }
 

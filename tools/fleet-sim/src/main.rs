@@ -37,11 +37,11 @@ fn main() -> anyhow::Result<()> {
     for path in &args.scenarios {
         let sc = Scenario::load(path)?.scaled_down(args.scale_down);
         let tunings = if args.compare {
-            vec![LeaseTuning::before(), LeaseTuning::default()]
+            vec![LeaseTuning::before(), LeaseTuning::tuned()]
         } else if args.before {
             vec![LeaseTuning::before()]
         } else {
-            vec![LeaseTuning::default()]
+            vec![LeaseTuning::tuned()]
         };
         for tuning in tunings {
             let started = std::time::Instant::now();

@@ -26,7 +26,7 @@ fn run(file: &str) -> Figures {
     }
     sc.steady = Duration::from_secs(30);
     sc.duration = sc.last_event_end().max(Duration::from_secs(60)) + Duration::from_secs(60);
-    let f = run_blocking(sc, LeaseTuning::default()).unwrap();
+    let f = run_blocking(sc, LeaseTuning::tuned()).unwrap();
     eprintln!(
         "{}",
         tidemark_fleet_sim::report::table(std::slice::from_ref(&f))
