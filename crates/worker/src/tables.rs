@@ -564,6 +564,13 @@ fn expire(policy: &TablePolicy, t: &TableInfo, out: &mut Vec<Action>) {
     }
 }
 
+/// A read's answer, or `None` (warned) when it failed: the setting is then
+/// not reconciled this round.
+fn read_or_warn<T, E: std::error::Error>(table: &str, what: &str, r: Result<T, E>) -> Option<T> {
+    r.map_err(|e| warn!(table, error = %DisplayErrorContext(&e), "reading {what} failed"))
+        .ok()
+}
+
 /// A table's name and ARN.
 struct TableRef {
     name: String,
@@ -900,17 +907,12 @@ impl TableManager {
                     .send(),
             )
             .await;
-        match tags {
-            Ok(out) => {
-                d.tags = Some(
-                    out.tags()
-                        .iter()
-                        .map(|t| (t.key().to_string(), t.value().to_string()))
-                        .collect(),
-                );
-            }
-            Err(e) => warn!(table = t.name, error = %DisplayErrorContext(e), "reading tags failed"),
-        }
+        d.tags = read_or_warn(&t.name, "tags", tags).map(|out| {
+            out.tags()
+                .iter()
+                .map(|t| (t.key().to_string(), t.value().to_string()))
+                .collect()
+        });
         if !expired && self.policy.ttl_attribute.is_some() {
             let ttl = self
                 .call(
@@ -920,21 +922,14 @@ impl TableManager {
                         .send(),
                 )
                 .await;
-            match ttl {
-                Ok(out) => {
-                    let desc = out.time_to_live_description();
-                    let on = desc.and_then(|d| d.time_to_live_status()).is_some_and(|s| {
-                        matches!(s, TimeToLiveStatus::Enabled | TimeToLiveStatus::Enabling)
-                    });
-                    d.ttl = Some(
-                        on.then(|| desc.and_then(|d| d.attribute_name()).map(str::to_string))
-                            .flatten(),
-                    );
-                }
-                Err(e) => {
-                    warn!(table = t.name, error = %DisplayErrorContext(e), "reading TTL failed");
-                }
-            }
+            d.ttl = read_or_warn(&t.name, "TTL", ttl).map(|out| {
+                let desc = out.time_to_live_description();
+                let on = desc.and_then(|d| d.time_to_live_status()).is_some_and(|s| {
+                    matches!(s, TimeToLiveStatus::Enabled | TimeToLiveStatus::Enabling)
+                });
+                on.then(|| desc.and_then(|d| d.attribute_name()).map(str::to_string))
+                    .flatten()
+            });
         }
         if (!expired && self.policy.pitr) || exporting {
             let backups = self
@@ -945,19 +940,12 @@ impl TableManager {
                         .send(),
                 )
                 .await;
-            match backups {
-                Ok(out) => {
-                    d.pitr = Some(
-                        out.continuous_backups_description()
-                            .and_then(|c| c.point_in_time_recovery_description())
-                            .and_then(|p| p.point_in_time_recovery_status())
-                            == Some(&PointInTimeRecoveryStatus::Enabled),
-                    );
-                }
-                Err(e) => {
-                    warn!(table = t.name, error = %DisplayErrorContext(e), "reading PITR failed");
-                }
-            }
+            d.pitr = read_or_warn(&t.name, "PITR", backups).map(|out| {
+                out.continuous_backups_description()
+                    .and_then(|c| c.point_in_time_recovery_description())
+                    .and_then(|p| p.point_in_time_recovery_status())
+                    == Some(&PointInTimeRecoveryStatus::Enabled)
+            });
         }
         if exporting && let Some(arn) = d.tags.as_ref().and_then(|t| t.get(EXPORT_TAG)) {
             d.export = Some(self.export_state(arn).await);

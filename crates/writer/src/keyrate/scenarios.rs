@@ -9,7 +9,7 @@
 //! simulated table charges each item to its partition's and the table's
 //! bucket, and returns what does not fit as unprocessed, as DynamoDB does.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
@@ -174,7 +174,8 @@ fn run(sc: &Scenario, key_pacing: bool) -> Figures {
     let mut due = vec![0.0f64; sc.source.len()];
     let mut next_key = vec![0u32; sc.source.len()];
     let mut order: VecDeque<Item> = VecDeque::new();
-    let mut parked: HashMap<u64, VecDeque<Item>> = HashMap::new();
+    // Ordered: the scenario's outcome must not depend on a hasher's seed.
+    let mut parked: BTreeMap<u64, VecDeque<Item>> = BTreeMap::new();
     let mut calls: Vec<Call> = Vec::new();
     let mut hold_until = Duration::ZERO;
     let (mut backoff_exp, mut clean) = (0u32, 0u32);
