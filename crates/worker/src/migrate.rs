@@ -17,13 +17,18 @@
 //! ended before the migration began is simply read in its old layout.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::operation::describe_table::DescribeTableError;
-use aws_sdk_dynamodb::types::Tag;
+use aws_sdk_dynamodb::types::{AttributeValue, Tag};
 use serde::Serialize;
 use tidemark_schema::route::RouterConfig;
 use tidemark_schema::strategy::KeyStrategy;
+use tidemark_schema::{Item, ItemKey, WireItem};
+use tidemark_writer::{
+    Completion, RejectMissing, Submission, Transport, WriteOutcome, Writer, WriterConfig,
+};
 
 use crate::tables::{LAYOUT_FROM_TAG, LAYOUT_TAG, MIGRATION_TAG, layout_of, parse_layout};
 
@@ -43,6 +48,14 @@ pub enum MigrateError {
     /// The table does not exist.
     #[error("table {0} does not exist")]
     NoTable(String),
+    /// The backfill's writer stopped, or refused a copy.
+    #[error("backfill of {table}: {message}")]
+    Write {
+        /// The table.
+        table: String,
+        /// What failed.
+        message: String,
+    },
     /// The table is not in a state the step applies to.
     #[error("table {table} is {state}: {hint}")]
     State {
@@ -246,6 +259,318 @@ pub async fn cutover(
     }
 }
 
+/// The coordinator-table item holding a table's backfill cursor.
+pub fn cursor_key(table: &str) -> String {
+    format!("tidemark-backfill#{table}")
+}
+
+/// How a backfill runs.
+#[derive(Debug, Clone)]
+pub struct BackfillOptions {
+    /// Items per Scan page; the cursor is saved after each page's copies
+    /// are confirmed.
+    pub page_size: i32,
+    /// Stop after this many pages in this run (the cursor is kept: a later
+    /// run goes on from it); `None`: to the end.
+    pub max_pages: Option<u64>,
+    /// The writer's settings (its `capacity_share` paces the copy).
+    pub writer: WriterConfig,
+}
+
+/// What a backfill did, cumulative over its runs (the cursor item keeps
+/// the counts).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct BackfillProgress {
+    /// The table.
+    pub table: String,
+    /// Items read.
+    pub scanned: u64,
+    /// Old-layout items copied to the new layout.
+    pub copied: u64,
+    /// Items already under the new layout (or whose keys coincide).
+    pub already_new: u64,
+    /// Items that are not events of either layout (left alone).
+    pub foreign: u64,
+    /// Pages read.
+    pub pages: u64,
+    /// This run went on from a saved cursor.
+    pub resumed: bool,
+    /// Every item read: the table is `backfilled`.
+    pub done: bool,
+}
+
+/// Copies every old-layout item of `table` to the new layout, through a
+/// writer of its own (the writer crate's batching, rate control and
+/// per-key pacing, at `writer.capacity_share` of the table's capacity).
+///
+/// Idempotent: a copy is a put of the event's item under its new key, the
+/// same item a dual write gives. Resumable: after each Scan page's copies
+/// are confirmed, the page's end is saved in the coordinator table
+/// (`coordinator`, item [`cursor_key`]); a crash repeats at most one page.
+/// At the end the table is tagged `backfilled`. `progress` is called after
+/// each page.
+pub async fn backfill(
+    client: &aws_sdk_dynamodb::Client,
+    transport: Arc<dyn Transport>,
+    config: &RouterConfig,
+    coordinator: &str,
+    table: &str,
+    opts: &BackfillOptions,
+    mut progress: impl FnMut(&BackfillProgress),
+) -> Result<BackfillProgress, MigrateError> {
+    let (arn, layout) = table_layout(client, table)
+        .await?
+        .ok_or_else(|| MigrateError::NoTable(table.to_string()))?;
+    let mut done = BackfillProgress {
+        table: table.to_string(),
+        ..BackfillProgress::default()
+    };
+    let state = layout.state(config);
+    match state {
+        MigrationState::Dual => {}
+        MigrationState::Backfilled | MigrationState::NewOnly => {
+            done.done = true;
+            return Ok(done);
+        }
+        MigrationState::OldOnly => {
+            return Err(MigrateError::State {
+                table: table.to_string(),
+                state,
+                hint: "start `tidemark run` with schema.migrate_from first (it makes the tables \
+                       that take writes dual); a table whose period ended before the migration \
+                       can stay old-only",
+            });
+        }
+        MigrationState::Other => {
+            return Err(MigrateError::State {
+                table: table.to_string(),
+                state,
+                hint: "its recorded layout is neither schema.key nor schema.migrate_from",
+            });
+        }
+    }
+    let (Some(to), Some(from)) = (
+        layout.layout.as_deref().and_then(parse_layout),
+        layout.layout_from.as_deref().and_then(parse_layout),
+    ) else {
+        return Err(MigrateError::State {
+            table: table.to_string(),
+            state: MigrationState::Other,
+            hint: "its layout tags cannot be read",
+        });
+    };
+    let call = |operation: &'static str, message: String| MigrateError::Call {
+        operation,
+        table: table.to_string(),
+        message,
+    };
+    let cursor_item = client
+        .get_item()
+        .table_name(coordinator)
+        .key("leaseKey", AttributeValue::S(cursor_key(table)))
+        .consistent_read(true)
+        .send()
+        .await
+        .map_err(|e| call("GetItem", DisplayErrorContext(e).to_string()))?;
+    let mut start = None;
+    if let Some(c) = cursor_item.item() {
+        let n = |k: &str| match c.get(k) {
+            Some(AttributeValue::N(v)) => v.parse().unwrap_or(0),
+            _ => 0,
+        };
+        done.scanned = n("scanned");
+        done.copied = n("copied");
+        done.already_new = n("alreadyNew");
+        done.foreign = n("foreign");
+        done.pages = n("pages");
+        done.resumed = true;
+        if let Some(AttributeValue::M(k)) = c.get("cursor") {
+            start = Some(k.clone());
+        }
+        // Finished before, but stopped before the tag was set.
+        done.done = matches!(c.get("done"), Some(AttributeValue::Bool(true)));
+    }
+    let (writer, task) = Writer::start(
+        client.clone(),
+        transport,
+        opts.writer.clone(),
+        Arc::new(RejectMissing),
+    );
+    let shared: tidemark_schema::SharedStr = table.into();
+    let mut pages_this_run = 0u64;
+    let result = loop {
+        if done.done {
+            break Ok(());
+        }
+        if opts.max_pages.is_some_and(|m| pages_this_run >= m) {
+            break Ok(());
+        }
+        let page = match client
+            .scan()
+            .table_name(table)
+            .limit(opts.page_size)
+            .set_exclusive_start_key(start.take())
+            .send()
+            .await
+        {
+            Ok(p) => p,
+            Err(e) => break Err(call("Scan", DisplayErrorContext(e).to_string())),
+        };
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut subs = Vec::new();
+        for item in page.items() {
+            done.scanned += 1;
+            match copy_of(item, config, &from, &to) {
+                Copy::New(key, copy) => {
+                    let tx = tx.clone();
+                    subs.push(Submission {
+                        table: shared.clone(),
+                        key,
+                        item: WireItem::encode(&copy),
+                        done: Completion::from_fn(move |o| {
+                            let _ = tx.send(o);
+                        }),
+                    });
+                }
+                Copy::AlreadyNew => done.already_new += 1,
+                Copy::Foreign => done.foreign += 1,
+            }
+        }
+        drop(tx);
+        let n = subs.len();
+        if let Err(e) = writer.submit_all(subs).await {
+            break Err(MigrateError::Write {
+                table: table.to_string(),
+                message: e.to_string(),
+            });
+        }
+        writer.flush().await;
+        // Every copy of the page confirmed before the cursor moves on.
+        let mut refused = None;
+        let mut confirmed = 0usize;
+        while let Some(outcome) = rx.recv().await {
+            match outcome {
+                WriteOutcome::Stored => confirmed += 1,
+                WriteOutcome::Rejected { message, .. } => refused = Some(message),
+            }
+        }
+        if let Some(message) = refused
+            .or_else(|| (confirmed != n).then(|| format!("{confirmed} of {n} copies confirmed")))
+        {
+            break Err(MigrateError::Write {
+                table: table.to_string(),
+                message,
+            });
+        }
+        done.copied += n as u64;
+        done.pages += 1;
+        pages_this_run += 1;
+        start = page.last_evaluated_key;
+        done.done = start.is_none();
+        if let Err(e) = save_cursor(client, coordinator, &done, start.as_ref()).await {
+            break Err(e);
+        }
+        progress(&done);
+    };
+    writer.close();
+    let stopped = task.await;
+    result?;
+    match stopped {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            return Err(MigrateError::Write {
+                table: table.to_string(),
+                message: e.to_string(),
+            });
+        }
+        Err(e) => {
+            return Err(MigrateError::Write {
+                table: table.to_string(),
+                message: e.to_string(),
+            });
+        }
+    }
+    if done.done {
+        set_state(client, table, &arn, "backfilled").await?;
+    }
+    Ok(done)
+}
+
+/// What the backfill does with one item.
+enum Copy {
+    /// Write this copy under this (new-layout) key.
+    New(ItemKey, Item),
+    /// The item is under its new key already.
+    AlreadyNew,
+    /// Not an event item of the old layout.
+    Foreign,
+}
+
+/// The new-layout copy of an old-layout event item.
+fn copy_of(item: &Item, config: &RouterConfig, from: &KeyStrategy, to: &KeyStrategy) -> Copy {
+    let s = |name: &str| match item.get(name) {
+        Some(AttributeValue::S(v)) => Some(v.as_str()),
+        _ => None,
+    };
+    let attrs = &config.attributes;
+    let keys = &config.key_attributes;
+    let (Some(entity), Some(event_id), Some(pk), Some(sk)) = (
+        s(&attrs.entity),
+        s(&attrs.event_id),
+        s(&keys.pk),
+        s(&keys.sk),
+    ) else {
+        return Copy::Foreign;
+    };
+    let Some(ts) = (match item.get(&attrs.timestamp_ms) {
+        Some(AttributeValue::N(v)) => v.parse::<i64>().ok(),
+        _ => None,
+    }) else {
+        return Copy::Foreign;
+    };
+    let new = to.key(entity, ts, event_id);
+    if (new.pk(), new.sk()) == (pk, sk) {
+        return Copy::AlreadyNew;
+    }
+    let old = from.key(entity, ts, event_id);
+    if (old.pk(), old.sk()) != (pk, sk) {
+        return Copy::Foreign;
+    }
+    let mut copy = item.clone();
+    copy.insert(keys.pk.clone(), AttributeValue::S(new.pk().to_string()));
+    copy.insert(keys.sk.clone(), AttributeValue::S(new.sk().to_string()));
+    Copy::New(new, copy)
+}
+
+/// Saves the cursor (the last key read and confirmed) and the counts.
+async fn save_cursor(
+    client: &aws_sdk_dynamodb::Client,
+    coordinator: &str,
+    p: &BackfillProgress,
+    cursor: Option<&Item>,
+) -> Result<(), MigrateError> {
+    let n = |v: u64| AttributeValue::N(v.to_string());
+    let mut req = client
+        .put_item()
+        .table_name(coordinator)
+        .item("leaseKey", AttributeValue::S(cursor_key(&p.table)))
+        .item("scanned", n(p.scanned))
+        .item("copied", n(p.copied))
+        .item("alreadyNew", n(p.already_new))
+        .item("foreign", n(p.foreign))
+        .item("pages", n(p.pages))
+        .item("done", AttributeValue::Bool(p.done));
+    if let Some(c) = cursor {
+        req = req.item("cursor", AttributeValue::M(c.clone()));
+    }
+    req.send().await.map_err(|e| MigrateError::Call {
+        operation: "PutItem",
+        table: coordinator.to_string(),
+        message: DisplayErrorContext(e).to_string(),
+    })?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -264,6 +589,55 @@ mod tests {
             layout_from: from.map(str::to_string),
             migration: migration.map(str::to_string),
         }
+    }
+
+    /// The backfill copies exactly the old-layout event items, with only
+    /// the key changed; new-layout items and others are left alone.
+    #[test]
+    fn copies_are_old_items_under_their_new_key() {
+        let mut config = RouterConfig::with_prefix("t");
+        config.key = tb(8);
+        config.migrate_from = Some(tb(4));
+        let router = tidemark_schema::Router::new(config.clone()).unwrap();
+        let now = chrono::DateTime::parse_from_rfc3339("2026-11-22T06:00:00Z")
+            .unwrap()
+            .with_timezone(&chrono::Utc);
+        let origin = tidemark_schema::Origin::Sqs {
+            queue: "q".into(),
+            message_id: "m".into(),
+            index: 0,
+        };
+        let mut copied = 0;
+        for i in 0..32 {
+            let event = format!(
+                r#"{{"deviceId":"d{i}","timestamp":"2026-11-22T05:00:00Z","eventId":"e{i}","t":{i}}}"#
+            );
+            let (new, old) = router
+                .route_inner(event.as_bytes(), &origin, 0, now, &mut Default::default())
+                .unwrap();
+            let new_item = new.item.to_item().unwrap();
+            assert!(matches!(
+                copy_of(&new_item, &config, &tb(4), &tb(8)),
+                Copy::AlreadyNew
+            ));
+            if let Some(old) = old {
+                match copy_of(&old.item.to_item().unwrap(), &config, &tb(4), &tb(8)) {
+                    Copy::New(key, copy) => {
+                        assert_eq!(key, new.key);
+                        assert_eq!(copy, new_item, "the dual write's own item");
+                        copied += 1;
+                    }
+                    _ => panic!("d{i}: an old item is copied"),
+                }
+            }
+        }
+        assert!(copied > 0);
+        let mut foreign = Item::new();
+        foreign.insert("pk".into(), AttributeValue::S("x".into()));
+        assert!(matches!(
+            copy_of(&foreign, &config, &tb(4), &tb(8)),
+            Copy::Foreign
+        ));
     }
 
     /// Each state the tags can record, as status reports it and readers

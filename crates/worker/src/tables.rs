@@ -1070,10 +1070,12 @@ impl TableManager {
                 )
                 .await
                 .map_err(|e| TablesError::call("ListTagsOfResource", &t.name, e))?;
+            // The last one: DynamoDB replaces a tag set again, but moto
+            // lists both values, the newer last.
             let Some(recorded) = tags
                 .tags()
                 .iter()
-                .find(|tag| tag.key() == LAYOUT_TAG)
+                .rfind(|tag| tag.key() == LAYOUT_TAG)
                 .map(|tag| tag.value().to_string())
             else {
                 continue;
