@@ -2214,7 +2214,7 @@ bucket = "hour"
         let now = at("2025-11-22T06:00:00Z");
         let rec = br#"{"deviceId":"d","timestamp":1763787600}"#;
         let id = |inner| {
-            let routed = r
+            let (routed, _) = r
                 .route_inner(rec, &origin(), inner, now, &mut RouteCache::default())
                 .unwrap();
             routed.item.to_item().unwrap()["event_id"].clone()
