@@ -289,33 +289,7 @@ async fn a_backfill_at_its_default_share_leaves_live_traffic_unthrottled() {
     let name = tidemark_tests::unique_name("pacing");
     let coordinator = format!("{name}-coordinator");
     // The backfill keeps its cursor in the coordinator table (leaseKey).
-    {
-        use aws_sdk_dynamodb::types::{
-            AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
-        };
-        stack
-            .dynamodb()
-            .create_table()
-            .table_name(&coordinator)
-            .billing_mode(BillingMode::PayPerRequest)
-            .key_schema(
-                KeySchemaElement::builder()
-                    .attribute_name("leaseKey")
-                    .key_type(KeyType::Hash)
-                    .build()
-                    .unwrap(),
-            )
-            .attribute_definitions(
-                AttributeDefinition::builder()
-                    .attribute_name("leaseKey")
-                    .attribute_type(ScalarAttributeType::S)
-                    .build()
-                    .unwrap(),
-            )
-            .send()
-            .await
-            .unwrap();
-    }
+    tidemark_tests::create_hash_only(&stack.dynamodb(), &coordinator, "leaseKey").await;
     let mut shares = Vec::new();
     for (i, share) in [None, Some(0.25), Some(1.0)].into_iter().enumerate() {
         let (items, throttled, stored, secs) = scenario(
