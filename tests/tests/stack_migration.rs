@@ -47,6 +47,9 @@ fn tb(shards: u32) -> KeyStrategy {
 #[derive(Default)]
 struct Sent {
     by_entity: BTreeMap<String, BTreeSet<String>>,
+    /// Each entity's newest event (the latest stamp: `recent` plus its
+    /// number).
+    newest: BTreeMap<String, String>,
     next: usize,
 }
 
@@ -65,6 +68,7 @@ impl Sent {
                 None,
                 format!(r#"{{"deviceId":"{entity}","timestamp":"{ts}","eventId":"{id}","n":{i}}}"#),
             ));
+            self.newest.insert(entity.clone(), id.clone());
             self.by_entity.entry(entity).or_default().insert(id);
         }
         send_messages(sqs, queue, &bodies).await;
@@ -94,6 +98,15 @@ async fn assert_reads(
         let unique: BTreeSet<String> = ids.iter().cloned().collect();
         assert_eq!(ids.len(), unique.len(), "{stage}: {entity} read once each");
         assert_eq!(&unique, want, "{stage}: {entity}'s events");
+        let latest = tidemark_worker::query::latest(ddb, &config.schema, entity, range)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            latest["event_id"].as_s().unwrap(),
+            &sent.newest[entity],
+            "{stage}: {entity}'s latest"
+        );
     }
 }
 
