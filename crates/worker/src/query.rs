@@ -17,6 +17,7 @@ use tidemark_schema::query::{
 };
 use tidemark_schema::route::RouterConfig;
 use tidemark_schema::strategy::KeyStrategy;
+use tidemark_schema::timefmt;
 
 use crate::migrate::{self, config_strategies};
 
@@ -125,9 +126,21 @@ pub async fn latest(
         plan_latest(&config.key, &naming, entity, range)?;
     }
     // Table by table, newest first, each in its own layouts; the newest of
-    // the first table holding any event is the answer.
+    // the first table holding any event is the answer. Nothing outside the
+    // accepted timestamps was ever written.
+    let start_ms = range.start_ms.max(timefmt::MIN_TIMESTAMP_MS);
+    let end_ms = range.end_ms.min(timefmt::END_TIMESTAMP_MS - 1);
+    if end_ms < start_ms {
+        return Ok(None);
+    }
+    let range = TimeRange { start_ms, end_ms };
     let mut p = naming.period.containing(range.end_ms);
+    let mut tables = 0usize;
     while p.end_ms() > range.start_ms {
+        tables += 1;
+        if tables > tidemark_schema::query::MAX_PLANNED_QUERIES {
+            return Err(tidemark_schema::query::QueryError::TooManyQueries.into());
+        }
         let table = naming.name_of(&p);
         let slice = TimeRange {
             start_ms: range.start_ms.max(p.start_ms),
