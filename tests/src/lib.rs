@@ -608,6 +608,35 @@ pub async fn start_limits_proxy(
     }
 }
 
+/// Creates an on-demand table keyed `hash` (string) alone, as a KCL lease
+/// table or Tidemark's coordinator table (`leaseKey`) is.
+pub async fn create_hash_only(client: &aws_sdk_dynamodb::Client, table: &str, hash: &str) {
+    use aws_sdk_dynamodb::types::{
+        AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+    };
+    client
+        .create_table()
+        .table_name(table)
+        .billing_mode(BillingMode::PayPerRequest)
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name(hash)
+                .key_type(KeyType::Hash)
+                .build()
+                .expect("name and type are set"),
+        )
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name(hash)
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .expect("name and type are set"),
+        )
+        .send()
+        .await
+        .expect("CreateTable");
+}
+
 /// Polls `check` until it returns `Some`, or panics with `what` after `deadline`.
 pub async fn wait_until<T, F, Fut>(what: &str, deadline: Duration, check: F) -> T
 where

@@ -93,6 +93,13 @@ impl Running {
         self.progress.writer().stored
     }
 
+    /// Kills the worker: its task is aborted with no drain, as a crash
+    /// would end it (nothing in flight is acknowledged).
+    pub async fn kill(self) {
+        self.task.abort();
+        let _ = self.task.await;
+    }
+
     /// Completes the shutdown future and returns the run's report once the
     /// worker has drained.
     pub async fn stop(self) -> Report {

@@ -17,10 +17,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, PutRequest,
-    ScalarAttributeType, WriteRequest,
-};
+use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use aws_sdk_kinesis::types::{Shard, ShardIteratorType};
 use futures::StreamExt;
 use tidemark_consumer::fixture::{ReplaySource, read_fixture};
@@ -515,26 +512,7 @@ async fn kinesis_resumes_kcl_lease_table() {
     // The table exactly as a KCL 2.x application leaves it (hash key
     // leaseKey, on-demand), written with plain DynamoDB calls.
     let ddb = stack.dynamodb();
-    ddb.create_table()
-        .table_name(&leases)
-        .billing_mode(BillingMode::PayPerRequest)
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("leaseKey")
-                .key_type(KeyType::Hash)
-                .build()
-                .unwrap(),
-        )
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("leaseKey")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        )
-        .send()
-        .await
-        .unwrap();
+    tidemark_tests::create_hash_only(&ddb, &leases, "leaseKey").await;
     let mut expected_after = BTreeSet::new();
     for (shard, recs) in &per_shard {
         assert!(recs.len() > 60, "enough records per shard");

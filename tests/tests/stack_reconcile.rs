@@ -11,9 +11,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, PointInTimeRecoverySpecification,
-    PointInTimeRecoveryStatus, ProvisionedThroughput, ScalarAttributeType, TimeToLiveSpecification,
-    TimeToLiveStatus,
+    PointInTimeRecoverySpecification, PointInTimeRecoveryStatus, ProvisionedThroughput,
+    TimeToLiveSpecification, TimeToLiveStatus,
 };
 use chrono::Utc;
 use tidemark_schema::period::{Billing, Capacity, CapacityTiers, Period};
@@ -25,30 +24,6 @@ use tidemark_worker::tables::{
     Action, PREFIX_TAG, RoundKind, TableManager, TablePolicy, TablesError,
 };
 use tidemark_worker::worker::{Worker, WorkerError};
-
-/// A table keyed `hash` (string), with no sort key.
-async fn create_hash_only(ddb: &aws_sdk_dynamodb::Client, table: &str, hash: &str) {
-    ddb.create_table()
-        .table_name(table)
-        .billing_mode(BillingMode::PayPerRequest)
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name(hash)
-                .key_type(KeyType::Hash)
-                .build()
-                .unwrap(),
-        )
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name(hash)
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        )
-        .send()
-        .await
-        .unwrap();
-}
 
 async fn ttl_of(ddb: &aws_sdk_dynamodb::Client, table: &str) -> Option<String> {
     let out = ddb
@@ -253,7 +228,7 @@ async fn a_period_table_with_other_keys_is_refused_naming_found_and_expected() {
         .policy()
         .naming
         .name_of(&Period::Day.containing(now.timestamp_millis()));
-    create_hash_only(&ddb, &table, "id").await;
+    tidemark_tests::create_hash_only(&ddb, &table, "id").await;
     let err = m.round(now, RoundKind::Rotate, false).await.unwrap_err();
     assert!(matches!(err, TablesError::KeySchema(_)), "{err}");
     let text = err.to_string();
@@ -289,7 +264,7 @@ async fn the_worker_refuses_to_start_on_a_coordinator_or_lease_table_keyed_pk() 
 
     // The coordinator table as the template once made it.
     let coordinator = format!("{name}-coordinator");
-    create_hash_only(&ddb, &coordinator, "pk").await;
+    tidemark_tests::create_hash_only(&ddb, &coordinator, "pk").await;
     let err = Box::pin(Worker::build(&config, &sdk)).await.unwrap_err();
     assert!(matches!(err, WorkerError::Coordinator(_)), "{err}");
     let text = err.to_string();
@@ -307,7 +282,7 @@ async fn the_worker_refuses_to_start_on_a_coordinator_or_lease_table_keyed_pk() 
 
     // The lease table: the Kinesis source refuses it when it starts.
     let leases = format!("{name}-leases");
-    create_hash_only(&ddb, &leases, "pk").await;
+    tidemark_tests::create_hash_only(&ddb, &leases, "pk").await;
     let worker = Box::pin(Worker::build(&config, &sdk)).await.unwrap();
     let err = tokio::time::timeout(
         std::time::Duration::from_secs(60),

@@ -26,7 +26,7 @@ use crate::reason::Reason;
 use crate::size;
 use crate::strategy::{
     KeyAttributes, KeyStrategy, MAX_PARTITION_KEY_BYTES, MAX_SORT_KEY_BYTES, ShardCache,
-    StrategyError,
+    ShardMigration, StrategyError,
 };
 use crate::timefmt;
 use crate::wire::{WireItem, write_str, write_tagged_str};
@@ -90,6 +90,13 @@ pub struct RouterConfig {
     /// Key strategy. Default `entity`.
     #[serde(default)]
     pub key: KeyStrategy,
+    /// The layout tables were written with before a change of `key` (a
+    /// shard-count migration in progress), e.g. `{ strategy = "time_bucket",
+    /// shards = 4, bucket = "hour" }`. While set, every event is written
+    /// under both layouts (once when both give the same key) and `query`
+    /// reads both. See "Changing the shard count" in docs/keys-and-tables.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migrate_from: Option<KeyStrategy>,
     /// Key attribute names. Default `pk` / `sk`.
     #[serde(default)]
     pub key_attributes: KeyAttributes,
@@ -131,6 +138,7 @@ impl RouterConfig {
         RouterConfig {
             event: EventConfig::default(),
             key: KeyStrategy::default(),
+            migrate_from: None,
             key_attributes: KeyAttributes::default(),
             attributes: ItemAttributes::default(),
             table_prefix: prefix.into(),
@@ -141,6 +149,23 @@ impl RouterConfig {
             prebuild_ahead: period::default_prebuild_ahead(),
             max_future_skew: default_future_skew(),
         }
+    }
+
+    /// The shard migration in progress, if `migrate_from` is set.
+    pub fn migration(&self) -> Option<ShardMigration> {
+        self.migrate_from.as_ref().map(|from| ShardMigration {
+            from: from.clone(),
+            to: self.key.clone(),
+        })
+    }
+
+    /// True when an entity id with `#` cannot be keyed by a layout written.
+    fn forbids_hash_in_entity(&self) -> bool {
+        self.key.forbids_hash_in_entity()
+            || self
+                .migrate_from
+                .as_ref()
+                .is_some_and(KeyStrategy::forbids_hash_in_entity)
     }
 
     /// The table lifecycle these settings imply.
@@ -261,6 +286,9 @@ impl RouteError {
 pub struct RouteCache {
     last: Option<(PeriodRef, SharedStr)>,
     shards: ShardCache,
+    /// The shards under `migrate_from` (its own cache: one shared by two
+    /// shard counts would start over at every event).
+    old_shards: ShardCache,
 }
 
 impl RouteCache {
@@ -301,6 +329,15 @@ impl Router {
         let extractor = Extractor::new(config.event.clone())?;
         config.key.validate()?;
         let invalid = |key, problem: String| Err(ConfigError::Invalid { key, problem });
+        if let Some(from) = &config.migrate_from {
+            from.validate()?;
+            if *from == config.key {
+                return invalid(
+                    "migrate_from",
+                    "is the same layout as `key`: remove it (no migration in progress)".into(),
+                );
+            }
+        }
         if !TableNaming::prefix_is_valid(&config.table_prefix) {
             return invalid(
                 "table_prefix",
@@ -342,7 +379,7 @@ impl Router {
             }
         }
         if !config.event.entity_fields.is_empty()
-            && config.key.forbids_hash_in_entity()
+            && config.forbids_hash_in_entity()
             && config.event.entity_separator.contains('#')
         {
             return invalid(
@@ -428,12 +465,18 @@ impl Router {
         now: DateTime<Utc>,
         cache: &mut RouteCache,
     ) -> Result<Routed, RouteError> {
+        // The new layout's item alone (the old one, if any, is not needed).
         self.route_inner(data, origin, 0, now, cache)
+            .map(|(new, _)| new)
     }
 
     /// As [`Router::route_in`] for inner event `inner` of a record that
     /// holds several (see [`crate::framing`]): an event without its own id
-    /// gets one derived from the record's position and `inner`.
+    /// gets one derived from the record's position and `inner`. While a
+    /// shard migration is in progress (`migrate_from`), also the same
+    /// event's item under the old layout, in the same table. The second is
+    /// `None` without a migration and when both layouts give the same key:
+    /// an event is written once per distinct key, never twice under one.
     pub fn route_inner(
         &self,
         data: &[u8],
@@ -441,16 +484,56 @@ impl Router {
         inner: u32,
         now: DateTime<Utc>,
         cache: &mut RouteCache,
-    ) -> Result<Routed, RouteError> {
+    ) -> Result<(Routed, Option<Routed>), RouteError> {
         let p = self.prepare(data, origin, inner, now, cache)?;
-        let item = self.encode_item(&p, data.len())?;
-        Ok(Routed {
+        let item = self.encode_item(&p, &p.key, data.len())?;
+        let old = match &self.config.migrate_from {
+            Some(from) => {
+                let key = from.key_with_iso(
+                    &p.ev.entity_id,
+                    p.ev.timestamp_ms,
+                    &p.iso,
+                    &p.ev.event_id,
+                    &mut cache.old_shards,
+                );
+                if key == p.key {
+                    None
+                } else {
+                    self.check_key(&key)?;
+                    let item = self.encode_item(&p, &key, data.len())?;
+                    Some(Routed {
+                        table: p.table.clone(),
+                        key,
+                        wcu: item.wcu(),
+                        item,
+                        timestamp_ms: p.ev.timestamp_ms,
+                    })
+                }
+            }
+            None => None,
+        };
+        let new = Routed {
             table: p.table,
             key: p.key,
             wcu: item.wcu(),
             item,
             timestamp_ms: p.ev.timestamp_ms,
-        })
+        };
+        Ok((new, old))
+    }
+
+    /// A key within DynamoDB's size limits, or why not.
+    fn check_key(&self, key: &ItemKey) -> Result<(), RouteError> {
+        if key.pk().len() > MAX_PARTITION_KEY_BYTES || key.sk().len() > MAX_SORT_KEY_BYTES {
+            return Err(RouteError::BadEntity {
+                field: self.config.event.entity_label(),
+                problem: format!(
+                    "(with the event id) makes a key over DynamoDB's limits ({} / {} bytes)",
+                    MAX_PARTITION_KEY_BYTES, MAX_SORT_KEY_BYTES
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// Everything but the item: the event, its table and its key, or why the
@@ -468,7 +551,7 @@ impl Router {
         let ts = ev.timestamp_ms;
         let now_ms = now.timestamp_millis();
 
-        if self.config.key.forbids_hash_in_entity() && ev.entity_id.contains('#') {
+        if self.config.forbids_hash_in_entity() && ev.entity_id.contains('#') {
             return Err(RouteError::BadEntity {
                 field: cfg.event.entity_label(),
                 problem: "contains `#`, the key separator of the time_bucket strategy".into(),
@@ -498,15 +581,7 @@ impl Router {
         let key = cfg
             .key
             .key_with_iso(&ev.entity_id, ts, &iso, &ev.event_id, &mut cache.shards);
-        if key.pk().len() > MAX_PARTITION_KEY_BYTES || key.sk().len() > MAX_SORT_KEY_BYTES {
-            return Err(RouteError::BadEntity {
-                field: cfg.event.entity_label(),
-                problem: format!(
-                    "(with the event id) makes a key over DynamoDB's limits ({} / {} bytes)",
-                    MAX_PARTITION_KEY_BYTES, MAX_SORT_KEY_BYTES
-                ),
-            });
-        }
+        self.check_key(&key)?;
         Ok(Prepared {
             ev,
             table,
@@ -524,7 +599,12 @@ impl Router {
     /// Encodes the item as DynamoDB JSON into one buffer and sums its size by
     /// DynamoDB's rules (those of [`size::item_size`]) on the way: no
     /// attribute map is built, and payload text is copied where it can be.
-    fn encode_item(&self, p: &Prepared<'_>, data_len: usize) -> Result<WireItem, RouteError> {
+    fn encode_item(
+        &self,
+        p: &Prepared<'_>,
+        key: &ItemKey,
+        data_len: usize,
+    ) -> Result<WireItem, RouteError> {
         let cfg = &self.config;
         let ka = &cfg.key_attributes;
         let ia = &cfg.attributes;
@@ -534,8 +614,8 @@ impl Router {
         let mut out = Vec::with_capacity(
             self.fixed_bytes
                 + data_len
-                + p.key.pk().len()
-                + p.key.sk().len()
+                + key.pk().len()
+                + key.sk().len()
                 + ev.event_id.len()
                 + PER_MEMBER_BYTES * ev.payload.len(),
         );
@@ -543,8 +623,8 @@ impl Router {
         let mut size = 0;
         let [pk, sk, entity, event_id, timestamp, timestamp_ms] = &self.heads;
         for (head, name, value) in [
-            (pk, &ka.pk, p.key.pk()),
-            (sk, &ka.sk, p.key.sk()),
+            (pk, &ka.pk, key.pk()),
+            (sk, &ka.sk, key.sk()),
             (entity, &ia.entity, &ev.entity_id),
             (event_id, &ia.event_id, &ev.event_id),
             (timestamp, &ia.timestamp, &p.iso),
@@ -1197,6 +1277,74 @@ mod tests {
         let mut c = RouterConfig::with_prefix("tm");
         f(&mut c);
         Router::new(c).unwrap()
+    }
+
+    /// During a migration 4 -> 8 (time_bucket), each event gets its new
+    /// key and, only where the shard differs, its old one: same table, same
+    /// attributes but the key, and the old key is the one the 4-shard
+    /// layout alone gives. Without `migrate_from` there is no second item.
+    #[test]
+    fn dual_routes_write_the_old_layout_only_where_it_differs() {
+        let tb = |shards| KeyStrategy::TimeBucket {
+            shards,
+            bucket: crate::strategy::Bucket::Hour,
+        };
+        let dual = router(|c| {
+            c.key = tb(8);
+            c.migrate_from = Some(tb(4));
+        });
+        let plain = router(|c| c.key = tb(8));
+        let now = at("2026-11-22T06:00:00Z");
+        let mut cache = RouteCache::default();
+        let (mut same, mut differ) = (0, 0);
+        for i in 0..64 {
+            let event = format!(
+                r#"{{"deviceId":"d{i}","timestamp":"2026-11-22T05:00:00Z","eventId":"e{i}"}}"#
+            );
+            let (new, old) = dual
+                .route_inner(event.as_bytes(), &origin(), 0, now, &mut cache)
+                .unwrap();
+            let alone = plain.route(event.as_bytes(), &origin(), now).unwrap();
+            assert_eq!(new, alone);
+            let want_old = tb(4).key(&format!("d{i}"), 1_795_323_600_000, &format!("e{i}"));
+            match old {
+                None => {
+                    assert_eq!(new.key, want_old);
+                    same += 1;
+                }
+                Some(old) => {
+                    assert_eq!(old.key, want_old);
+                    assert_ne!(old.key, new.key);
+                    assert_eq!(old.table, new.table);
+                    let text = String::from_utf8(old.item.json().to_vec()).unwrap();
+                    assert!(text.contains(want_old.pk()), "{text}");
+                    differ += 1;
+                }
+            }
+            let (_, none) = plain
+                .route_inner(
+                    event.as_bytes(),
+                    &origin(),
+                    0,
+                    now,
+                    &mut RouteCache::default(),
+                )
+                .unwrap();
+            assert!(none.is_none());
+        }
+        assert!(same > 0 && differ > 0, "{same} same, {differ} differ");
+        let same_layout = RouterConfig {
+            migrate_from: Some(tb(8)),
+            key: tb(8),
+            ..RouterConfig::with_prefix("tm")
+        };
+        assert!(matches!(
+            Router::new(same_layout),
+            Err(ConfigError::Invalid {
+                key: "migrate_from",
+                ..
+            })
+        ));
     }
 
     /// One `RouteCache` over events of several periods (crossing midnight
@@ -2066,7 +2214,7 @@ bucket = "hour"
         let now = at("2025-11-22T06:00:00Z");
         let rec = br#"{"deviceId":"d","timestamp":1763787600}"#;
         let id = |inner| {
-            let routed = r
+            let (routed, _) = r
                 .route_inner(rec, &origin(), inner, now, &mut RouteCache::default())
                 .unwrap();
             routed.item.to_item().unwrap()["event_id"].clone()

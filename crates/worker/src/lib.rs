@@ -30,7 +30,9 @@
 //!   record is acknowledged only once stored or durably dead-lettered. A
 //!   record of several events (`record_format` ndjson / json_array, gzip
 //!   detected) is split: each event is stored or dead-lettered on its own,
-//!   and the record acknowledged once all of them are.
+//!   and the record acknowledged once all of them are. During a shard
+//!   migration (`schema.migrate_from`) an event whose old key differs is
+//!   written under both, and acknowledged once both are stored.
 //! - [`credentials`]: [`KeepValid`](credentials::KeepValid), credentials
 //!   that keep serving while still valid when a refresh fails.
 //! - [`coordinator`]: the fenced maintenance lease (one maintainer at a
@@ -44,6 +46,9 @@
 //!   letters by reason, in-flight items, maintenance health) when
 //!   `telemetry.emf` is on.
 //! - [`metrics`]: this crate's metric names and their help texts.
+//! - [`migrate`]: shard-count migrations: each table's recorded layouts and
+//!   migration state (old-only, dual, backfilled, new-only), the layouts a
+//!   reader queries per table, the cutover, and the backfill.
 //! - [`produce`]: deterministic synthetic IoT events (with a hot device).
 //! - [`template`]: events in the user's shape from a template file with
 //!   placeholders (`produce --template`).
@@ -85,6 +90,7 @@ pub mod credentials;
 pub mod deadletter;
 pub mod emf;
 pub mod metrics;
+pub mod migrate;
 pub mod pipeline;
 pub mod produce;
 pub mod query;

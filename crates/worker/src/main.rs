@@ -52,6 +52,12 @@ enum Command {
         after_help = "Examples:\n  tidemark tables ensure --config localstack/tidemark.toml\n  tidemark tables rotate --config localstack/tidemark.toml --now 2026-11-23T00:20:00Z --dry-run\n  tidemark tables list --config localstack/tidemark.toml"
     )]
     Tables(cmd::tables::Args),
+    /// Change the write-shard count of tables with items: status, backfill
+    /// and cutover of a migration started with `schema.migrate_from`.
+    #[command(
+        after_help = "Examples:\n  tidemark migrate status --config tidemark.toml\n  tidemark migrate backfill --config tidemark.toml --period 2026-11-24 --capacity-share 0.25\n  tidemark migrate cutover --config tidemark.toml --period 2026-11-24"
+    )]
+    Migrate(cmd::migrate::Args),
     /// Send synthetic IoT events (temperature, humidity, pressure) to the
     /// configured source (Kinesis stream or SQS queue).
     #[command(
@@ -182,6 +188,10 @@ fn real_main(cli: Cli) -> Result<()> {
         Command::Tables(args) => {
             let config = args.config.load()?;
             runtime()?.block_on(cmd::tables::run(&config, &args))
+        }
+        Command::Migrate(args) => {
+            let config = args.config.load()?;
+            runtime()?.block_on(cmd::migrate::run(&config, &args))
         }
         Command::Run(args) => {
             let config = args.load()?;

@@ -2,7 +2,8 @@
 //!
 //! Every record ends in exactly one of two ways, and only then is its source
 //! position acknowledged:
-//! - stored: DynamoDB confirmed the item (writer completion `Stored`);
+//! - stored: DynamoDB confirmed the item (writer completion `Stored`), or
+//!   both items during a shard migration's dual write;
 //! - dead-lettered: a defect the source found, a routing error (bad JSON,
 //!   missing field, expired period, ...), or a permanent write rejection; the
 //!   dead-letter entry is durable before the ack.
@@ -38,7 +39,8 @@ pub fn system_clock() -> Clock {
 pub struct PipelineCounts {
     /// Records received from the source.
     pub records: u64,
-    /// Events submitted to the writer (a record may hold several).
+    /// Items submitted to the writer (a record may hold several events, and
+    /// a shard migration's dual write gives an event two items).
     pub submitted: u64,
     /// Events dead-lettered before reaching the writer (a record that
     /// cannot be split counts as one).
@@ -198,7 +200,7 @@ impl Pipeline {
             .router
             .route_inner(&data, &origin, inner.unwrap_or(0), now, cache)
         {
-            Ok(r) => {
+            Ok((r, None)) => {
                 slots.push(Some(Kept {
                     origin,
                     data,
@@ -206,6 +208,20 @@ impl Pipeline {
                     inner,
                 }));
                 routed.push(r);
+                0
+            }
+            // A shard migration's dual write: the event is acknowledged
+            // only once both its items are stored (or dead-lettered).
+            Ok((new, Some(old))) => {
+                for (r, ack) in [new, old].into_iter().zip(ack.split(2)) {
+                    slots.push(Some(Kept {
+                        origin: origin.clone(),
+                        data: data.clone(),
+                        ack,
+                        inner,
+                    }));
+                    routed.push(r);
+                }
                 0
             }
             Err(e) => {
@@ -290,7 +306,10 @@ mod tests {
             &self,
             body: Bytes,
         ) -> BoxFuture<'static, Result<RawResponse, TransportError>> {
-            let answer = if body.windows(6).any(|w| w == b"poison") {
+            const OLD_D17: &[u8] = br#""pk":{"S":"d17"}"#;
+            let answer = if body.windows(6).any(|w| w == b"poison")
+                || body.windows(OLD_D17.len()).any(|w| w == OLD_D17)
+            {
                 RawResponse {
                     status: 400,
                     body: Bytes::from_static(
@@ -333,6 +352,10 @@ mod tests {
     /// A pipeline over the fake transport and in-memory dead letters, at a
     /// fixed now, with its writer and the tasks to await at the end.
     fn setup() -> Rig {
+        setup_with(RouterConfig::with_prefix("t"))
+    }
+
+    fn setup_with(config: RouterConfig) -> Rig {
         let sdk = aws_sdk_dynamodb::Config::builder()
             .behavior_version(BehaviorVersion::latest())
             .region(Region::new("us-east-1"))
@@ -353,25 +376,19 @@ mod tests {
         let now = DateTime::parse_from_rfc3339("2026-11-22T10:00:00Z")
             .unwrap()
             .with_timezone(&Utc);
-        let router = Arc::new(Router::new(RouterConfig::with_prefix("t")).unwrap());
+        let router = Arc::new(Router::new(config).unwrap());
         let pipeline = Pipeline::new(router, writer.clone(), dead_letters, Arc::new(move || now));
         (pipeline, writer, memory, task, dl_task)
     }
 
-    /// Records stored and rejected in one batch: every record is acked only
-    /// after its outcome, the rejected one is dead-lettered with its own
-    /// origin, bytes and DynamoDB's message, and the checkpoint covers all.
-    #[tokio::test]
-    async fn a_rejected_write_is_dead_lettered_with_its_record_and_all_are_acked() {
-        // DescribeTable goes nowhere (refused), which the writer retries
-        // later; writes go through the fake.
-        let (pipeline, writer, memory, task, dl_task) = setup();
-        let tracker = Arc::new(AckTracker::new());
-        let records: Vec<Record> = (0..40u64)
+    /// Forty records of devices d0..d39 at sequence numbers 1000..1039,
+    /// each event with `extra(i)` appended to its fields.
+    fn device_records(tracker: &Arc<AckTracker>, extra: fn(u64) -> &'static str) -> Vec<Record> {
+        (0..40u64)
             .map(|i| {
-                let extra = if i == 17 { r#","poison":true"# } else { "" };
                 let data = format!(
-                    r#"{{"deviceId":"d{i}","timestamp":"2026-11-22T09:59:00Z","eventId":"e{i}"{extra}}}"#
+                    r#"{{"deviceId":"d{i}","timestamp":"2026-11-22T09:59:00Z","eventId":"e{i}"{}}}"#,
+                    extra(i)
                 );
                 let seq = format!("{}", 1000 + i);
                 let serial = tracker.push(Position::new(seq.as_str(), 0)).unwrap();
@@ -389,12 +406,21 @@ mod tests {
                     defect: None,
                 }
             })
-            .collect();
+            .collect()
+    }
+
+    /// Runs `records` through as one batch and waits until every one of
+    /// them is acknowledged.
+    async fn run_until_acked(
+        pipeline: &Pipeline,
+        writer: &WriterHandle,
+        tracker: &AckTracker,
+        records: Vec<Record>,
+    ) -> PipelineCounts {
         let (tx, rx) = mpsc::channel(1);
         tx.send(records).await.unwrap();
         drop(tx);
         let counts = pipeline.run(rx).await.unwrap();
-        assert_eq!((counts.records, counts.submitted), (40, 40));
         writer.flush().await;
         tokio::time::timeout(
             Duration::from_secs(10),
@@ -402,6 +428,21 @@ mod tests {
         )
         .await
         .expect("every record is acked");
+        counts
+    }
+
+    /// Records stored and rejected in one batch: every record is acked only
+    /// after its outcome, the rejected one is dead-lettered with its own
+    /// origin, bytes and DynamoDB's message, and the checkpoint covers all.
+    #[tokio::test]
+    async fn a_rejected_write_is_dead_lettered_with_its_record_and_all_are_acked() {
+        // DescribeTable goes nowhere (refused), which the writer retries
+        // later; writes go through the fake.
+        let (pipeline, writer, memory, task, dl_task) = setup();
+        let tracker = Arc::new(AckTracker::new());
+        let records = device_records(&tracker, |i| if i == 17 { r#","poison":true"# } else { "" });
+        let counts = run_until_acked(&pipeline, &writer, &tracker, records).await;
+        assert_eq!((counts.records, counts.submitted), (40, 40));
         assert_eq!(tracker.checkpoint(), Some(Position::new("1039", 0)));
         let dead = memory.0.lock().unwrap().clone();
         assert_eq!(dead.len(), 1, "{dead:?}");
@@ -474,6 +515,32 @@ mod tests {
         assert_eq!(dead[0].inner, Some(1));
         assert_eq!(dead[0].payload().unwrap(), br#"{"deviceId":"bad"}"#);
         assert_eq!(dead[0].position(), "kinesis:s/shardId-0/1000.0@1");
+        drop(pipeline);
+        writer.close();
+        task.await.unwrap().unwrap();
+        dl_task.await.unwrap().unwrap();
+    }
+
+    /// A shard migration (entity -> calculated_suffix, so every event has
+    /// two distinct keys): each event is submitted as two items, and its
+    /// record is acknowledged only after both ended. The old-layout item of
+    /// d17 is refused: that one item is dead-lettered, the record is still
+    /// acknowledged (its other item stored), and nothing else is lost.
+    #[tokio::test]
+    async fn a_dual_write_acks_each_record_after_both_items() {
+        let mut config = RouterConfig::with_prefix("t");
+        config.key = tidemark_schema::KeyStrategy::CalculatedSuffix { shards: 8 };
+        config.migrate_from = Some(tidemark_schema::KeyStrategy::Entity);
+        let (pipeline, writer, memory, task, dl_task) = setup_with(config);
+        let tracker = Arc::new(AckTracker::new());
+        let records = device_records(&tracker, |_| "");
+        let counts = run_until_acked(&pipeline, &writer, &tracker, records).await;
+        assert_eq!((counts.records, counts.submitted), (40, 80));
+        assert_eq!(tracker.checkpoint(), Some(Position::new("1039", 0)));
+        assert_eq!(writer.stats().stored, 79);
+        let dead = memory.0.lock().unwrap().clone();
+        assert_eq!(dead.len(), 1, "{dead:?}");
+        assert_eq!(dead[0].source.to_string(), "kinesis:s/shardId-0/1017.0");
         drop(pipeline);
         writer.close();
         task.await.unwrap().unwrap();

@@ -1,5 +1,12 @@
 //! Reading back: runs the schema's query plans against DynamoDB (queries in
 //! parallel, pages followed to the end) and merges the results in time order.
+//!
+//! Each table is read in the layouts its tags record (see
+//! [`crate::migrate`]): both during a shard migration, the old one for a
+//! table that ended before it, the config's when none is recorded. An event
+//! stored under two layouts comes back once ([`merge_items`]).
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use aws_sdk_dynamodb::error::DisplayErrorContext;
 use futures::StreamExt;
@@ -9,9 +16,17 @@ use tidemark_schema::query::{
     PlannedQuery, TimeRange, item_order_key, merge_items, plan_latest, plan_range,
 };
 use tidemark_schema::route::RouterConfig;
+use tidemark_schema::strategy::KeyStrategy;
+use tidemark_schema::timefmt;
+
+use crate::migrate::{self, config_strategies};
 
 /// Queries run at once.
 const PARALLEL_QUERIES: usize = 16;
+
+/// Tables whose layout tags are read at once (ListTagsOfResource allows
+/// about 10 calls/s).
+const PARALLEL_LAYOUTS: usize = 4;
 
 /// Errors reading back.
 #[derive(Debug, thiserror::Error)]
@@ -43,9 +58,59 @@ pub async fn range(
     entity: &str,
     range: TimeRange,
 ) -> Result<Vec<Item>, QueryError> {
-    let plan = plan_range(&config.key, &naming(config), entity, range)?;
-    let results = run_all(client, config, plan.queries).await?;
+    let naming = naming(config);
+    // The tables of the range (whatever the layout: one per period).
+    let tables: BTreeSet<String> = plan_range(&config.key, &naming, entity, range)?
+        .queries
+        .into_iter()
+        .map(|q| q.table)
+        .collect();
+    let by_table = layouts(client, config, tables).await;
+    let mut strategies: Vec<&KeyStrategy> = by_table.values().flatten().collect();
+    strategies.sort_by_key(|s| crate::tables::layout_of(s));
+    strategies.dedup();
+    let mut queries = Vec::new();
+    for s in strategies {
+        queries.extend(
+            plan_range(s, &naming, entity, range)?
+                .queries
+                .into_iter()
+                .filter(|q| by_table.get(&q.table).is_some_and(|l| l.contains(s))),
+        );
+    }
+    let results = run_all(client, config, queries).await?;
     Ok(merge_items(results, &config.attributes).collect())
+}
+
+/// The layouts to read each table in: those its tags record, else the
+/// config's. A table that does not exist is left out (nothing to read).
+async fn layouts(
+    client: &aws_sdk_dynamodb::Client,
+    config: &RouterConfig,
+    tables: BTreeSet<String>,
+) -> BTreeMap<String, Vec<KeyStrategy>> {
+    futures::stream::iter(tables)
+        .map(|table| async move {
+            match migrate::table_layout(client, &table).await {
+                Ok(None) => None,
+                Ok(Some((_, layout))) => {
+                    let read = layout
+                        .read_strategies()
+                        .unwrap_or_else(|| config_strategies(config));
+                    Some((table, read))
+                }
+                Err(e) => {
+                    // Cannot tell (e.g. no tag permission): the config's
+                    // layouts, which during a migration cover both.
+                    tracing::warn!(error = %e, "reading with the config's key layouts");
+                    Some((table, config_strategies(config)))
+                }
+            }
+        })
+        .buffer_unordered(PARALLEL_LAYOUTS)
+        .filter_map(|x| async move { x })
+        .collect()
+        .await
 }
 
 /// The newest stored event of `entity` in `range`.
@@ -55,16 +120,56 @@ pub async fn latest(
     entity: &str,
     range: TimeRange,
 ) -> Result<Option<Item>, QueryError> {
-    let plan = plan_latest(&config.key, &naming(config), entity, range)?;
-    for step in plan.steps {
-        let found = run_all(client, config, step).await?;
-        if let Some(newest) = found
-            .into_iter()
-            .flatten()
-            .max_by_key(|i| item_order_key(i, &config.attributes))
-        {
-            return Ok(Some(newest));
+    let naming = naming(config);
+    if range.end_ms < range.start_ms {
+        // The plan's own error.
+        plan_latest(&config.key, &naming, entity, range)?;
+    }
+    // Table by table, newest first, each in its own layouts; the newest of
+    // the first table holding any event is the answer. Nothing outside the
+    // accepted timestamps was ever written.
+    let start_ms = range.start_ms.max(timefmt::MIN_TIMESTAMP_MS);
+    let end_ms = range.end_ms.min(timefmt::END_TIMESTAMP_MS - 1);
+    if end_ms < start_ms {
+        return Ok(None);
+    }
+    let range = TimeRange { start_ms, end_ms };
+    let mut p = naming.period.containing(range.end_ms);
+    let mut tables = 0usize;
+    while p.end_ms() > range.start_ms {
+        tables += 1;
+        if tables > tidemark_schema::query::MAX_PLANNED_QUERIES {
+            return Err(tidemark_schema::query::QueryError::TooManyQueries.into());
         }
+        let table = naming.name_of(&p);
+        let slice = TimeRange {
+            start_ms: range.start_ms.max(p.start_ms),
+            end_ms: range.end_ms.min(p.end_ms() - 1),
+        };
+        let by_table = layouts(client, config, BTreeSet::from([table.clone()])).await;
+        let mut newest: Option<Item> = None;
+        for s in by_table.get(&table).into_iter().flatten() {
+            for step in plan_latest(s, &naming, entity, slice)?.steps {
+                let found = run_all(client, config, step).await?;
+                if let Some(item) = found
+                    .into_iter()
+                    .flatten()
+                    .max_by_key(|i| item_order_key(i, &config.attributes))
+                {
+                    if newest.as_ref().is_none_or(|n| {
+                        item_order_key(n, &config.attributes)
+                            < item_order_key(&item, &config.attributes)
+                    }) {
+                        newest = Some(item);
+                    }
+                    break;
+                }
+            }
+        }
+        if newest.is_some() {
+            return Ok(newest);
+        }
+        p = p.prev();
     }
     Ok(None)
 }

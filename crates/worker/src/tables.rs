@@ -76,6 +76,14 @@ pub const PREFIX_TAG: &str = "tidemark:prefix";
 /// Keys of one table must never change silently: `query` would miss every
 /// item written before.
 pub const LAYOUT_TAG: &str = "tidemark:layout";
+/// During a shard migration: the layout a table was written with before,
+/// still read (and written) beside [`LAYOUT_TAG`]'s until the cutover.
+pub const LAYOUT_FROM_TAG: &str = "tidemark:layout-from";
+/// During a shard migration: the table's state, `dual` (both layouts
+/// written and read), `backfilled` (every old item copied to the new
+/// layout) or `new-only` (cut over: only [`LAYOUT_TAG`]'s layout is read,
+/// old-layout items may be removed). See `crate::migrate`.
+pub const MIGRATION_TAG: &str = "tidemark:migration";
 /// The tag holding the ARN of a table's export to S3 (`on_expiry = "export"`).
 pub const EXPORT_TAG: &str = "tidemark:export-arn";
 /// Frozen tables whose TTL, PITR and tags are read per round, in turn.
@@ -316,6 +324,9 @@ pub struct TablePolicy {
     pub ttl_attribute: Option<String>,
     /// The key layout new items are written with ([`layout_of`]).
     pub layout: String,
+    /// During a shard migration (`schema.migrate_from`): the old layout,
+    /// written beside `layout`.
+    pub layout_from: Option<String>,
 }
 
 /// What a table in some state should look like; `None` where the policy
@@ -353,6 +364,7 @@ impl TablePolicy {
             sk: router.key_attributes.sk.clone(),
             ttl_attribute: router.ttl_attribute.clone(),
             layout: layout_of(&router.key),
+            layout_from: router.migrate_from.as_ref().map(layout_of),
         }
     }
 
@@ -410,6 +422,36 @@ pub fn layout_of(key: &tidemark_schema::strategy::KeyStrategy) -> String {
     };
     pairs.sort();
     pairs.join("/")
+}
+
+/// A layout tag value as the body of a TOML inline table
+/// (`bucket = "hour", shards = 4, strategy = "time_bucket"`).
+pub fn layout_toml(value: &str) -> String {
+    value
+        .split('/')
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(k, v)| match v.parse::<u64>() {
+            Ok(_) => format!("{k} = {v}"),
+            Err(_) => format!("{k} = \"{v}\""),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The key strategy of a layout tag value ([`layout_of`]'s inverse);
+/// `None` for a value no strategy gives.
+pub fn parse_layout(value: &str) -> Option<tidemark_schema::strategy::KeyStrategy> {
+    let mut fields = serde_json::Map::new();
+    for pair in value.split('/') {
+        let (k, v) = pair.split_once('=')?;
+        let v = match v.parse::<u64>() {
+            Ok(n) => serde_json::Value::from(n),
+            Err(_) => serde_json::Value::from(v),
+        };
+        fields.insert(k.to_string(), v);
+    }
+    let key = serde_json::from_value(serde_json::Value::Object(fields)).ok()?;
+    (layout_of(&key) == value).then_some(key)
 }
 
 /// A table for a period already past its grace: created for a backfill.
@@ -614,8 +656,10 @@ pub enum TablesError {
     #[error(
         "table {table} was written with key layout {recorded}, but the config says {configured}: \
          its items would be written and read under other keys (queries would miss every item \
-         written before). Set schema.key back to {recorded}; see 'Changing the shard count' in \
-         docs/keys-and-tables.md"
+         written before). Set schema.key back to {recorded}, or migrate: keep the new \
+         schema.key and add schema.migrate_from = {{ {recorded_toml} }} (dual writes, then \
+         `tidemark migrate backfill` and `tidemark migrate cutover`); see 'Changing the shard \
+         count' in docs/keys-and-tables.md"
     )]
     LayoutChanged {
         /// The table.
@@ -624,6 +668,8 @@ pub enum TablesError {
         recorded: String,
         /// The config's layout.
         configured: String,
+        /// The recorded layout as a TOML inline table's body.
+        recorded_toml: String,
     },
     /// A table of ours has another key schema than the config's.
     #[error(transparent)]
@@ -1024,15 +1070,41 @@ impl TableManager {
                 )
                 .await
                 .map_err(|e| TablesError::call("ListTagsOfResource", &t.name, e))?;
+            // The last one: DynamoDB replaces a tag set again, but moto
+            // lists both values, the newer last.
             let Some(recorded) = tags
                 .tags()
                 .iter()
-                .find(|tag| tag.key() == LAYOUT_TAG)
+                .rfind(|tag| tag.key() == LAYOUT_TAG)
                 .map(|tag| tag.value().to_string())
             else {
                 continue;
             };
             if recorded == self.policy.layout {
+                continue;
+            }
+            // The migration's start on this table: from now on both layouts
+            // are written and read. One TagResource sets all three, so no
+            // reader sees the new layout without the old one.
+            if let Some(from) = &self.policy.layout_from
+                && *from == recorded
+            {
+                info!(
+                    table = t.name,
+                    from = recorded,
+                    to = self.policy.layout,
+                    "shard migration: table now dual-written"
+                );
+                self.tag_many(
+                    &t.name,
+                    &t.arn,
+                    &[
+                        (LAYOUT_TAG, &self.policy.layout),
+                        (LAYOUT_FROM_TAG, from),
+                        (MIGRATION_TAG, "dual"),
+                    ],
+                )
+                .await?;
                 continue;
             }
             let items = self
@@ -1059,6 +1131,7 @@ impl TableManager {
             }
             return Err(TablesError::LayoutChanged {
                 table: t.name,
+                recorded_toml: layout_toml(&recorded),
                 recorded,
                 configured: self.policy.layout.clone(),
             });
@@ -1262,20 +1335,28 @@ impl TableManager {
     }
 
     async fn tag(&self, table: &str, arn: &str, key: &str, value: &str) -> Result<(), TablesError> {
-        let tag = Tag::builder()
-            .key(key)
-            .value(value)
-            .build()
-            .map_err(|e| TablesError::build("TagResource", table, e))?;
-        self.call(
-            self.client
-                .tag_resource()
-                .resource_arn(arn)
-                .tags(tag)
-                .send(),
-        )
-        .await
-        .map_err(|e| TablesError::call("TagResource", table, e))?;
+        self.tag_many(table, arn, &[(key, value)]).await
+    }
+
+    /// Sets several tags in one TagResource (all or none).
+    async fn tag_many(
+        &self,
+        table: &str,
+        arn: &str,
+        tags: &[(&str, &str)],
+    ) -> Result<(), TablesError> {
+        let mut req = self.client.tag_resource().resource_arn(arn);
+        for (key, value) in tags {
+            let tag = Tag::builder()
+                .key(*key)
+                .value(*value)
+                .build()
+                .map_err(|e| TablesError::build("TagResource", table, e))?;
+            req = req.tags(tag);
+        }
+        self.call(req.send())
+            .await
+            .map_err(|e| TablesError::call("TagResource", table, e))?;
         Ok(())
     }
 
@@ -1370,6 +1451,12 @@ impl TableManager {
             .set_attribute_definitions(Some(spec.definitions().map_err(build_err)?))
             .tags(prefix_tag)
             .tags(layout_tag);
+        // Created during a migration: dual-written from its first item.
+        if let Some(from) = &p.layout_from {
+            for (k, v) in [(LAYOUT_FROM_TAG, from.as_str()), (MIGRATION_TAG, "dual")] {
+                req = req.tags(Tag::builder().key(k).value(v).build().map_err(build_err)?);
+            }
+        }
         req = match capacity {
             Some(c) => req
                 .billing_mode(BillingMode::Provisioned)
@@ -1907,6 +1994,28 @@ mod tests {
         });
         assert_ne!(four, eight);
         assert_eq!(layout_of(&KeyStrategy::Entity), "strategy=entity");
+        // Read back from the tag: per-table layouts for queries and backfill.
+        for k in [
+            KeyStrategy::Entity,
+            KeyStrategy::RandomSuffix { shards: 3 },
+            KeyStrategy::CalculatedSuffix { shards: 12 },
+            KeyStrategy::TimeBucket {
+                shards: 4,
+                bucket: Bucket::Hour,
+            },
+        ] {
+            assert_eq!(parse_layout(&layout_of(&k)), Some(k));
+        }
+        assert_eq!(parse_layout("strategy=entity/shards=2"), None);
+        assert_eq!(parse_layout("nonsense"), None);
+        // The refusal's suggested `schema.migrate_from` parses as the layout.
+        let toml_body = layout_toml(&four);
+        assert_eq!(
+            toml_body,
+            r#"bucket = "hour", shards = 4, strategy = "time_bucket""#
+        );
+        let back: KeyStrategy = toml::from_str(&toml_body.replace(", ", "\n")).unwrap();
+        assert_eq!(layout_of(&back), four);
         // Only characters DynamoDB tag values allow.
         assert!(
             four.chars()

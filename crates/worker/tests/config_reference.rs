@@ -208,7 +208,14 @@ impl Doc<'_> {
         let s = resolve(schema, self.defs);
         let heading = "#".repeat(depth.min(4));
         if let Some(vs) = variants(s) {
-            let desc = one_line(s["description"].as_str().unwrap_or_default());
+            // The key's own description (e.g. what `migrate_from` is for),
+            // then the shared type's.
+            let desc = [&schema["description"], &s["description"]]
+                .iter()
+                .filter_map(|d| d.as_str())
+                .map(one_line)
+                .collect::<Vec<_>>()
+                .join(" ");
             let _ = writeln!(self.out, "{heading} `[{}]`\n\n{desc}\n", path.join("."));
             for (tag, value, v) in vs {
                 let _ = writeln!(

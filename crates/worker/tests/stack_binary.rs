@@ -6,7 +6,8 @@
 //! within `shutdown_timeout` + 5 s, non-zero, and a restart loses nothing;
 //! AccessDenied on writes stops the worker within 10 s, non-zero, with the
 //! cause in the log and on `/healthz`; so does a dead letter that can be
-//! written nowhere.
+//! written nowhere. The shard migration's commands (`migrate status`,
+//! `backfill`, `cutover`) and `query` at each of its steps.
 //!
 //! A stack test (see docs/testing.md) that lives in this crate rather than in
 //! `tests/`: only this crate's tests can name the built binary
@@ -878,4 +879,138 @@ async fn status_of_an_sqs_source_shows_depth_and_the_oldest_message_age_workers_
     );
     let exit = terminate(&mut run, Duration::from_secs(30));
     assert!(exit.success(), "run exit: {exit}");
+}
+
+/// The migration commands through the binary: a 4-shard table with items;
+/// `run` started with 8 shards and `schema.migrate_from` makes it dual;
+/// `migrate status`, `migrate backfill` (progress as JSON), `migrate
+/// cutover`; `query` returns each entity's events exactly once at each step.
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn migrate_status_backfill_cutover_and_query_through_the_binary() {
+    use tidemark_schema::Origin;
+    use tidemark_schema::route::Router;
+    let env = setup().await;
+    let migration = [
+        ("TIDEMARK__SCHEMA__KEY__SHARDS", "8"),
+        ("TIDEMARK__SCHEMA__MIGRATE_FROM__STRATEGY", "time_bucket"),
+        ("TIDEMARK__SCHEMA__MIGRATE_FROM__SHARDS", "4"),
+        ("TIDEMARK__SCHEMA__MIGRATE_FROM__BUCKET", "hour"),
+    ];
+    let with = |args: &[&str]| {
+        let out = env.cmd().args(args).envs(migration).output().unwrap();
+        assert!(
+            out.status.success(),
+            "tidemark {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    env.output(&["tables", "ensure"]);
+    // 60 events of 6 devices written at 4 shards, as `run` writes them.
+    let config = tidemark_worker::config::Config::load(
+        Some(&env.config),
+        &std::collections::BTreeMap::new(),
+    )
+    .unwrap();
+    let router = Router::new(config.schema.clone()).unwrap();
+    let ddb = env.stack.dynamodb();
+    let now = chrono::Utc::now();
+    let at = now - chrono::Duration::seconds(120);
+    let at = if at.date_naive() == now.date_naive() {
+        at
+    } else {
+        now
+    };
+    let origin = Origin::Sqs {
+        queue: "q".into(),
+        message_id: "m".into(),
+        index: 0,
+    };
+    let mut table = String::new();
+    for i in 0..60 {
+        let ts = (at + chrono::Duration::milliseconds(i)).to_rfc3339();
+        let event = format!(
+            r#"{{"deviceId":"dev-{}","timestamp":"{ts}","eventId":"ev-{i}"}}"#,
+            i % 6
+        );
+        let routed = router.route(event.as_bytes(), &origin, now).unwrap();
+        table = routed.table.to_string();
+        ddb.put_item()
+            .table_name(&table)
+            .set_item(Some(routed.item.to_item().unwrap()))
+            .send()
+            .await
+            .unwrap();
+    }
+    let period = table.rsplit('_').next().unwrap().to_string();
+    let (from, to) = (
+        (at - chrono::Duration::seconds(1)).to_rfc3339(),
+        (at + chrono::Duration::seconds(1)).to_rfc3339(),
+    );
+    let reads_exactly = |args_env: &dyn Fn(&[&str]) -> String, stage: &str| {
+        for d in 0..6 {
+            let entity = format!("dev-{d}");
+            let out = args_env(&["query", "--entity", &entity, "--from", &from, "--to", &to]);
+            let ids: Vec<String> = out
+                .lines()
+                .map(|l| {
+                    let v: Value = serde_json::from_str(l).unwrap();
+                    v["event_id"].as_str().unwrap().to_string()
+                })
+                .collect();
+            let want: Vec<String> = (0..60)
+                .filter(|i| i % 6 == d)
+                .map(|i| format!("ev-{i}"))
+                .collect();
+            assert_eq!(ids, want, "{stage}: {entity}, in time order, once each");
+        }
+    };
+    let status = |stage: &str| -> String {
+        let out = with(&["migrate", "status", "--output", "json"]);
+        let rows: Value = serde_json::from_str(&out).unwrap();
+        let row = rows
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["table"] == table.as_str())
+            .unwrap_or_else(|| panic!("{stage}: {table} in {rows}"));
+        row["migration"].as_str().unwrap().to_string()
+    };
+    assert_eq!(status("before"), "old-only");
+    reads_exactly(&|a: &[&str]| env.output(a), "before");
+
+    // `run` with the migration: the table becomes dual at start.
+    let log = env.dir.join("run.log");
+    let mut run = env
+        .cmd()
+        .arg("run")
+        .envs(migration)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    tidemark_tests::wait_until("the table is dual", Duration::from_secs(30), || async {
+        (status("start") == "dual").then_some(())
+    })
+    .await;
+    reads_exactly(&with, "dual");
+    let out = with(&["migrate", "backfill", "--period", &period, "--quiet"]);
+    let done: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(done["done"], true, "{done}");
+    assert!(done["copied"].as_u64().unwrap() > 0, "{done}");
+    assert_eq!(status("backfilled"), "backfilled");
+    reads_exactly(&with, "backfilled");
+    let out = with(&["migrate", "cutover", "--period", &period]);
+    assert!(out.contains("new-only"), "{out}");
+    assert_eq!(status("cut over"), "new-only");
+    reads_exactly(&with, "cut over");
+    Command::new("kill")
+        .args(["-TERM", &run.id().to_string()])
+        .status()
+        .unwrap();
+    run.wait().unwrap();
 }

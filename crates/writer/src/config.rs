@@ -29,6 +29,12 @@ pub struct WriterConfig {
     pub on_demand_initial_wcu: f64,
     /// Lowest rate the controller may plan, in WCU/s. Default 5.
     pub min_rate_wcu: f64,
+    /// Share of each table's capacity this writer may plan (0 < share <= 1):
+    /// the rate never goes above this fraction of the provisioned WCU, or of
+    /// an on-demand table's maximum and starting rate. Default 1.
+    /// `tidemark migrate backfill` sets its own (`--capacity-share`), so the
+    /// copy leaves the rest to live traffic.
+    pub capacity_share: f64,
     /// Most BatchWriteItem calls in flight to one table; the adaptive limit
     /// moves between 1 and this. Default 16.
     pub max_concurrency_per_table: usize,
@@ -112,6 +118,7 @@ impl Default for WriterConfig {
             max_in_flight_bytes: default_max_in_flight_bytes(),
             on_demand_initial_wcu: default_on_demand_initial_wcu(),
             min_rate_wcu: default_min_rate_wcu(),
+            capacity_share: 1.0,
             max_concurrency_per_table: default_max_concurrency_per_table(),
             backoff_base: default_backoff_base(),
             backoff_cap: default_backoff_cap(),
@@ -138,6 +145,9 @@ impl WriterConfig {
                 "writer.max_in_flight_bytes must be at least {} (one maximal item)",
                 tidemark_schema::size::MAX_ITEM_BYTES
             ));
+        }
+        if !(self.capacity_share > 0.0 && self.capacity_share <= 1.0) {
+            return Err("writer.capacity_share must be > 0 and <= 1".into());
         }
         if self.max_concurrency_per_table == 0 {
             return Err("writer.max_concurrency_per_table must be at least 1".into());

@@ -51,6 +51,9 @@ pub(crate) struct RateParams {
     pub on_demand_initial: f64,
     /// Floor of the rate (WCU/s).
     pub min_rate: f64,
+    /// Fraction of the table's capacity (and of the on-demand starting
+    /// rate) this controller may plan: the rest is left to other writers.
+    pub capacity_share: f64,
     /// Ceiling of the concurrency limit.
     pub max_concurrency: usize,
     /// Multiplicative decrease on throttling.
@@ -73,6 +76,7 @@ impl Default for RateParams {
         RateParams {
             on_demand_initial: 4_000.0,
             min_rate: 5.0,
+            capacity_share: 1.0,
             max_concurrency: 16,
             decrease_factor: 0.9,
             fast_increase: 0.10,
@@ -133,7 +137,7 @@ impl RateController {
     /// A controller for a table whose capacity is not known yet: it plans the
     /// on-demand initial rate until [`on_capacity`](Self::on_capacity).
     pub(crate) fn new(p: RateParams, now: Instant) -> Self {
-        let rate = p.on_demand_initial.max(p.min_rate);
+        let rate = (p.on_demand_initial * p.capacity_share).max(p.min_rate);
         let limit = 4.0_f64.min(p.max_concurrency as f64).max(1.0);
         RateController {
             capacity: None,
@@ -174,14 +178,15 @@ impl RateController {
         }
         self.capacity = Some(capacity);
         self.ceiling = None;
+        let share = self.p.capacity_share;
         match capacity {
             Capacity::Provisioned { wcu } => {
-                self.cap = Some(wcu.max(self.p.min_rate));
-                self.rate = wcu;
+                self.cap = Some((wcu * share).max(self.p.min_rate));
+                self.rate = wcu * share;
             }
             Capacity::OnDemand { max_wcu, warm_wcu } => {
-                self.cap = max_wcu;
-                self.rate = warm_wcu.unwrap_or(self.p.on_demand_initial);
+                self.cap = max_wcu.map(|m| m * share);
+                self.rate = warm_wcu.unwrap_or(self.p.on_demand_initial) * share;
             }
         }
         self.clamp();
@@ -566,11 +571,9 @@ mod tests {
         assert!(ctl.rate() < after_first);
     }
 
-    #[test]
-    fn pacing_holds_the_average_at_the_rate() {
-        let t0 = Instant::now();
-        let mut ctl = RateController::new(RateParams::default(), t0);
-        ctl.on_capacity(Capacity::Provisioned { wcu: 200.0 }, t0);
+    /// WCU/s sent over 10 s by a sender whose calls of 25 WCU complete at
+    /// once (so only the pacer binds).
+    fn paced_rate(mut ctl: RateController, t0: Instant) -> f64 {
         let mut t = t0;
         let mut sent = 0.0;
         let end = t0 + Duration::from_secs(10);
@@ -579,7 +582,6 @@ mod tests {
                 Admit::Go => {
                     ctl.on_send(25.0, t);
                     sent += 25.0;
-                    // Complete immediately so concurrency never binds.
                     ctl.on_result(
                         CallFeedback {
                             sent_at: t,
@@ -594,10 +596,44 @@ mod tests {
                 Admit::AtConcurrencyLimit => unreachable!("calls complete at once"),
             }
         }
-        let per_sec = sent / 10.0;
+        sent / 10.0
+    }
+
+    #[test]
+    fn pacing_holds_the_average_at_the_rate() {
+        let t0 = Instant::now();
+        let mut ctl = RateController::new(RateParams::default(), t0);
+        ctl.on_capacity(Capacity::Provisioned { wcu: 200.0 }, t0);
+        let per_sec = paced_rate(ctl, t0);
         assert!(
             (190.0..=215.0).contains(&per_sec),
             "{per_sec} WCU/s paced at 200"
         );
+    }
+
+    /// A writer given a quarter of the capacity (a backfill beside live
+    /// traffic) plans a quarter, and never grows past it.
+    #[test]
+    fn a_capacity_share_caps_the_planned_rate() {
+        let t0 = Instant::now();
+        let p = RateParams {
+            capacity_share: 0.25,
+            ..RateParams::default()
+        };
+        let mut ctl = RateController::new(p.clone(), t0);
+        assert_eq!(ctl.rate(), 1_000.0, "a quarter of the on-demand start");
+        ctl.on_capacity(Capacity::Provisioned { wcu: 200.0 }, t0);
+        assert_eq!(ctl.rate(), 50.0);
+        let per_sec = paced_rate(ctl, t0);
+        assert!((45.0..=56.0).contains(&per_sec), "{per_sec} WCU/s");
+        let mut od = RateController::new(p, t0);
+        od.on_capacity(
+            Capacity::OnDemand {
+                max_wcu: Some(400.0),
+                warm_wcu: None,
+            },
+            t0,
+        );
+        assert_eq!(od.rate(), 100.0, "a quarter of the maximum");
     }
 }

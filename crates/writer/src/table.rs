@@ -146,6 +146,7 @@ impl TableTask {
         let params = RateParams {
             on_demand_initial: cfg.on_demand_initial_wcu,
             min_rate: cfg.min_rate_wcu,
+            capacity_share: cfg.capacity_share,
             max_concurrency: cfg.max_concurrency_per_table,
             ..RateParams::default()
         };

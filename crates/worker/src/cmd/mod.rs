@@ -4,6 +4,7 @@
 pub(crate) mod config;
 pub(crate) mod healthcheck;
 pub(crate) mod key;
+pub(crate) mod migrate;
 pub(crate) mod plan;
 pub(crate) mod produce;
 pub(crate) mod query;

@@ -36,6 +36,15 @@ pub fn json_schema() -> Value {
         "allOf": [billing],
         "default": serde_json::to_value(Billing::default()).unwrap_or(Value::Null),
     });
+    // An optional key strategy: described as the strategy itself (its
+    // variants, and their keys checked), not as "anything or null".
+    if let Some(m) = router.get_mut("migrate_from") {
+        let description = m["description"].clone();
+        *m = json!({
+            "description": description,
+            "allOf": [{ "$ref": "#/definitions/KeyStrategy" }],
+        });
+    }
     // Set elsewhere in the file, so not keys here: the event fields are the
     // top-level [event], the writer's key attributes are the schema's.
     for (def, key) in [
