@@ -297,7 +297,8 @@ pub fn plan(input: &PlanInput) -> Result<Plan, PlanError> {
             "table partitions = ceil({peak_wcu} WCU / {PARTITION_WCU}) = {table_partitions} (as provisioned for the peak)"
         ),
     });
-    let recommended_partition_skew = partition_skew(recommended_write_shards, table_partitions);
+    let mut sampler = SkewSampler::new(table_partitions);
+    let recommended_partition_skew = sampler.skew(recommended_write_shards);
     let recommended_usable_fraction = round3(1.0 / recommended_partition_skew);
     lines.push(format!(
         "{recommended_write_shards} shard keys on {table_partitions} partitions: hottest partition {recommended_partition_skew:.2} x the mean (expected over {SKEW_SAMPLES} hourly buckets) -> {:.0}% of the table usable",
@@ -305,10 +306,10 @@ pub fn plan(input: &PlanInput) -> Result<Plan, PlanError> {
     ));
     let even_write_shards = even_shards(
         recommended_write_shards,
-        table_partitions,
+        &mut sampler,
         input.max_partition_skew,
     );
-    let even_partition_skew = even_write_shards.map(|n| partition_skew(n, table_partitions));
+    let even_partition_skew = even_write_shards.map(|n| sampler.skew(n));
     let even_usable_fraction = even_partition_skew.map(|k| round3(1.0 / k));
     lines.push(match (even_write_shards, even_partition_skew) {
         (Some(n), Some(k)) => format!(
@@ -428,23 +429,57 @@ pub fn partition_of(pk: &str, partitions: u32) -> u32 {
 /// partitions: the mean over [`SKEW_SAMPLES`] consecutive hours, each hour's
 /// keys placed with [`partition_of`]. 1.0 is perfectly even.
 pub fn partition_skew(shards: u32, partitions: u32) -> f64 {
-    if shards == 0 || partitions <= 1 {
-        return 1.0;
-    }
-    let mut counts = vec![0u32; partitions as usize];
-    let base = DateTime::<Utc>::from_timestamp(1_767_225_600, 0).unwrap_or_default();
-    let mut total = 0.0;
-    for h in 0..SKEW_SAMPLES {
-        counts.iter_mut().for_each(|c| *c = 0);
-        let hour = (base + chrono::Duration::hours(i64::from(h))).format("%Y-%m-%dT%H");
-        for s in 0..shards {
-            counts[partition_of(&format!("{s}#{hour}"), partitions) as usize] += 1;
+    SkewSampler::new(partitions).skew(shards)
+}
+
+/// [`partition_skew`] for one partition count, each key hashed once: the
+/// shard-count search asks for many growing, overlapping counts, and the
+/// hash (SHA-256 per key, 64 hours) is nearly all of its cost.
+struct SkewSampler {
+    partitions: u32,
+    hours: Vec<String>,
+    /// Per hour, the partition of each shard's key, for the shards placed so far.
+    placed: Vec<Vec<u32>>,
+}
+
+impl SkewSampler {
+    fn new(partitions: u32) -> Self {
+        let base = DateTime::<Utc>::from_timestamp(1_767_225_600, 0).unwrap_or_default();
+        let hours: Vec<String> = (0..SKEW_SAMPLES)
+            .map(|h| {
+                (base + chrono::Duration::hours(i64::from(h)))
+                    .format("%Y-%m-%dT%H")
+                    .to_string()
+            })
+            .collect();
+        SkewSampler {
+            partitions,
+            placed: vec![Vec::new(); hours.len()],
+            hours,
         }
-        let max = counts.iter().copied().max().unwrap_or(0);
-        total += f64::from(max) * f64::from(partitions) / f64::from(shards);
     }
-    // Three decimals: the sampling is not finer, and a plan prints tidy numbers.
-    (total / f64::from(SKEW_SAMPLES) * 1000.0).round() / 1000.0
+
+    fn skew(&mut self, shards: u32) -> f64 {
+        let partitions = self.partitions;
+        if shards == 0 || partitions <= 1 {
+            return 1.0;
+        }
+        let mut counts = vec![0u32; partitions as usize];
+        let mut total = 0.0;
+        for (hour, placed) in self.hours.iter().zip(&mut self.placed) {
+            for s in placed.len() as u32..shards {
+                placed.push(partition_of(&format!("{s}#{hour}"), partitions));
+            }
+            counts.fill(0);
+            for &p in &placed[..shards as usize] {
+                counts[p as usize] += 1;
+            }
+            let max = counts.iter().copied().max().unwrap_or(0);
+            total += f64::from(max) * f64::from(partitions) / f64::from(shards);
+        }
+        // Three decimals: the sampling is not finer, and a plan prints tidy numbers.
+        (total / f64::from(SKEW_SAMPLES) * 1000.0).round() / 1000.0
+    }
 }
 
 fn round3(x: f64) -> f64 {
@@ -454,8 +489,8 @@ fn round3(x: f64) -> f64 {
 /// Fewest shards from `from` up (to [`MAX_EVEN_SHARDS`]) whose expected
 /// skew is within `bound`: doubling, then bisection (skew falls with more
 /// keys, up to the sampling noise).
-fn even_shards(from: u32, partitions: u32, bound: f64) -> Option<u32> {
-    let ok = |n: u32| partition_skew(n, partitions) <= bound;
+fn even_shards(from: u32, sampler: &mut SkewSampler, bound: f64) -> Option<u32> {
+    let mut ok = |n: u32| sampler.skew(n) <= bound;
     let mut lo = from.max(1);
     if ok(lo) {
         return Some(lo);
@@ -547,6 +582,16 @@ mod tests {
         assert!(partition_skew(n - 1, 10) > 1.25, "not the fewest");
         assert!(p.even_usable_fraction.unwrap() >= 0.8);
         assert!(p.arithmetic.iter().any(|l| l.contains("even partitions")));
+    }
+
+    /// The search's sampler, asked for growing and shrinking counts, agrees
+    /// with a fresh computation of each.
+    #[test]
+    fn the_memoised_skew_is_the_fresh_one() {
+        let mut s = SkewSampler::new(7);
+        for n in [40, 9, 41, 1, 80, 0, 40] {
+            assert_eq!(s.skew(n), partition_skew(n, 7), "{n} shards");
+        }
     }
 
     #[test]

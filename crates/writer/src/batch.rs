@@ -9,8 +9,12 @@
 //! - Items returned for retry go back to the front, ahead of newer work.
 //! - With a gate ([`TableQueue::take_batch_gated`], per-key pacing), entries
 //!   of a partition key the gate holds back wait in that key's own queue, in
-//!   their order, while every other key's entries go on; a held key's
-//!   entries go first once it is let through again.
+//!   their order, while every other key's entries go on. Once let through
+//!   again, held keys have first claim on a batch's room, taken in turn
+//!   (round robin from the key held first, never in hash order), and their
+//!   items end the request: a key range's throttle falls on the items that
+//!   reach it last, and those should be the paced keys', not their
+//!   neighbours'.
 
 use std::collections::VecDeque;
 
@@ -68,6 +72,10 @@ pub struct TableQueue<T> {
     /// Slots of entries whose partition key a gate held back, per
     /// partition-key hash, in send order.
     parked: HashMap<u64, VecDeque<usize>>,
+    /// The held partition keys in turn order: the key held first leads, a
+    /// key served goes to the back (the release order must not depend on a
+    /// hasher's seed; see the module documentation).
+    parked_turn: VecDeque<u64>,
     parked_len: usize,
     hasher: RandomState,
     max_items: usize,
@@ -146,6 +154,7 @@ impl<T> TableQueue<T> {
             keys: HashMap::new(),
             in_flight: 0,
             parked: HashMap::new(),
+            parked_turn: VecDeque::new(),
             parked_len: 0,
             hasher: RandomState::default(),
             max_items: max_items.max(1),
@@ -163,9 +172,9 @@ impl<T> TableQueue<T> {
         self.order.is_empty() && self.parked_len == 0
     }
 
-    /// Partition-key hashes with entries held back by a gate.
+    /// Partition-key hashes with entries held back by a gate, in turn order.
     pub fn parked_keys(&self) -> impl Iterator<Item = u64> + '_ {
-        self.parked.keys().copied()
+        self.parked_turn.iter().copied()
     }
 
     /// Entries held back by a gate.
@@ -319,21 +328,29 @@ impl<T> TableQueue<T> {
 
     /// [`take_batch`](Self::take_batch) with a gate on partition keys:
     /// `gate(pk_hash, wcu)` says whether an entry may go now (and charges it
-    /// if so). Held keys' entries go first, while their gate allows; an entry
-    /// the gate refuses, and every later entry of its partition key, waits in
-    /// that key's queue.
+    /// if so). Held keys' entries are taken first, key by key in turn, while
+    /// their gate allows, and are placed at the end of the batch; an entry
+    /// the gate refuses, and every later entry of its partition key, waits
+    /// in that key's queue.
     pub fn take_batch_gated(&mut self, mut gate: impl FnMut(u64, u64) -> bool) -> Vec<Entry<T>> {
         let mut batch = Vec::new();
         let mut bytes = REQUEST_OVERHEAD;
-        if !self.parked.is_empty() {
-            let pks: Vec<u64> = self.parked.keys().copied().collect();
-            for pk in pks {
-                if batch.len() >= self.max_items {
-                    break;
-                }
-                self.drain_parked(pk, &mut gate, &mut batch, &mut bytes);
+        // Each held key once, in turn; a key visited and still held goes to
+        // the back, so a key that filled this batch lets the others lead
+        // the next one.
+        for _ in 0..self.parked_turn.len() {
+            if batch.len() >= self.max_items {
+                break;
+            }
+            let Some(pk) = self.parked_turn.pop_front() else {
+                break;
+            };
+            self.drain_parked(pk, &mut gate, &mut batch, &mut bytes);
+            if self.parked.contains_key(&pk) {
+                self.parked_turn.push_back(pk);
             }
         }
+        let released = batch.len();
         let mut deferred = Vec::new();
         while batch.len() < self.max_items {
             let Some(slot) = self.order.pop_front() else {
@@ -359,6 +376,7 @@ impl<T> TableQueue<T> {
             }
             if !gate(pk_hash, wcu) {
                 self.parked.entry(pk_hash).or_default().push_back(slot);
+                self.parked_turn.push_back(pk_hash);
                 self.parked_len += 1;
                 continue;
             }
@@ -368,6 +386,8 @@ impl<T> TableQueue<T> {
         for slot in deferred.into_iter().rev() {
             self.order.push_front(slot);
         }
+        // Released held items last (see the module documentation).
+        batch.rotate_left(released);
         batch
     }
 
@@ -431,7 +451,11 @@ impl<T> TableQueue<T> {
     /// Removes everything pending (for a table that will not come back).
     pub fn drain(&mut self) -> Vec<Entry<T>> {
         let mut out = Vec::with_capacity(self.len());
-        let parked: Vec<usize> = self.parked.drain().flat_map(|(_, q)| q).collect();
+        let mut parked = Vec::with_capacity(self.parked_len);
+        for pk in self.parked_turn.drain(..) {
+            parked.extend(self.parked.remove(&pk).into_iter().flatten());
+        }
+        self.parked.clear();
         self.parked_len = 0;
         for slot in parked.into_iter().rev() {
             self.order.push_front(slot);
@@ -615,7 +639,7 @@ mod tests {
             budget >= 0
         });
         let tokens: Vec<u32> = b.iter().map(|e| e.tokens[0]).collect();
-        assert_eq!(tokens, vec![0, 1, 2, 200]);
+        assert_eq!(tokens, vec![200, 0, 1, 2], "held items end the request");
         q.release(&b);
         // Open: the rest of the hot key in its order; drain empties all.
         let b = q.take_batch_gated(|_, _| true);
@@ -626,6 +650,39 @@ mod tests {
         assert!(q.take_batch_gated(|_, _| false).is_empty());
         assert_eq!(q.drain().len(), 1);
         assert!(q.is_empty());
+    }
+
+    #[test]
+    fn held_keys_are_released_in_turn_from_the_first_held() {
+        let now = Instant::now();
+        let mut q: TableQueue<u32> = TableQueue::with_limits(4, MAX_BATCH_BYTES);
+        // Five items each of partition keys "a" then "b", both held.
+        for (n, pk) in ["a", "b"].into_iter().enumerate() {
+            for i in 0..5u32 {
+                let tok = 10 * n as u32 + i;
+                q.push(
+                    ItemKey::new(pk, &format!("s{i}")),
+                    item(0, "x"),
+                    1,
+                    tok,
+                    now,
+                );
+            }
+        }
+        while !q.take_batch_gated(|_, _| false).is_empty() {}
+        let (a, b) = (q.hasher.hash_one("a"), q.hasher.hash_one("b"));
+        assert_eq!(q.parked_keys().collect::<Vec<_>>(), vec![a, b]);
+        let mut seen = Vec::new();
+        while !q.is_empty() {
+            let batch = q.take_batch_gated(|_, _| true);
+            seen.push(batch.iter().map(|e| e.tokens[0]).collect::<Vec<_>>());
+            q.release(&batch);
+        }
+        // "a" fills the first batch and goes to the back: "b" leads the next.
+        assert_eq!(
+            seen,
+            vec![vec![0, 1, 2, 3], vec![10, 11, 12, 13], vec![4, 14]]
+        );
     }
 
     #[test]

@@ -296,9 +296,10 @@ impl TableTask {
         loop {
             let isolated = !self.isolated.is_empty();
             // A held key that may go again rides in the next batch the queue
-            // makes anyway (held keys go first); on its own it makes a batch
-            // at most once per linger: sending a few of its items in each
-            // call would shrink every batch, and calls in flight are bounded.
+            // makes anyway (held keys have first claim on its room); on its
+            // own it makes a batch at most once per linger: sending a few of
+            // its items in each call would shrink every batch, and calls in
+            // flight are bounded.
             let (parked_ready, parked_wake) = self.parked(std_now);
             let parked_due_at = self.last_parked_send + self.cfg.linger;
             let parked_due = parked_ready && (force || std_now >= parked_due_at);
