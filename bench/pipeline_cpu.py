@@ -23,6 +23,13 @@ TIDEMARK_RUNS times each on the same proxy and fixture (so drift in the
 machine's load hits both alike), the boto3 baseline is skipped, and the
 medians of each and their ratio are reported (pipeline-cpu-ab.json).
 
+Mapping mode: with BENCH_MAPPING=1 the fixture holds wider events (12
+payload fields, about 330 bytes, the shape of the criterion bench
+`route_mapping`), and one binary runs alternately with the default mapping
+(A) and with an `[event]` mapping that renames 5 fields (two nested paths,
+one array index) and includes 10 (B), TIDEMARK_RUNS times each; the medians
+and their ratio are reported (pipeline-cpu-mapping.json).
+
 Usage: bench/pipeline-cpu   (BENCH_EVENTS=1000000 by default)"""
 
 import base64
@@ -41,11 +48,29 @@ import harness  # noqa: E402
 EVENTS = int(os.environ.get("BENCH_EVENTS", "1000000"))
 RUNS = max(1, int(os.environ.get("TIDEMARK_RUNS", "5")))
 BIN_B = os.environ.get("TIDEMARK_BIN_B")
+MAPPING = os.environ.get("BENCH_MAPPING") == "1"
+# The mapping mode's [event] section: 5 renames (two nested paths, one array
+# index) and a 10-field include, as in the criterion bench.
+MAPPING_TOML = """
+[event]
+rename = { temperature = "temp_c", humidity = "rh", "site.name" = "site_name", "site.zone" = "site_zone", "tags[0]" = "first_tag" }
+include = ["temp_c", "rh", "site_name", "site_zone", "first_tag", "pressure", "fw", "battery", "rssi", "state"]
+"""
 SHARDS = 4
 TABLE_PREFIX = "pipecpu"
 
 
-def fixture(path, n):
+def wide_event(i, dev, stamp, rnd):
+    """The mapping mode's event: 12 payload fields, nested and an array."""
+    return {
+        "deviceId": dev, "timestamp": stamp, "eventId": f"evt-{i:010d}",
+        "temperature": round(15 + rnd.random() * 15, 2), "humidity": 48.2, "pressure": 1013.25,
+        "site": {"name": f"plant-{i % 7}", "zone": f"z{i % 3}"}, "tags": ["a", "b"], "fw": "1.4.2",
+        "battery": 87, "rssi": -61, "state": "ok", "seq": i, "debug": "x",
+    }
+
+
+def fixture(path, n, wide=False):
     """Writes n records in the fixture format (docs: "Fixtures"), 4 shards."""
     rnd = random.Random(7)
     now = datetime.now(timezone.utc)
@@ -66,6 +91,8 @@ def fixture(path, n):
                 "firmware": "v2.4.1-stable",
                 "site": "plant-north-04/line-2",
             }
+            if wide:
+                event = wide_event(i, dev, event["timestamp"], rnd)
             data = json.dumps(event, separators=(",", ":")).encode()
             seqs[shard] += 1
             f.write(json.dumps({
@@ -97,10 +124,10 @@ def measured(cmd, env):
 
 def main():
     os.makedirs(harness.OUT, exist_ok=True)
-    fx = os.path.join(harness.OUT, f"pipeline-cpu-{EVENTS}.jsonl")
+    fx = os.path.join(harness.OUT, f"pipeline-cpu-{'wide-' if MAPPING else ''}{EVENTS}.jsonl")
     if not os.path.exists(fx):
         t = time.time()
-        fixture(fx, EVENTS)
+        fixture(fx, EVENTS, wide=MAPPING)
         print(f"fixture: {EVENTS} records in {time.time() - t:.0f}s -> {fx}")
     avg = sum(len(json.loads(l)["data"]) * 3 // 4 for l, _ in zip(open(fx), range(1000))) / 1000
     print(f"fixture: {EVENTS} records, about {avg:.0f} bytes of event each")
@@ -137,7 +164,13 @@ enabled = false
         table = f"{TABLE_PREFIX}_{datetime.now(timezone.utc).strftime('%Y-%m-%d')}"
         series = {}
         if BIN_B:
-            ab(proxy, env, fx, table, [tidemark, BIN_B], conf.name)
+            ab(proxy, env, fx, table, [(tidemark, conf.name), (BIN_B, conf.name)], "pipeline-cpu-ab.json")
+            return
+        if MAPPING:
+            mapped = conf.name.replace(".toml", "-mapping.toml")
+            with open(conf.name) as f, open(mapped, "w") as g:
+                g.write(f.read() + MAPPING_TOML)
+            ab(proxy, env, fx, table, [(tidemark, conf.name), (tidemark, mapped)], "pipeline-cpu-mapping.json")
             return
         runs = [("tidemark", [tidemark, "replay", "--quiet", "--config", conf.name, "--fixture", fx])] * RUNS
         runs.append(("boto3", [sys.executable, os.path.join(os.path.dirname(__file__), "lib", "boto3_replay.py"), fx, proxy.url, table]))
@@ -189,11 +222,12 @@ enabled = false
         proxy.close()
 
 
-def ab(proxy, env, fx, table, bins, conf):
-    """Runs bins[0] (A) and bins[1] (B) alternately, RUNS times each."""
+def ab(proxy, env, fx, table, clients, out):
+    """Runs clients[0] (A) and clients[1] (B), each a (binary, config),
+    alternately, RUNS times each."""
     cpus = {"A": [], "B": []}
     for i in range(RUNS):
-        for name, binary in zip("AB", bins):
+        for name, (binary, conf) in zip("AB", clients):
             warm(fx)
             proxy.reset()
             secs, cpu, rss, out = measured([binary, "replay", "--quiet", "--config", conf, "--fixture", fx], env)
@@ -204,11 +238,11 @@ def ab(proxy, env, fx, table, bins, conf):
             cpus[name].append(us)
             print(f"run {i + 1} {name}: {us:6.2f} CPU-us/record  {EVENTS / secs:9.0f} records/s  peak RSS {rss:7.1f} MB")
     med = {k: sorted(v)[len(v) // 2] for k, v in cpus.items()}
-    for k, b in zip("AB", bins):
+    for k, b in zip("AB", clients):
         print(f"{k} {b}: median {med[k]:.2f} CPU-us/record (range {min(cpus[k]):.2f}-{max(cpus[k]):.2f}, {RUNS} runs)")
     print(f"ratio A/B: {med['A'] / med['B']:.3f}")
-    with open(os.path.join(harness.OUT, "pipeline-cpu-ab.json"), "w") as f:
-        json.dump({"events": EVENTS, "runs": RUNS, "bins": bins, "cpu_us_per_record": cpus,
+    with open(os.path.join(harness.OUT, out), "w") as f:
+        json.dump({"events": EVENTS, "runs": RUNS, "clients": clients, "cpu_us_per_record": cpus,
                    "median": med, "ratio_a_over_b": med["A"] / med["B"]}, f, indent=2)
 
 

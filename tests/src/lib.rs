@@ -458,6 +458,23 @@ pub async fn scan_items(
     }
 }
 
+/// The stored item `routed` names (a consistent read), if any.
+pub async fn routed_item(
+    client: &aws_sdk_dynamodb::Client,
+    routed: &tidemark_schema::Routed,
+) -> Option<HashMap<String, AttributeValue>> {
+    client
+        .get_item()
+        .table_name(routed.table.as_str())
+        .key("pk", AttributeValue::S(routed.key.pk().to_owned()))
+        .key("sk", AttributeValue::S(routed.key.sk().to_owned()))
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("GetItem")
+        .item
+}
+
 /// The number of items in `table` (a paginated `Select::Count` Scan).
 pub async fn count_items(client: &aws_sdk_dynamodb::Client, table: &str) -> usize {
     let mut n = 0;

@@ -15,7 +15,7 @@ use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use tidemark_schema::route::Router;
 use tidemark_tests::worker::{Running, config, kinesis_source, sdk, test_toml};
-use tidemark_tests::{repo_root, unique_name, wait_until};
+use tidemark_tests::{repo_root, routed_item, unique_name, wait_until};
 
 fn gzip(data: &[u8]) -> Vec<u8> {
     let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
@@ -131,16 +131,8 @@ async fn clickstream_fixture_replays_with_its_mapping_and_verifies() {
             chrono::Utc::now(),
         )
         .unwrap();
-    let item = ddb
-        .get_item()
-        .table_name(routed.table.as_str())
-        .key("pk", AttributeValue::S(routed.key.pk().to_owned()))
-        .key("sk", AttributeValue::S(routed.key.sk().to_owned()))
-        .consistent_read(true)
-        .send()
+    let item = routed_item(&ddb, &routed)
         .await
-        .unwrap()
-        .item
         .expect("the first event is stored");
     let s = |k: &str| item[k].as_s().unwrap().as_str();
     assert_eq!(s("entity_id"), "acme:1000");

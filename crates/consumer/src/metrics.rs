@@ -29,7 +29,7 @@ pub mod kinesis {
 
 /// The SQS source's metrics.
 pub mod sqs {
-    /// Counter, label `format` (`single`, `array`, `sns`, `undecodable`):
+    /// Counter, label `format` (`single`, `array`, `ndjson`, `sns`, `undecodable`):
     /// messages received.
     pub const MESSAGES_RECEIVED: &str = "tidemark_consumer_sqs_messages_received_total";
     /// Counter: records (events) handed to the pipeline.
@@ -104,7 +104,7 @@ const HELP: &[(&str, Kind, &str)] = &[
     (
         sqs::MESSAGES_RECEIVED,
         Kind::Counter,
-        "Messages received (label `format` (`single`, `array`, `sns`, `undecodable`)).",
+        "Messages received (label `format` (`single`, `array`, `ndjson`, `sns`, `undecodable`)).",
     ),
     (
         sqs::RECORDS_DELIVERED,

@@ -523,22 +523,29 @@ impl Extractor {
             None | Some("") => None,
             Some(name) => Some(FieldPath::new("event_id_field", name)?),
         };
-        let mut names: Vec<&String> = Vec::new();
+        // Each identity field with the key that names it: a clash names the
+        // later key, the one to change.
+        let mut roles: Vec<(&String, &'static str)> = Vec::new();
         if entity_parts.is_empty() {
-            names.push(&entity.name);
+            roles.push((&entity.name, "entity_field"));
         } else {
-            names.extend(entity_parts.iter().map(|p| &p.name));
+            roles.extend(entity_parts.iter().map(|p| (&p.name, "entity_fields")));
         }
-        names.push(&timestamp.name);
-        names.extend(event_id.as_ref().map(|p| &p.name));
-        for (i, a) in names.iter().enumerate() {
-            if names[i + 1..].contains(a) {
-                return err(
-                    "event",
-                    format!("uses field {a:?} for two roles: give each its own field"),
-                );
+        roles.push((&timestamp.name, "timestamp_field"));
+        roles.extend(event_id.as_ref().map(|p| (&p.name, "event_id_field")));
+        for (i, (a, key)) in roles.iter().enumerate().skip(1) {
+            if let Some((_, first)) = roles[..i].iter().find(|(b, _)| b == a) {
+                let problem = if first == key {
+                    format!("lists field {a:?} twice: give each part its own field")
+                } else {
+                    format!(
+                        "uses field {a:?}, which `{first}` uses too: give each role its own field"
+                    )
+                };
+                return err(key, problem);
             }
         }
+        let names: Vec<&String> = roles.iter().map(|(n, _)| *n).collect();
         let time = TimeParser::new(config.timestamp_format.clone(), config.timezone.as_deref())?;
         let mut renames = Vec::with_capacity(config.rename.len());
         let mut targets: Vec<&str> = Vec::with_capacity(config.rename.len());
@@ -1358,7 +1365,9 @@ mod tests {
             timestamp_field: "deviceId".into(),
             ..EventConfig::default()
         };
-        assert!(Extractor::new(dup).is_err());
+        let e = Extractor::new(dup).unwrap_err();
+        assert_eq!(e.field, "timestamp_field");
+        assert!(e.to_string().contains("`entity_field` uses too"), "{e}");
         let parsed: Result<EventConfig, _> = toml::from_str("entity_feld = \"x\"");
         assert!(parsed.is_err());
         let parsed: EventConfig =

@@ -3,7 +3,9 @@
 //! A record is one JSON event (`json`), newline-delimited events
 //! (`ndjson`), or a JSON array of events (`json_array`); any of them may be
 //! gzip-compressed, which is detected by the gzip magic bytes, not
-//! configured. Splitting is deterministic: the same bytes always give the
+//! configured. (SQS bodies are text: the SQS source decodes base64 gzip and
+//! envelopes first, then splits with these functions; see
+//! `tidemark_consumer::sqs::body`.) Splitting is deterministic: the same bytes always give the
 //! same inner events at the same positions, so the event ids derived from
 //! those positions are stable across replays.
 
@@ -22,7 +24,8 @@ use crate::reason::Reason;
 )]
 #[serde(rename_all = "snake_case")]
 pub enum RecordFormat {
-    /// One JSON object per record.
+    /// One JSON object per record (an SQS body may also be a JSON array of
+    /// events, as before `record_format` existed).
     #[default]
     Json,
     /// Newline-delimited JSON: one event per non-blank line (`\r\n` too).

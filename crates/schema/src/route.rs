@@ -197,6 +197,20 @@ pub enum ConfigError {
     },
 }
 
+impl ConfigError {
+    /// The offending key as a dotted path of the configuration file
+    /// (`event.timezone`, `schema.retention`), for errors that point at
+    /// the line to fix.
+    pub fn key_path(&self) -> String {
+        match self {
+            ConfigError::Event(e) => format!("event.{}", e.field),
+            ConfigError::Invalid { key, .. } if key.starts_with("event.") => (*key).to_owned(),
+            ConfigError::Invalid { key, .. } => format!("schema.{key}"),
+            ConfigError::Strategy(_) => "schema.key.shards".to_owned(),
+        }
+    }
+}
+
 /// An event that is ready to write.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Routed {
@@ -2338,6 +2352,23 @@ bucket = "hour"
                 Box::new(|c| c.event.clash_prefix = String::new()),
                 "clash_prefix",
             ),
+            // One field in two roles names the later role's key.
+            (
+                Box::new(|c| c.event.timestamp_field = "deviceId".into()),
+                "timestamp_field",
+            ),
+            (
+                Box::new(|c| c.event.event_id_field = Some("timestamp".into())),
+                "event_id_field",
+            ),
+            (
+                Box::new(|c| c.event.entity_fields = vec!["a".into(), "a".into()]),
+                "entity_fields",
+            ),
+            (
+                Box::new(|c| c.event.timestamp_format = "%Y-%m-%d %Q".parse().unwrap()),
+                "timestamp_format",
+            ),
         ];
         for (i, (f, key)) in cases.iter().enumerate() {
             let mut c = RouterConfig::with_prefix("tm");
@@ -2349,6 +2380,11 @@ bucket = "hour"
                 ConfigError::Strategy(_) => "strategy",
             };
             assert_eq!(named, *key, "case {i}: {err}");
+            assert_eq!(
+                err.key_path(),
+                format!("event.{}", key.trim_start_matches("event.")),
+                "case {i}: {err}"
+            );
             assert!(err.to_string().contains(key), "case {i}: {err}");
         }
         // Refusing instead of prefixing needs no prefix.

@@ -519,9 +519,8 @@ impl Config {
             })?;
         let mut schema = r.schema;
         schema.event = r.event;
-        Router::new(schema.clone()).map_err(|e| {
-            ConfigError::Invalid(vec![merged.problem("schema".into(), e.to_string())])
-        })?;
+        Router::new(schema.clone())
+            .map_err(|e| ConfigError::Invalid(vec![merged.problem(e.key_path(), e.to_string())]))?;
         Ok(schema)
     }
 
@@ -577,7 +576,8 @@ impl Config {
     fn problems(&self) -> Vec<(String, String)> {
         let mut out = Vec::new();
         if let Err(e) = Router::new(self.schema.clone()) {
-            out.push(("schema".into(), e.to_string()));
+            // The key itself, so the error points at its line in the file.
+            out.push((e.key_path(), e.to_string()));
         }
         if let Err(message) = self.writer.validate() {
             out.push(("writer".into(), message));
@@ -1054,6 +1054,34 @@ path = "dead-letters.jsonl"
             matches!(p.origin, Some(Origin::File { line: 9, .. })),
             "{p}"
         );
+    }
+
+    /// Every kind of `[event]` mapping error, whether serde or the router
+    /// finds it, is refused at load naming the key and its line in the file.
+    #[test]
+    fn mapping_errors_point_at_their_key_and_line() {
+        let first = MINIMAL.lines().count() + 2;
+        for (event, key) in [
+            ("timezone = \"Europe/Atlantis\"", "event.timezone"),
+            ("timestamp_format = \"%H:%M\"", "event.timestamp_format"),
+            ("timestamp_format = \"epoch_ms\"", "event.timestamp_format"),
+            ("on_clash = \"drop\"", "event.on_clash"),
+            ("types = { n = \"integer\" }", "event.types.n"),
+            ("rename = { a = \"\" }", "event.rename"),
+            (
+                "entity_fields = [\"a\", \"b\"]\nentity_separator = \"\"",
+                "event.entity_separator",
+            ),
+            ("timestamp_field = \"deviceId\"", "event.timestamp_field"),
+            ("include = [\"a\"]\nexclude = [\"a\"]", "event.exclude"),
+        ] {
+            let text = format!("{MINIMAL}\n\n[event]\n{event}\n");
+            let p = problem_at(&text, &[], key);
+            assert!(
+                matches!(p.origin, Some(Origin::File { line, .. }) if line >= first),
+                "{event}: {p}"
+            );
+        }
     }
 
     #[test]

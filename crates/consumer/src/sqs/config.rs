@@ -22,6 +22,15 @@ pub struct SqsConfig {
     /// Queue URL, e.g. `https://sqs.eu-west-1.amazonaws.com/123456789012/events`.
     /// A URL ending in `.fifo` is read as a FIFO queue (per-group order).
     pub queue_url: String,
+    /// How events are laid out in one message body: `json` (one event, or
+    /// a JSON array of events), `ndjson` (one event per line) or
+    /// `json_array` (a JSON array of events; anything else is refused). A
+    /// body, or an SNS envelope's `Message`, that is base64-encoded gzip
+    /// (it starts with `H4sI`) is decompressed first, whatever the format.
+    /// Each inner event is routed, stored or dead-lettered on its own; the
+    /// message is deleted once all of them are. Default `json`.
+    #[serde(default)]
+    pub record_format: tidemark_schema::framing::RecordFormat,
     /// Most concurrent long-poll receivers. Their number adapts between 1 and
     /// this to how full the batches come back.
     #[serde(default = "default_max_receivers")]
@@ -121,6 +130,7 @@ impl SqsConfig {
     pub fn new(queue_url: impl Into<String>) -> Self {
         Self {
             queue_url: queue_url.into(),
+            record_format: tidemark_schema::framing::RecordFormat::Json,
             max_receivers: default_max_receivers(),
             wait_time: default_wait_time(),
             visibility_timeout: default_visibility_timeout(),

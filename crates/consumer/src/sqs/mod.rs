@@ -4,7 +4,8 @@
 //! Tasks (all stop on one cancellation token):
 //! - receivers (1 to `max_receivers`, adapted by [`scaler::Scaler`]) each
 //!   loop: take in-flight permits (backpressure), ReceiveMessage (up to 10,
-//!   long poll), decode each body ([`body`]), admit the messages to the
+//!   long poll), decode each body by `record_format` ([`body`]: one record
+//!   per inner event, its position the record's index), admit the messages to the
 //!   [`ledger::Ledger`] and send their records to the sink as one batch;
 //! - the deleter turns fully acknowledged messages into DeleteMessageBatch
 //!   calls (10 per call, 4 calls at a time);
@@ -528,23 +529,24 @@ async fn dispatch(ctx: &Arc<Ctx>, messages: Vec<Message>, sent_at: Instant) {
         } else {
             None
         };
-        let parts: Vec<(Bytes, Option<Defect>)> = match body::decode(m.body.unwrap_or_default()) {
-            Ok(d) => {
-                metrics::counter!(metric::MESSAGES_RECEIVED, "format" => d.format.as_str())
-                    .increment(1);
-                d.events.into_iter().map(|b| (b, None)).collect()
-            }
-            Err(u) => {
-                metrics::counter!(metric::MESSAGES_RECEIVED, "format" => "undecodable")
-                    .increment(1);
-                warn!(message_id, reason = %u.reason, "undecodable sqs message");
-                let defect = Defect {
-                    reason: Reason::UndecodableMessage,
-                    message: u.reason,
-                };
-                vec![(Bytes::from(u.body), Some(defect))]
-            }
-        };
+        let parts: Vec<(Bytes, Option<Defect>)> =
+            match body::decode(m.body.unwrap_or_default(), ctx.cfg.record_format) {
+                Ok(d) => {
+                    metrics::counter!(metric::MESSAGES_RECEIVED, "format" => d.format.as_str())
+                        .increment(1);
+                    d.events.into_iter().map(|b| (b, None)).collect()
+                }
+                Err(u) => {
+                    metrics::counter!(metric::MESSAGES_RECEIVED, "format" => "undecodable")
+                        .increment(1);
+                    warn!(message_id, reason = %u.reason, "undecodable sqs message");
+                    let defect = Defect {
+                        reason: Reason::UndecodableMessage,
+                        message: u.reason,
+                    };
+                    vec![(Bytes::from(u.body), Some(defect))]
+                }
+            };
         let mut ledger = ctx.shared.lock();
         let id = ledger.reserve_id();
         let partition_key = group.clone().unwrap_or_else(|| message_id.clone());
