@@ -147,14 +147,10 @@ impl LeaseTuning {
     }
 }
 
-/// Off in the worker for now: the tuned protocol is measured in the
-/// simulator, but against the local stack a settled worker took a cleanly
-/// released lease only at its next pass (2.2-2.4 s with a 3 s failover, the
-/// hand-over test's bound is 2 s), and one drain ended incomplete; it stays
-/// opt-in until the stack suite passes with it (see docs/scale-out.md).
+/// The tuned protocol (see docs/scale-out.md).
 impl Default for LeaseTuning {
     fn default() -> Self {
-        Self::before()
+        Self::tuned()
     }
 }
 
