@@ -115,6 +115,13 @@ pub struct LeaseTuning {
     /// target leaves a just-freed lease for half a failover time to workers
     /// further below (the newcomer, whom others cannot count yet).
     pub patient_steals: bool,
+    /// A pass takes at most as many never-taken leases (counter 0: a cold
+    /// start, new children) as the worker holds (at least one), and the
+    /// next pass follows half a renewal interval later: holdings at most
+    /// double per pass, so the first workers of a cold start, which see few
+    /// others, do not take leases they must give up again. Released and
+    /// expired leases are not capped.
+    pub ramped_takes: bool,
 }
 
 impl LeaseTuning {
@@ -129,6 +136,7 @@ impl LeaseTuning {
             fold_checkpoints: false,
             steal_at_target: false,
             patient_steals: false,
+            ramped_takes: false,
         }
     }
 }
@@ -143,6 +151,7 @@ impl LeaseTuning {
             fold_checkpoints: true,
             steal_at_target: true,
             patient_steals: true,
+            ramped_takes: false,
         }
     }
 }

@@ -458,7 +458,7 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
                 // parents against this pass's table, never an older one.
                 ctx.snapshot.send_replace(Arc::new(leases.clone()));
                 let held_keys: HashSet<String> = held.keys().cloned().collect();
-                let plan = lease::plan(BalanceInput {
+                let mut plan = lease::plan(BalanceInput {
                     me: &cfg.worker_id,
                     held: &held_keys,
                     leases: &leases,
@@ -469,6 +469,30 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
                     steal_at_target: tuning.steal_at_target,
                     patient: tuning.patient_steals,
                 });
+                // Ramped takes: of leases never taken yet (counter 0: a cold
+                // start, new children) at most as many as held (at least
+                // one) per pass, so a worker that sees few others does not
+                // take leases it must give up again; released and expired
+                // leases are taken at once. A capped pass is followed by
+                // another half a tick later.
+                let mut capped = false;
+                if tuning.ramped_takes {
+                    let fresh: HashSet<&str> = leases
+                        .iter()
+                        .filter(|l| l.counter == 0)
+                        .map(|l| l.key.as_str())
+                        .collect();
+                    let cap = held.len().max(1);
+                    let mut taken = 0;
+                    plan.take.retain(|k| {
+                        if !fresh.contains(k.as_str()) {
+                            return true;
+                        }
+                        taken += 1;
+                        taken <= cap
+                    });
+                    capped = taken > cap;
+                }
                 // Patient steals: carried out when the previous pass planned
                 // one too (a lease released meanwhile is taken instead).
                 let steals: &[String] = if !tuning.patient_steals || steal_armed {
@@ -531,6 +555,9 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
                         + cfg
                             .failover_time
                             .mul_f64(pass_jitter(&cfg.worker_id, passes));
+                }
+                if capped {
+                    wake = wake.min(pass_start + tick / 2);
                 }
                 if let Some(t) = obs.next_expiry(&leases, &cfg.worker_id, now, cfg.failover_time) {
                     wake = wake.min(t + Duration::from_millis(5));
@@ -765,12 +792,12 @@ fn is_sync_leader(
 }
 
 /// Fleets of at most this many workers never settle: each lists at the
-/// renewal cadence, which costs at most about 0.76 RCU/s per 10 shards
+/// renewal cadence, which costs at most about 0.4 RCU/s per 10 shards
 /// (eventually consistent, 258-byte leases, 10 s failover; within the
 /// read target), and so takes a released lease within a third of the
 /// failover time. Larger fleets settle, and take a released lease within
 /// one failover time.
-const SMALL_FLEET: usize = 8;
+const SMALL_FLEET: usize = 4;
 
 /// This worker plus the distinct owners of live (unfinished, unexpired)
 /// leases other than this worker's.
