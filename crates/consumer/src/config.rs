@@ -156,10 +156,13 @@ impl LeaseTuning {
     }
 }
 
-/// The tuned protocol (see docs/scale-out.md).
+/// Still [`LeaseTuning::before`] in the worker: with `tuned()` the local
+/// stack suite failed 2 of 5 runs (a hand-over of 2.3 s against a 2 s bound,
+/// and a single-worker reshard run whose stop was not clean), so the tuned
+/// protocol stays opt-in until it passes repeatedly (see docs/scale-out.md).
 impl Default for LeaseTuning {
     fn default() -> Self {
-        Self::tuned()
+        Self::before()
     }
 }
 
