@@ -1592,6 +1592,33 @@ mod tests {
         }
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn live_workers_count_owners_of_unexpired_unfinished_leases() {
+        let fo = Duration::from_secs(10);
+        let lease = |key: &str, owner: Option<&str>| {
+            let mut l = Lease::new(key, Checkpoint::TrimHorizon, vec![]);
+            l.owner = owner.map(str::to_string);
+            l
+        };
+        let mut done = lease("d", Some("c"));
+        done.checkpoint = Checkpoint::ShardEnd;
+        let leases = vec![
+            lease("s0", Some("a")),
+            lease("s1", Some("a")),
+            lease("s2", Some("b")),
+            lease("s3", Some("me")),
+            lease("s4", None),
+            done,
+        ];
+        let mut obs = Observations::default();
+        let t0 = Instant::now();
+        obs.observe(&leases, t0);
+        // a and b (c's only lease is finished), plus this worker.
+        assert_eq!(live_workers("me", &leases, &obs, t0, fo), 3);
+        // A failover time later nothing moved: only this worker is left.
+        assert_eq!(live_workers("me", &leases, &obs, t0 + fo, fo), 1);
+    }
+
     #[test]
     fn new_leases_start_positions_and_order() {
         let shards = vec![
