@@ -162,6 +162,12 @@ impl Watermark {
         self.entries.len()
     }
 
+    /// How many records, counted from the first registered, are
+    /// acknowledged without a gap (every serial below it is done).
+    pub fn acked_prefix(&self) -> u64 {
+        self.front_serial
+    }
+
     /// The last registered position.
     pub fn last_registered(&self) -> Option<&Position> {
         self.last.as_ref()
@@ -278,6 +284,9 @@ mod tests {
         assert_eq!(w.checkpoint(), Some(&pos(3, 0)));
         assert!(!w.ack(99), "unknown serial ignored");
         assert_eq!(w.in_flight(), 1);
+        // Three records acknowledged without a gap; the fourth (say, a batch
+        // never handed on at shutdown) is all that is in flight.
+        assert_eq!(w.acked_prefix(), 3);
     }
 
     #[test]

@@ -458,7 +458,7 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
                 // parents against this pass's table, never an older one.
                 ctx.snapshot.send_replace(Arc::new(leases.clone()));
                 let held_keys: HashSet<String> = held.keys().cloned().collect();
-                let plan = lease::plan(BalanceInput {
+                let mut plan = lease::plan(BalanceInput {
                     me: &cfg.worker_id,
                     held: &held_keys,
                     leases: &leases,
@@ -469,6 +469,30 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
                     steal_at_target: tuning.steal_at_target,
                     patient: tuning.patient_steals,
                 });
+                // Ramped takes: of leases never taken yet (counter 0: a cold
+                // start, new children) at most as many as held (at least
+                // one) per pass, so a worker that sees few others does not
+                // take leases it must give up again; released and expired
+                // leases are taken at once. A capped pass is followed by
+                // another half a tick later.
+                let mut capped = false;
+                if tuning.ramped_takes {
+                    let fresh: HashSet<&str> = leases
+                        .iter()
+                        .filter(|l| l.counter == 0)
+                        .map(|l| l.key.as_str())
+                        .collect();
+                    let cap = held.len().max(1);
+                    let mut taken = 0;
+                    plan.take.retain(|k| {
+                        if !fresh.contains(k.as_str()) {
+                            return true;
+                        }
+                        taken += 1;
+                        taken <= cap
+                    });
+                    capped = taken > cap;
+                }
                 // Patient steals: carried out when the previous pass planned
                 // one too (a lease released meanwhile is taken instead).
                 let steals: &[String] = if !tuning.patient_steals || steal_armed {
@@ -487,6 +511,10 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
                 );
                 for (keys, kind) in [(plan.take.as_slice(), "take"), (steals, "steal")] {
                     for key in keys {
+                        // A lease taken now would only be released again.
+                        if ctx.shutdown.is_cancelled() {
+                            break;
+                        }
                         let Some(observed) = leases.iter().find(|l| &l.key == key) else {
                             continue;
                         };
@@ -512,6 +540,8 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
                 // Nothing to do and nothing free or expired: the next pass
                 // can wait a failover time (an expiry still wakes it below).
                 let settled = tuning.settled_passes
+                    && live_workers(&cfg.worker_id, &leases, &obs, now, cfg.failover_time)
+                        > SMALL_FLEET
                     && plan.take.is_empty()
                     && plan.steal.is_empty()
                     && held.len() + 1 >= plan.target
@@ -525,6 +555,9 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
                         + cfg
                             .failover_time
                             .mul_f64(pass_jitter(&cfg.worker_id, passes));
+                }
+                if capped {
+                    wake = wake.min(pass_start + tick / 2);
                 }
                 if let Some(t) = obs.next_expiry(&leases, &cfg.worker_id, now, cfg.failover_time) {
                     wake = wake.min(t + Duration::from_millis(5));
@@ -548,7 +581,9 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
     if let Ok(mut d) = ctx.drain_deadline.lock() {
         *d = Some(deadline);
     }
-    let hard_stop = deadline + cfg.failover_time / 3;
+    // Past the grace, a reader still writes its final checkpoint and its
+    // release: two fenced operations, each bounded by the table's op_bound.
+    let hard_stop = deadline + ctx.table.timing().op_bound() * 2 + cfg.failover_time / 10;
     loop {
         held.retain(|_, h| !h.task.is_finished());
         if held.is_empty() || Instant::now() >= hard_stop {
@@ -701,6 +736,7 @@ fn spawn_reader(ctx: &Arc<Ctx>, lease: Lease, written: Written) -> Held {
         renewed: held.renewed.subscribe(),
         tracker: Arc::new(AckTracker::new()),
         last_write: Instant::now(),
+        handed: 0,
     };
     let task = AbortOnDrop(tokio::spawn(reader.run(lease)));
     Held { lease: held, task }
@@ -753,6 +789,32 @@ fn is_sync_leader(
             && !l.is_finished()
             && !obs.is_expired(l, now, failover)
     })
+}
+
+/// Fleets of at most this many workers never settle: each lists at the
+/// renewal cadence, which costs at most about 0.4 RCU/s per 10 shards
+/// (eventually consistent, 258-byte leases, 10 s failover; within the
+/// read target), and so takes a released lease within a third of the
+/// failover time. Larger fleets settle, and take a released lease within
+/// one failover time.
+const SMALL_FLEET: usize = 4;
+
+/// This worker plus the distinct owners of live (unfinished, unexpired)
+/// leases other than this worker's.
+fn live_workers(
+    me: &str,
+    leases: &[Lease],
+    obs: &Observations,
+    now: Instant,
+    failover: Duration,
+) -> usize {
+    let owners: HashSet<&str> = leases
+        .iter()
+        .filter(|l| !l.is_finished() && !obs.is_expired(l, now, failover))
+        .filter_map(|l| l.owner.as_deref())
+        .filter(|o| *o != me)
+        .collect();
+    owners.len() + 1
 }
 
 /// A factor in [0.9, 1.1) that differs per worker and pass, so that
@@ -854,6 +916,10 @@ struct Reader {
     tracker: Arc<AckTracker>,
     /// When the last periodic checkpoint was written or handed on.
     last_write: Instant,
+    /// Records handed to the sink so far: registered records after them
+    /// (a batch dropped at shutdown) can never be acknowledged, so a drain
+    /// waits only for these.
+    handed: u64,
 }
 
 impl Reader {
@@ -980,6 +1046,7 @@ impl Reader {
                 _ = tokio::time::sleep_until(until) => continue,
             };
             if matches!(self.phase(), LeasePhase::Live { .. }) {
+                self.handed += batch.len() as u64;
                 permit.send(batch);
                 return Ok(());
             }
@@ -1220,8 +1287,9 @@ impl Reader {
             .and_then(|d| *d)
             .unwrap_or_else(|| Instant::now() + self.ctx.config.shutdown_grace);
         let lost = self.lease.lost.clone();
+        let handed = self.handed;
         tokio::select! {
-            _ = self.tracker.wait_for(|w| w.in_flight() == 0) => {}
+            _ = self.tracker.wait_for(|w| w.acked_prefix() >= handed) => {}
             _ = tokio::time::sleep_until(deadline) => {
                 warn!(shard = %self.shard, in_flight = self.tracker.in_flight(), "shutdown grace over; checkpointing what is done");
             }
@@ -1337,7 +1405,12 @@ impl Reader {
                 metrics::counter!(metric::LEASE_CHANGES, "kind" => "release").increment(1);
                 true
             }
-            Ok(None) => true,
+            // Refused: another worker took the lease (it finishes the
+            // shard), so this drain is not incomplete.
+            Ok(None) => {
+                lease.fence(&self.ctx.status);
+                true
+            }
             Err(e) => {
                 warn!(shard = %self.shard, error = %e, "release failed; lease expires after failover time");
                 false
@@ -1517,6 +1590,33 @@ mod tests {
             assert_eq!(r.unwrap(), None);
             assert_eq!((counter, reads), (5, 1));
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn live_workers_count_owners_of_unexpired_unfinished_leases() {
+        let fo = Duration::from_secs(10);
+        let lease = |key: &str, owner: Option<&str>| {
+            let mut l = Lease::new(key, Checkpoint::TrimHorizon, vec![]);
+            l.owner = owner.map(str::to_string);
+            l
+        };
+        let mut done = lease("d", Some("c"));
+        done.checkpoint = Checkpoint::ShardEnd;
+        let leases = vec![
+            lease("s0", Some("a")),
+            lease("s1", Some("a")),
+            lease("s2", Some("b")),
+            lease("s3", Some("me")),
+            lease("s4", None),
+            done,
+        ];
+        let mut obs = Observations::default();
+        let t0 = Instant::now();
+        obs.observe(&leases, t0);
+        // a and b (c's only lease is finished), plus this worker.
+        assert_eq!(live_workers("me", &leases, &obs, t0, fo), 3);
+        // A failover time later nothing moved: only this worker is left.
+        assert_eq!(live_workers("me", &leases, &obs, t0 + fo, fo), 1);
     }
 
     #[test]
