@@ -24,7 +24,7 @@ use aws_sdk_dynamodb::types::{
 use aws_sdk_kinesis::types::{Shard, ShardIteratorType};
 use futures::StreamExt;
 use tidemark_consumer::fixture::{ReplaySource, read_fixture};
-use tidemark_consumer::{KinesisConfig, KinesisSource, Record, StatusHandle};
+use tidemark_consumer::{KinesisConfig, KinesisSource, ReadMode, Record, StatusHandle};
 use tidemark_schema::{Origin, Reason};
 use tidemark_tests::{
     LocalStack, TableCapacity, count_items, put_records, repo_root, scan_items, unique_name,
@@ -99,7 +99,21 @@ async fn create_item_table(stack: &LocalStack) -> String {
 }
 
 fn config(stream: &str, leases: &str, worker: &str, failover_secs: u64) -> KinesisConfig {
+    config_in(ReadMode::Polling, stream, leases, worker, failover_secs)
+}
+
+/// [`config`] in read mode `mode`; fan-out subscriptions are renewed every
+/// 2 s, so every test sees renewals mid-stream.
+fn config_in(
+    mode: ReadMode,
+    stream: &str,
+    leases: &str,
+    worker: &str,
+    failover_secs: u64,
+) -> KinesisConfig {
     let mut c = KinesisConfig::new(stream, leases, worker);
+    c.read_mode = mode;
+    c.subscription_renewal = Duration::from_secs(2);
     c.failover_time = Duration::from_secs(failover_secs);
     c.checkpoint_interval = Duration::from_millis(500);
     c.shard_sync_interval = Duration::from_secs(2);
@@ -287,6 +301,25 @@ fn owned(w: &Worker) -> usize {
     w.status.owned_shards().len()
 }
 
+/// Two stack tests running `$body` (an `async fn(ReadMode)`): `$polling`
+/// in polling mode, `$fan_out` in fan-out mode.
+macro_rules! in_both_modes {
+    ($polling:ident, $fan_out:ident, $body:ident) => {
+        in_both_modes!(@one $polling, $body, Polling);
+        in_both_modes!(@one $fan_out, $body, FanOut);
+    };
+    (@one $name:ident, $body:ident, $mode:ident) => {
+        #[cfg_attr(
+            not(feature = "stack"),
+            ignore = "needs the local AWS stack (scripts/test runs it)"
+        )]
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $name() {
+            $body(ReadMode::$mode).await;
+        }
+    };
+}
+
 // ---------- tests ----------
 
 /// 4 shards, 20,000 records, two workers: every record stored exactly once,
@@ -357,6 +390,69 @@ async fn kinesis_two_workers_20k_records_exactly_once() {
     a.task.await.unwrap().unwrap();
     b.task.await.unwrap().unwrap();
     store.await.unwrap();
+}
+
+/// Fan-out: records put in waves across several subscription renewals
+/// (every 2 s) are each delivered exactly once, in shard order, by
+/// SubscribeToShard; the consumer is registered once and reused.
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fan_out_renewals_leave_no_gap_and_no_duplicate() {
+    let stack = tidemark_tests::stack().await;
+    init_logs();
+    let stream = create_stream(&stack, 2).await;
+    let leases = unique_name("leases");
+    let table = create_item_table(&stack).await;
+    let (sink, log, store) = spawn_store(&stack, &table);
+    let cfg = config_in(ReadMode::FanOut, &stream, &leases, "worker", 2);
+    let w = start_worker(&stack, cfg.clone(), sink);
+    let mut all = Vec::new();
+    let t = Instant::now();
+    // Five waves, 1.5 s apart: the subscriptions are renewed between and
+    // during them.
+    for wave in 0..5 {
+        let batch = events(20, 300, wave * 300);
+        put_records(&stack.kinesis(), &stream, &batch).await;
+        all.extend(batch);
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    }
+    wait_acked(&log, all.len(), Duration::from_secs(30)).await;
+    assert!(t.elapsed() > Duration::from_secs(4), "spans renewals");
+    let log_copy = std::mem::take(&mut *log.lock().unwrap());
+    assert_eq!(
+        log_copy.deliveries.len(),
+        all.len(),
+        "one worker, no lease move: no record delivered twice"
+    );
+    let mut last_pos: HashMap<String, tidemark_consumer::checkpoint::Position> = HashMap::new();
+    for d in &log_copy.deliveries {
+        let p = tidemark_consumer::checkpoint::Position::new(d.seq.clone(), d.sub);
+        if let Some(prev) = last_pos.insert(d.shard.clone(), p.clone()) {
+            assert!(
+                prev < p,
+                "shard {} went back from {prev:?} to {p:?}",
+                d.shard
+            );
+        }
+    }
+    let stored = stored_payloads(&stack, &table).await;
+    for (_, d) in &all {
+        assert_eq!(stored.get(d), Some(&1), "{}", String::from_utf8_lossy(d));
+    }
+    w.stop.cancel();
+    w.task.await.unwrap().unwrap();
+    store.await.unwrap();
+    // The consumer stays registered (never removed implicitly) until asked.
+    let k = stack.kinesis();
+    assert!(
+        tidemark_consumer::kinesis::fanout::deregister(&k, &cfg)
+            .await
+            .unwrap(),
+        "registered by the worker"
+    );
 }
 
 /// A worker aborted without shutdown: the other holds every lease within
@@ -432,14 +528,15 @@ async fn kinesis_aborted_worker_leases_taken_over() {
     store.await.unwrap();
 }
 
+in_both_modes!(
+    kinesis_graceful_shutdown_hands_over_fast,
+    fan_out_graceful_shutdown_hands_over_fast,
+    graceful_shutdown_hands_over_fast
+);
+
 /// Graceful shutdown releases leases: the other worker holds them all in
 /// under 2 s (failover 3 s, so expiry cannot explain it).
-#[cfg_attr(
-    not(feature = "stack"),
-    ignore = "needs the local AWS stack (scripts/test runs it)"
-)]
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn kinesis_graceful_shutdown_hands_over_fast() {
+async fn graceful_shutdown_hands_over_fast(mode: ReadMode) {
     let stack = tidemark_tests::stack().await;
     init_logs();
     let stream = create_stream(&stack, 4).await;
@@ -449,12 +546,12 @@ async fn kinesis_graceful_shutdown_hands_over_fast() {
     let (sink, _log, store) = spawn_store(&stack, &table);
     let a = start_worker(
         &stack,
-        config(&stream, &leases, "worker-a", 3),
+        config_in(mode, &stream, &leases, "worker-a", 3),
         sink.clone(),
     );
     let b = start_worker(
         &stack,
-        config(&stream, &leases, "worker-b", 3),
+        config_in(mode, &stream, &leases, "worker-b", 3),
         sink.clone(),
     );
     drop(sink);
@@ -481,6 +578,17 @@ async fn kinesis_graceful_shutdown_hands_over_fast() {
     );
     let all = table_leases.list().await.unwrap();
     assert!(all.iter().all(|l| l.owner.as_deref() == Some("worker-b")));
+    // B reads A's shards on from A's final checkpoints (in fan-out, with
+    // subscriptions of its own once A's ended): records put after the
+    // hand-over are stored, and none of the first 400 again.
+    let later = events(10, 200, 400);
+    put_records(&stack.kinesis(), &stream, &later).await;
+    wait_acked(&_log, 600, Duration::from_secs(30)).await;
+    assert_eq!(
+        _log.lock().unwrap().deliveries.len(),
+        600,
+        "nothing delivered twice across the hand-over"
+    );
     b.stop.cancel();
     b.task.await.unwrap().unwrap();
     // B released too: every lease is free now.
@@ -489,14 +597,15 @@ async fn kinesis_graceful_shutdown_hands_over_fast() {
     store.await.unwrap();
 }
 
+in_both_modes!(
+    kinesis_resumes_kcl_lease_table,
+    fan_out_resumes_kcl_lease_table,
+    resumes_kcl_lease_table
+);
+
 /// A KCL-format lease table with checkpoints written from KCL's documented
 /// schema is resumed from those checkpoints, not from the start.
-#[cfg_attr(
-    not(feature = "stack"),
-    ignore = "needs the local AWS stack (scripts/test runs it)"
-)]
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn kinesis_resumes_kcl_lease_table() {
+async fn resumes_kcl_lease_table(mode: ReadMode) {
     let stack = tidemark_tests::stack().await;
     init_logs();
     let stream = create_stream(&stack, 2).await;
@@ -560,7 +669,11 @@ async fn kinesis_resumes_kcl_lease_table() {
         }
     }
     let (sink, log, store) = spawn_store(&stack, &table);
-    let w = start_worker(&stack, config(&stream, &leases, "new-worker", 2), sink);
+    let w = start_worker(
+        &stack,
+        config_in(mode, &stream, &leases, "new-worker", 2),
+        sink,
+    );
     wait_acked(&log, expected_after.len(), Duration::from_secs(30)).await;
     // Let it idle a moment: nothing older may show up.
     wait_until("caught up", Duration::from_secs(10), || async {
@@ -597,14 +710,15 @@ async fn kinesis_resumes_kcl_lease_table() {
     }
 }
 
+in_both_modes!(
+    kinesis_split_and_merge_mid_stream,
+    fan_out_split_and_merge_mid_stream,
+    split_and_merge_mid_stream
+);
+
 /// One shard split and two merged mid-stream: everything stored, per-key
 /// stream order, children after parents.
-#[cfg_attr(
-    not(feature = "stack"),
-    ignore = "needs the local AWS stack (scripts/test runs it)"
-)]
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn kinesis_split_and_merge_mid_stream() {
+async fn split_and_merge_mid_stream(mode: ReadMode) {
     let stack = tidemark_tests::stack().await;
     init_logs();
     let k = stack.kinesis();
@@ -612,7 +726,7 @@ async fn kinesis_split_and_merge_mid_stream() {
     let leases = unique_name("leases");
     let table = create_item_table(&stack).await;
     let (sink, log, store) = spawn_store(&stack, &table);
-    let w = start_worker(&stack, config(&stream, &leases, "worker", 2), sink);
+    let w = start_worker(&stack, config_in(mode, &stream, &leases, "worker", 2), sink);
     let mut all = events(30, 600, 0);
     put_records(&stack.kinesis(), &stream, &all).await;
     // Split shard 0 at the middle of its range; merge shards 1 and 2.
@@ -692,14 +806,15 @@ async fn kinesis_split_and_merge_mid_stream() {
     store.await.unwrap();
 }
 
+in_both_modes!(
+    kinesis_kpl_aggregates_live,
+    fan_out_kpl_aggregates_live,
+    kpl_aggregates_live
+);
+
 /// KPL aggregates made by aws-kinesis-agg, put into a stream: every user
 /// record stored, the corrupt aggregate dead-lettered, the shard goes on.
-#[cfg_attr(
-    not(feature = "stack"),
-    ignore = "needs the local AWS stack (scripts/test runs it)"
-)]
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn kinesis_kpl_aggregates_live() {
+async fn kpl_aggregates_live(mode: ReadMode) {
     let stack = tidemark_tests::stack().await;
     init_logs();
     let fixture = read_fixture(&repo_root().join("tests/fixtures/kpl_aggregates.jsonl")).unwrap();
@@ -712,7 +827,7 @@ async fn kinesis_kpl_aggregates_live() {
         .collect();
     put_records(&stack.kinesis(), &stream, &input).await;
     let (sink, log, store) = spawn_store(&stack, &table);
-    let w = start_worker(&stack, config(&stream, &leases, "worker", 2), sink);
+    let w = start_worker(&stack, config_in(mode, &stream, &leases, "worker", 2), sink);
     // 261 user records plus the dead-lettered aggregate.
     wait_acked(&log, 262, Duration::from_secs(30)).await;
     // A copy, so no lock is held across the awaits below.
