@@ -445,14 +445,29 @@ async fn fan_out_renewals_leave_no_gap_and_no_duplicate() {
     w.stop.cancel();
     w.task.await.unwrap().unwrap();
     store.await.unwrap();
-    // The consumer stays registered (never removed implicitly) until asked.
+    // The consumer stays registered (never removed implicitly); cleaned up
+    // here (`tidemark consumer deregister` is tested in stack_binary.rs).
     let k = stack.kinesis();
-    assert!(
-        tidemark_consumer::kinesis::fanout::deregister(&k, &cfg)
-            .await
-            .unwrap(),
-        "registered by the worker"
+    let arn = tidemark_consumer::kinesis::fanout::stream_arn(&k, &cfg)
+        .await
+        .unwrap();
+    let c = k
+        .describe_stream_consumer()
+        .stream_arn(&arn)
+        .consumer_name(cfg.consumer_name())
+        .send()
+        .await
+        .expect("still registered after the worker stopped");
+    assert_eq!(
+        c.consumer_description().unwrap().consumer_status(),
+        &aws_sdk_kinesis::types::ConsumerStatus::Active
     );
+    k.deregister_stream_consumer()
+        .stream_arn(&arn)
+        .consumer_name(cfg.consumer_name())
+        .send()
+        .await
+        .unwrap();
 }
 
 /// A worker aborted without shutdown: the other holds every lease within

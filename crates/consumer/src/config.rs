@@ -92,13 +92,14 @@ pub struct KinesisConfig {
     #[serde(default = "default_shutdown_grace", with = "humantime_serde")]
     pub shutdown_grace: Duration,
     /// `polling` (GetRecords) or `fan_out` (enhanced fan-out,
-    /// SubscribeToShard). See docs/configuration.md for when to choose which.
+    /// SubscribeToShard). See "Choosing a read mode" in
+    /// docs/configuration.md.
     #[serde(default)]
     pub read_mode: ReadMode,
     /// `fan_out`: the stream consumer to register or reuse; default: the
     /// lease table's name (as the KCL uses its application name). Workers
-    /// of one application share it; `tidemark kinesis deregister-consumer`
-    /// removes it (never done implicitly).
+    /// of one application share it; `tidemark consumer deregister` removes
+    /// it (never done implicitly).
     #[serde(default)]
     pub consumer_name: Option<String>,
     /// `fan_out`: a subscription is renewed after this long, before Kinesis
@@ -189,9 +190,9 @@ impl Default for LeaseTuning {
     }
 }
 
-/// Before Kinesis' own 5-minute end, so a renewal is never a surprise.
+/// A minute before Kinesis' own 5-minute end.
 pub const fn default_subscription_renewal() -> Duration {
-    Duration::from_secs(280)
+    Duration::from_secs(240)
 }
 /// KCL 2.x `failoverTimeMillis`.
 pub const fn default_failover_time() -> Duration {
@@ -294,7 +295,7 @@ impl KinesisConfig {
         {
             return err(
                 "subscription_renewal",
-                "must be 1s..5m (Kinesis ends a subscription at 5 minutes); use 280s",
+                "must be 1s..5m (Kinesis ends a subscription at 5 minutes); use 4m",
             );
         }
         if self.consumer_name.as_deref() == Some("") {

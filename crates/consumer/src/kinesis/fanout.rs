@@ -1,5 +1,5 @@
 //! Enhanced fan-out (`read_mode = "fan_out"`): the stream consumer's
-//! registration ([`register`], [`deregister`]) and a shard reader that
+//! registration ([`register`]) and a shard reader that
 //! subscribes with SubscribeToShard instead of polling GetRecords.
 //!
 //! Guarantees (besides those of the parent module, which still hold: the
@@ -15,7 +15,7 @@
 //!   [`SUBSCRIBE_BUDGET`] times in a row is released (another worker, or
 //!   this one later, takes it again);
 //! - the consumer is registered (or reused) at start and never deregistered
-//!   implicitly: [`deregister`] is a deliberate operator action.
+//!   here: `tidemark consumer deregister` is a deliberate operator action.
 
 use std::time::Duration;
 
@@ -44,7 +44,7 @@ pub const SUBSCRIBE_BUDGET: u32 = 15;
 const REGISTER_DEADLINE: Duration = Duration::from_secs(120);
 
 /// The stream's ARN: the configured one, or DescribeStreamSummary's.
-async fn stream_arn(
+pub async fn stream_arn(
     kinesis: &aws_sdk_kinesis::Client,
     config: &KinesisConfig,
 ) -> Result<String, ConsumerError> {
@@ -148,31 +148,6 @@ pub async fn register(
             ));
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
-/// Deregisters the configured stream consumer (every subscription of it
-/// ends); false when it was not registered.
-pub async fn deregister(
-    kinesis: &aws_sdk_kinesis::Client,
-    config: &KinesisConfig,
-) -> Result<bool, ConsumerError> {
-    let stream = stream_arn(kinesis, config).await?;
-    match kinesis
-        .deregister_stream_consumer()
-        .stream_arn(&stream)
-        .consumer_name(config.consumer_name())
-        .send()
-        .await
-    {
-        Ok(_) => Ok(true),
-        Err(e)
-            if e.as_service_error()
-                .is_some_and(|s| s.is_resource_not_found_exception()) =>
-        {
-            Ok(false)
-        }
-        Err(e) => Err(AwsError::new("DeregisterStreamConsumer", &e).into()),
     }
 }
 
