@@ -141,6 +141,8 @@ struct Log {
     acked: usize,
     /// Distinct payloads stored or dead-lettered.
     distinct: std::collections::HashSet<Vec<u8>>,
+    /// Per stored record: ms from its arrival in Kinesis to its ack.
+    latencies_ms: Vec<i64>,
 }
 
 /// Waits until the glue acknowledged `n` distinct payloads (cheap, unlike a
@@ -166,6 +168,7 @@ fn spawn_store(
         while let Some(batch) = rx.recv().await {
             let mut items = Vec::new();
             let mut acks = Vec::new();
+            let mut arrivals = Vec::new();
             for r in batch {
                 let Origin::Kinesis {
                     shard_id,
@@ -191,6 +194,7 @@ fn spawn_store(
                     continue;
                 }
                 l2.lock().unwrap().deliveries.push(d);
+                arrivals.push(r.arrival_ms);
                 items.push(item_of(&r));
                 acks.push(r.ack);
             }
@@ -206,9 +210,12 @@ fn spawn_store(
                 .collect::<Vec<()>>()
                 .await;
             let n = acks.len();
+            let now_ms = chrono::Utc::now().timestamp_millis();
+            let latencies: Vec<i64> = arrivals.iter().map(|a| now_ms - a).collect();
             for a in acks {
                 a.done();
             }
+            l2.lock().unwrap().latencies_ms.extend(latencies);
             let mut log = l2.lock().unwrap();
             log.acked += n;
             let start = log.deliveries.len() - n;
@@ -1074,4 +1081,76 @@ async fn kinesis_resharded_before_start_reads_parent_first() {
     w.stop.cancel();
     w.task.await.unwrap().unwrap();
     store.await.unwrap();
+}
+
+/// Ingest-to-stored latency with 1,000 records/s offered (what the emulator
+/// accepts is printed), both read modes in the same run, alternating
+/// (polling, fan-out, polling, fan-out), 15,000 records each, product
+/// defaults (`idle_poll` 250 ms). Latency: the sink's ack time minus the
+/// record's ApproximateArrivalTimestamp (one machine, one clock). Prints the
+/// figures docs/read-modes.md reports; a benchmark, so ignored by default:
+/// `cargo test -p tidemark-tests --features tidemark-tests/stack --test
+/// stack_kinesis_source -- --ignored read_mode_latency --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "benchmark (minutes): run with --ignored, see docs/read-modes.md"]
+async fn read_mode_latency_at_1000_records_per_second() {
+    let stack = tidemark_tests::stack().await;
+    init_logs();
+    for mode in [
+        ReadMode::Polling,
+        ReadMode::FanOut,
+        ReadMode::Polling,
+        ReadMode::FanOut,
+    ] {
+        let stream = create_stream(&stack, 2).await;
+        let leases = unique_name("leases");
+        let table = create_item_table(&stack).await;
+        let (sink, log, store) = spawn_store(&stack, &table);
+        let mut cfg = KinesisConfig::new(&stream, &leases, "bench");
+        cfg.read_mode = mode;
+        let w = start_worker(&stack, cfg, sink);
+        wait_until("leases held", Duration::from_secs(60), || async {
+            (owned(&w) == 2).then_some(())
+        })
+        .await;
+        // Warm-up second not counted: subscriptions and iterators settle.
+        let k = stack.kinesis();
+        let mut sent = 0;
+        let start = tokio::time::Instant::now();
+        // One PutRecords of 100 every 100 ms, each on its own task: the
+        // emulator answers one in up to a second on a loaded machine, so
+        // sequential puts would fall far short of the rate.
+        let mut puts = Vec::new();
+        for tick in 0..160u32 {
+            tokio::time::sleep_until(start + Duration::from_millis(100) * tick).await;
+            let batch = events(50, 100, sent);
+            sent += batch.len();
+            let (k, stream) = (k.clone(), stream.clone());
+            puts.push(tokio::spawn(async move {
+                put_records(&k, &stream, &batch).await;
+            }));
+        }
+        for p in puts {
+            p.await.unwrap();
+        }
+        let rate = sent as f64 / start.elapsed().as_secs_f64();
+        wait_acked(&log, sent, Duration::from_secs(60)).await;
+        let mut lat = std::mem::take(&mut log.lock().unwrap().latencies_ms);
+        // Drop the first second's records (warm-up).
+        let lat_all = lat.len();
+        lat.drain(..1000.min(lat_all));
+        lat.sort_unstable();
+        let pct = |p: f64| lat[((lat.len() as f64 - 1.0) * p) as usize];
+        eprintln!(
+            "{mode:?}: {} records at {rate:.0}/s, ingest-to-stored p50 {} ms, p99 {} ms, max {} ms",
+            lat.len(),
+            pct(0.50),
+            pct(0.99),
+            lat[lat.len() - 1]
+        );
+        assert!(pct(0.5) >= 0, "clock went backwards");
+        w.stop.cancel();
+        w.task.await.unwrap().unwrap();
+        store.await.unwrap();
+    }
 }

@@ -92,8 +92,8 @@ pub struct KinesisConfig {
     #[serde(default = "default_shutdown_grace", with = "humantime_serde")]
     pub shutdown_grace: Duration,
     /// `polling` (GetRecords) or `fan_out` (enhanced fan-out,
-    /// SubscribeToShard). See "Choosing a read mode" in
-    /// docs/configuration.md.
+    /// SubscribeToShard): see docs/read-modes.md for when to choose which
+    /// and what fan-out costs.
     #[serde(default)]
     pub read_mode: ReadMode,
     /// `fan_out`: the stream consumer to register or reuse; default: the
