@@ -916,7 +916,10 @@ async fn deployed_stack_variants_get_the_environment_and_rights_they_need() {
         "kinesis:RegisterStreamConsumer",
         "kinesis:DescribeStreamSummary",
     ] {
-        assert_eq!(grant_of(&grants, on_stream).resources, [stream_arn.as_str()]);
+        assert_eq!(
+            grant_of(&grants, on_stream).resources,
+            [stream_arn.as_str()]
+        );
     }
     for on_consumer in ["kinesis:SubscribeToShard", "kinesis:DescribeStreamConsumer"] {
         assert_eq!(
