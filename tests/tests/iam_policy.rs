@@ -105,6 +105,11 @@ const OPERATOR_ONLY: &[(&str, &str, &str)] = &[
         "`tidemark verify` proves a produced manifest was stored",
     ),
     (
+        "crates/worker/src/cmd/consumer.rs",
+        "kinesis:DeregisterStreamConsumer",
+        "`tidemark consumer deregister`: workers never deregister the fan-out consumer",
+    ),
+    (
         "crates/worker/src/cmd/status.rs",
         "sqs:GetQueueAttributes",
         "`tidemark status` shows an SQS source's queue depth to an operator",

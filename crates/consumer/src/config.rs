@@ -21,6 +21,22 @@ pub enum InitialPosition {
     },
 }
 
+/// How shards are read.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadMode {
+    /// GetRecords calls, paced per shard (shares each shard's 2 MiB/s and
+    /// 5 reads/s with every other polling consumer of the stream).
+    #[default]
+    Polling,
+    /// Enhanced fan-out: a registered stream consumer and one SubscribeToShard
+    /// subscription per leased shard (its own 2 MiB/s per shard, records
+    /// pushed within about 70 ms; billed per consumer-shard hour and per GB).
+    FanOut,
+}
+
 /// Configuration of [`KinesisSource`](crate::KinesisSource).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -75,6 +91,22 @@ pub struct KinesisConfig {
     #[schemars(with = "String")]
     #[serde(default = "default_shutdown_grace", with = "humantime_serde")]
     pub shutdown_grace: Duration,
+    /// `polling` (GetRecords) or `fan_out` (enhanced fan-out,
+    /// SubscribeToShard): see docs/read-modes.md for when to choose which
+    /// and what fan-out costs.
+    #[serde(default)]
+    pub read_mode: ReadMode,
+    /// `fan_out`: the stream consumer to register or reuse; default: the
+    /// lease table's name (as the KCL uses its application name). Workers
+    /// of one application share it; `tidemark consumer deregister` removes
+    /// it (never done implicitly).
+    #[serde(default)]
+    pub consumer_name: Option<String>,
+    /// `fan_out`: a subscription is renewed after this long, before Kinesis
+    /// ends it at 5 minutes, from the last delivered sequence number.
+    #[schemars(with = "String")]
+    #[serde(default = "default_subscription_renewal", with = "humantime_serde")]
+    pub subscription_renewal: Duration,
     /// Lease-coordination switches. Not a configuration key: always
     /// [`LeaseTuning::default`] (tuned) when read from a file; the fleet simulator
     /// sets [`LeaseTuning::before`] to measure the earlier behaviour.
@@ -164,6 +196,10 @@ impl Default for LeaseTuning {
     }
 }
 
+/// A minute before Kinesis' own 5-minute end.
+pub const fn default_subscription_renewal() -> Duration {
+    Duration::from_secs(240)
+}
 /// KCL 2.x `failoverTimeMillis`.
 pub const fn default_failover_time() -> Duration {
     Duration::from_secs(10)
@@ -224,6 +260,9 @@ impl KinesisConfig {
             max_leases: None,
             max_records_per_call: default_max_records_per_call(),
             shutdown_grace: default_shutdown_grace(),
+            read_mode: ReadMode::Polling,
+            consumer_name: None,
+            subscription_renewal: default_subscription_renewal(),
             lease_tuning: LeaseTuning::default(),
         }
     }
@@ -257,6 +296,20 @@ impl KinesisConfig {
                 "must be 1..=10000 (the GetRecords limit)",
             );
         }
+        if self.subscription_renewal < Duration::from_secs(1)
+            || self.subscription_renewal >= Duration::from_secs(300)
+        {
+            return err(
+                "subscription_renewal",
+                "must be 1s..5m (Kinesis ends a subscription at 5 minutes); use 4m",
+            );
+        }
+        if self.consumer_name.as_deref() == Some("") {
+            return err(
+                "consumer_name",
+                "empty: remove it to use the lease table's name",
+            );
+        }
         if self.max_leases == Some(0) {
             return err("max_leases", "0 would never read; remove it for no limit");
         }
@@ -269,6 +322,11 @@ impl KinesisConfig {
             Some(rest) => rest.rsplit('/').next().unwrap_or(rest),
             None => &self.stream,
         }
+    }
+
+    /// The `fan_out` stream consumer's name.
+    pub fn consumer_name(&self) -> &str {
+        self.consumer_name.as_deref().unwrap_or(&self.lease_table)
     }
 
     /// True when `stream` is an ARN.

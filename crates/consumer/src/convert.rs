@@ -25,6 +25,52 @@ pub struct RawRecord {
     pub arrival_ms: i64,
 }
 
+impl From<&aws_sdk_kinesis::types::Record> for RawRecord {
+    /// A record of GetRecords or of a fan-out event.
+    fn from(r: &aws_sdk_kinesis::types::Record) -> Self {
+        Self {
+            sequence_number: r.sequence_number().into(),
+            partition_key: r.partition_key().unwrap_or_default().to_string(),
+            data: Bytes::copy_from_slice(r.data().as_ref()),
+            arrival_ms: r
+                .approximate_arrival_timestamp()
+                .and_then(|t| t.to_millis().ok())
+                .unwrap_or(0),
+        }
+    }
+}
+
+/// What [`push_kinesis_records`] read.
+#[derive(Debug, Default)]
+pub struct Pushed {
+    /// Data bytes of the raw records.
+    pub bytes: usize,
+    /// Corrupt aggregates among them.
+    pub corrupt: usize,
+    /// The last raw record's sequence number.
+    pub last: Option<SharedStr>,
+}
+
+/// [`push_user_records`] for each record of a GetRecords answer or a
+/// fan-out event.
+pub fn push_kinesis_records(
+    records: &[aws_sdk_kinesis::types::Record],
+    stream: &SharedStr,
+    shard_id: &SharedStr,
+    skip_upto: Option<&Position>,
+    tracker: &Arc<AckTracker>,
+    out: &mut Vec<Record>,
+) -> Result<Pushed, OutOfOrder> {
+    let mut pushed = Pushed::default();
+    for r in records {
+        pushed.bytes += r.data().as_ref().len();
+        let raw = RawRecord::from(r);
+        pushed.last = Some(raw.sequence_number.clone());
+        pushed.corrupt += push_user_records(stream, shard_id, raw, skip_upto, tracker, out)?;
+    }
+    Ok(pushed)
+}
+
 /// Appends the user records of `raw` to `out`, skipping positions at or
 /// below `skip_upto` (already checkpointed). A corrupt aggregate becomes one
 /// record with a [`Defect`] and the raw bytes, at sub-sequence 0. Returns the

@@ -34,7 +34,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::checkpoint::AckTracker;
 use crate::config::{InitialPosition, KinesisConfig};
-use crate::convert::{RawRecord, push_user_records};
+use crate::convert::push_kinesis_records;
 use crate::error::{AwsError, ConsumerError, ErrorClass};
 use crate::lease::{
     self, BalanceInput, Checkpoint, Fenced, Lease, LeasePhase, LeaseTable, LeaseTiming,
@@ -46,6 +46,8 @@ use crate::status::{ShardState, StatusHandle};
 use tidemark_schema::SharedStr;
 
 use crate::metrics::kinesis as metric;
+
+pub mod fanout;
 
 /// A held lease, shared by the renewer, the coordinator and the reader.
 #[derive(Debug)]
@@ -249,6 +251,8 @@ struct Ctx {
     /// Shards whose drain did not finish (final checkpoint or release
     /// failed, or the reader was aborted): `run` then returns an error.
     unfinished: std::sync::Mutex<Vec<String>>,
+    /// `fan_out`: the registered stream consumer's ARN (`None`: polling).
+    consumer_arn: Option<String>,
     /// A reader's error no retry can fix (access denied, a KMS key the role
     /// cannot use): the source stops with it rather than retry for ever.
     fatal: std::sync::Mutex<Option<ConsumerError>>,
@@ -341,6 +345,12 @@ impl KinesisSource {
     ) -> Result<(), ConsumerError> {
         self.config.validate()?;
         self.table.create_if_absent(Duration::from_secs(60)).await?;
+        let consumer_arn = match self.config.read_mode {
+            crate::config::ReadMode::FanOut => {
+                Some(fanout::register(&self.kinesis, &self.config).await?)
+            }
+            crate::config::ReadMode::Polling => None,
+        };
         let ctx = Arc::new(Ctx {
             config: self.config,
             kinesis: self.kinesis,
@@ -354,6 +364,7 @@ impl KinesisSource {
             drain_deadline: std::sync::Mutex::new(None),
             govs: self.govs,
             unfinished: std::sync::Mutex::new(Vec::new()),
+            consumer_arn,
             fatal: std::sync::Mutex::new(None),
         });
         coordinate(Arc::clone(&ctx)).await?;
@@ -1081,6 +1092,9 @@ impl Reader {
         self.ctx
             .status
             .update(&self.shard, |s| s.state = ShardState::Reading);
+        if let Some(arn) = self.ctx.consumer_arn.clone() {
+            return self.read_fan_out(lease, &arn).await;
+        }
         let skip = match &lease.checkpoint {
             Checkpoint::At(p) => Some(p.clone()),
             _ => None,
@@ -1179,29 +1193,18 @@ impl Reader {
             };
             retry = retry_backoff();
             let behind = out.millis_behind_latest();
-            let mut bytes = 0usize;
             let mut batch = Vec::with_capacity(out.records().len());
-            let mut corrupt = 0;
-            for r in out.records() {
-                bytes += r.data().as_ref().len();
-                let raw = RawRecord {
-                    sequence_number: r.sequence_number().into(),
-                    partition_key: r.partition_key().unwrap_or_default().to_string(),
-                    data: bytes::Bytes::copy_from_slice(r.data().as_ref()),
-                    arrival_ms: r
-                        .approximate_arrival_timestamp()
-                        .and_then(|t| t.to_millis().ok())
-                        .unwrap_or(0),
-                };
-                last_read = Some(raw.sequence_number.clone());
-                corrupt += push_user_records(
-                    &stream,
-                    &shard_id,
-                    raw,
-                    skip.as_ref(),
-                    &self.tracker,
-                    &mut batch,
-                )?;
+            let pushed = push_kinesis_records(
+                out.records(),
+                &stream,
+                &shard_id,
+                skip.as_ref(),
+                &self.tracker,
+                &mut batch,
+            )?;
+            let (bytes, corrupt) = (pushed.bytes, pushed.corrupt);
+            if pushed.last.is_some() {
+                last_read = pushed.last;
             }
             pacer.on_success(started, bytes, out.records().len(), behind == Some(0));
             if corrupt > 0 {

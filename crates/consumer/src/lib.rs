@@ -15,7 +15,9 @@
 //! - [`pacer`]: the pure per-shard GetRecords pacing law.
 //! - [`kpl`]: KPL aggregate de-aggregation (MD5-checked).
 //! - [`convert`]: raw Kinesis record to user records (shared by live and replay).
-//! - [`kinesis`]: [`KinesisSource`], the lease coordinator and shard readers.
+//! - [`kinesis`]: [`KinesisSource`], the lease coordinator and shard readers;
+//!   [`kinesis::fanout`]: enhanced fan-out (consumer registration,
+//!   SubscribeToShard readers, `read_mode = "fan_out"`).
 //! - [`fixture`]: the JSON-lines fixture format, recorder and replay source.
 //! - [`sqs`]: [`sqs::SqsSource`], long-poll receivers, visibility heartbeats,
 //!   delete after acknowledgement, FIFO group order (see its module docs).
@@ -59,7 +61,7 @@ pub mod record;
 pub mod sqs;
 pub mod status;
 
-pub use config::{InitialPosition, KinesisConfig};
+pub use config::{InitialPosition, KinesisConfig, ReadMode};
 pub use error::ConsumerError;
 pub use kinesis::KinesisSource;
 pub use record::{Ack, AckTarget, Defect, Record};

@@ -8,7 +8,8 @@ use ::metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
 pub mod kinesis {
     /// Counter, label `shard`: user records delivered.
     pub const RECORDS_READ: &str = "tidemark_consumer_records_read_total";
-    /// Gauge, label `shard`: MillisBehindLatest of the last GetRecords.
+    /// Gauge, label `shard`: MillisBehindLatest of the last GetRecords call
+    /// (polling) or subscription event (fan-out).
     pub const MILLIS_BEHIND: &str = "tidemark_consumer_millis_behind_latest";
     /// Gauge: leases held by this worker.
     pub const LEASES_HELD: &str = "tidemark_consumer_leases_held";
@@ -23,6 +24,12 @@ pub mod kinesis {
     /// Counter: a reader passed its lease deadline without a renewal and
     /// paused (nothing submitted, nothing checkpointed) until one came.
     pub const LEASE_PAUSES: &str = "tidemark_consumer_lease_pauses_total";
+    /// Counter, label `shard`: fan-out subscriptions renewed (renewal time
+    /// reached, or the server ended one).
+    pub const SUBSCRIPTION_RENEWALS: &str = "tidemark_consumer_subscription_renewals_total";
+    /// Counter, labels `shard`, `reason` (`in_use`, `throttled`, `error`):
+    /// fan-out subscriptions that failed to start or broke off.
+    pub const SUBSCRIPTION_FAILURES: &str = "tidemark_consumer_subscription_failures_total";
     /// Counter, label `shard`: KPL aggregates that failed their MD5 or decoding.
     pub const CORRUPT_AGGREGATES: &str = "tidemark_consumer_corrupt_aggregates_total";
 }
@@ -64,7 +71,7 @@ const HELP: &[(&str, Kind, &str)] = &[
     (
         kinesis::MILLIS_BEHIND,
         Kind::Gauge,
-        "MillisBehindLatest of the last GetRecords (label `shard`).",
+        "MillisBehindLatest of the last GetRecords or fan-out event (label `shard`).",
     ),
     (
         kinesis::LEASES_HELD,
@@ -95,6 +102,16 @@ const HELP: &[(&str, Kind, &str)] = &[
         kinesis::LEASE_PAUSES,
         Kind::Counter,
         "Readers paused at their lease deadline, waiting for a renewal.",
+    ),
+    (
+        kinesis::SUBSCRIPTION_RENEWALS,
+        Kind::Counter,
+        "Fan-out subscriptions renewed (label `shard`).",
+    ),
+    (
+        kinesis::SUBSCRIPTION_FAILURES,
+        Kind::Counter,
+        "Fan-out subscriptions that failed to start or broke off (labels `shard`, `reason`).",
     ),
     (
         kinesis::CORRUPT_AGGREGATES,

@@ -99,6 +99,12 @@ enum Command {
         after_help = "Examples:\n  tidemark config check localstack/tidemark.toml\n  tidemark config show --config localstack/tidemark.toml --output json"
     )]
     Config(cmd::config::Args),
+    /// The Kinesis enhanced fan-out stream consumer (`source.read_mode =
+    /// "fan_out"`): deregister it, which workers never do on their own.
+    #[command(
+        after_help = "Example:\n  tidemark consumer deregister --config deploy/tidemark.toml --yes"
+    )]
+    Consumer(cmd::consumer::Args),
     /// Print shell completions (bash, zsh, fish, elvish, powershell).
     #[command(
         after_help = "Example:\n  tidemark completions bash > /etc/bash_completion.d/tidemark"
@@ -184,6 +190,10 @@ fn real_main(cli: Cli) -> Result<()> {
         Command::Replay(args) => {
             let config = args.config.load()?;
             runtime()?.block_on(cmd::replay::run(&config, &args))
+        }
+        Command::Consumer(args) => {
+            let config = args.config.load()?;
+            runtime()?.block_on(cmd::consumer::run(&config, &args))
         }
         Command::Tables(args) => {
             let config = args.config.load()?;

@@ -208,8 +208,70 @@ fn setup_source(stack: LocalStack, name: &str, top: &str, source: &str) -> Env {
 )]
 async fn sigterm_mid_stream_then_restart_loses_and_duplicates_nothing() {
     let env = setup().await;
+    let manifest = stop_mid_stream_then_restart(&env).await;
+    key_and_query_name_what_run_wrote(&env, &manifest).await;
+}
+
+/// The same in fan-out mode, with subscriptions renewed every 5 s; the
+/// stream consumer stays registered after both runs until `tidemark
+/// consumer deregister --yes` removes it.
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn fan_out_sigterm_mid_stream_then_restart_loses_and_duplicates_nothing() {
+    let env = setup_with(2, "", |source| {
+        format!("{source}read_mode = \"fan_out\"\nsubscription_renewal = \"5s\"\n")
+    })
+    .await;
+    stop_mid_stream_then_restart(&env).await;
+    let refused = env.cmd().args(["consumer", "deregister"]).output().unwrap();
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--yes"));
+    let out = env.output(&["consumer", "deregister", "--yes"]);
+    assert!(out.contains("deregistered"), "{out}");
+    // Deregistering takes a moment; meanwhile the command says so.
+    let start = Instant::now();
+    loop {
+        let again = env
+            .cmd()
+            .args(["consumer", "deregister", "--yes"])
+            .output()
+            .unwrap();
+        let (out, err) = (
+            String::from_utf8_lossy(&again.stdout),
+            String::from_utf8_lossy(&again.stderr),
+        );
+        if again.status.success() {
+            assert!(out.contains("was not registered"), "{out}");
+            break;
+        }
+        assert!(err.contains("not ACTIVE"), "{err}");
+        assert!(start.elapsed() < Duration::from_secs(20), "still deleting");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Produces 3,000 events while a run is stopped by SIGTERM a third of the
+/// way, then a second run finishes: each run's stored count adds up to
+/// exactly the events, and `verify` finds every one. Returns the manifest.
+async fn stop_mid_stream_then_restart(env: &Env) -> PathBuf {
     const EVENTS: u64 = 3000;
     let manifest = env.dir.join("produced.jsonl");
+    // First run: stopped once a third is stored. The producer starts once
+    // it reads (holds its leases; in fan-out, its consumer is ACTIVE, which
+    // takes seconds on a loaded machine), so the stop falls mid-stream.
+    let log1 = env.dir.join("run1.log");
+    let mut run1 = env.spawn_run(&log1);
+    let start = Instant::now();
+    while env.metric("tidemark_consumer_leases_held").await < 2 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "first run took no leases"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     // The producer keeps writing (paced) while the first run is stopped, so
     // the stop really falls mid-stream.
     let mut producer = env
@@ -236,9 +298,6 @@ async fn sigterm_mid_stream_then_restart_loses_and_duplicates_nothing() {
         .spawn()
         .unwrap();
 
-    // First run: stopped once a third is stored.
-    let log1 = env.dir.join("run1.log");
-    let mut run1 = env.spawn_run(&log1);
     let start = Instant::now();
     while env.metric("tidemark_writer_items_stored_total").await < EVENTS / 3 {
         assert!(
@@ -299,9 +358,13 @@ async fn sigterm_mid_stream_then_restart_loses_and_duplicates_nothing() {
         !env.dir.join("dead.jsonl").exists(),
         "no dead letters expected"
     );
+    manifest
+}
 
+/// `key` and `query` name exactly what `run` stored of `manifest`.
+async fn key_and_query_name_what_run_wrote(env: &Env, manifest: &Path) {
     // `key` names exactly the item `run` wrote.
-    let line = std::fs::read_to_string(&manifest)
+    let line = std::fs::read_to_string(manifest)
         .unwrap()
         .lines()
         .nth(17)
@@ -330,7 +393,7 @@ async fn sigterm_mid_stream_then_restart_loses_and_duplicates_nothing() {
     );
 
     // `query` returns exactly the stored events of a range, in time order.
-    let events: Vec<Value> = std::fs::read_to_string(&manifest)
+    let events: Vec<Value> = std::fs::read_to_string(manifest)
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())

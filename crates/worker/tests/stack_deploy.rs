@@ -827,6 +827,7 @@ async fn deployed_stack_variants_get_the_environment_and_rights_they_need() {
         &[
             "TIDEMARK__SOURCE__STREAM",
             "TIDEMARK__SOURCE__LEASE_TABLE",
+            "TIDEMARK__SOURCE__READ_MODE",
             "TIDEMARK__SCHEMA__KEY__SHARDS",
             "TIDEMARK__SCHEMA__KEY__BUCKET",
         ],
@@ -896,16 +897,40 @@ async fn deployed_stack_variants_get_the_environment_and_rights_they_need() {
     );
     drop(deployed);
 
-    // OnExpiry delete: DeleteTable, and no export rights.
+    // OnExpiry delete: DeleteTable, and no export rights. ReadMode fan_out:
+    // the stream consumer's rights, on the stream and its consumers only.
     let name = unique_name("deploy-del");
     let mut params = common.to_vec();
     params.extend([
         ("StreamName", "any-stream"),
         ("TablePrefix", name.as_str()),
         ("OnExpiry", "delete"),
+        ("ReadMode", "fan_out"),
     ]);
     let deployed = Deployed::create(&stack, &name, &params);
+    let env = task_env(&deployed.report["task_definition"]);
+    assert_eq!(env["TIDEMARK__SOURCE__READ_MODE"], "fan_out");
     let grants = task_role_grants(&deployed.report);
+    let stream_arn = format!("arn:aws:kinesis:us-east-1:{ACCOUNT}:stream/any-stream");
+    for on_stream in [
+        "kinesis:RegisterStreamConsumer",
+        "kinesis:DescribeStreamSummary",
+    ] {
+        assert_eq!(
+            grant_of(&grants, on_stream).resources,
+            [stream_arn.as_str()]
+        );
+    }
+    for on_consumer in ["kinesis:SubscribeToShard", "kinesis:DescribeStreamConsumer"] {
+        assert_eq!(
+            grant_of(&grants, on_consumer).resources,
+            [format!("{stream_arn}/consumer/*")]
+        );
+    }
+    assert!(
+        !all_actions(&grants).contains("kinesis:DeregisterStreamConsumer"),
+        "only an operator deregisters"
+    );
     grant_of(&grants, "dynamodb:DeleteTable");
     let actions = all_actions(&grants);
     assert!(

@@ -2,6 +2,7 @@
 //! helpers several commands share; [`render`] formats every output.
 
 pub(crate) mod config;
+pub(crate) mod consumer;
 pub(crate) mod healthcheck;
 pub(crate) mod key;
 pub(crate) mod migrate;
