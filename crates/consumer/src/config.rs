@@ -37,6 +37,24 @@ pub enum ReadMode {
     FanOut,
 }
 
+/// Who decides which worker holds which lease (docs/scale-out.md).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum LeaseAssignment {
+    /// Every worker lists the lease table and takes or steals its share
+    /// itself (the KCL 2.x protocol). Best up to a few dozen workers.
+    #[default]
+    Listing,
+    /// One elected worker lists the table and assigns leases by fenced
+    /// writes; the others renew what they hold and find new leases with a
+    /// Query on the `leaseOwner` index of the lease table (the KCL v3
+    /// design). The leader lock and per-worker heartbeats live in the
+    /// coordinator table. Reads stay flat as workers are added.
+    Leader,
+}
+
 /// Configuration of [`KinesisSource`](crate::KinesisSource).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -107,6 +125,20 @@ pub struct KinesisConfig {
     #[schemars(with = "String")]
     #[serde(default = "default_subscription_renewal", with = "humantime_serde")]
     pub subscription_renewal: Duration,
+    /// `listing` (default: every worker lists the lease table) or `leader`
+    /// (one elected worker assigns leases; the others query the table's
+    /// `leaseOwner` index). Turn `leader` on for fleets of more than about
+    /// 20 workers: see docs/scale-out.md. Every worker of one application
+    /// must use the same mode.
+    #[serde(default)]
+    pub lease_assignment: LeaseAssignment,
+    /// `leader` mode: the most the wall clocks of two workers may differ. A
+    /// worker whose heartbeat is older than `failover_time` + this on the
+    /// leader's clock is dead and its leases are reassigned at once (each
+    /// worker stops reading when its own heartbeat is a failover time old).
+    #[schemars(with = "String")]
+    #[serde(default = "default_max_clock_skew", with = "humantime_serde")]
+    pub max_clock_skew: Duration,
     /// Lease-coordination switches. Not a configuration key: always
     /// [`LeaseTuning::default`] (tuned) when read from a file; the fleet simulator
     /// sets [`LeaseTuning::before`] to measure the earlier behaviour.
@@ -196,6 +228,10 @@ impl Default for LeaseTuning {
     }
 }
 
+/// NTP-synchronised hosts (ECS, EC2) stay well within this.
+pub const fn default_max_clock_skew() -> Duration {
+    Duration::from_secs(2)
+}
 /// A minute before Kinesis' own 5-minute end.
 pub const fn default_subscription_renewal() -> Duration {
     Duration::from_secs(240)
@@ -263,6 +299,8 @@ impl KinesisConfig {
             read_mode: ReadMode::Polling,
             consumer_name: None,
             subscription_renewal: default_subscription_renewal(),
+            lease_assignment: LeaseAssignment::Listing,
+            max_clock_skew: default_max_clock_skew(),
             lease_tuning: LeaseTuning::default(),
         }
     }

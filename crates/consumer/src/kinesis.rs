@@ -33,8 +33,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::checkpoint::AckTracker;
-use crate::config::{InitialPosition, KinesisConfig};
+use crate::config::{InitialPosition, KinesisConfig, LeaseAssignment};
 use crate::convert::push_kinesis_records;
+use crate::coord_store::CoordStore;
 use crate::error::{AwsError, ConsumerError, ErrorClass};
 use crate::lease::{
     self, BalanceInput, Checkpoint, Fenced, Lease, LeasePhase, LeaseTable, LeaseTiming,
@@ -47,6 +48,7 @@ use tidemark_schema::SharedStr;
 
 use crate::metrics::kinesis as metric;
 
+mod assign;
 pub mod fanout;
 
 /// A held lease, shared by the renewer, the coordinator and the reader.
@@ -256,6 +258,8 @@ struct Ctx {
     /// A reader's error no retry can fix (access denied, a KMS key the role
     /// cannot use): the source stops with it rather than retry for ever.
     fatal: std::sync::Mutex<Option<ConsumerError>>,
+    /// `lease_assignment = "leader"`: the leader lock and heartbeats.
+    coord: Option<Arc<dyn CoordStore>>,
 }
 
 /// The endpoint governors a [`KinesisSource`] shares with the rest of the
@@ -285,6 +289,7 @@ pub struct KinesisSource {
     table: LeaseTable,
     status: StatusHandle,
     govs: Option<Governors>,
+    coord: Option<Arc<dyn CoordStore>>,
 }
 
 impl KinesisSource {
@@ -315,7 +320,17 @@ impl KinesisSource {
             table,
             status: StatusHandle::default(),
             govs: None,
+            coord: None,
         }
+    }
+
+    /// Where `lease_assignment = "leader"` keeps its leader lock and
+    /// heartbeats (the worker passes its coordinator table,
+    /// [`DynamoCoord`](crate::coord_store::DynamoCoord)); required in that
+    /// mode, unused otherwise.
+    pub fn with_coordination(mut self, coord: Arc<dyn CoordStore>) -> Self {
+        self.coord = Some(coord);
+        self
     }
 
     /// Shares the worker's endpoint governors: lease writes and GetRecords
@@ -345,6 +360,24 @@ impl KinesisSource {
     ) -> Result<(), ConsumerError> {
         self.config.validate()?;
         self.table.create_if_absent(Duration::from_secs(60)).await?;
+        let coord = match (self.config.lease_assignment, self.coord) {
+            (LeaseAssignment::Leader, None) => {
+                return Err(crate::config::ConfigError {
+                    key: "lease_assignment",
+                    problem: "\"leader\" needs a coordinator table for its lock and heartbeats (KinesisSource::with_coordination)".into(),
+                }
+                .into());
+            }
+            (LeaseAssignment::Leader, Some(c)) => {
+                // Large tables take a while to index: allow for it.
+                self.table
+                    .ensure_owner_index(Duration::from_secs(600))
+                    .await?;
+                c.ensure(Duration::from_secs(60)).await?;
+                Some(c)
+            }
+            (LeaseAssignment::Listing, _) => None,
+        };
         let consumer_arn = match self.config.read_mode {
             crate::config::ReadMode::FanOut => {
                 Some(fanout::register(&self.kinesis, &self.config).await?)
@@ -366,6 +399,7 @@ impl KinesisSource {
             unfinished: std::sync::Mutex::new(Vec::new()),
             consumer_arn,
             fatal: std::sync::Mutex::new(None),
+            coord,
         });
         coordinate(Arc::clone(&ctx)).await?;
         if let Some(e) = ctx
@@ -408,6 +442,11 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
     // loop never delays them.
     let renewer_stop = CancellationToken::new();
     let renewer = AbortOnDrop(tokio::spawn(renew_loop(ctx.clone(), renewer_stop.clone())));
+    let mut assigner = ctx
+        .coord
+        .clone()
+        .filter(|_| cfg.lease_assignment == LeaseAssignment::Leader)
+        .map(|c| assign::Assigner::start(&ctx, c));
     loop {
         if ctx.shutdown.is_cancelled() {
             break;
@@ -416,6 +455,17 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
         let pass_start = Instant::now();
         let mut wake = pass_start + tick;
         passes += 1;
+        // Leader mode: its own pass (kinesis/assign.rs).
+        if let Some(a) = assigner.as_mut() {
+            let wake = a.pass(&ctx, &mut held).await?;
+            metrics::gauge!(metric::LEASES_HELD).set(held.len() as f64);
+            tokio::select! {
+                _ = ctx.shutdown.cancelled() => {}
+                _ = tokio::time::sleep_until(wake) => {}
+                _ = ctx.sync_now.notified() => a.sync_asked(),
+            }
+            continue;
+        }
         if !tuning.leader_shard_sync && Instant::now() >= next_sync {
             match sync_shards(&ctx, None).await {
                 Ok(_) => {
@@ -585,6 +635,9 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
                 sync_asked = true;
             }
         }
+    }
+    if let Some(a) = assigner.take() {
+        a.stop(&ctx).await;
     }
     // Shutdown: readers drain, checkpoint and release on their own; the
     // renewer keeps their leases meanwhile so nobody steals them mid-drain.

@@ -25,7 +25,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use std::sync::Arc;
 use tokio::time::Instant;
 
-pub use crate::lease_store::{DynamoStore, LeaseStore, LeaseWrite, ScanPage};
+pub use crate::lease_store::{DynamoStore, LeaseStore, LeaseWrite, OWNER_INDEX, ScanPage};
 
 use crate::checkpoint::Position;
 use crate::error::{AwsError, ConsumerError, ErrorClass};
@@ -499,6 +499,17 @@ impl LeaseTable {
                 return Ok(out);
             }
         }
+    }
+
+    /// The keys of the leases `owner` holds, from the owner index (one
+    /// eventually consistent Query; see [`LeaseStore::owned_by`]).
+    pub async fn owned_by(&self, owner: &str) -> Result<Vec<String>, ConsumerError> {
+        self.store.owned_by(owner).await
+    }
+
+    /// Makes sure the owner index exists (adding it when absent).
+    pub async fn ensure_owner_index(&self, timeout: Duration) -> Result<(), ConsumerError> {
+        self.store.ensure_owner_index(timeout).await
     }
 
     /// The lease `key` (consistent read); `None` when there is none. One

@@ -20,8 +20,9 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ScalarAttributeType, TableStatus,
+    AttributeDefinition, AttributeValue, BillingMode, CreateGlobalSecondaryIndexAction,
+    GlobalSecondaryIndex, GlobalSecondaryIndexUpdate, IndexStatus, KeySchemaElement, KeyType,
+    Projection, ProjectionType, ProvisionedThroughput, ScalarAttributeType, TableStatus,
 };
 use futures::future::BoxFuture;
 use tokio::time::Instant;
@@ -199,7 +200,23 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
 
     /// One attempt of a conditional write (see [`LeaseWrite::apply`]).
     fn write<'a>(&'a self, write: &'a LeaseWrite) -> BoxFuture<'a, Result<(), AwsError>>;
+
+    /// The keys of the leases owned by `owner`, from the owner index
+    /// ([`OWNER_INDEX`], keys only, eventually consistent: a lease assigned
+    /// a moment ago may be missing, one moved away may still show).
+    fn owned_by<'a>(&'a self, owner: &'a str) -> BoxFuture<'a, Result<Vec<String>, ConsumerError>>;
+
+    /// Makes sure the owner index exists and is ACTIVE (adding it to an
+    /// existing table when absent), within `timeout`; refuses with a
+    /// message naming the fix when it cannot.
+    fn ensure_owner_index(&self, timeout: Duration) -> BoxFuture<'_, Result<(), ConsumerError>>;
 }
+
+/// The global secondary index on `leaseOwner` (hash) and `leaseKey`
+/// (range), keys only: the KCL v3's name and shape, so a table serves
+/// both. Renewals and checkpoints change no key of it, so they cost no
+/// index write; only a change of owner does.
+pub const OWNER_INDEX: &str = "LeaseOwnerToLeaseKeyIndex";
 
 /// The lease table in DynamoDB.
 ///
@@ -304,6 +321,8 @@ impl DynamoStore {
                     .build()
                     .map_err(|e| self.bad(&e.to_string()))?,
             )
+            .attribute_definitions(self.owner_attribute()?)
+            .global_secondary_indexes(self.owner_index()?)
             .send()
             .await;
         match res {
@@ -316,6 +335,144 @@ impl DynamoStore {
                 } else {
                     Err(err.into())
                 }
+            }
+        }
+    }
+
+    fn owner_attribute(&self) -> Result<AttributeDefinition, ConsumerError> {
+        AttributeDefinition::builder()
+            .attribute_name("leaseOwner")
+            .attribute_type(ScalarAttributeType::S)
+            .build()
+            .map_err(|e| self.bad(&e.to_string()))
+    }
+
+    fn owner_index(&self) -> Result<GlobalSecondaryIndex, ConsumerError> {
+        let key = |name: &str, kind| {
+            KeySchemaElement::builder()
+                .attribute_name(name)
+                .key_type(kind)
+                .build()
+                .map_err(|e| self.bad(&e.to_string()))
+        };
+        GlobalSecondaryIndex::builder()
+            .index_name(OWNER_INDEX)
+            .key_schema(key("leaseOwner", KeyType::Hash)?)
+            .key_schema(key("leaseKey", KeyType::Range)?)
+            .projection(
+                Projection::builder()
+                    .projection_type(ProjectionType::KeysOnly)
+                    .build(),
+            )
+            .build()
+            .map_err(|e| self.bad(&e.to_string()))
+    }
+
+    /// DescribeTable until the owner index is ACTIVE; adds it (UpdateTable)
+    /// when the table has none.
+    async fn ensure_index(&self, timeout: Duration) -> Result<(), ConsumerError> {
+        let deadline = Instant::now() + timeout;
+        let mut asked = false;
+        loop {
+            let out = self
+                .client
+                .describe_table()
+                .table_name(&self.table)
+                .send()
+                .await
+                .map_err(|e| AwsError::new("DescribeTable", &e))?;
+            let index = out.table().and_then(|t| {
+                t.global_secondary_indexes()
+                    .iter()
+                    .find(|i| i.index_name() == Some(OWNER_INDEX))
+            });
+            match index {
+                Some(i) if i.index_status() == Some(&IndexStatus::Active) => return Ok(()),
+                Some(_) => {}
+                None if !asked => {
+                    tracing::info!(table = %self.table, index = OWNER_INDEX, "adding the lease owner index");
+                    // A provisioned table's index needs its own capacity:
+                    // the table's, as the index is far smaller.
+                    let provisioned = out
+                        .table()
+                        .filter(|t| {
+                            t.billing_mode_summary().and_then(|b| b.billing_mode())
+                                != Some(&BillingMode::PayPerRequest)
+                        })
+                        .and_then(|t| t.provisioned_throughput())
+                        .and_then(|p| {
+                            let (r, w) = (p.read_capacity_units()?, p.write_capacity_units()?);
+                            (r > 0 && w > 0).then(|| {
+                                ProvisionedThroughput::builder()
+                                    .read_capacity_units(r)
+                                    .write_capacity_units(w)
+                                    .build()
+                            })
+                        })
+                        .transpose()
+                        .map_err(|e| self.bad(&e.to_string()))?;
+                    let index = self.owner_index()?;
+                    let update = GlobalSecondaryIndexUpdate::builder()
+                        .create(
+                            CreateGlobalSecondaryIndexAction::builder()
+                                .index_name(OWNER_INDEX)
+                                .set_key_schema(Some(index.key_schema().to_vec()))
+                                .set_projection(index.projection().cloned())
+                                .set_provisioned_throughput(provisioned)
+                                .build()
+                                .map_err(|e| self.bad(&e.to_string()))?,
+                        )
+                        .build();
+                    let res = self
+                        .client
+                        .update_table()
+                        .table_name(&self.table)
+                        .attribute_definitions(self.owner_attribute()?)
+                        .global_secondary_index_updates(update)
+                        .send()
+                        .await;
+                    if let Err(e) = res {
+                        let e = AwsError::new("UpdateTable", &e);
+                        return Err(self.bad(&format!(
+                            "has no {OWNER_INDEX} index, which lease_assignment = \"leader\" needs, and adding it failed ({e}); add a global secondary index {OWNER_INDEX} (hash key leaseOwner S, range key leaseKey S, projection KEYS_ONLY) or set lease_assignment = \"listing\""
+                        )));
+                    }
+                    asked = true;
+                }
+                None => {}
+            }
+            if Instant::now() >= deadline {
+                return Err(self.bad(&format!(
+                    "index {OWNER_INDEX} not ACTIVE within {timeout:?} (large tables take longer to index: start again once DescribeTable shows it ACTIVE)"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    async fn query_owner(&self, owner: &str) -> Result<Vec<String>, ConsumerError> {
+        let mut out = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(OWNER_INDEX)
+                .key_condition_expression("leaseOwner = :o")
+                .expression_attribute_values(":o", AttributeValue::S(owner.to_string()))
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| AwsError::new("Query", &e))?;
+            out.extend(
+                page.items()
+                    .iter()
+                    .filter_map(|i| i.get("leaseKey").and_then(|v| v.as_s().ok()).cloned()),
+            );
+            match page.last_evaluated_key() {
+                Some(k) if !k.is_empty() => start = Some(k.clone()),
+                _ => return Ok(out),
             }
         }
     }
@@ -475,6 +632,14 @@ impl LeaseStore for DynamoStore {
 
     fn write<'a>(&'a self, write: &'a LeaseWrite) -> BoxFuture<'a, Result<(), AwsError>> {
         Box::pin(self.send(write))
+    }
+
+    fn owned_by<'a>(&'a self, owner: &'a str) -> BoxFuture<'a, Result<Vec<String>, ConsumerError>> {
+        Box::pin(self.query_owner(owner))
+    }
+
+    fn ensure_owner_index(&self, timeout: Duration) -> BoxFuture<'_, Result<(), ConsumerError>> {
+        Box::pin(self.ensure_index(timeout))
     }
 }
 

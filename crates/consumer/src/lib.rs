@@ -12,12 +12,16 @@
 //! - [`lease_store`]: [`lease_store::LeaseStore`], one attempt of each
 //!   lease-table call (DynamoDB, or an in-memory table in the fleet
 //!   simulator), and the reference semantics of a conditional lease write.
+//! - [`coord_store`]: [`coord_store::CoordStore`], the leader lock and worker
+//!   heartbeats of `lease_assignment = "leader"` (in the coordinator table,
+//!   [`coord_store::DynamoCoord`], or in memory in the fleet simulator).
 //! - [`pacer`]: the pure per-shard GetRecords pacing law.
 //! - [`kpl`]: KPL aggregate de-aggregation (MD5-checked).
 //! - [`convert`]: raw Kinesis record to user records (shared by live and replay).
 //! - [`kinesis`]: [`KinesisSource`], the lease coordinator and shard readers;
 //!   [`kinesis::fanout`]: enhanced fan-out (consumer registration,
-//!   SubscribeToShard readers, `read_mode = "fan_out"`).
+//!   SubscribeToShard readers, `read_mode = "fan_out"`); `kinesis::assign`:
+//!   leader-mode assignment (election, heartbeats, the assignment law).
 //! - [`fixture`]: the JSON-lines fixture format, recorder and replay source.
 //! - [`sqs`]: [`sqs::SqsSource`], long-poll receivers, visibility heartbeats,
 //!   delete after acknowledgement, FIFO group order (see its module docs).
@@ -48,6 +52,7 @@
 pub mod checkpoint;
 pub mod config;
 pub mod convert;
+pub mod coord_store;
 pub mod error;
 pub mod fixture;
 pub mod keyschema;

@@ -10,6 +10,8 @@
 //!   metering (4 KB read units, half for eventually consistent reads, 1 MB
 //!   Scan pages, 1 KB write units) and injected latency, throttling and
 //!   failures;
+//! - [`coord::MemCoord`]: the in-memory coordinator table of leader mode
+//!   (leader lock, heartbeats) behind the consumer's `CoordStore` trait;
 //! - [`stream::Stream`]: a fake Kinesis stream served to the SDK client in
 //!   process (records at a fixed rate, splits).
 //!
@@ -20,11 +22,12 @@
 //! clock, one thread); figures are those of the code under test, not of a
 //! model of it.
 
+pub mod coord;
 pub mod report;
 pub mod run;
 pub mod scenario;
 pub mod store;
 pub mod stream;
 
-pub use run::{Figures, run_blocking};
+pub use run::{Figures, Protocol, run_blocking};
 pub use scenario::Scenario;

@@ -5,8 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
-use tidemark_consumer::config::LeaseTuning;
-use tidemark_fleet_sim::{Scenario, report, run_blocking};
+use tidemark_fleet_sim::{Protocol, Scenario, report, run_blocking};
 
 /// Simulates a Tidemark fleet's lease coordination on simulated time.
 #[derive(Debug, Parser)]
@@ -21,11 +20,14 @@ struct Args {
     #[arg(long)]
     series: Option<PathBuf>,
     /// Run the lease code as it was before tuning instead.
-    #[arg(long, conflicts_with = "compare")]
+    #[arg(long, conflicts_with_all = ["compare", "protocol"])]
     before: bool,
-    /// Run before and after tuning, side by side.
-    #[arg(long)]
+    /// Run before and after tuning (listing and leader), side by side.
+    #[arg(long, conflicts_with = "protocol")]
     compare: bool,
+    /// Run these protocols (default: listing), side by side.
+    #[arg(long, value_enum)]
+    protocol: Vec<Protocol>,
     /// Also write the figures as JSON lines.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -36,16 +38,18 @@ fn main() -> anyhow::Result<()> {
     let mut runs = Vec::new();
     for path in &args.scenarios {
         let sc = Scenario::load(path)?.scaled_down(args.scale_down);
-        let tunings = if args.compare {
-            vec![LeaseTuning::before(), LeaseTuning::tuned()]
+        let protocols = if args.compare {
+            vec![Protocol::Before, Protocol::Listing, Protocol::Leader]
         } else if args.before {
-            vec![LeaseTuning::before()]
+            vec![Protocol::Before]
+        } else if args.protocol.is_empty() {
+            vec![Protocol::Listing]
         } else {
-            vec![LeaseTuning::tuned()]
+            args.protocol.clone()
         };
-        for tuning in tunings {
+        for protocol in protocols {
             let started = std::time::Instant::now();
-            let f = run_blocking(sc.clone(), tuning).context("runtime")?;
+            let f = run_blocking(sc.clone(), protocol).context("runtime")?;
             eprintln!(
                 "{}: simulated in {:.1} s",
                 f.name,

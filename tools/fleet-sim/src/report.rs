@@ -69,6 +69,22 @@ pub fn table(runs: &[Figures]) -> String {
             "Scan pages/s steady",
             Box::new(|f| format!("{:.1}", f.scans_steady)),
         ),
+        (
+            "of which owner-index Query RCU/s steady",
+            Box::new(|f| format!("{:.1}", f.index_rcu_steady)),
+        ),
+        (
+            "of which owner-index WCU/s steady",
+            Box::new(|f| format!("{:.1}", f.index_wcu_steady)),
+        ),
+        (
+            "owner-index Queries/s steady",
+            Box::new(|f| format!("{:.1}", f.queries_steady)),
+        ),
+        (
+            "coordinator-table RCU/s / WCU/s steady (lock, heartbeats)",
+            Box::new(|f| format!("{:.1} / {:.1}", f.coord_rcu_steady, f.coord_wcu_steady)),
+        ),
         ("throttled calls", Box::new(|f| f.throttled.to_string())),
         (
             "duplicate reading, shard-seconds",

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tidemark_consumer::config::LeaseTuning;
+use tidemark_consumer::config::{LeaseAssignment, LeaseTuning};
 use tidemark_consumer::lease::{LeaseTable, LeaseTiming};
 use tidemark_consumer::status::ShardState;
 use tidemark_consumer::{Ack, KinesisConfig, KinesisSource, Record, StatusHandle};
@@ -16,9 +16,40 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::coord::MemCoord;
 use crate::scenario::{EventKind, Scenario};
 use crate::store::{Change, Faults, MemTable};
 use crate::stream::Stream;
+
+/// The lease protocol a run measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Protocol {
+    /// The lease code before tuning ([`LeaseTuning::before`]).
+    Before,
+    /// Every worker lists the table, tuned ([`LeaseTuning::tuned`]).
+    Listing,
+    /// `lease_assignment = "leader"` (with [`LeaseTuning::tuned`]'s renewals
+    /// and folded checkpoints).
+    Leader,
+}
+
+impl Protocol {
+    /// The tuning switches.
+    pub fn tuning(self) -> LeaseTuning {
+        match self {
+            Self::Before => LeaseTuning::before(),
+            Self::Listing | Self::Leader => LeaseTuning::tuned(),
+        }
+    }
+
+    /// The assignment mode.
+    pub fn assignment(self) -> LeaseAssignment {
+        match self {
+            Self::Leader => LeaseAssignment::Leader,
+            Self::Before | Self::Listing => LeaseAssignment::Listing,
+        }
+    }
+}
 
 /// The figures of one run. Times are measured from the reference event (the
 /// last event's last step; the start for a cold start).
@@ -55,6 +86,16 @@ pub struct Figures {
     pub wcu_per_shard_renewal: f64,
     /// Scans (pages) per second, steady.
     pub scans_steady: f64,
+    /// Of `rcu_steady`: owner-index Queries (leader mode).
+    pub index_rcu_steady: f64,
+    /// Of `wcu_steady`: owner-index writes (changes of owner).
+    pub index_wcu_steady: f64,
+    /// Owner-index Queries per second, steady.
+    pub queries_steady: f64,
+    /// Coordinator-table (leader lock, heartbeats) RCU/s, steady.
+    pub coord_rcu_steady: f64,
+    /// Coordinator-table WCU/s, steady.
+    pub coord_wcu_steady: f64,
     /// Calls throttled over the run.
     pub throttled: u64,
     /// Shard-seconds (after the first event) during which two live workers
@@ -130,7 +171,8 @@ struct Fleet {
     workers: Vec<Worker>,
     submits: Arc<Mutex<Submits>>,
     next: usize,
-    tuning: LeaseTuning,
+    protocol: Protocol,
+    coord: Arc<MemCoord>,
 }
 
 impl Fleet {
@@ -140,9 +182,11 @@ impl Fleet {
         cfg.checkpoint_interval = self.sc.checkpoint_interval;
         cfg.idle_poll = self.sc.idle_poll;
         cfg.shutdown_grace = Duration::from_secs(5);
-        cfg.lease_tuning = self.tuning;
+        cfg.lease_tuning = self.protocol.tuning();
+        cfg.lease_assignment = self.protocol.assignment();
         let table = LeaseTable::with_store(self.table.clone(), self.timing);
-        let source = KinesisSource::with_lease_table(cfg, self.stream.client(), table);
+        let source = KinesisSource::with_lease_table(cfg, self.stream.client(), table)
+            .with_coordination(self.coord.clone());
         let status = source.status_handle();
         let shutdown = CancellationToken::new();
         let (tx, mut rx) = mpsc::channel::<Vec<Record>>(64);
@@ -217,8 +261,8 @@ struct Sample {
 }
 
 /// Runs `sc` to the end on the current (paused-clock) runtime, every worker
-/// with `tuning`.
-pub async fn run(sc: Scenario, tuning: LeaseTuning) -> Figures {
+/// with `protocol`.
+pub async fn run(sc: Scenario, protocol: Protocol) -> Figures {
     let faults = Faults {
         latency: sc.faults.latency,
         fail_rate: sc.faults.fail_rate,
@@ -240,7 +284,8 @@ pub async fn run(sc: Scenario, tuning: LeaseTuning) -> Figures {
             ..Submits::default()
         })),
         next: 0,
-        tuning,
+        protocol,
+        coord: Arc::new(MemCoord::new(sc.faults.latency)),
     };
     for i in 0..sc.workers {
         let delay = sc.start_spread.mul_f64(i as f64 / sc.workers.max(1) as f64);
@@ -294,8 +339,20 @@ pub async fn run(sc: Scenario, tuning: LeaseTuning) -> Figures {
     }
     let dup_submits = fleet.submits.lock().map(|s| s.dup).unwrap_or(0);
     let mut f = figures(&sc, &table, &samples, dup_submits);
-    if tuning == LeaseTuning::before() {
-        f.name = format!("{} (before tuning)", f.name);
+    let coord = fleet.coord.seconds();
+    let (w0, w1) = steady_window(&sc);
+    let window = coord
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| (w0.as_secs()..w1.as_secs()).contains(&(*i as u64)));
+    let n = (w1 - w0).as_secs().max(1) as f64;
+    let (r, w) = window.fold((0.0, 0.0), |(r, w), (_, s)| (r + s.rcu, w + s.wcu));
+    f.coord_rcu_steady = r / n;
+    f.coord_wcu_steady = w / n;
+    match protocol {
+        Protocol::Before => f.name = format!("{} (before tuning)", f.name),
+        Protocol::Leader => f.name = format!("{} (leader)", f.name),
+        Protocol::Listing => {}
     }
     f
 }
@@ -340,6 +397,17 @@ fn balanced(s: &Sample) -> bool {
     let max = s.per_worker.values().max().copied().unwrap_or(0);
     let min = s.per_worker.values().min().copied().unwrap_or(0);
     s.unowned.is_empty() && max > 0 && max - min <= 1
+}
+
+/// The steady-state window: the `steady` seconds before the first event
+/// (the end of the run when there is none).
+fn steady_window(sc: &Scenario) -> (Duration, Duration) {
+    let first = sc.first_event();
+    if sc.events.is_empty() {
+        (sc.duration.saturating_sub(sc.steady), sc.duration)
+    } else {
+        (first.saturating_sub(sc.steady), first)
+    }
 }
 
 fn figures(sc: &Scenario, table: &MemTable, samples: &[Sample], dup_submits: u64) -> Figures {
@@ -400,11 +468,7 @@ fn figures(sc: &Scenario, table: &MemTable, samples: &[Sample], dup_submits: u64
     let max_moves = moves.values().max().copied().unwrap_or(0);
     let mean_moves = moves.values().sum::<usize>() as f64 / shards_now.max(1) as f64;
     let seconds = table.seconds();
-    let (w0, w1) = if sc.events.is_empty() {
-        (sc.duration.saturating_sub(sc.steady), sc.duration)
-    } else {
-        (first.saturating_sub(sc.steady), first)
-    };
+    let (w0, w1) = steady_window(sc);
     let window: Vec<_> = seconds
         .iter()
         .enumerate()
@@ -433,6 +497,11 @@ fn figures(sc: &Scenario, table: &MemTable, samples: &[Sample], dup_submits: u64
         rcu_per_10_shards: rcu_steady * 10.0 / sc.shards.max(1) as f64,
         wcu_per_shard_renewal: wcu_steady * renewal / sc.shards.max(1) as f64,
         scans_steady: mean(&|s| s.scans as f64),
+        index_rcu_steady: mean(&|s| s.index_rcu),
+        index_wcu_steady: mean(&|s| s.index_wcu),
+        queries_steady: mean(&|s| s.queries as f64),
+        coord_rcu_steady: 0.0,
+        coord_wcu_steady: 0.0,
         throttled: seconds.iter().map(|s| s.throttled).sum(),
         dup_hold_shard_s: samples
             .iter()
@@ -454,10 +523,10 @@ fn figures(sc: &Scenario, table: &MemTable, samples: &[Sample], dup_submits: u64
 }
 
 /// Runs `sc` on a fresh current-thread runtime with paused time.
-pub fn run_blocking(sc: Scenario, tuning: LeaseTuning) -> std::io::Result<Figures> {
+pub fn run_blocking(sc: Scenario, protocol: Protocol) -> std::io::Result<Figures> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()?;
-    Ok(rt.block_on(run(sc, tuning)))
+    Ok(rt.block_on(run(sc, protocol)))
 }

@@ -7,10 +7,13 @@
 use std::path::Path;
 use std::time::Duration;
 
-use tidemark_consumer::config::LeaseTuning;
-use tidemark_fleet_sim::{Figures, Scenario, run_blocking};
+use tidemark_fleet_sim::{Figures, Protocol, Scenario, run_blocking};
 
 fn run(file: &str) -> Figures {
+    run_as(file, Protocol::Listing)
+}
+
+fn run_as(file: &str, protocol: Protocol) -> Figures {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("scenarios")
         .join(file);
@@ -26,7 +29,7 @@ fn run(file: &str) -> Figures {
     }
     sc.steady = Duration::from_secs(30);
     sc.duration = sc.last_event_end().max(Duration::from_secs(60)) + Duration::from_secs(60);
-    let f = run_blocking(sc, LeaseTuning::tuned()).unwrap();
+    let f = run_blocking(sc, protocol).unwrap();
     eprintln!(
         "{}",
         tidemark_fleet_sim::report::table(std::slice::from_ref(&f))
@@ -95,5 +98,57 @@ fn throttled_table() {
     let f = run("throttled.toml");
     assert_eq!(f.dup_checkpoints, 0);
     assert!(f.throttled > 0, "the limits were never reached");
+    assert!(f.all_owned_s.is_some() && f.balanced_s.is_some());
+}
+
+/// Leader mode (`lease_assignment = "leader"`): the same targets, and
+/// lease-table reads within 1 RCU/s per 10 shards in every steady state.
+fn leader(file: &str) -> Figures {
+    let f = run_as(file, Protocol::Leader);
+    common(&f, 10.0);
+    assert!(f.rcu_per_10_shards <= 1.0, "{}", f.rcu_per_10_shards);
+    assert!(f.queries_steady > 0.0, "followers query the owner index");
+    f
+}
+
+#[test]
+fn leader_cold_start() {
+    let f = leader("cold-start.toml");
+    assert_eq!(f.unowned_past_failover, 0);
+    assert!(f.max_moves <= 1, "a lease moved {} times", f.max_moves);
+}
+
+#[test]
+fn leader_join() {
+    let f = leader("join.toml");
+    assert!(f.balanced_s.unwrap() <= 30.0);
+    assert_eq!(f.unowned_past_failover, 0);
+    assert!(f.max_moves <= 1, "a lease moved {} times", f.max_moves);
+}
+
+#[test]
+fn leader_crash() {
+    // The crash kills the first workers, the leader among them.
+    let f = leader("crash.toml");
+    assert!(f.balanced_s.unwrap() <= 20.0, "{:?}", f.balanced_s);
+}
+
+#[test]
+fn leader_rolling_deploy() {
+    let f = leader("rolling-deploy.toml");
+    assert!(f.max_moves <= 2, "a lease moved {} times", f.max_moves);
+    assert_eq!(f.unowned_past_failover, 0);
+}
+
+#[test]
+fn leader_split() {
+    let f = leader("split.toml");
+    assert_eq!(f.unowned_past_failover, 0);
+}
+
+#[test]
+fn leader_throttled_table() {
+    let f = run_as("throttled.toml", Protocol::Leader);
+    assert_eq!(f.dup_checkpoints, 0);
     assert!(f.all_owned_s.is_some() && f.balanced_s.is_some());
 }

@@ -1,0 +1,709 @@
+//! `lease_assignment = "leader"`: one elected worker lists the lease table
+//! and assigns leases; the others find theirs through the owner index.
+//!
+//! - **Heartbeats** ([`heartbeat_loop`]): every worker writes its heartbeat
+//!   to the coordinator table ([`CoordStore`]) every renewal interval, and
+//!   stops reading every shard (fences its leases) once its own last
+//!   successful heartbeat is `failover_time - margin` old. It adopts no
+//!   lease meanwhile.
+//! - **Election**: the lock item is taken by a write conditional on the
+//!   counter seen, when absent or stale (its `lastUpdateTime` older than
+//!   `failover_time + max_clock_skew` on the reader's wall clock). The
+//!   leader rewrites it every pass and leads only while its last successful
+//!   lock write is younger than `failover_time - margin`. Two leaders at once
+//!   are not unsafe (every assignment is fenced on `leaseCounter`), only
+//!   wasteful.
+//! - **Leader pass**: an eventually consistent Scan of the lease table, the
+//!   heartbeats, shard discovery when due, then [`plan`]: free leases,
+//!   leases of dead workers (stale heartbeat: at once) and expired leases
+//!   (counter unchanged for a failover time on the leader's clock) go to the
+//!   least-loaded live worker, then leases move from the most to the least
+//!   loaded until max − min ≤ 1. Each assignment is the fenced acquire write
+//!   in the new owner's name, on the counter seen.
+//! - **Follower pass**: a Query of the owner index for this worker's leases;
+//!   a lease not yet held is read (consistent GetItem, for its counter and
+//!   checkpoint) and renewed in this worker's name (the fenced write that
+//!   starts its lease deadline), then read like any other. Leases moved away
+//!   are noticed by the renewer, whose next write is refused.
+//!
+//! Expiry is never hastened for a live worker: a stale heartbeat means the
+//! worker has stopped reading (see [`crate::coord_store`] for the clock
+//! assumption), and every other lease expires by the counter rule.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::{AbortOnDrop, Ctx, Held, spawn_reader, sync_failed, sync_shards};
+use crate::coord_store::CoordStore;
+use crate::error::{ConsumerError, ErrorClass};
+use crate::lease::{Lease, LeasePhase, Observations, Written};
+
+/// Most lease-table writes (assignments, adoptions) in flight at once.
+const MAX_CONCURRENT_WRITES: usize = 16;
+
+/// Leader-mode state of one worker.
+pub(super) struct Assigner {
+    coord: Arc<dyn CoordStore>,
+    /// Send time of this worker's last successful heartbeat.
+    beat: Arc<std::sync::Mutex<Option<Instant>>>,
+    beats: AbortOnDrop,
+    beats_stop: CancellationToken,
+    /// The lock counter this worker wrote last, and that write's send time.
+    lock: Option<(u64, Instant)>,
+    obs: Observations,
+    /// Live workers at the previous leader pass.
+    last_live: BTreeSet<String>,
+    next_sync: Instant,
+    sync_asked: bool,
+    sync_failures: u32,
+    /// Finished leases at the last shard discovery.
+    finished_synced: usize,
+}
+
+impl Assigner {
+    /// Starts the heartbeat task.
+    pub(super) fn start(ctx: &Arc<Ctx>, coord: Arc<dyn CoordStore>) -> Self {
+        let beat = Arc::new(std::sync::Mutex::new(None));
+        let beats_stop = CancellationToken::new();
+        let beats = AbortOnDrop(tokio::spawn(heartbeat_loop(
+            ctx.clone(),
+            coord.clone(),
+            beat.clone(),
+            beats_stop.clone(),
+        )));
+        Self {
+            coord,
+            beat,
+            beats,
+            beats_stop,
+            lock: None,
+            obs: Observations::default(),
+            last_live: BTreeSet::new(),
+            next_sync: Instant::now(),
+            sync_asked: false,
+            sync_failures: 0,
+            finished_synced: 0,
+        }
+    }
+
+    /// A reader saw a shard end on this worker.
+    pub(super) fn sync_asked(&mut self) {
+        self.sync_asked = true;
+    }
+
+    fn alive(&self, ctx: &Ctx, now: Instant) -> bool {
+        let beat = self.beat.lock().ok().and_then(|b| *b);
+        beat.is_some_and(|t| matches!(ctx.table.timing().phase(t, now), LeasePhase::Live { .. }))
+    }
+
+    fn leading(&self, ctx: &Ctx, now: Instant) -> bool {
+        self.lock.is_some_and(|(_, sent)| {
+            matches!(ctx.table.timing().phase(sent, now), LeasePhase::Live { .. })
+        })
+    }
+
+    /// One pass; returns when the next one is due.
+    pub(super) async fn pass(
+        &mut self,
+        ctx: &Arc<Ctx>,
+        held: &mut HashMap<String, Held>,
+    ) -> Result<Instant, ConsumerError> {
+        let cfg = &ctx.config;
+        let start = Instant::now();
+        let wake = start + cfg.failover_time / 3;
+        if !self.alive(ctx, start) {
+            // No heartbeat: the leader may count this worker as dead.
+            return Ok(wake);
+        }
+        self.elect(ctx).await;
+        if self.leading(ctx, Instant::now()) {
+            self.lead(ctx, held).await?;
+        } else {
+            self.follow(ctx, held).await;
+        }
+        Ok(wake)
+    }
+
+    async fn elect(&mut self, ctx: &Ctx) {
+        let me = ctx.config.worker_id.as_str();
+        let stale_after = ctx.config.failover_time + ctx.config.max_clock_skew;
+        let now_ms = self.coord.now_ms();
+        // The leader renews without reading: it knows its counter.
+        let seen = match self.lock {
+            Some((c, _)) => Some(c),
+            None => match self.coord.lock().await {
+                Ok(None) => None,
+                Ok(Some(l)) if l.owner == me => Some(l.counter),
+                Ok(Some(l)) => {
+                    let age = Duration::from_millis(now_ms.saturating_sub(l.at_ms));
+                    if age < stale_after {
+                        return;
+                    }
+                    info!(leader = %l.owner, ?age, "leader lock stale; taking it");
+                    Some(l.counter)
+                }
+                Err(e) => {
+                    warn!(error = %e, "reading the leader lock failed");
+                    return;
+                }
+            },
+        };
+        let sent = Instant::now();
+        match self.coord.write_lock(me, seen, now_ms).await {
+            Ok(()) => {
+                if self.lock.is_none() {
+                    info!(worker = %me, "leading lease assignment");
+                }
+                self.lock = Some((seen.map_or(1, |c| c + 1), sent));
+            }
+            Err(e) if e.class == ErrorClass::ConditionFailed => {
+                if self.lock.is_some() {
+                    info!(worker = %me, "leader lock lost");
+                }
+                self.lock = None;
+            }
+            // Unknown: keep leading until the last successful write is too
+            // old; the next pass reads the lock if this one failed.
+            Err(e) => warn!(error = %e, "writing the leader lock failed"),
+        }
+    }
+
+    async fn lead(
+        &mut self,
+        ctx: &Arc<Ctx>,
+        held: &mut HashMap<String, Held>,
+    ) -> Result<(), ConsumerError> {
+        let cfg = &ctx.config;
+        let me = cfg.worker_id.as_str();
+        let mut leases = match ctx.table.list_with(false).await {
+            Ok(l) => l,
+            Err(e) => {
+                warn!(error = %e, "listing leases failed");
+                return Ok(());
+            }
+        };
+        // Discovery: when due, asked, on an empty table, or when a shard
+        // ended since the last one (children must be created).
+        let finished = leases.iter().filter(|l| l.is_finished()).count();
+        if self.sync_asked
+            || leases.is_empty()
+            || finished > self.finished_synced
+            || Instant::now() >= self.next_sync
+        {
+            match sync_shards(ctx, Some(&leases)).await {
+                Ok(created) => {
+                    self.sync_failures = 0;
+                    self.sync_asked = false;
+                    self.finished_synced = finished;
+                    self.next_sync = Instant::now() + cfg.shard_sync_interval;
+                    if created > 0 {
+                        match ctx.table.list_with(false).await {
+                            Ok(l) => leases = l,
+                            Err(e) => warn!(error = %e, "listing leases failed"),
+                        }
+                    }
+                }
+                Err(e) => {
+                    if let Some(e) = sync_failed(e, held.is_empty(), &mut self.sync_failures) {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        let now = Instant::now();
+        self.obs.observe(&leases, now);
+        ctx.snapshot.send_replace(Arc::new(leases.clone()));
+        let beats = match self.coord.heartbeats().await {
+            Ok(b) => b,
+            Err(e) => {
+                warn!(error = %e, "reading heartbeats failed");
+                return Ok(());
+            }
+        };
+        let now_ms = self.coord.now_ms();
+        let stale_after = cfg.failover_time + cfg.max_clock_skew;
+        let mut live = BTreeSet::from([me.to_string()]);
+        let mut dead = HashSet::new();
+        for b in beats {
+            let age = Duration::from_millis(now_ms.saturating_sub(b.at_ms));
+            if age < stale_after {
+                live.insert(b.worker);
+            } else if b.worker != me {
+                dead.insert(b.worker);
+            }
+        }
+        let stable = live == self.last_live;
+        let moves = plan(&PlanInput {
+            leases: &leases,
+            observations: &self.obs,
+            now,
+            failover: cfg.failover_time,
+            live: &live,
+            dead: &dead,
+            stable,
+        });
+        self.last_live = live;
+        debug!(worker = %me, moves = moves.len(), stable, "assignment pass");
+        let by_key: HashMap<&str, &Lease> = leases.iter().map(|l| (l.key.as_str(), l)).collect();
+        let work: Vec<(Lease, String)> = moves
+            .into_iter()
+            .filter_map(|(k, to)| by_key.get(k.as_str()).map(|l| ((*l).clone(), to)))
+            .collect();
+        let results: Vec<_> = futures::stream::iter(work)
+            .map(|(observed, to)| async move {
+                if ctx.shutdown.is_cancelled() {
+                    return None;
+                }
+                let r = ctx.table.acquire(&observed, &to).await;
+                Some((observed, to, r))
+            })
+            .buffer_unordered(MAX_CONCURRENT_WRITES)
+            .collect()
+            .await;
+        for (mut observed, to, r) in results.into_iter().flatten() {
+            match r {
+                Ok(Some(written)) if to == me => {
+                    observed.owner = Some(to);
+                    hold(ctx, held, observed, written);
+                }
+                Ok(Some(_)) => debug!(shard = %observed.key, to = %to, "lease assigned"),
+                Ok(None) => debug!(shard = %observed.key, "assignment race lost"),
+                Err(e) => warn!(shard = %observed.key, error = %e, "assignment failed"),
+            }
+        }
+        // Leases in this worker's name it does not hold (a previous run).
+        let mine: Vec<String> = leases
+            .iter()
+            .filter(|l| {
+                l.owner.as_deref() == Some(me) && !l.is_finished() && !held.contains_key(&l.key)
+            })
+            .map(|l| l.key.clone())
+            .collect();
+        self.adopt(ctx, held, mine).await;
+        Ok(())
+    }
+
+    async fn follow(&mut self, ctx: &Arc<Ctx>, held: &mut HashMap<String, Held>) {
+        // A follower's view goes stale: forget it, so that a later
+        // leadership starts from fresh observations.
+        self.obs = Observations::default();
+        self.last_live.clear();
+        let me = ctx.config.worker_id.as_str();
+        let keys = match ctx.table.owned_by(me).await {
+            Ok(k) => k,
+            Err(e) => {
+                warn!(error = %e, "querying the owner index failed");
+                return;
+            }
+        };
+        let new: Vec<String> = keys.into_iter().filter(|k| !held.contains_key(k)).collect();
+        self.adopt(ctx, held, new).await;
+    }
+
+    /// Starts reading leases assigned to this worker: a consistent read
+    /// (counter, checkpoint, parents), then a renewal in its name, the
+    /// fenced write its lease deadline starts from.
+    async fn adopt(&self, ctx: &Arc<Ctx>, held: &mut HashMap<String, Held>, keys: Vec<String>) {
+        let me = ctx.config.worker_id.as_str();
+        let results: Vec<_> = futures::stream::iter(keys)
+            .map(|key| async move {
+                if ctx.shutdown.is_cancelled() {
+                    return None;
+                }
+                let lease = match ctx.table.get(&key).await {
+                    Ok(Some(l)) if l.owner.as_deref() == Some(me) && !l.is_finished() => l,
+                    Ok(_) => return None,
+                    Err(e) => {
+                        warn!(shard = %key, error = %e, "reading an assigned lease failed");
+                        return None;
+                    }
+                };
+                // Parents first: the leader assigns a child only once its
+                // parents are finished; a lease in this worker's name from
+                // elsewhere waits until they are.
+                let mut parents = Vec::new();
+                for p in &lease.parents {
+                    match ctx.table.get(p).await {
+                        Ok(Some(pl)) if !pl.is_finished() => return None,
+                        Ok(Some(pl)) => parents.push(pl),
+                        Ok(None) => {}
+                        Err(_) => return None,
+                    }
+                }
+                let r = ctx.table.renew(&lease.key, me, lease.counter).await;
+                Some((lease, parents, r))
+            })
+            .buffer_unordered(MAX_CONCURRENT_WRITES)
+            .collect()
+            .await;
+        for (lease, parents, r) in results.into_iter().flatten() {
+            match r {
+                Ok(Some(written)) => {
+                    if !parents.is_empty() {
+                        // The reader checks its parents in the snapshot.
+                        ctx.snapshot.send_modify(|snap| {
+                            let mut v: Vec<Lease> = snap
+                                .iter()
+                                .filter(|l| !parents.iter().any(|p| p.key == l.key))
+                                .cloned()
+                                .collect();
+                            v.extend(parents);
+                            *snap = Arc::new(v);
+                        });
+                    }
+                    debug!(shard = %lease.key, "assigned lease adopted");
+                    hold(ctx, held, lease, written);
+                }
+                Ok(None) => debug!(shard = %lease.key, "assigned lease moved on meanwhile"),
+                Err(e) => warn!(shard = %lease.key, error = %e, "adopting a lease failed"),
+            }
+        }
+    }
+
+    /// Shutdown: no more heartbeats (the leader stops assigning to this
+    /// worker and leaves its leases to the readers' releases), and the
+    /// lock released so another worker leads at its next pass.
+    pub(super) async fn stop(mut self, ctx: &Ctx) {
+        self.beats_stop.cancel();
+        let me = ctx.config.worker_id.as_str();
+        let attempt = ctx.table.timing().attempt;
+        if let Some((counter, _)) = self.lock.take() {
+            match tokio::time::timeout(attempt, self.coord.release_lock(me, counter)).await {
+                Ok(Ok(())) => info!(worker = %me, "leader lock released"),
+                Ok(Err(e)) => warn!(error = %e, "releasing the leader lock failed"),
+                Err(_) => warn!("releasing the leader lock timed out"),
+            }
+        }
+        match tokio::time::timeout(attempt, self.coord.remove_heartbeat(me)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => warn!(error = %e, "removing the heartbeat failed"),
+            Err(_) => warn!("removing the heartbeat timed out"),
+        }
+        drop(self.beats);
+    }
+}
+
+/// Starts reading `lease`, just written in this worker's name.
+fn hold(ctx: &Arc<Ctx>, held: &mut HashMap<String, Held>, mut lease: Lease, written: Written) {
+    lease.counter = written.counter;
+    let key = lease.key.clone();
+    let h = spawn_reader(ctx, lease, written);
+    if let Ok(mut m) = ctx.held.lock() {
+        m.insert(key.clone(), h.lease.clone());
+    }
+    held.insert(key, h);
+}
+
+/// Writes this worker's heartbeat every renewal interval (checking twice as
+/// often), and fences every held lease once the last successful one is
+/// `failover_time - margin` old: past `failover_time + max_clock_skew` the
+/// leader hands them to others without waiting for their counters.
+async fn heartbeat_loop(
+    ctx: Arc<Ctx>,
+    coord: Arc<dyn CoordStore>,
+    beat: Arc<std::sync::Mutex<Option<Instant>>>,
+    stop: CancellationToken,
+) {
+    let timing = *ctx.table.timing();
+    let me = ctx.config.worker_id.clone();
+    let mut tick = tokio::time::interval(ctx.config.failover_time / 6);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let last = beat.lock().ok().and_then(|b| *b);
+        if last.is_none_or(|t| t.elapsed() >= ctx.config.failover_time / 3) {
+            let sent = Instant::now();
+            match tokio::time::timeout(timing.attempt, coord.heartbeat(&me, coord.now_ms())).await {
+                Ok(Ok(())) => {
+                    if let Ok(mut b) = beat.lock() {
+                        *b = Some(sent);
+                    }
+                }
+                Ok(Err(e)) => warn!(error = %e, "heartbeat failed"),
+                Err(_) => warn!("heartbeat timed out"),
+            }
+        }
+        let last = beat.lock().ok().and_then(|b| *b);
+        let stale = last
+            .is_some_and(|t| !matches!(timing.phase(t, Instant::now()), LeasePhase::Live { .. }));
+        if stale {
+            let leases: Vec<_> = match ctx.held.lock() {
+                Ok(m) => m.values().cloned().collect(),
+                Err(_) => return,
+            };
+            for l in leases.iter().filter(|l| !l.is_gone()) {
+                warn!(shard = %l.key, "heartbeat not written within the failover time; stopping the shard");
+                l.fence(&ctx.status);
+            }
+        }
+    }
+}
+
+/// Inputs of the assignment law.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PlanInput<'a> {
+    /// The whole table.
+    pub(super) leases: &'a [Lease],
+    /// The leader's counter observations.
+    pub(super) observations: &'a Observations,
+    /// Now.
+    pub(super) now: Instant,
+    /// Failover time.
+    pub(super) failover: Duration,
+    /// Workers with a fresh heartbeat (the leader included).
+    pub(super) live: &'a BTreeSet<String>,
+    /// Workers whose heartbeat is stale: they stopped reading.
+    pub(super) dead: &'a HashSet<String>,
+    /// The live set is the same as at the previous pass: only then are
+    /// never-taken leases assigned and live leases moved, so a cold start
+    /// or a deploy that is still adding workers does not move leases twice.
+    pub(super) stable: bool,
+}
+
+/// The assignment law: (lease key, new owner) pairs. Free leases, leases of
+/// dead workers, and leases whose counter stood still for a failover time go
+/// to the least-loaded live worker (children only once their parents are
+/// finished); then, with a stable live set, leases move one at a time from
+/// the most to the least loaded worker until max − min ≤ 1. Pure.
+pub(super) fn plan(input: &PlanInput<'_>) -> Vec<(String, String)> {
+    let PlanInput {
+        leases,
+        observations,
+        now,
+        failover,
+        live,
+        dead,
+        stable,
+    } = *input;
+    let finished: HashSet<&str> = leases
+        .iter()
+        .filter(|l| l.is_finished())
+        .map(|l| l.key.as_str())
+        .collect();
+    let known: HashSet<&str> = leases.iter().map(|l| l.key.as_str()).collect();
+    let mut load: BTreeMap<&str, Vec<&Lease>> = live.iter().map(|w| (w.as_str(), vec![])).collect();
+    let mut available = Vec::new();
+    for l in leases.iter().filter(|l| !l.is_finished()) {
+        let parents_done = l
+            .parents
+            .iter()
+            .all(|p| finished.contains(p.as_str()) || !known.contains(p.as_str()));
+        let free = match l.owner.as_deref() {
+            Some(o) if dead.contains(o) => true,
+            Some(_) if observations.is_expired(l, now, failover) => true,
+            Some(o) => {
+                // Owned by a worker without a heartbeat (not yet written, or
+                // another mode) is left alone until it expires.
+                if let Some(v) = load.get_mut(o) {
+                    v.push(l);
+                }
+                false
+            }
+            None => true,
+        };
+        if free && parents_done {
+            available.push(l);
+        }
+    }
+    let mut out = Vec::new();
+    if load.is_empty() {
+        return out;
+    }
+    // Least loaded first; ties by id, so the plan is deterministic.
+    let mut heap: std::collections::BinaryHeap<std::cmp::Reverse<(usize, &str)>> = load
+        .iter()
+        .map(|(w, v)| std::cmp::Reverse((v.len(), *w)))
+        .collect();
+    available.sort_by(|a, b| a.key.cmp(&b.key));
+    for l in available {
+        // Never taken (a cold start, new children): only with a stable set.
+        if l.counter == 0 && !stable {
+            continue;
+        }
+        let Some(std::cmp::Reverse((n, w))) = heap.pop() else {
+            break;
+        };
+        out.push((l.key.clone(), w.to_string()));
+        if let Some(v) = load.get_mut(w) {
+            v.push(l);
+        }
+        heap.push(std::cmp::Reverse((n + 1, w)));
+    }
+    if !stable {
+        return out;
+    }
+    // Balance: most loaded gives its last lease to the least loaded.
+    let moved: HashSet<String> = out.iter().map(|(k, _)| k.clone()).collect();
+    while let (Some((max_w, max_n)), Some((min_w, min_n))) = (
+        load.iter()
+            .map(|(w, v)| (*w, v.len()))
+            .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(a.0))),
+        load.iter()
+            .map(|(w, v)| (*w, v.len()))
+            .min_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(b.0))),
+    ) {
+        if max_n <= min_n + 1 {
+            break;
+        }
+        let Some(pos) = load
+            .get(max_w)
+            .and_then(|v| v.iter().rposition(|l| !moved.contains(&l.key)))
+        else {
+            break;
+        };
+        let Some(l) = load.get_mut(max_w).map(|v| v.remove(pos)) else {
+            break;
+        };
+        out.push((l.key.clone(), min_w.to_string()));
+        if let Some(v) = load.get_mut(min_w) {
+            v.push(l);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::Checkpoint;
+
+    fn lease(key: &str, owner: Option<&str>, counter: u64) -> Lease {
+        Lease {
+            owner: owner.map(Into::into),
+            counter,
+            ..Lease::new(key, Checkpoint::TrimHorizon, vec![])
+        }
+    }
+
+    /// Inputs at now, failover 10 s.
+    fn input<'a>(
+        leases: &'a [Lease],
+        observations: &'a Observations,
+        live: &'a BTreeSet<String>,
+        dead: &'a HashSet<String>,
+        stable: bool,
+    ) -> PlanInput<'a> {
+        PlanInput {
+            leases,
+            observations,
+            now: Instant::now(),
+            failover: Duration::from_secs(10),
+            live,
+            dead,
+            stable,
+        }
+    }
+
+    fn set(ws: &[&str]) -> BTreeSet<String> {
+        ws.iter().map(|w| w.to_string()).collect()
+    }
+
+    fn counts(leases: &[Lease], moves: &[(String, String)]) -> BTreeMap<String, usize> {
+        let mut owner: HashMap<String, Option<String>> = leases
+            .iter()
+            .map(|l| (l.key.clone(), l.owner.clone()))
+            .collect();
+        for (k, w) in moves {
+            owner.insert(k.clone(), Some(w.clone()));
+        }
+        let mut c = BTreeMap::new();
+        for o in owner.into_values().flatten() {
+            *c.entry(o).or_default() += 1;
+        }
+        c
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cold_start_waits_for_a_stable_set_then_spreads_evenly() {
+        let leases: Vec<Lease> = (0..10).map(|i| lease(&format!("s{i}"), None, 0)).collect();
+        let obs = Observations::default();
+        let live = set(&["a", "b", "c"]);
+        let none = HashSet::new();
+        let mut input = input(&leases, &obs, &live, &none, false);
+        assert!(plan(&input).is_empty(), "never-taken leases wait");
+        input.stable = true;
+        let moves = plan(&input);
+        assert_eq!(moves.len(), 10);
+        let c = counts(&leases, &moves);
+        assert_eq!(c.values().copied().collect::<Vec<_>>(), vec![4, 3, 3]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn dead_workers_leases_go_at_once_live_ones_only_when_expired() {
+        let mut leases: Vec<Lease> = (0..4)
+            .map(|i| lease(&format!("d{i}"), Some("dead"), 5))
+            .collect();
+        leases.extend((0..4).map(|i| lease(&format!("q{i}"), Some("quiet"), 5)));
+        leases.extend((0..4).map(|i| lease(&format!("a{i}"), Some("a"), 5)));
+        let t0 = Instant::now();
+        let mut obs = Observations::default();
+        obs.observe(&leases, t0);
+        let live = set(&["a", "b"]);
+        let dead = HashSet::from(["dead".to_string()]);
+        let input = PlanInput {
+            now: t0 + Duration::from_secs(1),
+            ..input(&leases, &obs, &live, &dead, false)
+        };
+        let moves = plan(&input);
+        // The dead worker's 4 at once, all to b (a holds 4); "quiet" has no
+        // heartbeat and its counters have not stood still long enough.
+        assert_eq!(moves.len(), 4);
+        assert!(moves.iter().all(|(k, w)| k.starts_with('d') && w == "b"));
+        let later = PlanInput {
+            now: t0 + Duration::from_secs(10),
+            stable: true,
+            ..input
+        };
+        let moves = plan(&later);
+        let c = counts(&leases, &moves);
+        assert_eq!(
+            c.get("a").copied().unwrap_or(0) + c.get("b").copied().unwrap_or(0),
+            12
+        );
+        assert!(
+            c.get("a").unwrap().abs_diff(*c.get("b").unwrap()) <= 1,
+            "{c:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_join_moves_only_what_balancing_needs_and_children_wait_for_parents() {
+        let mut leases: Vec<Lease> = (0..9)
+            .map(|i| lease(&format!("a{i}"), Some("a"), 3))
+            .collect();
+        leases.extend((0..9).map(|i| lease(&format!("b{i}"), Some("b"), 3)));
+        let mut child = lease("child", None, 0);
+        child.parents = vec!["a0".into()];
+        leases.push(child);
+        let obs = Observations::default();
+        let live = set(&["a", "b", "c"]);
+        let none = HashSet::new();
+        let input = input(&leases, &obs, &live, &none, true);
+        let moves = plan(&input);
+        assert_eq!(moves.len(), 6, "{moves:?}");
+        assert!(moves.iter().all(|(k, w)| w == "c" && k != "child"));
+        let keys: HashSet<_> = moves.iter().map(|(k, _)| k).collect();
+        assert_eq!(keys.len(), moves.len(), "no lease moves twice");
+        // The same table once balanced: nothing to do.
+        let mut after = leases.clone();
+        for (k, w) in &moves {
+            if let Some(l) = after.iter_mut().find(|l| &l.key == k) {
+                l.owner = Some(w.clone());
+            }
+        }
+        let again = PlanInput {
+            leases: &after,
+            ..input
+        };
+        assert!(plan(&again).is_empty());
+    }
+}
