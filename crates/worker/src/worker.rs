@@ -517,8 +517,16 @@ impl Worker {
         let source = async {
             match config.source.clone() {
                 SourceConfig::Kinesis(k) => {
+                    // Leader mode keeps its lock and heartbeats in the
+                    // coordinator table (see tidemark_consumer::coord_store).
+                    let coord = tidemark_consumer::coord_store::DynamoCoord::new(
+                        dynamodb.clone(),
+                        config.maintenance.coordinator_table.clone(),
+                        &k.lease_table,
+                    );
                     KinesisSource::new(k, aws_sdk_kinesis::Client::new(&sdk), dynamodb.clone())
                         .with_governors(governors)
+                        .with_coordination(Arc::new(coord))
                         .run(tx, shutdown.clone())
                         .await
                         .map_err(WorkerError::from)
