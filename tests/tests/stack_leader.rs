@@ -270,3 +270,56 @@ async fn leader_assigns_and_reassigns_a_dead_leaders_leases() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn leader_mode_adds_the_owner_index_to_an_existing_table() {
+    let stack = stack().await;
+    let stream = unique_name("leader-idx");
+    tidemark_tests::create_stream(&stack.kinesis(), &stream, 1).await;
+    let leases = format!("{stream}-leases");
+    // A lease table as a KCL 2.x application (or an older Tidemark) made it.
+    tidemark_tests::create_hash_only(&stack.dynamodb(), &leases, "leaseKey").await;
+    let log: Log = Arc::default();
+    let w = start(
+        &stack,
+        &stream,
+        &leases,
+        &format!("{stream}-coord"),
+        "worker-a",
+        &log,
+    );
+    wait_until("the shard is read", Duration::from_secs(60), || async {
+        (w.status.owned_shards().len() == 1).then_some(())
+    })
+    .await;
+    let described = stack
+        .dynamodb()
+        .describe_table()
+        .table_name(&leases)
+        .send()
+        .await
+        .unwrap();
+    let index = described
+        .table()
+        .unwrap()
+        .global_secondary_indexes()
+        .iter()
+        .find(|i| i.index_name() == Some(OWNER_INDEX))
+        .cloned()
+        .expect("the index was added");
+    let keys: Vec<_> = index
+        .key_schema()
+        .iter()
+        .map(|k| k.attribute_name())
+        .collect();
+    assert_eq!(keys, ["leaseOwner", "leaseKey"]);
+    w.stop.cancel();
+    tokio::time::timeout(Duration::from_secs(30), w.run)
+        .await
+        .expect("the worker stops")
+        .unwrap();
+}

@@ -134,8 +134,9 @@ pub struct KinesisConfig {
     pub lease_assignment: LeaseAssignment,
     /// `leader` mode: the most the wall clocks of two workers may differ. A
     /// worker whose heartbeat is older than `failover_time` + this on the
-    /// leader's clock is dead and its leases are reassigned at once (each
-    /// worker stops reading when its own heartbeat is a failover time old).
+    /// leader's clock counts as dead and its leases are reassigned at once;
+    /// this is safe because every worker stops reading once its own last
+    /// successful heartbeat is older than `failover_time` minus a fifth.
     #[schemars(with = "String")]
     #[serde(default = "default_max_clock_skew", with = "humantime_serde")]
     pub max_clock_skew: Duration,
@@ -351,6 +352,12 @@ impl KinesisConfig {
         if self.max_leases == Some(0) {
             return err("max_leases", "0 would never read; remove it for no limit");
         }
+        if self.max_leases.is_some() && self.lease_assignment == LeaseAssignment::Leader {
+            return err(
+                "max_leases",
+                "not supported with lease_assignment = \"leader\" (the leader spreads leases evenly over live workers); remove it or use \"listing\"",
+            );
+        }
         Ok(())
     }
 
@@ -413,5 +420,15 @@ mod tests {
         assert_eq!(c.validate().unwrap_err().key, "max_records_per_call");
         c = KinesisConfig::new("s", "t", "");
         assert_eq!(c.validate().unwrap_err().key, "worker_id");
+        c = KinesisConfig::new("s", "t", "w");
+        c.max_leases = Some(4);
+        c.lease_assignment = LeaseAssignment::Leader;
+        assert_eq!(c.validate().unwrap_err().key, "max_leases");
+        let c: KinesisConfig = toml::from_str(
+            "stream='s'\nlease_table='t'\nworker_id='w'\nlease_assignment='leader'\nmax_clock_skew='1s'",
+        )
+        .unwrap();
+        assert_eq!(c.lease_assignment, LeaseAssignment::Leader);
+        assert_eq!(c.max_clock_skew, Duration::from_secs(1));
     }
 }
