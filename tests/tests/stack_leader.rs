@@ -15,7 +15,7 @@ use std::time::Duration;
 use tidemark_consumer::config::LeaseAssignment;
 use tidemark_consumer::coord_store::{CoordStore, DynamoCoord};
 use tidemark_consumer::lease::OWNER_INDEX;
-use tidemark_consumer::{Ack, KinesisConfig, KinesisSource, Record, StatusHandle};
+use tidemark_consumer::{Ack, KinesisConfig, KinesisSource, ReadMode, Record, StatusHandle};
 use tidemark_schema::Origin;
 use tidemark_tests::{LocalStack, put_records, stack, unique_name, wait_until};
 use tokio::sync::mpsc;
@@ -44,7 +44,20 @@ fn start(
     id: &str,
     log: &Log,
 ) -> Worker {
+    start_in(ReadMode::Polling, stack, stream, leases, coord, id, log)
+}
+
+fn start_in(
+    mode: ReadMode,
+    stack: &LocalStack,
+    stream: &str,
+    leases: &str,
+    coord: &str,
+    id: &str,
+    log: &Log,
+) -> Worker {
     let mut c = KinesisConfig::new(stream, leases, id);
+    c.read_mode = mode;
     c.failover_time = FAILOVER;
     c.checkpoint_interval = Duration::from_millis(500);
     c.shard_sync_interval = Duration::from_secs(2);
@@ -86,6 +99,11 @@ fn start(
     }
 }
 
+/// The first of `ids` that is not `dead`.
+fn survivors_first(ids: &[&str], dead: &str) -> String {
+    ids.iter().find(|i| **i != dead).unwrap().to_string()
+}
+
 /// Shard -> the live workers that hold it.
 fn owners(workers: &[&Worker]) -> BTreeMap<String, Vec<String>> {
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -102,7 +120,21 @@ fn owners(workers: &[&Worker]) -> BTreeMap<String, Vec<String>> {
     not(feature = "stack"),
     ignore = "needs the local AWS stack (scripts/test runs it)"
 )]
-async fn leader_assigns_and_reassigns_a_dead_leaders_leases() {
+async fn polling_leader_assigns_and_reassigns_a_dead_leaders_leases() {
+    kill_the_leader(ReadMode::Polling).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn fan_out_leader_assigns_and_reassigns_a_dead_leaders_leases() {
+    kill_the_leader(ReadMode::FanOut).await;
+}
+
+/// Three workers; the leader killed, then a survivor stopped cleanly.
+async fn kill_the_leader(mode: ReadMode) {
     let stack = stack().await;
     let stream = unique_name("leader");
     tidemark_tests::create_stream(&stack.kinesis(), &stream, 4).await;
@@ -137,7 +169,7 @@ async fn leader_assigns_and_reassigns_a_dead_leaders_leases() {
     let ids = ["worker-a", "worker-b", "worker-c"];
     let workers: Vec<Worker> = ids
         .iter()
-        .map(|id| start(&stack, &stream, &leases, &coord_table, id, &log))
+        .map(|id| start_in(mode, &stack, &stream, &leases, &coord_table, id, &log))
         .collect();
 
     // Every shard held by exactly one worker, and spread (max - min <= 1).
@@ -209,6 +241,31 @@ async fn leader_assigns_and_reassigns_a_dead_leaders_leases() {
         l.filter(|l| l.owner != dead.id).map(|_| ())
     })
     .await;
+
+    // A clean stop of one survivor: its leases are released, and the last
+    // worker holds them within about a renewal interval (the leader's next
+    // pass, or the lock released by a stopping leader).
+    let (stopping, last): (Vec<Worker>, Vec<Worker>) = alive
+        .into_iter()
+        .partition(|w| w.id == survivors_first(&ids, &dead.id));
+    let stopping = stopping.into_iter().next().unwrap();
+    stopping.stop.cancel();
+    let stopped = Instant::now();
+    tokio::time::timeout(Duration::from_secs(30), stopping.run)
+        .await
+        .expect("a clean stop")
+        .unwrap();
+    let _ = stopping.sink.await;
+    let last_one: Vec<&Worker> = last.iter().collect();
+    let handed = wait_until(
+        "the last worker holds every shard",
+        FAILOVER * 10,
+        || async { (owners(&last_one).len() == 4).then(|| stopped.elapsed()) },
+    )
+    .await;
+    eprintln!("a clean stop handed its leases over {handed:?} after the stop began");
+    assert!(handed <= FAILOVER * 2, "handed over after {handed:?}");
+    let alive = last;
 
     // Stop writing; every record written is delivered (at least once).
     producing.cancel();

@@ -40,9 +40,14 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::{AbortOnDrop, Ctx, Held, spawn_reader, sync_failed, sync_shards};
-use crate::coord_store::CoordStore;
+use crate::coord_store::{CoordStore, Heartbeat};
 use crate::error::{ConsumerError, ErrorClass};
 use crate::lease::{Lease, LeasePhase, Observations, Written};
+
+/// A heartbeat this many failover times old is deleted by the leader.
+const FORGET_AFTER_FAILOVERS: u32 = 30;
+/// Most such deletions per pass.
+const FORGET_PER_PASS: usize = 10;
 
 /// Most lease-table writes (assignments, adoptions) in flight at once.
 const MAX_CONCURRENT_WRITES: usize = 16;
@@ -226,16 +231,20 @@ impl Assigner {
                 return Ok(());
             }
         };
-        let now_ms = self.coord.now_ms();
-        let stale_after = cfg.failover_time + cfg.max_clock_skew;
-        let mut live = BTreeSet::from([me.to_string()]);
-        let mut dead = HashSet::new();
-        for b in beats {
-            let age = Duration::from_millis(now_ms.saturating_sub(b.at_ms));
-            if age < stale_after {
-                live.insert(b.worker);
-            } else if b.worker != me {
-                dead.insert(b.worker);
+        let Fleet { live, dead, forget } = sort_heartbeats(
+            me,
+            beats,
+            self.coord.now_ms(),
+            cfg.failover_time,
+            cfg.max_clock_skew,
+        );
+        // Long-dead workers' heartbeats (every replaced task leaves one)
+        // would grow the heartbeat Scan for ever; their leases went long
+        // ago. A few per pass.
+        for w in forget.iter().take(FORGET_PER_PASS) {
+            match self.coord.remove_heartbeat(w).await {
+                Ok(()) => debug!(worker = %w, "long-dead worker's heartbeat removed"),
+                Err(e) => warn!(worker = %w, error = %e, "removing a dead heartbeat failed"),
             }
         }
         let stable = live == self.last_live;
@@ -448,6 +457,43 @@ async fn heartbeat_loop(
     }
 }
 
+/// Workers by heartbeat.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Fleet {
+    /// Fresh heartbeat (and this worker, always).
+    pub(super) live: BTreeSet<String>,
+    /// Heartbeat older than `failover + skew`: stopped reading.
+    pub(super) dead: HashSet<String>,
+    /// Dead for [`FORGET_AFTER_FAILOVERS`] failover times: heartbeat to delete.
+    pub(super) forget: Vec<String>,
+}
+
+/// Sorts heartbeats on the leader's wall clock `now_ms`. Pure.
+pub(super) fn sort_heartbeats(
+    me: &str,
+    beats: Vec<Heartbeat>,
+    now_ms: u64,
+    failover: Duration,
+    skew: Duration,
+) -> Fleet {
+    let mut fleet = Fleet {
+        live: BTreeSet::from([me.to_string()]),
+        ..Fleet::default()
+    };
+    for b in beats {
+        let age = Duration::from_millis(now_ms.saturating_sub(b.at_ms));
+        if age < failover + skew {
+            fleet.live.insert(b.worker);
+        } else if b.worker != me {
+            if age >= failover * FORGET_AFTER_FAILOVERS {
+                fleet.forget.push(b.worker.clone());
+            }
+            fleet.dead.insert(b.worker);
+        }
+    }
+    fleet
+}
+
 /// Inputs of the assignment law.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct PlanInput<'a> {
@@ -620,6 +666,35 @@ mod tests {
             *c.entry(o).or_default() += 1;
         }
         c
+    }
+
+    #[test]
+    fn heartbeats_sort_into_live_dead_and_forgotten_with_the_skew_margin() {
+        let fo = Duration::from_secs(10);
+        let skew = Duration::from_secs(2);
+        let now = 1_000_000_000;
+        let beat = |w: &str, age_ms: u64| Heartbeat {
+            worker: w.into(),
+            at_ms: now - age_ms,
+        };
+        let f = sort_heartbeats(
+            "me",
+            vec![
+                beat("fresh", 1_000),
+                // Past the failover time but within the skew margin: live.
+                beat("skewed", 11_999),
+                beat("dead", 12_000),
+                beat("gone", 300_000),
+                // This worker's own stale heartbeat never makes it dead.
+                beat("me", 50_000),
+            ],
+            now,
+            fo,
+            skew,
+        );
+        assert_eq!(f.live, set(&["fresh", "me", "skewed"]));
+        assert_eq!(f.dead, HashSet::from(["dead".into(), "gone".into()]));
+        assert_eq!(f.forget, vec!["gone".to_string()]);
     }
 
     #[tokio::test(start_paused = true)]
