@@ -426,6 +426,37 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn the_owner_index_is_charged_only_for_owner_changes_and_queries() {
+        let t = MemTable::new("t", Faults::default());
+        let key = "shardId-000000000000";
+        let l = Lease::new(key, Checkpoint::TrimHorizon, vec![]);
+        t.send(&LeaseWrite::Create(l)).await.unwrap();
+        let acquire = |counter, me: &str| LeaseWrite::Acquire {
+            key: key.into(),
+            counter,
+            me: me.into(),
+            switches: 1,
+        };
+        // Free -> a: one index put. a -> b: a delete and a put.
+        t.send(&acquire(0, "a")).await.unwrap();
+        assert_eq!(t.seconds()[0].index_wcu, 1.0);
+        t.send(&acquire(1, "b")).await.unwrap();
+        assert_eq!(t.seconds()[0].index_wcu, 3.0);
+        // A renewal changes no index key: no index write.
+        let renew = LeaseWrite::Renew {
+            key: key.into(),
+            me: "b".into(),
+            counter: 2,
+        };
+        t.send(&renew).await.unwrap();
+        assert_eq!(t.seconds()[0].index_wcu, 3.0);
+        assert_eq!(t.query_owner("b").await.unwrap(), vec![key.to_string()]);
+        assert!(t.query_owner("a").await.unwrap().is_empty());
+        // Eventually consistent, at least half a unit per Query.
+        assert_eq!((t.seconds()[0].index_rcu, t.seconds()[0].queries), (1.0, 2));
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn throttles_past_the_limit_and_pages_at_one_megabyte() {
         let t = MemTable::new(
             "t",
