@@ -647,6 +647,49 @@ impl LeaseStore for DynamoStore {
 mod tests {
     use super::*;
 
+    /// A table without the owner index whose UpdateTable is refused (as the
+    /// CloudFormation task role refuses it on a table it did not create):
+    /// the worker stops with a message naming the index, its keys and the
+    /// other mode.
+    #[tokio::test]
+    async fn a_missing_owner_index_that_cannot_be_added_is_refused_naming_the_fix() {
+        use aws_sdk_dynamodb::operation::describe_table::DescribeTableOutput;
+        use aws_sdk_dynamodb::types::TableDescription;
+        use aws_smithy_mocks::{RuleMode, mock, mock_client};
+        let describe = mock!(Client::describe_table).then_output(|| {
+            DescribeTableOutput::builder()
+                .table(
+                    TableDescription::builder()
+                        .table_name("leases")
+                        .table_status(TableStatus::Active)
+                        .build(),
+                )
+                .build()
+        });
+        let denied = r#"{"__type":"com.amazon.coral.service#AccessDeniedException","message":"not authorized to perform: dynamodb:UpdateTable"}"#;
+        let update = mock!(Client::update_table)
+            .sequence()
+            .http_status(400, Some(denied.to_string()))
+            .build();
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&describe, &update]);
+        let store = DynamoStore::new(client, "leases", Duration::from_secs(1));
+        let e = store
+            .ensure_index(Duration::from_secs(5))
+            .await
+            .unwrap_err()
+            .to_string();
+        for needle in [
+            OWNER_INDEX,
+            "leaseOwner",
+            "KEYS_ONLY",
+            "listing",
+            "UpdateTable",
+        ] {
+            assert!(e.contains(needle), "{needle} missing from: {e}");
+        }
+        assert_eq!(update.num_calls(), 1);
+    }
+
     fn lease(owner: Option<&str>, counter: u64) -> Lease {
         let mut l = Lease::new("s", Checkpoint::TrimHorizon, vec![]);
         l.owner = owner.map(str::to_string);
