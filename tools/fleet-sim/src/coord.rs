@@ -5,7 +5,7 @@
 //! a GetItem costs 0.5 RCU eventually consistent, a heartbeat Scan the
 //! sum of its items rounded up to 4 KB, every write 1 WCU).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -29,6 +29,8 @@ pub struct CoordSecond {
 
 #[derive(Debug, Default)]
 struct State {
+    /// Workers whose writes fail (cut off from the table).
+    cut: BTreeSet<String>,
     lock: Option<LeaderLock>,
     beats: BTreeMap<String, u64>,
     seconds: Vec<CoordSecond>,
@@ -62,6 +64,17 @@ impl MemCoord {
     /// Per-second capacity, from the start.
     pub fn seconds(&self) -> Vec<CoordSecond> {
         self.lock_state().seconds.clone()
+    }
+
+    /// From now on `worker`'s heartbeat and lock writes fail (as if its
+    /// connection to the table were gone); its reads still work.
+    pub fn cut_off(&self, worker: &str) {
+        self.lock_state().cut.insert(worker.to_string());
+    }
+
+    /// The workers cut off.
+    pub fn cut(&self) -> BTreeSet<String> {
+        self.lock_state().cut.clone()
     }
 
     /// The current leader, if any.
@@ -98,6 +111,9 @@ impl CoordStore for MemCoord {
         Box::pin(async move {
             self.delay().await;
             let mut st = self.lock_state();
+            if st.cut.contains(worker) {
+                return Err(unreachable("PutItem(heartbeat)"));
+            }
             self.charge(&mut st, 0.0, 1.0);
             st.beats.insert(worker.to_string(), at_ms);
             Ok(())
@@ -149,6 +165,9 @@ impl CoordStore for MemCoord {
         Box::pin(async move {
             self.delay().await;
             let mut st = self.lock_state();
+            if st.cut.contains(me) {
+                return Err(unreachable("PutItem(leader lock)"));
+            }
             self.charge(&mut st, 0.0, 1.0);
             if st.lock.as_ref().map(|l| l.counter) != seen {
                 return Err(refused("PutItem(leader lock)"));
@@ -179,6 +198,14 @@ impl CoordStore for MemCoord {
                 _ => Err(refused("DeleteItem(leader lock)")),
             }
         })
+    }
+}
+
+fn unreachable(op: &'static str) -> AwsError {
+    AwsError {
+        op,
+        class: ErrorClass::Retry,
+        message: "connection lost (simulated)".into(),
     }
 }
 

@@ -109,6 +109,9 @@ pub struct Figures {
     /// Times a worker's checkpoint landed after another worker's checkpoint
     /// of the same shard that followed this worker's previous one (must be 0).
     pub dup_checkpoints: u64,
+    /// Leases owned (table) or held (status) by workers cut off from the
+    /// coordinator table, at the end (leader mode: must be 0).
+    pub isolated_holding: usize,
     /// Mean lease item size in bytes at the end.
     pub item_bytes: usize,
     /// Leases per live worker each second: (second, worker, leases).
@@ -238,6 +241,12 @@ impl Fleet {
         }
     }
 
+    fn isolate(&mut self, count: usize) {
+        for w in self.workers.iter().filter(|w| w.live()).take(count) {
+            self.coord.cut_off(&w.id);
+        }
+    }
+
     /// Replaces the `i`-th of the workers that were live at the deploy's
     /// start: the new one starts, the old one shuts down cleanly.
     fn replace(&mut self, old: &str) {
@@ -326,6 +335,7 @@ pub async fn run(sc: Scenario, protocol: Protocol) -> Figures {
                         fleet.replace(&old);
                     }
                 }
+                EventKind::Isolate => fleet.isolate(count),
                 EventKind::Split => {
                     fleet.stream.split(count);
                 }
@@ -333,6 +343,19 @@ pub async fn run(sc: Scenario, protocol: Protocol) -> Figures {
         }
         samples.push(sample(&fleet, at));
     }
+    let cut = fleet.coord.cut();
+    let isolated_holding = fleet
+        .table
+        .leases()
+        .iter()
+        .filter(|l| l.owner.as_ref().is_some_and(|o| cut.contains(o)))
+        .count()
+        + fleet
+            .workers
+            .iter()
+            .filter(|w| cut.contains(&w.id))
+            .map(|w| w.status.owned_shards().len())
+            .sum::<usize>();
     for w in &fleet.workers {
         w.task.abort();
         w.sink.abort();
@@ -347,6 +370,7 @@ pub async fn run(sc: Scenario, protocol: Protocol) -> Figures {
         .filter(|(i, _)| (w0.as_secs()..w1.as_secs()).contains(&(*i as u64)));
     let n = (w1 - w0).as_secs().max(1) as f64;
     let (r, w) = window.fold((0.0, 0.0), |(r, w), (_, s)| (r + s.rcu, w + s.wcu));
+    f.isolated_holding = isolated_holding;
     f.coord_rcu_steady = r / n;
     f.coord_wcu_steady = w / n;
     match protocol {
@@ -502,6 +526,7 @@ fn figures(sc: &Scenario, table: &MemTable, samples: &[Sample], dup_submits: u64
         queries_steady: mean(&|s| s.queries as f64),
         coord_rcu_steady: 0.0,
         coord_wcu_steady: 0.0,
+        isolated_holding: 0,
         throttled: seconds.iter().map(|s| s.throttled).sum(),
         dup_hold_shard_s: samples
             .iter()

@@ -18,6 +18,10 @@ pub enum EventKind {
     Rolling,
     /// `count` shards split in two.
     Split,
+    /// The first `count` live workers can no longer write to the
+    /// coordinator table (leader mode: heartbeats and lock writes fail);
+    /// they keep running, and the lease table stays reachable.
+    Isolate,
 }
 
 /// One event of a scenario.

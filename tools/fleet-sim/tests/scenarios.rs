@@ -14,6 +14,10 @@ fn run(file: &str) -> Figures {
 }
 
 fn run_as(file: &str, protocol: Protocol) -> Figures {
+    run_edited(file, protocol, |_| {})
+}
+
+fn run_edited(file: &str, protocol: Protocol, edit: impl FnOnce(&mut Scenario)) -> Figures {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("scenarios")
         .join(file);
@@ -29,6 +33,7 @@ fn run_as(file: &str, protocol: Protocol) -> Figures {
     }
     sc.steady = Duration::from_secs(30);
     sc.duration = sc.last_event_end().max(Duration::from_secs(60)) + Duration::from_secs(60);
+    edit(&mut sc);
     let f = run_blocking(sc, protocol).unwrap();
     eprintln!(
         "{}",
@@ -151,4 +156,25 @@ fn leader_throttled_table() {
     let f = run_as("throttled.toml", Protocol::Leader);
     assert_eq!(f.dup_checkpoints, 0);
     assert!(f.all_owned_s.is_some() && f.balanced_s.is_some());
+}
+
+#[test]
+fn leader_isolated_workers_stop_reading_before_their_leases_move() {
+    // The crash scenario, but the first worker (the leader) and the next
+    // keep running with their coordinator-table writes failing: their
+    // heartbeats go stale, so the leader hands their leases out without
+    // waiting for the counters; they must have stopped reading first.
+    let f = run_edited("crash.toml", Protocol::Leader, |sc| {
+        for e in &mut sc.events {
+            e.kind = tidemark_fleet_sim::scenario::EventKind::Isolate;
+            e.count = 2;
+        }
+    });
+    assert_eq!(f.dup_checkpoints, 0);
+    assert_eq!(f.dup_hold_shard_s, 0, "a shard read by two workers");
+    assert_eq!(
+        f.dup_submits, 0,
+        "records of one shard handed on by two workers"
+    );
+    assert_eq!(f.isolated_holding, 0, "isolated workers still hold leases");
 }
