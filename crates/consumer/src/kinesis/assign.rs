@@ -67,8 +67,9 @@ pub(super) struct Assigner {
     next_sync: Instant,
     sync_asked: bool,
     sync_failures: u32,
-    /// Finished leases at the last shard discovery.
-    finished_synced: usize,
+    /// Finished leases at the last shard discovery (a set, not a count:
+    /// finished leases may also be deleted).
+    finished_synced: HashSet<String>,
 }
 
 impl Assigner {
@@ -93,7 +94,7 @@ impl Assigner {
             next_sync: Instant::now(),
             sync_asked: false,
             sync_failures: 0,
-            finished_synced: 0,
+            finished_synced: HashSet::new(),
         }
     }
 
@@ -195,10 +196,14 @@ impl Assigner {
         };
         // Discovery: when due, asked, on an empty table, or when a shard
         // ended since the last one (children must be created).
-        let finished = leases.iter().filter(|l| l.is_finished()).count();
+        let finished: HashSet<String> = leases
+            .iter()
+            .filter(|l| l.is_finished())
+            .map(|l| l.key.clone())
+            .collect();
         if self.sync_asked
             || leases.is_empty()
-            || finished > self.finished_synced
+            || !finished.is_subset(&self.finished_synced)
             || Instant::now() >= self.next_sync
         {
             match sync_shards(ctx, Some(&leases)).await {
