@@ -285,6 +285,42 @@ async fn stored_payloads(stack: &LocalStack, table: &str) -> BTreeMap<Vec<u8>, u
     m
 }
 
+/// Asserts that each of `events` is stored exactly once in `table`.
+async fn assert_stored_once(stack: &LocalStack, table: &str, events: &[(String, Vec<u8>)]) {
+    let stored = stored_payloads(stack, table).await;
+    for (_, d) in events {
+        assert_eq!(stored.get(d), Some(&1), "{}", String::from_utf8_lossy(d));
+    }
+}
+
+/// Puts 600 events, splits shard 0 at the middle of its range, puts 600
+/// more, merges shards 1 and 2, puts 600 more. Returns the shards as listed
+/// before the split (the three parents) and the 1,800 events put.
+async fn split_then_merge(
+    stack: &LocalStack,
+    stream: &str,
+) -> (Vec<Shard>, Vec<(String, Vec<u8>)>) {
+    let k = stack.kinesis();
+    let mut all = events(30, 600, 0);
+    put_records(&k, stream, &all).await;
+    let shards = split_first_shard(stack, stream).await;
+    let more = events(30, 600, 600);
+    put_records(&k, stream, &more).await;
+    all.extend(more);
+    k.merge_shards()
+        .stream_name(stream)
+        .shard_to_merge(shards[1].shard_id())
+        .adjacent_shard_to_merge(shards[2].shard_id())
+        .send()
+        .await
+        .expect("MergeShards");
+    wait_active(stack, stream).await;
+    let more = events(30, 600, 1200);
+    put_records(&k, stream, &more).await;
+    all.extend(more);
+    (shards, all)
+}
+
 struct Worker {
     stop: CancellationToken,
     task: JoinHandle<Result<(), tidemark_consumer::ConsumerError>>,
@@ -775,29 +811,9 @@ async fn split_and_merge_mid_stream(mode: ReadMode) {
     let table = create_item_table(&stack).await;
     let (sink, log, store) = spawn_store(&stack, &table);
     let w = start_worker(&stack, config_in(mode, &stream, &leases, "worker", 2), sink);
-    let mut all = events(30, 600, 0);
-    put_records(&stack.kinesis(), &stream, &all).await;
-    // Split shard 0 at the middle of its range; merge shards 1 and 2.
-    let shards = split_first_shard(&stack, &stream).await;
-    let more = events(30, 600, 600);
-    put_records(&stack.kinesis(), &stream, &more).await;
-    all.extend(more);
-    k.merge_shards()
-        .stream_name(&stream)
-        .shard_to_merge(shards[1].shard_id())
-        .adjacent_shard_to_merge(shards[2].shard_id())
-        .send()
-        .await
-        .expect("MergeShards");
-    wait_active(&stack, &stream).await;
-    let more = events(30, 600, 1200);
-    put_records(&stack.kinesis(), &stream, &more).await;
-    all.extend(more);
+    let (_, all) = split_then_merge(&stack, &stream).await;
     wait_acked(&log, 1800, Duration::from_secs(60)).await;
-    let stored = stored_payloads(&stack, &table).await;
-    for (_, d) in &all {
-        assert_eq!(stored.get(d), Some(&1), "{}", String::from_utf8_lossy(d));
-    }
+    assert_stored_once(&stack, &table, &all).await;
     // Per partition key, delivery follows the order of writing (n grows);
     // per shard, sequence numbers grow.
     // A copy, so no lock is held across the awaits below.
@@ -849,6 +865,87 @@ async fn split_and_merge_mid_stream(mode: ReadMode) {
             .unwrap();
         eprintln!("wrote {n} records to {}", path.display());
     }
+    w.stop.cancel();
+    w.task.await.unwrap().unwrap();
+    store.await.unwrap();
+}
+
+/// A split, then a merge: once every child has started, the three parent
+/// leases are deleted; every record is stored once; a worker started after
+/// the deletions neither re-creates the parents' leases nor reads them again.
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kinesis_finished_leases_deleted_after_split_and_merge() {
+    let stack = tidemark_tests::stack().await;
+    init_logs();
+    let k = stack.kinesis();
+    let stream = create_stream(&stack, 3).await;
+    let leases = unique_name("leases");
+    let table = create_item_table(&stack).await;
+    let (sink, log, store) = spawn_store(&stack, &table);
+    let w = start_worker(&stack, config(&stream, &leases, "worker-a", 2), sink);
+    let (parents, all) = split_then_merge(&stack, &stream).await;
+    wait_acked(&log, all.len(), Duration::from_secs(60)).await;
+    let parent_ids: BTreeSet<String> = parents.iter().map(|s| s.shard_id().to_string()).collect();
+    let lease_table = tidemark_consumer::lease::LeaseTable::new(stack.dynamodb(), &leases);
+    let left = wait_until("parent leases deleted", Duration::from_secs(60), || async {
+        let l = lease_table.list().await.unwrap();
+        let keys: BTreeSet<String> = l.iter().map(|l| l.key.clone()).collect();
+        keys.is_disjoint(&parent_ids).then_some(l)
+    })
+    .await;
+    // The three children remain, each started.
+    assert_eq!(left.len(), 3, "{left:?}");
+    for l in &left {
+        assert!(
+            matches!(l.checkpoint, tidemark_consumer::lease::Checkpoint::At(_)),
+            "{l:?}"
+        );
+    }
+    assert_stored_once(&stack, &table, &all).await;
+    w.stop.cancel();
+    w.task.await.unwrap().unwrap();
+    store.await.unwrap();
+    let first: std::collections::HashSet<Vec<u8>> = all.iter().map(|(_, d)| d.clone()).collect();
+    // A new worker after the deletions: only the children are read, from
+    // their checkpoints (the clean stop checkpointed everything).
+    let (sink, log, store) = spawn_store(&stack, &table);
+    let w = start_worker(&stack, config(&stream, &leases, "worker-b", 2), sink);
+    let later = events(30, 300, 1800);
+    put_records(&k, &stream, &later).await;
+    wait_acked(&log, later.len(), Duration::from_secs(60)).await;
+    // Past a few shard syncs (2 s each) of the new worker.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let keys: BTreeSet<String> = lease_table
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|l| l.key)
+        .collect();
+    assert!(
+        keys.is_disjoint(&parent_ids),
+        "parent leases re-created: {keys:?}"
+    );
+    {
+        let log = log.lock().unwrap();
+        let again: Vec<&Delivery> = log
+            .deliveries
+            .iter()
+            .filter(|d| parent_ids.contains(&d.shard) || first.contains(&d.data))
+            .collect();
+        assert!(
+            again.is_empty(),
+            "{} records read again: {:?}",
+            again.len(),
+            again.first()
+        );
+        assert_eq!(log.distinct.len(), later.len());
+    }
+    assert_stored_once(&stack, &table, &later).await;
     w.stop.cancel();
     w.task.await.unwrap().unwrap();
     store.await.unwrap();

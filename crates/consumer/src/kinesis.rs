@@ -12,7 +12,8 @@
 //!   whatever the coordinator is doing, so it stops before another worker
 //!   may take the shard;
 //! - records are delivered in shard order; a child shard is read only after
-//!   every parent lease is at `SHARD_END`;
+//!   every parent lease is at `SHARD_END` (or deleted by [`cleanup`], which
+//!   deletes only finished leases whose children all started);
 //! - checkpoints only move over acknowledged records, and every checkpoint
 //!   write is conditional on the lease counter (a stolen lease cannot be
 //!   checkpointed by its old owner).
@@ -47,6 +48,7 @@ use tidemark_schema::SharedStr;
 
 use crate::metrics::kinesis as metric;
 
+pub mod cleanup;
 pub mod fanout;
 
 /// A held lease, shared by the renewer, the coordinator and the reader.
@@ -408,6 +410,10 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
     // loop never delays them.
     let renewer_stop = CancellationToken::new();
     let renewer = AbortOnDrop(tokio::spawn(renew_loop(ctx.clone(), renewer_stop.clone())));
+    let cleaner = AbortOnDrop(tokio::spawn(cleanup::run(
+        ctx.clone(),
+        renewer_stop.clone(),
+    )));
     loop {
         if ctx.shutdown.is_cancelled() {
             break;
@@ -604,6 +610,7 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
     }
     renewer_stop.cancel();
     drop(renewer);
+    drop(cleaner);
     for key in held.keys() {
         warn!(shard = %key, "reader did not finish in time; aborting it");
         ctx.unfinished(key);
@@ -766,7 +773,10 @@ async fn sync_shards(ctx: &Ctx, existing: Option<&[Lease]>) -> Result<usize, Con
             &scanned
         }
     };
-    let new = new_leases(&shards, existing, &ctx.config.initial_position);
+    let mut new = new_leases(&shards, existing, &ctx.config.initial_position);
+    // Finished shards whose leases the cleanup deleted stay deleted.
+    let done = cleanup::done_ancestors(&shards, existing);
+    new.retain(|l| !done.contains(&l.key));
     let mut created = 0;
     for l in new {
         if ctx.table.create_lease(&l).await? {

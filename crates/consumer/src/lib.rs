@@ -17,7 +17,9 @@
 //! - [`convert`]: raw Kinesis record to user records (shared by live and replay).
 //! - [`kinesis`]: [`KinesisSource`], the lease coordinator and shard readers;
 //!   [`kinesis::fanout`]: enhanced fan-out (consumer registration,
-//!   SubscribeToShard readers, `read_mode = "fan_out"`).
+//!   SubscribeToShard readers, `read_mode = "fan_out"`);
+//!   [`kinesis::cleanup`]: deletion of finished (and garbage) leases, as the
+//!   KCL's `LeaseCleanupManager`.
 //! - [`fixture`]: the JSON-lines fixture format, recorder and replay source.
 //! - [`sqs`]: [`sqs::SqsSource`], long-poll receivers, visibility heartbeats,
 //!   delete after acknowledgement, FIFO group order (see its module docs).

@@ -17,7 +17,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use tidemark_consumer::ConsumerError;
 use tidemark_consumer::error::{AwsError, ErrorClass};
-use tidemark_consumer::lease::{Lease, LeaseStore, LeaseWrite, ScanPage};
+use tidemark_consumer::lease::{Lease, LeaseDelete, LeaseStore, LeaseWrite, ScanPage};
 use tokio::time::Instant;
 
 /// Largest Scan page.
@@ -293,6 +293,21 @@ impl MemTable {
     }
 }
 
+impl MemTable {
+    async fn delete_item(&self, d: &LeaseDelete) -> Result<(), AwsError> {
+        self.delay().await;
+        let mut st = self.lock();
+        let current = st.items.get(&d.key);
+        let size = current.map_or(0, |i| i.size);
+        let result = d.apply(current.map(|i| &i.lease));
+        let wcu = tidemark_schema::size::wcu_for_size(size) as f64;
+        self.admit(&mut st, "DeleteItem", 0.0, wcu)?;
+        result?;
+        st.items.remove(&d.key);
+        Ok(())
+    }
+}
+
 fn current_owner(st: &State, key: &str) -> Option<String> {
     st.items.get(key).and_then(|i| i.lease.owner.clone())
 }
@@ -320,6 +335,10 @@ impl LeaseStore for MemTable {
 
     fn write<'a>(&'a self, write: &'a LeaseWrite) -> BoxFuture<'a, Result<(), AwsError>> {
         Box::pin(self.send(write))
+    }
+
+    fn delete<'a>(&'a self, delete: &'a LeaseDelete) -> BoxFuture<'a, Result<(), AwsError>> {
+        Box::pin(self.delete_item(delete))
     }
 }
 
