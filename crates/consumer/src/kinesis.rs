@@ -106,10 +106,12 @@ impl HeldLease {
         self.cp().written.clone()
     }
 
-    /// Records a written checkpoint; a pending one no newer is dropped.
+    /// Records a written checkpoint; a pending one no newer is dropped (the
+    /// renewer would otherwise write it after, moving the checkpoint back,
+    /// even from `SHARD_END`).
     fn set_written(&self, cp: Checkpoint) {
         let mut st = self.cp();
-        if st.pending.as_ref() == Some(&cp) {
+        if st.pending.as_ref().is_some_and(|p| covers(&cp, p)) {
             st.pending = None;
         }
         st.written = cp;
@@ -202,6 +204,15 @@ impl HeldLease {
             s.owned = false;
             s.state = ShardState::Lost;
         });
+    }
+}
+
+/// True when checkpoint `written` is at or past `pending`.
+fn covers(written: &Checkpoint, pending: &Checkpoint) -> bool {
+    match (written, pending) {
+        (Checkpoint::ShardEnd, _) => true,
+        (Checkpoint::At(w), Checkpoint::At(p)) => p <= w,
+        (w, p) => w == p,
     }
 }
 
@@ -1309,11 +1320,42 @@ impl Reader {
             _ = lost.cancelled() => return,
         }
         self.maybe_checkpoint(true).await;
-        let checkpointed = self
-            .tracker
-            .checkpoint()
-            .is_none_or(|p| Checkpoint::At(p) == self.lease.written());
-        let released = self.release().await;
+        let checkpointed = |r: &Self| {
+            r.tracker
+                .checkpoint()
+                .is_none_or(|p| Checkpoint::At(p) == r.lease.written())
+        };
+        // A final checkpoint skipped at the lease deadline (a renewal late
+        // on a loaded machine) or whose write failed is tried again until
+        // the drain deadline: the renewer still runs during the drain, so a
+        // paused lease comes back.
+        let mut retry = retry_backoff();
+        while !checkpointed(self) && !self.lease.is_gone() {
+            let next = Instant::now() + retry.next().unwrap_or(Duration::from_secs(1));
+            if next >= deadline {
+                break;
+            }
+            tokio::select! {
+                _ = lost.cancelled() => return,
+                _ = self.renewed.changed() => {}
+                _ = tokio::time::sleep_until(next) => {}
+            }
+            self.maybe_checkpoint(true).await;
+        }
+        let checkpointed = checkpointed(self);
+        let mut released = self.release().await;
+        // Likewise a failed release, while the renewer keeps the lease.
+        while !released && !self.lease.is_gone() {
+            let next = Instant::now() + retry.next().unwrap_or(Duration::from_secs(1));
+            if next >= deadline {
+                break;
+            }
+            tokio::select! {
+                _ = lost.cancelled() => return,
+                _ = tokio::time::sleep_until(next) => {}
+            }
+            released = self.release().await;
+        }
         // A lost lease is the new owner's to finish; anything else left
         // undone means records are read again: the stop was not clean.
         let finished = checkpointed && released;
@@ -1425,7 +1467,10 @@ impl Reader {
                 true
             }
             Err(e) => {
-                warn!(shard = %self.shard, error = %e, "release failed; lease expires after failover time");
+                warn!(shard = %self.shard, error = %e, "release failed; lease expires after failover time unless released again");
+                // Still ours: renewed, and released again by a drain with
+                // time left.
+                lease.released.store(false, Ordering::Relaxed);
                 false
             }
         };
@@ -1602,6 +1647,135 @@ mod tests {
             let (r, counter, reads) = renew_after(true, "other").await;
             assert_eq!(r.unwrap(), None);
             assert_eq!((counter, reads), (5, 1));
+        }
+    }
+
+    /// The shutdown drain and checkpoint bookkeeping of one reader, against
+    /// a mocked lease table.
+    mod drain {
+        use super::super::*;
+        use crate::checkpoint::Position;
+        use crate::record::AckTarget;
+        use aws_sdk_dynamodb::Client;
+        use aws_sdk_dynamodb::operation::update_item::UpdateItemOutput;
+        use aws_smithy_mocks::{Rule, RuleMode, mock, mock_client};
+
+        const FAILOVER: Duration = Duration::from_secs(10);
+
+        fn reader(update: &Rule) -> (Reader, Arc<HeldLease>) {
+            let ddb = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [update]);
+            // Never called: the drain reads nothing.
+            let kinesis = aws_sdk_kinesis::Client::from_conf(
+                aws_sdk_kinesis::Config::builder()
+                    .behavior_version(aws_sdk_kinesis::config::BehaviorVersion::latest())
+                    .region(aws_sdk_kinesis::config::Region::new("us-east-1"))
+                    .build(),
+            );
+            let mut config = KinesisConfig::new("s", "t", "me");
+            config.failover_time = FAILOVER;
+            let (sink, _) = mpsc::channel(1);
+            let ctx = Arc::new(Ctx {
+                table: LeaseTable::with_timing(ddb, "t", LeaseTiming::new(FAILOVER)),
+                config,
+                kinesis,
+                status: StatusHandle::default(),
+                held: std::sync::Mutex::new(HashMap::new()),
+                snapshot: watch::Sender::new(Arc::new(Vec::new())),
+                sync_now: Notify::new(),
+                sink,
+                shutdown: CancellationToken::new(),
+                drain_deadline: std::sync::Mutex::new(None),
+                govs: None,
+                unfinished: std::sync::Mutex::new(Vec::new()),
+                consumer_arn: None,
+                fatal: std::sync::Mutex::new(None),
+            });
+            let written = Written {
+                counter: 1,
+                sent: Instant::now(),
+            };
+            let lease = Arc::new(HeldLease::new("s", written, Checkpoint::TrimHorizon));
+            let reader = Reader {
+                ctx,
+                shard: "s".into(),
+                renewed: lease.renewed.subscribe(),
+                lease: lease.clone(),
+                tracker: Arc::new(AckTracker::new()),
+                last_write: Instant::now(),
+                handed: 0,
+            };
+            (reader, lease)
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_final_checkpoint_at_the_lease_deadline_waits_for_the_renewal() {
+            let update =
+                mock!(Client::update_item).then_output(|| UpdateItemOutput::builder().build());
+            let (mut reader, lease) = reader(&update);
+            let serial = reader.tracker.push(Position::new("5", 0)).unwrap();
+            reader.tracker.ack(serial);
+            reader.handed = 1;
+            reader.ctx.shutdown.cancel();
+            // The last renewal 9 s ago: past the lease deadline (8 s), not
+            // lost (10 s). The renewer's next one lands 500 ms later.
+            tokio::time::advance(Duration::from_secs(9)).await;
+            let renewer = lease.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                renewer.renewed.send_replace(Instant::now());
+            });
+            reader.drain_and_release().await;
+            assert_eq!(lease.written(), Checkpoint::At(Position::new("5", 0)));
+            assert!(
+                reader.ctx.unfinished.lock().unwrap().is_empty(),
+                "the stop counted as incomplete"
+            );
+            // The final checkpoint, then the release.
+            assert_eq!(update.num_calls(), 2);
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_failed_final_release_is_tried_again_within_the_grace() {
+            // The final checkpoint goes through; the release meets 12 server
+            // errors in a row (more than one operation's retry budget).
+            let update = mock!(Client::update_item)
+                .sequence()
+                .output(|| UpdateItemOutput::builder().build())
+                .http_status(500, None)
+                .times(12)
+                .output(|| UpdateItemOutput::builder().build())
+                .build();
+            let (mut reader, lease) = reader(&update);
+            let serial = reader.tracker.push(Position::new("5", 0)).unwrap();
+            reader.tracker.ack(serial);
+            reader.handed = 1;
+            reader.ctx.shutdown.cancel();
+            reader.drain_and_release().await;
+            assert!(
+                reader.ctx.unfinished.lock().unwrap().is_empty(),
+                "the stop counted as incomplete"
+            );
+            assert!(lease.released.load(Ordering::Relaxed));
+            assert_eq!(update.num_calls(), 14);
+        }
+
+        #[test]
+        fn a_written_checkpoint_drops_an_older_pending_one() {
+            let update =
+                mock!(Client::update_item).then_output(|| UpdateItemOutput::builder().build());
+            let (_reader, lease) = reader(&update);
+            let at = |s: &str| Checkpoint::At(Position::new(s, 0));
+            lease.set_pending(at("5"));
+            lease.set_written(at("7"));
+            assert_eq!(lease.take_pending(), None, "older than the written one");
+            lease.set_pending(at("9"));
+            lease.set_written(at("7"));
+            assert_eq!(lease.take_pending(), Some(at("9")), "newer: kept");
+            // SHARD_END covers every position: the renewer must not write
+            // the pending one over it.
+            lease.set_pending(at("9"));
+            lease.set_written(Checkpoint::ShardEnd);
+            assert_eq!(lease.take_pending(), None);
         }
     }
 
