@@ -1650,6 +1650,52 @@ mod tests {
         }
     }
 
+    /// A reader of shard `s` whose lease (counter 1, just renewed, failover
+    /// 10 s) is in a table answered by `update` (UpdateItem), reading through
+    /// `kinesis` into `sink`.
+    pub(super) fn test_reader(
+        update: &aws_smithy_mocks::Rule,
+        kinesis: aws_sdk_kinesis::Client,
+        mut config: KinesisConfig,
+        sink: mpsc::Sender<Vec<Record>>,
+    ) -> (Reader, Arc<HeldLease>) {
+        use aws_smithy_mocks::{RuleMode, mock_client};
+        let failover = Duration::from_secs(10);
+        let ddb = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [update]);
+        config.failover_time = failover;
+        let ctx = Arc::new(Ctx {
+            table: LeaseTable::with_timing(ddb, "t", LeaseTiming::new(failover)),
+            config,
+            kinesis,
+            status: StatusHandle::default(),
+            held: std::sync::Mutex::new(HashMap::new()),
+            snapshot: watch::Sender::new(Arc::new(Vec::new())),
+            sync_now: Notify::new(),
+            sink,
+            shutdown: CancellationToken::new(),
+            drain_deadline: std::sync::Mutex::new(None),
+            govs: None,
+            unfinished: std::sync::Mutex::new(Vec::new()),
+            consumer_arn: None,
+            fatal: std::sync::Mutex::new(None),
+        });
+        let written = Written {
+            counter: 1,
+            sent: Instant::now(),
+        };
+        let lease = Arc::new(HeldLease::new("s", written, Checkpoint::TrimHorizon));
+        let reader = Reader {
+            ctx,
+            shard: "s".into(),
+            renewed: lease.renewed.subscribe(),
+            lease: lease.clone(),
+            tracker: Arc::new(AckTracker::new()),
+            last_write: Instant::now(),
+            handed: 0,
+        };
+        (reader, lease)
+    }
+
     /// The shutdown drain and checkpoint bookkeeping of one reader, against
     /// a mocked lease table.
     mod drain {
@@ -1658,12 +1704,9 @@ mod tests {
         use crate::record::AckTarget;
         use aws_sdk_dynamodb::Client;
         use aws_sdk_dynamodb::operation::update_item::UpdateItemOutput;
-        use aws_smithy_mocks::{Rule, RuleMode, mock, mock_client};
-
-        const FAILOVER: Duration = Duration::from_secs(10);
+        use aws_smithy_mocks::{Rule, mock};
 
         fn reader(update: &Rule) -> (Reader, Arc<HeldLease>) {
-            let ddb = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [update]);
             // Never called: the drain reads nothing.
             let kinesis = aws_sdk_kinesis::Client::from_conf(
                 aws_sdk_kinesis::Config::builder()
@@ -1671,40 +1714,8 @@ mod tests {
                     .region(aws_sdk_kinesis::config::Region::new("us-east-1"))
                     .build(),
             );
-            let mut config = KinesisConfig::new("s", "t", "me");
-            config.failover_time = FAILOVER;
             let (sink, _) = mpsc::channel(1);
-            let ctx = Arc::new(Ctx {
-                table: LeaseTable::with_timing(ddb, "t", LeaseTiming::new(FAILOVER)),
-                config,
-                kinesis,
-                status: StatusHandle::default(),
-                held: std::sync::Mutex::new(HashMap::new()),
-                snapshot: watch::Sender::new(Arc::new(Vec::new())),
-                sync_now: Notify::new(),
-                sink,
-                shutdown: CancellationToken::new(),
-                drain_deadline: std::sync::Mutex::new(None),
-                govs: None,
-                unfinished: std::sync::Mutex::new(Vec::new()),
-                consumer_arn: None,
-                fatal: std::sync::Mutex::new(None),
-            });
-            let written = Written {
-                counter: 1,
-                sent: Instant::now(),
-            };
-            let lease = Arc::new(HeldLease::new("s", written, Checkpoint::TrimHorizon));
-            let reader = Reader {
-                ctx,
-                shard: "s".into(),
-                renewed: lease.renewed.subscribe(),
-                lease: lease.clone(),
-                tracker: Arc::new(AckTracker::new()),
-                last_write: Instant::now(),
-                handed: 0,
-            };
-            (reader, lease)
+            super::test_reader(update, kinesis, KinesisConfig::new("s", "t", "me"), sink)
         }
 
         #[tokio::test(start_paused = true)]
