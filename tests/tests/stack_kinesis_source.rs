@@ -870,15 +870,16 @@ async fn split_and_merge_mid_stream(mode: ReadMode) {
     store.await.unwrap();
 }
 
+in_both_modes!(
+    kinesis_finished_leases_deleted_after_split_and_merge,
+    fan_out_finished_leases_deleted_after_split_and_merge,
+    finished_leases_deleted_after_split_and_merge
+);
+
 /// A split, then a merge: once every child has started, the three parent
 /// leases are deleted; every record is stored once; a worker started after
 /// the deletions neither re-creates the parents' leases nor reads them again.
-#[cfg_attr(
-    not(feature = "stack"),
-    ignore = "needs the local AWS stack (scripts/test runs it)"
-)]
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn kinesis_finished_leases_deleted_after_split_and_merge() {
+async fn finished_leases_deleted_after_split_and_merge(mode: ReadMode) {
     let stack = tidemark_tests::stack().await;
     init_logs();
     let k = stack.kinesis();
@@ -886,7 +887,11 @@ async fn kinesis_finished_leases_deleted_after_split_and_merge() {
     let leases = unique_name("leases");
     let table = create_item_table(&stack).await;
     let (sink, log, store) = spawn_store(&stack, &table);
-    let w = start_worker(&stack, config(&stream, &leases, "worker-a", 2), sink);
+    let w = start_worker(
+        &stack,
+        config_in(mode, &stream, &leases, "worker-a", 2),
+        sink,
+    );
     let (parents, all) = split_then_merge(&stack, &stream).await;
     wait_acked(&log, all.len(), Duration::from_secs(60)).await;
     let parent_ids: BTreeSet<String> = parents.iter().map(|s| s.shard_id().to_string()).collect();
@@ -913,7 +918,11 @@ async fn kinesis_finished_leases_deleted_after_split_and_merge() {
     // A new worker after the deletions: only the children are read, from
     // their checkpoints (the clean stop checkpointed everything).
     let (sink, log, store) = spawn_store(&stack, &table);
-    let w = start_worker(&stack, config(&stream, &leases, "worker-b", 2), sink);
+    let w = start_worker(
+        &stack,
+        config_in(mode, &stream, &leases, "worker-b", 2),
+        sink,
+    );
     let later = events(30, 300, 1800);
     put_records(&k, &stream, &later).await;
     wait_acked(&log, later.len(), Duration::from_secs(60)).await;
@@ -1233,6 +1242,8 @@ async fn kinesis_local_put_rate_by_records_in_shard() {
             );
             assert!(rate > 0.0);
         }
+        // The emulator's shard limit is shared by every test.
+        k.delete_stream().stream_name(&stream).send().await.unwrap();
     }
 }
 
@@ -1311,5 +1322,8 @@ async fn read_mode_latency_at_1000_records_per_second() {
         w.stop.cancel();
         w.task.await.unwrap().unwrap();
         store.await.unwrap();
+        // 16 shards a run: give them back (the emulator's shard limit is
+        // shared by every test).
+        k.delete_stream().stream_name(&stream).send().await.unwrap();
     }
 }
