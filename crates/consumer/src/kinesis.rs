@@ -932,6 +932,10 @@ pub fn new_leases(shards: &[Shard], existing: &[Lease], initial: &InitialPositio
     out
 }
 
+/// Failed SHARD_END writes (each a full lease-write operation) before the
+/// lease is released instead.
+const SHARD_END_ATTEMPTS: u32 = 5;
+
 enum Stop {
     /// Lease lost: no more writes.
     Lost,
@@ -1283,10 +1287,31 @@ impl Reader {
                 Err(stop) => return Ok(stop),
             }
         }
-        if let Err(stop) = self.wait_live().await {
-            return Ok(stop);
+        // The SHARD_END write is what lets the children start: a failed one
+        // is tried again (a refused one means the lease is lost) before the
+        // lease is released for another reader to finish the shard.
+        let mut retry = retry_backoff();
+        let mut attempts = 0;
+        let written = loop {
+            if let Err(stop) = self.wait_live().await {
+                return Ok(stop);
+            }
+            if self.write_checkpoint(Checkpoint::ShardEnd, &children).await {
+                break true;
+            }
+            attempts += 1;
+            if self.lease.is_gone() || attempts >= SHARD_END_ATTEMPTS {
+                break false;
+            }
+            let d = retry.next().unwrap_or(Duration::from_secs(10));
+            if let Err(stop) = self.guard(tokio::time::sleep(d)).await {
+                return Ok(stop);
+            }
+        };
+        if !written && !self.lease.is_gone() {
+            warn!(shard = %self.shard, attempts, "SHARD_END checkpoint failed; releasing the lease");
+            self.release().await;
         }
-        let written = self.write_checkpoint(Checkpoint::ShardEnd, &children).await;
         if written {
             info!(shard = %self.shard, ?children, "shard ended");
             self.ctx.status.update(&self.shard, |s| {
@@ -1767,6 +1792,26 @@ mod tests {
                 "the stop counted as incomplete"
             );
             assert!(lease.released.load(Ordering::Relaxed));
+            assert_eq!(update.num_calls(), 14);
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_failed_shard_end_checkpoint_is_tried_again() {
+            // 12 server errors in a row: more than one operation's retries.
+            let update = mock!(Client::update_item)
+                .sequence()
+                .http_status(500, None)
+                .times(12)
+                .output(|| UpdateItemOutput::builder().build())
+                .times(2)
+                .build();
+            let (mut reader, lease) = reader(&update);
+            let stop = reader.finish_shard(vec!["c".into()]).await.unwrap();
+            assert!(matches!(stop, Stop::Lost), "the reader's work is done");
+            assert_eq!(lease.written(), Checkpoint::ShardEnd);
+            assert!(lease.released.load(Ordering::Relaxed));
+            // The SHARD_END write went through on a later operation, then
+            // the release.
             assert_eq!(update.num_calls(), 14);
         }
 
