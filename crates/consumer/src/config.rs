@@ -83,7 +83,8 @@ pub struct KinesisConfig {
     #[schemars(with = "String")]
     #[serde(default = "default_failover_time", with = "humantime_serde")]
     pub failover_time: Duration,
-    /// How often ListShards runs besides start and shard ends (KCL default 60 s).
+    /// How often ListShards runs besides start and shard ends (KCL default 60 s),
+    /// and how often finished leases are looked for and deleted.
     #[schemars(with = "String")]
     #[serde(default = "default_shard_sync_interval", with = "humantime_serde")]
     pub shard_sync_interval: Duration,

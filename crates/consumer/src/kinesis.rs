@@ -12,7 +12,8 @@
 //!   whatever the coordinator is doing, so it stops before another worker
 //!   may take the shard;
 //! - records are delivered in shard order; a child shard is read only after
-//!   every parent lease is at `SHARD_END`;
+//!   every parent lease is at `SHARD_END` (or deleted by [`cleanup`], which
+//!   deletes only finished leases whose children all started);
 //! - checkpoints only move over acknowledged records, and every checkpoint
 //!   write is conditional on the lease counter (a stolen lease cannot be
 //!   checkpointed by its old owner).
@@ -49,6 +50,7 @@ use tidemark_schema::SharedStr;
 use crate::metrics::kinesis as metric;
 
 mod assign;
+pub mod cleanup;
 pub mod fanout;
 
 /// A held lease, shared by the renewer, the coordinator and the reader.
@@ -106,10 +108,12 @@ impl HeldLease {
         self.cp().written.clone()
     }
 
-    /// Records a written checkpoint; a pending one no newer is dropped.
+    /// Records a written checkpoint; a pending one no newer is dropped (the
+    /// renewer would otherwise write it after, moving the checkpoint back,
+    /// even from `SHARD_END`).
     fn set_written(&self, cp: Checkpoint) {
         let mut st = self.cp();
-        if st.pending.as_ref() == Some(&cp) {
+        if st.pending.as_ref().is_some_and(|p| covers(&cp, p)) {
             st.pending = None;
         }
         st.written = cp;
@@ -205,6 +209,15 @@ impl HeldLease {
     }
 }
 
+/// True when checkpoint `written` is at or past `pending`.
+fn covers(written: &Checkpoint, pending: &Checkpoint) -> bool {
+    match (written, pending) {
+        (Checkpoint::ShardEnd, _) => true,
+        (Checkpoint::At(w), Checkpoint::At(p)) => p <= w,
+        (w, p) => w == p,
+    }
+}
+
 #[derive(Debug)]
 struct Held {
     lease: Arc<HeldLease>,
@@ -242,6 +255,9 @@ struct Ctx {
     snapshot: watch::Sender<Arc<Vec<Lease>>>,
     /// A shard ended: run shard discovery now.
     sync_now: Notify,
+    /// Leader mode: this worker holds the leader lock (finished-lease
+    /// cleanup runs only there; followers keep a partial snapshot).
+    leading: std::sync::atomic::AtomicBool,
     sink: mpsc::Sender<Vec<Record>>,
     shutdown: CancellationToken,
     /// Set when the shutdown drain started; readers finish by this deadline.
@@ -392,6 +408,7 @@ impl KinesisSource {
             held: std::sync::Mutex::new(HashMap::new()),
             snapshot: watch::Sender::new(Arc::new(Vec::new())),
             sync_now: Notify::new(),
+            leading: std::sync::atomic::AtomicBool::new(false),
             sink,
             shutdown,
             drain_deadline: std::sync::Mutex::new(None),
@@ -447,6 +464,10 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
         .clone()
         .filter(|_| cfg.lease_assignment == LeaseAssignment::Leader)
         .map(|c| assign::Assigner::start(&ctx, c));
+    let cleaner = AbortOnDrop(tokio::spawn(cleanup::run(
+        ctx.clone(),
+        renewer_stop.clone(),
+    )));
     loop {
         if ctx.shutdown.is_cancelled() {
             break;
@@ -657,6 +678,7 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
     }
     renewer_stop.cancel();
     drop(renewer);
+    drop(cleaner);
     for key in held.keys() {
         warn!(shard = %key, "reader did not finish in time; aborting it");
         ctx.unfinished(key);
@@ -819,7 +841,10 @@ async fn sync_shards(ctx: &Ctx, existing: Option<&[Lease]>) -> Result<usize, Con
             &scanned
         }
     };
-    let new = new_leases(&shards, existing, &ctx.config.initial_position);
+    let mut new = new_leases(&shards, existing, &ctx.config.initial_position);
+    // Finished shards whose leases the cleanup deleted stay deleted.
+    let done = cleanup::done_ancestors(&shards, existing);
+    new.retain(|l| !done.contains(&l.key));
     let mut created = 0;
     for l in new {
         if ctx.table.create_lease(&l).await? {
@@ -963,6 +988,10 @@ pub fn new_leases(shards: &[Shard], existing: &[Lease], initial: &InitialPositio
     out.sort_by(|a, b| a.key.len().cmp(&b.key.len()).then(a.key.cmp(&b.key)));
     out
 }
+
+/// Failed SHARD_END writes (each a full lease-write operation) before the
+/// lease is released instead.
+const SHARD_END_ATTEMPTS: u32 = 5;
 
 enum Stop {
     /// Lease lost: no more writes.
@@ -1315,10 +1344,31 @@ impl Reader {
                 Err(stop) => return Ok(stop),
             }
         }
-        if let Err(stop) = self.wait_live().await {
-            return Ok(stop);
+        // The SHARD_END write is what lets the children start: a failed one
+        // is tried again (a refused one means the lease is lost) before the
+        // lease is released for another reader to finish the shard.
+        let mut retry = retry_backoff();
+        let mut attempts = 0;
+        let written = loop {
+            if let Err(stop) = self.wait_live().await {
+                return Ok(stop);
+            }
+            if self.write_checkpoint(Checkpoint::ShardEnd, &children).await {
+                break true;
+            }
+            attempts += 1;
+            if self.lease.is_gone() || attempts >= SHARD_END_ATTEMPTS {
+                break false;
+            }
+            let d = retry.next().unwrap_or(Duration::from_secs(10));
+            if let Err(stop) = self.guard(tokio::time::sleep(d)).await {
+                return Ok(stop);
+            }
+        };
+        if !written && !self.lease.is_gone() {
+            warn!(shard = %self.shard, attempts, "SHARD_END checkpoint failed; releasing the lease");
+            self.release().await;
         }
-        let written = self.write_checkpoint(Checkpoint::ShardEnd, &children).await;
         if written {
             info!(shard = %self.shard, ?children, "shard ended");
             self.ctx.status.update(&self.shard, |s| {
@@ -1352,11 +1402,42 @@ impl Reader {
             _ = lost.cancelled() => return,
         }
         self.maybe_checkpoint(true).await;
-        let checkpointed = self
-            .tracker
-            .checkpoint()
-            .is_none_or(|p| Checkpoint::At(p) == self.lease.written());
-        let released = self.release().await;
+        let checkpointed = |r: &Self| {
+            r.tracker
+                .checkpoint()
+                .is_none_or(|p| Checkpoint::At(p) == r.lease.written())
+        };
+        // A final checkpoint skipped at the lease deadline (a renewal late
+        // on a loaded machine) or whose write failed is tried again until
+        // the drain deadline: the renewer still runs during the drain, so a
+        // paused lease comes back.
+        let mut retry = retry_backoff();
+        while !checkpointed(self) && !self.lease.is_gone() {
+            let next = Instant::now() + retry.next().unwrap_or(Duration::from_secs(1));
+            if next >= deadline {
+                break;
+            }
+            tokio::select! {
+                _ = lost.cancelled() => return,
+                _ = self.renewed.changed() => {}
+                _ = tokio::time::sleep_until(next) => {}
+            }
+            self.maybe_checkpoint(true).await;
+        }
+        let checkpointed = checkpointed(self);
+        let mut released = self.release().await;
+        // Likewise a failed release, while the renewer keeps the lease.
+        while !released && !self.lease.is_gone() {
+            let next = Instant::now() + retry.next().unwrap_or(Duration::from_secs(1));
+            if next >= deadline {
+                break;
+            }
+            tokio::select! {
+                _ = lost.cancelled() => return,
+                _ = tokio::time::sleep_until(next) => {}
+            }
+            released = self.release().await;
+        }
         // A lost lease is the new owner's to finish; anything else left
         // undone means records are read again: the stop was not clean.
         let finished = checkpointed && released;
@@ -1468,7 +1549,10 @@ impl Reader {
                 true
             }
             Err(e) => {
-                warn!(shard = %self.shard, error = %e, "release failed; lease expires after failover time");
+                warn!(shard = %self.shard, error = %e, "release failed; lease expires after failover time unless released again");
+                // Still ours: renewed, and released again by a drain with
+                // time left.
+                lease.released.store(false, Ordering::Relaxed);
                 false
             }
         };
@@ -1645,6 +1729,167 @@ mod tests {
             let (r, counter, reads) = renew_after(true, "other").await;
             assert_eq!(r.unwrap(), None);
             assert_eq!((counter, reads), (5, 1));
+        }
+    }
+
+    /// A reader of shard `s` whose lease (counter 1, just renewed, failover
+    /// 10 s) is in a table answered by `update` (UpdateItem), reading through
+    /// `kinesis` into `sink`.
+    pub(super) fn test_reader(
+        update: &aws_smithy_mocks::Rule,
+        kinesis: aws_sdk_kinesis::Client,
+        mut config: KinesisConfig,
+        sink: mpsc::Sender<Vec<Record>>,
+    ) -> (Reader, Arc<HeldLease>) {
+        use aws_smithy_mocks::{RuleMode, mock_client};
+        let failover = Duration::from_secs(10);
+        let ddb = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [update]);
+        config.failover_time = failover;
+        let ctx = Arc::new(Ctx {
+            table: LeaseTable::with_timing(ddb, "t", LeaseTiming::new(failover)),
+            config,
+            kinesis,
+            status: StatusHandle::default(),
+            held: std::sync::Mutex::new(HashMap::new()),
+            snapshot: watch::Sender::new(Arc::new(Vec::new())),
+            sync_now: Notify::new(),
+            leading: std::sync::atomic::AtomicBool::new(false),
+            sink,
+            shutdown: CancellationToken::new(),
+            drain_deadline: std::sync::Mutex::new(None),
+            govs: None,
+            unfinished: std::sync::Mutex::new(Vec::new()),
+            consumer_arn: None,
+            fatal: std::sync::Mutex::new(None),
+        });
+        let written = Written {
+            counter: 1,
+            sent: Instant::now(),
+        };
+        let lease = Arc::new(HeldLease::new("s", written, Checkpoint::TrimHorizon));
+        let reader = Reader {
+            ctx,
+            shard: "s".into(),
+            renewed: lease.renewed.subscribe(),
+            lease: lease.clone(),
+            tracker: Arc::new(AckTracker::new()),
+            last_write: Instant::now(),
+            handed: 0,
+        };
+        (reader, lease)
+    }
+
+    /// The shutdown drain and checkpoint bookkeeping of one reader, against
+    /// a mocked lease table.
+    mod drain {
+        use super::super::*;
+        use crate::checkpoint::Position;
+        use crate::record::AckTarget;
+        use aws_sdk_dynamodb::Client;
+        use aws_sdk_dynamodb::operation::update_item::UpdateItemOutput;
+        use aws_smithy_mocks::{Rule, mock};
+
+        fn reader(update: &Rule) -> (Reader, Arc<HeldLease>) {
+            // Never called: the drain reads nothing.
+            let kinesis = aws_sdk_kinesis::Client::from_conf(
+                aws_sdk_kinesis::Config::builder()
+                    .behavior_version(aws_sdk_kinesis::config::BehaviorVersion::latest())
+                    .region(aws_sdk_kinesis::config::Region::new("us-east-1"))
+                    .build(),
+            );
+            let (sink, _) = mpsc::channel(1);
+            super::test_reader(update, kinesis, KinesisConfig::new("s", "t", "me"), sink)
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_final_checkpoint_at_the_lease_deadline_waits_for_the_renewal() {
+            let update =
+                mock!(Client::update_item).then_output(|| UpdateItemOutput::builder().build());
+            let (mut reader, lease) = reader(&update);
+            let serial = reader.tracker.push(Position::new("5", 0)).unwrap();
+            reader.tracker.ack(serial);
+            reader.handed = 1;
+            reader.ctx.shutdown.cancel();
+            // The last renewal 9 s ago: past the lease deadline (8 s), not
+            // lost (10 s). The renewer's next one lands 500 ms later.
+            tokio::time::advance(Duration::from_secs(9)).await;
+            let renewer = lease.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                renewer.renewed.send_replace(Instant::now());
+            });
+            reader.drain_and_release().await;
+            assert_eq!(lease.written(), Checkpoint::At(Position::new("5", 0)));
+            assert!(
+                reader.ctx.unfinished.lock().unwrap().is_empty(),
+                "the stop counted as incomplete"
+            );
+            // The final checkpoint, then the release.
+            assert_eq!(update.num_calls(), 2);
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_failed_final_release_is_tried_again_within_the_grace() {
+            // The final checkpoint goes through; the release meets 12 server
+            // errors in a row (more than one operation's retry budget).
+            let update = mock!(Client::update_item)
+                .sequence()
+                .output(|| UpdateItemOutput::builder().build())
+                .http_status(500, None)
+                .times(12)
+                .output(|| UpdateItemOutput::builder().build())
+                .build();
+            let (mut reader, lease) = reader(&update);
+            let serial = reader.tracker.push(Position::new("5", 0)).unwrap();
+            reader.tracker.ack(serial);
+            reader.handed = 1;
+            reader.ctx.shutdown.cancel();
+            reader.drain_and_release().await;
+            assert!(
+                reader.ctx.unfinished.lock().unwrap().is_empty(),
+                "the stop counted as incomplete"
+            );
+            assert!(lease.released.load(Ordering::Relaxed));
+            assert_eq!(update.num_calls(), 14);
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_failed_shard_end_checkpoint_is_tried_again() {
+            // 12 server errors in a row: more than one operation's retries.
+            let update = mock!(Client::update_item)
+                .sequence()
+                .http_status(500, None)
+                .times(12)
+                .output(|| UpdateItemOutput::builder().build())
+                .times(2)
+                .build();
+            let (mut reader, lease) = reader(&update);
+            let stop = reader.finish_shard(vec!["c".into()]).await.unwrap();
+            assert!(matches!(stop, Stop::Lost), "the reader's work is done");
+            assert_eq!(lease.written(), Checkpoint::ShardEnd);
+            assert!(lease.released.load(Ordering::Relaxed));
+            // The SHARD_END write went through on a later operation, then
+            // the release.
+            assert_eq!(update.num_calls(), 14);
+        }
+
+        #[test]
+        fn a_written_checkpoint_drops_an_older_pending_one() {
+            let update =
+                mock!(Client::update_item).then_output(|| UpdateItemOutput::builder().build());
+            let (_reader, lease) = reader(&update);
+            let at = |s: &str| Checkpoint::At(Position::new(s, 0));
+            lease.set_pending(at("5"));
+            lease.set_written(at("7"));
+            assert_eq!(lease.take_pending(), None, "older than the written one");
+            lease.set_pending(at("9"));
+            lease.set_written(at("7"));
+            assert_eq!(lease.take_pending(), Some(at("9")), "newer: kept");
+            // SHARD_END covers every position: the renewer must not write
+            // the pending one over it.
+            lease.set_pending(at("9"));
+            lease.set_written(Checkpoint::ShardEnd);
+            assert_eq!(lease.take_pending(), None);
         }
     }
 

@@ -25,7 +25,9 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use std::sync::Arc;
 use tokio::time::Instant;
 
-pub use crate::lease_store::{DynamoStore, LeaseStore, LeaseWrite, OWNER_INDEX, ScanPage};
+pub use crate::lease_store::{
+    DynamoStore, LeaseDelete, LeaseStore, LeaseWrite, OWNER_INDEX, ScanPage,
+};
 
 use crate::checkpoint::Position;
 use crate::error::{AwsError, ConsumerError, ErrorClass};
@@ -615,6 +617,29 @@ impl LeaseTable {
             l.owner.as_deref() == Some(me) && &l.checkpoint == checkpoint
         })
         .await
+    }
+}
+
+impl LeaseTable {
+    /// Deletes the lease `observed` unless it changed since it was seen
+    /// (counter and checkpoint), with the bounded retry of [`write_once`]:
+    /// after an unanswered attempt, a lease found gone counts as deleted.
+    /// True when deleted, false when it moved on (or was already gone).
+    pub async fn delete(&self, observed: &Lease) -> Result<bool, AwsError> {
+        let delete = LeaseDelete {
+            key: observed.key.clone(),
+            counter: observed.counter,
+            checkpoint: observed.checkpoint.clone(),
+        };
+        let sent = write_once(
+            &self.timing,
+            self.gov.as_ref(),
+            "DeleteItem",
+            || self.store.delete(&delete),
+            || async { Ok(self.get(&delete.key).await?.is_none()) },
+        )
+        .await?;
+        Ok(sent.is_some())
     }
 }
 

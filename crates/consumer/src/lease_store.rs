@@ -210,6 +210,38 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     /// existing table when absent), within `timeout`; refuses with a
     /// message naming the fix when it cannot.
     fn ensure_owner_index(&self, timeout: Duration) -> BoxFuture<'_, Result<(), ConsumerError>>;
+
+    /// One attempt of a conditional delete (see [`LeaseDelete::apply`]).
+    fn delete<'a>(&'a self, delete: &'a LeaseDelete) -> BoxFuture<'a, Result<(), AwsError>>;
+}
+
+/// The conditional delete of a lease item: only while its `leaseCounter`
+/// and `checkpoint` are still those seen, so a lease that anybody wrote
+/// since (a take, a renewal, a checkpoint) is left alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseDelete {
+    /// Lease key.
+    pub key: String,
+    /// The counter observed.
+    pub counter: u64,
+    /// The checkpoint observed.
+    pub checkpoint: Checkpoint,
+}
+
+impl LeaseDelete {
+    /// Applies the delete to `item` as DynamoDB would: `Err` with
+    /// [`ErrorClass::ConditionFailed`] when the item is absent or moved on
+    /// (the reference semantics for in-memory stores).
+    pub fn apply(&self, item: Option<&Lease>) -> Result<(), AwsError> {
+        match item {
+            Some(l) if l.counter == self.counter && l.checkpoint == self.checkpoint => Ok(()),
+            _ => Err(AwsError {
+                op: "DeleteItem",
+                class: ErrorClass::ConditionFailed,
+                message: "The conditional request failed".into(),
+            }),
+        }
+    }
 }
 
 /// The global secondary index on `leaseOwner` (hash) and `leaseKey`
@@ -609,6 +641,25 @@ impl DynamoStore {
     }
 }
 
+impl DynamoStore {
+    async fn delete_item(&self, d: &LeaseDelete) -> Result<(), AwsError> {
+        // Every lease write bumps the counter, so counter and checkpoint
+        // together pin the item as seen.
+        let (cp, _) = d.checkpoint.to_parts();
+        self.writes
+            .delete_item()
+            .table_name(&self.table)
+            .key("leaseKey", AttributeValue::S(d.key.clone()))
+            .condition_expression("leaseCounter = :c AND checkpoint = :cp")
+            .expression_attribute_values(":c", n(d.counter))
+            .expression_attribute_values(":cp", AttributeValue::S(cp.to_string()))
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| AwsError::new("DeleteItem", &e))
+    }
+}
+
 impl LeaseStore for DynamoStore {
     fn name(&self) -> &str {
         &self.table
@@ -640,6 +691,10 @@ impl LeaseStore for DynamoStore {
 
     fn ensure_owner_index(&self, timeout: Duration) -> BoxFuture<'_, Result<(), ConsumerError>> {
         Box::pin(self.ensure_index(timeout))
+    }
+
+    fn delete<'a>(&'a self, delete: &'a LeaseDelete) -> BoxFuture<'a, Result<(), AwsError>> {
+        Box::pin(self.delete_item(delete))
     }
 }
 
@@ -730,5 +785,25 @@ mod tests {
         };
         let l = release.apply(Some(&l)).unwrap();
         assert_eq!((l.owner, l.counter), (None, 5));
+    }
+
+    #[test]
+    fn a_delete_applies_only_to_the_lease_as_seen() {
+        let mut done = lease(None, 7);
+        done.checkpoint = Checkpoint::ShardEnd;
+        let delete = LeaseDelete {
+            key: "s".into(),
+            counter: 7,
+            checkpoint: Checkpoint::ShardEnd,
+        };
+        assert!(delete.apply(Some(&done)).is_ok());
+        let mut moved = done.clone();
+        moved.counter = 8;
+        let mut reread = done.clone();
+        reread.checkpoint = Checkpoint::TrimHorizon;
+        for item in [Some(&moved), Some(&reread), None] {
+            let e = delete.apply(item).unwrap_err();
+            assert_eq!(e.class, ErrorClass::ConditionFailed, "{item:?}");
+        }
     }
 }

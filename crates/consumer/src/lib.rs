@@ -22,6 +22,9 @@
 //!   [`kinesis::fanout`]: enhanced fan-out (consumer registration,
 //!   SubscribeToShard readers, `read_mode = "fan_out"`); `kinesis::assign`:
 //!   leader-mode assignment (election, heartbeats, the assignment law).
+//!   SubscribeToShard readers, `read_mode = "fan_out"`);
+//!   [`kinesis::cleanup`]: deletion of finished (and garbage) leases, as the
+//!   KCL's `LeaseCleanupManager`.
 //! - [`fixture`]: the JSON-lines fixture format, recorder and replay source.
 //! - [`sqs`]: [`sqs::SqsSource`], long-poll receivers, visibility heartbeats,
 //!   delete after acknowledgement, FIFO group order (see its module docs).

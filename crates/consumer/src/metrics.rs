@@ -19,7 +19,8 @@ pub mod kinesis {
     pub const THROTTLED: &str = "tidemark_consumer_get_records_throttled_total";
     /// Counter, labels `shard`, `result` (`ok`, `lost`, `error`): checkpoint writes.
     pub const CHECKPOINTS: &str = "tidemark_consumer_checkpoint_writes_total";
-    /// Counter, label `kind` (`take`, `steal`, `lost`, `release`): lease changes.
+    /// Counter, label `kind` (`take`, `steal`, `lost`, `release`,
+    /// `deleted_finished`, `deleted_garbage`): lease changes.
     pub const LEASE_CHANGES: &str = "tidemark_consumer_lease_changes_total";
     /// Counter: a reader passed its lease deadline without a renewal and
     /// paused (nothing submitted, nothing checkpointed) until one came.
@@ -96,7 +97,7 @@ const HELP: &[(&str, Kind, &str)] = &[
     (
         kinesis::LEASE_CHANGES,
         Kind::Counter,
-        "Lease changes (label `kind` (`take`, `steal`, `lost`, `release`)).",
+        "Lease changes (label `kind` (`take`, `steal`, `lost`, `release`, `deleted_finished`, `deleted_garbage`)).",
     ),
     (
         kinesis::LEASE_PAUSES,

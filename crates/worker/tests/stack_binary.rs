@@ -571,7 +571,8 @@ async fn stop_while_dynamodb(fault: Fault, in_flight: u64) {
         "a stop that could not finish exits non-zero:\n{log}"
     );
     // With writes in flight the drain hangs until shutdown_timeout; without,
-    // it ends at once but the final checkpoint or release failed.
+    // it ends once the grace is over (the final checkpoint and release are
+    // retried until then) but they failed.
     let why = if in_flight > 0 {
         "error: shutdown_timeout"
     } else {

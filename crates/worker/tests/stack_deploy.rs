@@ -895,6 +895,10 @@ async fn deployed_stack_variants_get_the_environment_and_rights_they_need() {
         1,
         "no lease table with SQS: {tables:#?}"
     );
+    assert!(
+        !grants.iter().any(|g| g.sid == "DeleteFinishedLeases"),
+        "lease deletion with SQS"
+    );
     drop(deployed);
 
     // OnExpiry delete: DeleteTable, and no export rights. ReadMode fan_out:
@@ -932,6 +936,18 @@ async fn deployed_stack_variants_get_the_environment_and_rights_they_need() {
         "only an operator deregisters"
     );
     grant_of(&grants, "dynamodb:DeleteTable");
+    // Finished shard leases are deleted: on the lease table only.
+    let deletes = grants
+        .iter()
+        .find(|g| g.sid == "DeleteFinishedLeases")
+        .expect("DeleteFinishedLeases");
+    assert_eq!(deletes.actions, ["dynamodb:DeleteItem"]);
+    assert_eq!(
+        deletes.resources,
+        [format!(
+            "arn:aws:dynamodb:us-east-1:{ACCOUNT}:table/{name}-leases"
+        )]
+    );
     let actions = all_actions(&grants);
     assert!(
         !actions.contains("dynamodb:ExportTableToPointInTime")

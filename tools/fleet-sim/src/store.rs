@@ -18,7 +18,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use futures::future::BoxFuture;
 use tidemark_consumer::ConsumerError;
 use tidemark_consumer::error::{AwsError, ErrorClass};
-use tidemark_consumer::lease::{Lease, LeaseStore, LeaseWrite, ScanPage};
+use tidemark_consumer::lease::{Lease, LeaseDelete, LeaseStore, LeaseWrite, ScanPage};
 use tokio::time::Instant;
 
 /// Largest Scan page.
@@ -351,6 +351,21 @@ impl MemTable {
     }
 }
 
+impl MemTable {
+    async fn delete_item(&self, d: &LeaseDelete) -> Result<(), AwsError> {
+        self.delay().await;
+        let mut st = self.lock();
+        let current = st.items.get(&d.key);
+        let size = current.map_or(0, |i| i.size);
+        let result = d.apply(current.map(|i| &i.lease));
+        let wcu = tidemark_schema::size::wcu_for_size(size) as f64;
+        self.admit(&mut st, "DeleteItem", 0.0, wcu)?;
+        result?;
+        st.items.remove(&d.key);
+        Ok(())
+    }
+}
+
 fn current_owner(st: &State, key: &str) -> Option<String> {
     st.items.get(key).and_then(|i| i.lease.owner.clone())
 }
@@ -386,6 +401,10 @@ impl LeaseStore for MemTable {
 
     fn ensure_owner_index(&self, _timeout: Duration) -> BoxFuture<'_, Result<(), ConsumerError>> {
         Box::pin(async { Ok(()) })
+    }
+
+    fn delete<'a>(&'a self, delete: &'a LeaseDelete) -> BoxFuture<'a, Result<(), AwsError>> {
+        Box::pin(self.delete_item(delete))
     }
 }
 

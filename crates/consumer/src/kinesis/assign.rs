@@ -128,7 +128,10 @@ impl Assigner {
             return Ok(wake);
         }
         self.elect(ctx).await;
-        if self.leading(ctx, Instant::now()) {
+        let leading = self.leading(ctx, Instant::now());
+        ctx.leading
+            .store(leading, std::sync::atomic::Ordering::Relaxed);
+        if leading {
             self.lead(ctx, held).await?;
         } else {
             self.follow(ctx, held).await;

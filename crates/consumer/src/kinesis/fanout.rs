@@ -493,6 +493,170 @@ impl Reader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::{Arc, Mutex};
+
+    use aws_smithy_types::event_stream::{Header, HeaderValue, Message};
+    use tokio::net::TcpListener;
+
+    /// The shard the event-stream server holds: sequence numbers 1 to 4.
+    const RECORDS: u64 = 4;
+
+    /// One SubscribeToShardEvent frame with records `seqs` and continuation
+    /// `continuation`.
+    fn event(seqs: &[u64], continuation: u64) -> Vec<u8> {
+        let records: Vec<serde_json::Value> = seqs
+            .iter()
+            .map(|n| {
+                serde_json::json!({
+                    "SequenceNumber": n.to_string(),
+                    "ApproximateArrivalTimestamp": 1_700_000_000.0,
+                    "Data": aws_smithy_types::base64::encode(format!("{{\"n\":{n}}}")),
+                    "PartitionKey": "pk",
+                })
+            })
+            .collect();
+        let payload = serde_json::json!({
+            "Records": records,
+            "ContinuationSequenceNumber": continuation.to_string(),
+            "MillisBehindLatest": 0,
+        });
+        let message = Message::new(payload.to_string().into_bytes())
+            .add_header(Header::new(
+                ":message-type",
+                HeaderValue::String("event".into()),
+            ))
+            .add_header(Header::new(
+                ":event-type",
+                HeaderValue::String("SubscribeToShardEvent".into()),
+            ))
+            .add_header(Header::new(
+                ":content-type",
+                HeaderValue::String("application/json".into()),
+            ));
+        let mut frame = Vec::new();
+        aws_smithy_eventstream::frame::write_message_to(&message, &mut frame).unwrap();
+        frame
+    }
+
+    /// Answers one SubscribeToShard request as Kinesis does at a
+    /// subscription's 5-minute end, but at once: one event with the next
+    /// two records after the starting position, then the body ends cleanly
+    /// (no error). Each request's starting position is logged.
+    async fn answer(
+        req: hyper::Request<hyper::body::Incoming>,
+        starts: Arc<Mutex<Vec<String>>>,
+    ) -> Result<hyper::Response<http_body_util::Full<hyper::body::Bytes>>, std::convert::Infallible>
+    {
+        use http_body_util::BodyExt;
+        let body = req.into_body().collect().await.unwrap().to_bytes();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let start = &body["StartingPosition"];
+        let kind = start["Type"].as_str().unwrap_or_default().to_string();
+        let after: u64 = match start["SequenceNumber"].as_str() {
+            Some(s) if kind == "AFTER_SEQUENCE_NUMBER" => s.parse().unwrap(),
+            _ => 0,
+        };
+        starts.lock().unwrap().push(match kind.as_str() {
+            "AFTER_SEQUENCE_NUMBER" => format!("{kind} {after}"),
+            _ => kind,
+        });
+        let seqs: Vec<u64> = (after + 1..=RECORDS).take(2).collect();
+        let frames = event(&seqs, seqs.last().copied().unwrap_or(after));
+        Ok(hyper::Response::builder()
+            .header("content-type", "application/vnd.amazon.eventstream")
+            .body(http_body_util::Full::new(frames.into()))
+            .unwrap())
+    }
+
+    /// Kinesis ends every subscription after 5 minutes; kinesis-local 0.6.2
+    /// does too, but only after 5 real minutes (not configurable), too long
+    /// for the stack tests, whose renewals are Tidemark's own timer. Here a
+    /// local event-stream server ends each subscription cleanly after one
+    /// event (the SDK's receiver then yields `Ok(None)`), with renewals
+    /// set far off: the reader subscribes again after the last record
+    /// delivered, with no gap and no duplicate.
+    #[tokio::test]
+    async fn a_subscription_the_server_ends_resumes_after_the_last_record() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let starts = Arc::new(Mutex::new(Vec::new()));
+        let log = starts.clone();
+        tokio::spawn(async move {
+            while let Ok((sock, _)) = listener.accept().await {
+                let log = log.clone();
+                let service = hyper::service::service_fn(move |req| answer(req, log.clone()));
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(sock), service),
+                );
+            }
+        });
+        let kinesis = aws_sdk_kinesis::Client::from_conf(
+            aws_sdk_kinesis::Config::builder()
+                .behavior_version(aws_sdk_kinesis::config::BehaviorVersion::latest())
+                .region(aws_sdk_kinesis::config::Region::new("us-east-1"))
+                .endpoint_url(format!("http://127.0.0.1:{port}"))
+                .credentials_provider(aws_sdk_kinesis::config::Credentials::new(
+                    "test", "test", None, None, "test",
+                ))
+                .build(),
+        );
+        let mut config = KinesisConfig::new("s", "t", "me");
+        config.read_mode = crate::config::ReadMode::FanOut;
+        // Any renewal in this test is the server's.
+        config.subscription_renewal = Duration::from_secs(120);
+        let update =
+            aws_smithy_mocks::mock!(aws_sdk_dynamodb::Client::update_item).then_output(|| {
+                aws_sdk_dynamodb::operation::update_item::UpdateItemOutput::builder().build()
+            });
+        let (sink, mut rx) = tokio::sync::mpsc::channel(8);
+        let (mut reader, _lease) =
+            crate::kinesis::tests::test_reader(&update, kinesis, config, sink);
+        let shutdown = reader.ctx.shutdown.clone();
+        let lease = Lease::new("s", Checkpoint::TrimHorizon, vec![]);
+        let task = tokio::spawn(async move {
+            reader
+                .read_fan_out(
+                    &lease,
+                    "arn:aws:kinesis:us-east-1:000000000000:stream/s/consumer/c:1",
+                )
+                .await
+        });
+        let mut seqs = Vec::new();
+        while seqs.len() < RECORDS as usize {
+            let batch = tokio::time::timeout(Duration::from_secs(20), rx.recv())
+                .await
+                .expect("records within 20 s")
+                .expect("reader alive");
+            for r in batch {
+                let tidemark_schema::Origin::Kinesis {
+                    sequence_number, ..
+                } = &r.origin
+                else {
+                    panic!("kinesis origin")
+                };
+                seqs.push(sequence_number.to_string());
+                r.ack.done();
+            }
+        }
+        // The next subscriptions start after record 4 and bring nothing.
+        let more = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await;
+        assert!(more.is_err(), "a record came twice: {more:?}");
+        shutdown.cancel();
+        let stop = task.await.unwrap().unwrap();
+        assert!(matches!(stop, Stop::Shutdown));
+        assert_eq!(seqs, ["1", "2", "3", "4"]);
+        let starts = starts.lock().unwrap().clone();
+        assert!(starts.len() >= 3, "{starts:?}");
+        assert_eq!(
+            starts[..3],
+            [
+                "TRIM_HORIZON",
+                "AFTER_SEQUENCE_NUMBER 2",
+                "AFTER_SEQUENCE_NUMBER 4"
+            ]
+        );
+    }
 
     #[test]
     fn renewal_starts_after_the_last_delivered_record() {
