@@ -48,6 +48,7 @@ use tidemark_schema::SharedStr;
 use crate::metrics::kinesis as metric;
 
 pub mod fanout;
+pub mod streams;
 
 /// A held lease, shared by the renewer, the coordinator and the reader.
 #[derive(Debug)]
@@ -343,8 +344,19 @@ impl KinesisSource {
         sink: mpsc::Sender<Vec<Record>>,
         shutdown: CancellationToken,
     ) -> Result<(), ConsumerError> {
+        if self.config.is_multi_stream() {
+            return Box::pin(streams::run(self, sink, shutdown)).await;
+        }
         self.config.validate()?;
         self.table.create_if_absent(Duration::from_secs(60)).await?;
+        // A stream's scoped view is checked once for the whole table.
+        if self.table.scope().is_none() {
+            crate::lease_key::refuse_other_format(
+                &self.table,
+                crate::lease_key::KeyFormat::SingleStream,
+            )
+            .await?;
+        }
         let consumer_arn = match self.config.read_mode {
             crate::config::ReadMode::FanOut => {
                 Some(fanout::register(&self.kinesis, &self.config).await?)

@@ -150,6 +150,11 @@ impl Lease {
             item.insert("startingHashKey".into(), AttributeValue::S(start.clone()));
             item.insert("endingHashKey".into(), AttributeValue::S(end.clone()));
         }
+        // A KCL multi-stream lease also names its stream and shard.
+        if let Some((stream, shard)) = crate::lease_key::parse_lease_key(&self.key) {
+            item.insert("streamName".into(), AttributeValue::S(stream.to_string()));
+            item.insert("shardId".into(), AttributeValue::S(shard.to_string()));
+        }
         item
     }
 
@@ -407,12 +412,15 @@ fn jitter() -> f64 {
 /// simulator. Retries follow [`write_once`] whatever the store.
 #[derive(Debug, Clone)]
 pub struct LeaseTable {
-    store: Arc<dyn LeaseStore>,
+    pub(crate) store: Arc<dyn LeaseStore>,
     table: String,
     timing: LeaseTiming,
     gov: Option<Governor>,
     /// What the table is for, in key-schema errors.
     role: &'static str,
+    /// Multi-stream mode: the one stream this handle shows
+    /// ([`LeaseTable::scoped`]).
+    pub(crate) scope: Option<crate::lease_key::StreamIdentifier>,
 }
 
 /// The key schema of a table in the KCL lease format.
@@ -441,6 +449,7 @@ impl LeaseTable {
             timing,
             gov: None,
             role: "lease table",
+            scope: None,
         }
     }
 

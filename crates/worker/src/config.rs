@@ -590,6 +590,15 @@ impl Config {
                 if let Err(e) = kinesis.validate() {
                     out.push((format!("source.{}", e.key), e.problem));
                 }
+                // Each stream's own mapping must make a router too.
+                for (i, (stream, schema)) in self.stream_schemas().into_iter().enumerate() {
+                    if let Err(e) = Router::new(schema) {
+                        out.push((
+                            format!("source.streams.{i}.{}", e.key_path()),
+                            format!("stream `{stream}`: {e}"),
+                        ));
+                    }
+                }
             }
             SourceConfig::Sqs(sqs) => {
                 if let Err(e) = sqs.validate() {
@@ -661,6 +670,26 @@ impl Config {
             out.push(("telemetry.log_level".into(), m));
         }
         out
+    }
+}
+
+impl Config {
+    /// Multi-stream mode: the router settings of each stream with its own
+    /// event mapping (`source.streams[].event`), by stream name; the other
+    /// streams use [`Config::schema`].
+    pub fn stream_schemas(&self) -> Vec<(String, RouterConfig)> {
+        let SourceConfig::Kinesis(k) = &self.source else {
+            return Vec::new();
+        };
+        k.streams
+            .iter()
+            .filter_map(|s| {
+                let event = s.event.clone()?;
+                let mut schema = self.schema.clone();
+                schema.event = event;
+                Some((s.stream_name().to_string(), schema))
+            })
+            .collect()
     }
 }
 

@@ -13,6 +13,7 @@
 //! pipeline, which stops pulling from the sources' bounded channel, which
 //! pauses reading.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -51,6 +52,9 @@ pub struct PipelineCounts {
 #[derive(Clone)]
 pub struct Pipeline {
     router: Arc<Router>,
+    /// Multi-stream mode: the routers of streams with their own event
+    /// mapping, by stream name; other records use `router`.
+    stream_routers: Arc<HashMap<String, Arc<Router>>>,
     writer: WriterHandle,
     dead_letters: DeadLetters,
     clock: Clock,
@@ -73,6 +77,7 @@ impl Pipeline {
     ) -> Self {
         Pipeline {
             router,
+            stream_routers: Arc::default(),
             writer,
             dead_letters,
             clock,
@@ -85,6 +90,23 @@ impl Pipeline {
     pub fn with_record_format(mut self, format: RecordFormat) -> Self {
         self.format = format;
         self
+    }
+
+    /// Records of these streams (by name) are routed by their own router.
+    pub fn with_stream_routers(mut self, routers: HashMap<String, Arc<Router>>) -> Self {
+        self.stream_routers = Arc::new(routers);
+        self
+    }
+
+    /// The router of `origin`'s stream.
+    fn router_for(&self, origin: &Origin) -> &Router {
+        match origin {
+            Origin::Kinesis { stream, .. } if !self.stream_routers.is_empty() => self
+                .stream_routers
+                .get(stream.as_str())
+                .unwrap_or(&self.router),
+            _ => &self.router,
+        }
     }
 
     /// Handles batches until the channel closes (every source stopped).
@@ -197,7 +219,7 @@ impl Pipeline {
         routed: &mut Vec<Routed>,
     ) -> u64 {
         match self
-            .router
+            .router_for(&origin)
             .route_inner(&data, &origin, inner.unwrap_or(0), now, cache)
         {
             Ok((r, None)) => {
