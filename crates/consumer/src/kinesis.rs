@@ -716,8 +716,15 @@ async fn renew_one(ctx: &Ctx, lease: Arc<HeldLease>) {
     match renewed {
         Ok(Some(_)) => {
             if let Some(cp) = pending {
-                metrics::counter!(metric::CHECKPOINTS, "shard" => lease.key.clone(), "result" => "ok")
-                    .increment(1);
+                metrics::counter!(
+                    metric::CHECKPOINTS,
+                    streams::with(
+                        streams::shard_labels(&ctx.table, &lease.key),
+                        "result",
+                        "ok"
+                    )
+                )
+                .increment(1);
                 let text = shown(&cp);
                 ctx.status.update(&lease.key, |s| s.checkpoint = Some(text));
                 lease.set_written(cp);
@@ -1118,7 +1125,7 @@ impl Reader {
         };
         let mut pacer = Pacer::new(cfg.idle_poll);
         let mut retry = retry_backoff();
-        let shard_label = self.shard.clone();
+        let shard_label = streams::shard_labels(&self.ctx.table, &self.shard);
         loop {
             if let Some(stop) = self.stopped() {
                 return Ok(stop);
@@ -1156,7 +1163,7 @@ impl Reader {
                 None => None,
             };
             let started = Instant::now();
-            metrics::counter!(metric::GET_RECORDS, "shard" => shard_label.clone()).increment(1);
+            metrics::counter!(metric::GET_RECORDS, shard_label.clone()).increment(1);
             let res = self
                 .ctx
                 .kinesis
@@ -1177,8 +1184,7 @@ impl Reader {
                     let err = AwsError::new("GetRecords", &e);
                     match err.class {
                         ErrorClass::Throttled => {
-                            metrics::counter!(metric::THROTTLED, "shard" => shard_label.clone())
-                                .increment(1);
+                            metrics::counter!(metric::THROTTLED, shard_label.clone()).increment(1);
                             let d = pacer.on_throttled(started);
                             debug!(shard = %self.shard, delay = ?d, "GetRecords throttled");
                         }
@@ -1220,15 +1226,14 @@ impl Reader {
             }
             pacer.on_success(started, bytes, out.records().len(), behind == Some(0));
             if corrupt > 0 {
-                metrics::counter!(metric::CORRUPT_AGGREGATES, "shard" => shard_label.clone())
+                metrics::counter!(metric::CORRUPT_AGGREGATES, shard_label.clone())
                     .increment(corrupt as u64);
             }
             if let Some(ms) = behind {
-                metrics::gauge!(metric::MILLIS_BEHIND, "shard" => shard_label.clone())
-                    .set(ms as f64);
+                metrics::gauge!(metric::MILLIS_BEHIND, shard_label.clone()).set(ms as f64);
             }
             let n = batch.len() as u64;
-            metrics::counter!(metric::RECORDS_READ, "shard" => shard_label.clone()).increment(n);
+            metrics::counter!(metric::RECORDS_READ, shard_label.clone()).increment(n);
             let in_flight = self.tracker.in_flight();
             self.ctx.status.update(&self.shard, |s| {
                 s.millis_behind_latest = behind;
@@ -1363,7 +1368,7 @@ impl Reader {
         if lease.is_gone() || !matches!(self.phase(), LeasePhase::Live { .. }) {
             return false;
         }
-        let label = self.shard.clone();
+        let label = streams::shard_labels(&self.ctx.table, &self.shard);
         self.last_write = Instant::now();
         let table = &self.ctx.table;
         let written = lease
@@ -1374,7 +1379,7 @@ impl Reader {
         // A successful conditional write proves ownership like a renewal.
         match written {
             Ok(Some(_)) => {
-                metrics::counter!(metric::CHECKPOINTS, "shard" => label, "result" => "ok")
+                metrics::counter!(metric::CHECKPOINTS, streams::with(label, "result", "ok"))
                     .increment(1);
                 let shown = shown(&cp);
                 self.ctx
@@ -1384,14 +1389,14 @@ impl Reader {
                 true
             }
             Ok(None) => {
-                metrics::counter!(metric::CHECKPOINTS, "shard" => label, "result" => "lost")
+                metrics::counter!(metric::CHECKPOINTS, streams::with(label, "result", "lost"))
                     .increment(1);
                 info!(shard = %self.shard, "checkpoint refused: lease lost");
                 lease.fence(&self.ctx.status);
                 false
             }
             Err(e) => {
-                metrics::counter!(metric::CHECKPOINTS, "shard" => label, "result" => "error")
+                metrics::counter!(metric::CHECKPOINTS, streams::with(label, "result", "error"))
                     .increment(1);
                 warn!(shard = %self.shard, error = %e, "checkpoint write failed; will retry");
                 false

@@ -22,6 +22,7 @@ use tracing::info;
 use super::KinesisSource;
 use crate::config::StreamEntry;
 use crate::error::{AwsError, ConsumerError, ErrorClass};
+use crate::lease::LeaseTable;
 use crate::lease_key::{KeyFormat, StreamIdentifier, refuse_other_format};
 use crate::record::Record;
 
@@ -87,6 +88,26 @@ pub(super) async fn run(
         None if unfinished.is_empty() => Ok(()),
         None => Err(ConsumerError::DrainIncomplete { shards: unfinished }),
     }
+}
+
+/// Labels of a per-shard metric: `shard`, plus `stream` (its name) in
+/// multi-stream mode, where shard ids repeat across streams.
+pub(crate) fn shard_labels(table: &LeaseTable, shard: &str) -> Vec<metrics::Label> {
+    let mut labels = vec![metrics::Label::new("shard", shard.to_string())];
+    if let Some(id) = table.scope() {
+        labels.push(metrics::Label::new("stream", id.name.clone()));
+    }
+    labels
+}
+
+/// `labels` and one more.
+pub(crate) fn with(
+    mut labels: Vec<metrics::Label>,
+    key: &'static str,
+    value: &'static str,
+) -> Vec<metrics::Label> {
+    labels.push(metrics::Label::new(key, value));
+    labels
 }
 
 /// The stream's identity in lease keys: the configured account id and
