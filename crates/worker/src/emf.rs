@@ -375,6 +375,30 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn multi_stream_lags_are_keyed_by_stream_and_shard() {
+        let text = format!(
+            "{g}{{shard=\"shardId-000000000000\",stream=\"orders\"}} 3\n\
+             {g}{{shard=\"shardId-000000000000\",stream=\"clicks\"}} 2\n\
+             {g}{{shard=\"shardId-000000000001\"}} 1\n\
+             {m}{{shard=\"shardId-000000000000\",stream=\"orders\"}} 500\n\
+             {m}{{shard=\"shardId-000000000000\",stream=\"clicks\"}} 900\n\
+             {m}{{shard=\"shardId-000000000001\"}} 100\n",
+            g = consumer::GET_RECORDS,
+            m = consumer::MILLIS_BEHIND,
+        );
+        let lags = shard_lags(&parse(&text), &mut Last::default());
+        assert_eq!(
+            lags,
+            [
+                ("clicks/shardId-000000000000".to_string(), 900.0),
+                ("orders/shardId-000000000000".to_string(), 500.0),
+                ("shardId-000000000001".to_string(), 100.0),
+            ]
+            .into()
+        );
+    }
     use metrics_exporter_prometheus::PrometheusBuilder;
 
     /// The units the EMF specification allows (CloudWatch's StandardUnit).
