@@ -49,8 +49,12 @@ pub struct KinesisConfig {
     /// Several streams read by one worker from one lease table, with the
     /// KCL multi-stream lease keys (`account:stream:creationEpoch:shardId`),
     /// e.g. `[{ stream = "orders" }, { stream = "clicks", event = { ... } }]`.
-    /// Set either this or `stream`; a lease table keeps the format it was
-    /// started with. See docs/read-modes.md#several-streams.
+    /// Each entry: `stream` (name or ARN), optional `account_id` and
+    /// `creation_epoch` (as in the lease keys; default: from the ARN and
+    /// DescribeStreamSummary), optional `event` (this stream's mapping, the
+    /// keys of `[event]`; default: the shared one). Set either this or
+    /// `stream`; a lease table keeps the format it was started with. See
+    /// docs/read-modes.md#several-streams.
     #[serde(default)]
     pub streams: Vec<StreamEntry>,
     /// DynamoDB lease table (KCL 2.x format); created on demand when absent.

@@ -1,7 +1,9 @@
 //! Shard leases in a DynamoDB table of the KCL 2.x format, and the pure law
 //! that decides which leases a worker takes or steals.
 //!
-//! Item format (one item per shard, hash key `leaseKey` = shard id):
+//! Item format (one item per shard, hash key `leaseKey` = shard id, or
+//! `account:stream:creationEpoch:shardId` with `streamName` and `shardId`
+//! attributes in multi-stream mode, see [`crate::lease_key`]):
 //! `leaseOwner` (S, absent when free), `leaseCounter` (N, bumped by every
 //! write and used as the fencing token of all conditional writes),
 //! `checkpoint` (S: a sequence number or `TRIM_HORIZON` / `LATEST` /

@@ -1,4 +1,6 @@
 //! Per-shard status, readable while the consumer runs (health checks, tests).
+//! Keyed by shard id, or by lease key (`account:stream:epoch:shardId`) with
+//! several streams.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
