@@ -8,6 +8,8 @@
 //!   `shardId` attributes, checkpoints mid-shard, held by a KCL worker that
 //!   is gone): Tidemark takes the leases over and reads each shard from its
 //!   checkpoint on, without re-reading anything before it.
+//! - with `read_mode = "fan_out"`, each stream gets its own registered
+//!   consumer and both are read through SubscribeToShard.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -424,5 +426,75 @@ async fn a_kcl_multi_stream_lease_table_resumes_without_re_reading() {
         );
         assert!(item.contains_key("streamName") && item.contains_key("shardId"));
         assert!(!item.contains_key("leaseOwner"), "released at stop: {key}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn fan_out_reads_every_stream_through_its_own_consumer() {
+    let stack = tidemark_tests::stack().await;
+    const EVENTS: u64 = 300; // per stream
+    let name = unique_name("msfo");
+    let (a, b) = (format!("{name}-a"), format!("{name}-b"));
+    let kinesis = stack.kinesis();
+    tidemark_tests::create_stream(&kinesis, &a, 1).await;
+    tidemark_tests::create_stream(&kinesis, &b, 2).await;
+    let spec = ProduceSpec {
+        devices: 10,
+        count: EVENTS,
+        hot_factor: 1,
+        seed: 5,
+    };
+    let recs_a = events(&spec, EVENTS, false);
+    let recs_b = events(&ProduceSpec { seed: 6, ..spec }, EVENTS, true);
+    put_records(&kinesis, &a, &recs_a).await;
+    put_records(&kinesis, &b, &recs_b).await;
+
+    let dir = std::env::temp_dir().join(&name);
+    let dead = dir.join("dead.jsonl");
+    let streams = [
+        format!(r#"{{ stream = "{a}" }}"#),
+        format!(r#"{{ stream = "{b}", event = {{ entity_field = "sensor" }} }}"#),
+    ];
+    let source = multi_source(&name, "fo-1", &streams)
+        .replace("max_leases = 1\n", "read_mode = \"fan_out\"\n");
+    let config = config(&dir, &test_toml(&source, &name, &dead, "127.0.0.1:0"));
+    let w = Running::start(&config, &sdk(&stack)).await;
+    wait_until(
+        "both streams are stored through fan-out",
+        Duration::from_secs(90),
+        || async { (w.stored() >= 2 * EVENTS).then_some(()) },
+    )
+    .await;
+    let report = w.stop().await;
+    assert_eq!(report.stored, 2 * EVENTS, "{report:?}");
+    assert_eq!(report.dead_lettered(), 0, "{report:?}");
+    // One consumer of the lease table's name on each stream.
+    for stream in [&a, &b] {
+        let arn = kinesis
+            .describe_stream_summary()
+            .stream_name(stream)
+            .send()
+            .await
+            .unwrap()
+            .stream_description_summary()
+            .unwrap()
+            .stream_arn()
+            .to_string();
+        let consumers = kinesis
+            .list_stream_consumers()
+            .stream_arn(&arn)
+            .send()
+            .await
+            .unwrap();
+        let names: Vec<_> = consumers
+            .consumers()
+            .iter()
+            .map(|c| c.consumer_name())
+            .collect();
+        assert_eq!(names, [format!("{name}-leases")], "{stream}");
     }
 }
