@@ -10,6 +10,9 @@
 //!   checkpoint on, without re-reading anything before it.
 //! - with `read_mode = "fan_out"`, each stream gets its own registered
 //!   consumer and both are read through SubscribeToShard.
+//! - a split in one stream is recorded in multi-stream keys (parent at
+//!   `SHARD_END` with its children, children naming their parent), and a
+//!   dead letter names the stream its record came from.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -496,5 +499,121 @@ async fn fan_out_reads_every_stream_through_its_own_consumer() {
             .map(|c| c.consumer_name())
             .collect();
         assert_eq!(names, [format!("{name}-leases")], "{stream}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn a_split_in_one_stream_and_a_dead_letter_carry_the_stream() {
+    let stack = tidemark_tests::stack().await;
+    const EVENTS: u64 = 200; // per stream and round
+    let name = unique_name("msrs");
+    let (a, b) = (format!("{name}-a"), format!("{name}-b"));
+    let kinesis = stack.kinesis();
+    tidemark_tests::create_stream(&kinesis, &a, 1).await;
+    tidemark_tests::create_stream(&kinesis, &b, 1).await;
+    let spec = ProduceSpec {
+        devices: 10,
+        count: 2 * EVENTS,
+        hot_factor: 1,
+        seed: 7,
+    };
+    let recs_a = events(&spec, 2 * EVENTS, false);
+    let recs_b = events(&ProduceSpec { seed: 8, ..spec }, 2 * EVENTS, true);
+    let n = EVENTS as usize;
+    put_records(&kinesis, &a, &recs_a[..n]).await;
+    put_records(&kinesis, &b, &recs_b[..n]).await;
+
+    let dir = std::env::temp_dir().join(&name);
+    let dead = dir.join("dead.jsonl");
+    let streams = [
+        format!(r#"{{ stream = "{a}" }}"#),
+        format!(r#"{{ stream = "{b}", event = {{ entity_field = "sensor" }} }}"#),
+    ];
+    let source = multi_source(&name, "rs-1", &streams).replace("max_leases = 1\n", "");
+    let config = config(&dir, &test_toml(&source, &name, &dead, "127.0.0.1:0"));
+    let w = Running::start(&config, &sdk(&stack)).await;
+    wait_until(
+        "the first round is stored",
+        Duration::from_secs(60),
+        || async { (w.stored() >= 2 * EVENTS).then_some(()) },
+    )
+    .await;
+
+    // Split a's only shard; the second round goes to its children. One
+    // malformed record in b is dead-lettered, naming b.
+    let parent = kinesis
+        .list_shards()
+        .stream_name(&a)
+        .send()
+        .await
+        .unwrap()
+        .shards()[0]
+        .clone();
+    let r = parent.hash_key_range().unwrap();
+    let (lo, hi): (u128, u128) = (
+        r.starting_hash_key().parse().unwrap(),
+        r.ending_hash_key().parse().unwrap(),
+    );
+    kinesis
+        .split_shard()
+        .stream_name(&a)
+        .shard_to_split(parent.shard_id())
+        .new_starting_hash_key((lo + (hi - lo) / 2).to_string())
+        .send()
+        .await
+        .unwrap();
+    tidemark_tests::wait_stream_active(&kinesis, &a).await;
+    put_records(&kinesis, &a, &recs_a[n..]).await;
+    put_records(&kinesis, &b, &recs_b[n..]).await;
+    put_records(&kinesis, &b, &[("k".into(), b"not json".to_vec())]).await;
+    wait_until(
+        "the second round is stored",
+        Duration::from_secs(90),
+        || async { (w.stored() >= 4 * EVENTS).then_some(()) },
+    )
+    .await;
+    let report = w.stop().await;
+    assert_eq!(report.stored, 4 * EVENTS, "{report:?}");
+    assert_eq!(report.dead_lettered(), 1, "{report:?}");
+
+    // The dead letter names stream b.
+    let text = std::fs::read_to_string(&dead).unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    assert!(lines[0]["source"].to_string().contains(&b), "{text}");
+
+    // The split in multi-stream keys: the parent at SHARD_END with its
+    // children (bare shard ids, as the KCL writes them), each child keyed
+    // with the stream and naming its parent.
+    let leases = lease_items(&stack.dynamodb(), &format!("{name}-leases")).await;
+    let of_a: Vec<_> = leases
+        .iter()
+        .filter(|(k, _)| parse_lease_key(k).unwrap().0.name == a)
+        .collect();
+    assert_eq!(of_a.len(), 3, "{:?}", leases.keys());
+    let (pkey, pitem) = of_a
+        .iter()
+        .find(|(k, _)| k.ends_with(parent.shard_id()))
+        .unwrap();
+    assert_eq!(pitem["checkpoint"].as_s().unwrap(), "SHARD_END", "{pkey}");
+    let children = pitem["childShardIds"].as_ss().unwrap();
+    assert_eq!(children.len(), 2);
+    for child in children {
+        let (_, citem) = of_a
+            .iter()
+            .find(|(k, _)| parse_lease_key(k).unwrap().1 == child)
+            .unwrap_or_else(|| panic!("no lease for child {child}"));
+        assert_eq!(
+            citem["parentShardId"].as_ss().unwrap(),
+            &[parent.shard_id().to_string()]
+        );
+        assert_eq!(citem["shardId"].as_s().unwrap(), child);
     }
 }
