@@ -453,6 +453,57 @@ mod tests {
         counts
     }
 
+    /// With several streams, a stream with its own event mapping is routed
+    /// by its router; the others by the shared one.
+    #[tokio::test]
+    async fn each_stream_is_routed_with_its_own_mapping() {
+        let (pipeline, writer, memory, task, dl_task) = setup();
+        let mut sensor = RouterConfig::with_prefix("t");
+        sensor.event.entity_field = "sensor".into();
+        let routers = [("other".to_string(), Arc::new(Router::new(sensor).unwrap()))];
+        let pipeline = pipeline.with_stream_routers(routers.into_iter().collect());
+        let tracker = Arc::new(AckTracker::new());
+        let record = |stream: &str, field: &str, i: u64| {
+            let seq = format!("{}", 2000 + i);
+            let serial = tracker.push(Position::new(seq.as_str(), 0)).unwrap();
+            Record {
+                origin: Origin::Kinesis {
+                    stream: stream.into(),
+                    shard_id: "shardId-0".into(),
+                    sequence_number: seq.into(),
+                    sub_sequence_number: 0,
+                },
+                partition_key: "k".into(),
+                data: Bytes::from(format!(
+                    r#"{{"{field}":"d{i}","timestamp":"2026-11-22T09:59:00Z","eventId":"e{i}"}}"#
+                )),
+                arrival_ms: 0,
+                ack: Ack::new(tracker.clone(), serial),
+                defect: None,
+            }
+        };
+        let records = vec![
+            record("s", "deviceId", 0),
+            record("other", "sensor", 1),
+            // The shared mapping does not apply to `other`.
+            record("other", "deviceId", 2),
+        ];
+        let counts = run_until_acked(&pipeline, &writer, &tracker, records).await;
+        assert_eq!((counts.submitted, counts.dead_lettered), (2, 1));
+        writer.close();
+        task.await.unwrap().unwrap();
+        drop(pipeline);
+        dl_task.await.unwrap().unwrap();
+        let dead = memory.0.lock().unwrap();
+        assert_eq!(dead.len(), 1);
+        assert!(
+            matches!(&dead[0].source, Origin::Kinesis { stream, sequence_number, .. }
+                if stream.as_str() == "other" && sequence_number.as_str() == "2002"),
+            "{:?}",
+            dead[0].source
+        );
+    }
+
     /// Records stored and rejected in one batch: every record is acked only
     /// after its outcome, the rejected one is dead-lettered with its own
     /// origin, bytes and DynamoDB's message, and the checkpoint covers all.

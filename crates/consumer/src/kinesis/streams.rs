@@ -214,6 +214,36 @@ mod tests {
         assert_eq!(arn_account("arn:aws:kinesis:us-east-1::stream/x"), None);
     }
 
+    #[test]
+    fn per_shard_metrics_name_the_stream_only_with_several_streams() {
+        let conf = aws_sdk_dynamodb::Config::builder()
+            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+            .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+            .build();
+        let table = LeaseTable::new(aws_sdk_dynamodb::Client::from_conf(conf), "t");
+        let keys = |labels: Vec<metrics::Label>| -> Vec<(String, String)> {
+            labels
+                .iter()
+                .map(|l| (l.key().to_string(), l.value().to_string()))
+                .collect()
+        };
+        let shard = ("shard".to_string(), "shardId-1".to_string());
+        assert_eq!(
+            keys(shard_labels(&table, "shardId-1")),
+            std::slice::from_ref(&shard)
+        );
+        let id = StreamIdentifier::new("1", "orders", 5).unwrap();
+        let scoped = table.scoped(&id);
+        assert_eq!(
+            keys(with(shard_labels(&scoped, "shardId-1"), "result", "ok")),
+            [
+                shard,
+                ("stream".into(), "orders".into()),
+                ("result".into(), "ok".into())
+            ]
+        );
+    }
+
     #[tokio::test]
     async fn configured_identities_need_no_call() {
         // No endpoint behind this client: any call would fail.
