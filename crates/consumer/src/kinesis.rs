@@ -30,7 +30,7 @@ use tokio::sync::{Mutex, Notify, mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error, info, warn};
+use tracing::{Instrument, debug, error, info, warn};
 
 use crate::checkpoint::AckTracker;
 use crate::config::{InitialPosition, KinesisConfig};
@@ -419,7 +419,9 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
     // Renewals run on their own clock: a slow Scan or ListShards in this
     // loop never delays them.
     let renewer_stop = CancellationToken::new();
-    let renewer = AbortOnDrop(tokio::spawn(renew_loop(ctx.clone(), renewer_stop.clone())));
+    let renewer = AbortOnDrop(tokio::spawn(
+        renew_loop(ctx.clone(), renewer_stop.clone()).in_current_span(),
+    ));
     loop {
         if ctx.shutdown.is_cancelled() {
             break;
@@ -768,7 +770,7 @@ fn spawn_reader(ctx: &Arc<Ctx>, lease: Lease, written: Written) -> Held {
         last_write: Instant::now(),
         handed: 0,
     };
-    let task = AbortOnDrop(tokio::spawn(reader.run(lease)));
+    let task = AbortOnDrop(tokio::spawn(reader.run(lease).in_current_span()));
     Held { lease: held, task }
 }
 

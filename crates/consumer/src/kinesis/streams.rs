@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{Instrument, info};
 
 use super::KinesisSource;
 use crate::config::StreamEntry;
@@ -57,8 +57,11 @@ pub(super) async fn run(
             govs: src.govs.clone(),
         };
         let (sink, stop) = (sink.clone(), stop.clone());
+        // Every log line of the stream's coordinator, renewer and readers
+        // names the stream (shard ids repeat across streams).
+        let span = tracing::info_span!("stream", stream = %id.name);
         runs.push(async move {
-            let r = Box::pin(sub.run(sink, stop.clone())).await;
+            let r = Box::pin(sub.run(sink, stop.clone()).instrument(span)).await;
             if r.is_err() {
                 stop.cancel();
             }
