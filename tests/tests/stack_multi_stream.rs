@@ -7,7 +7,8 @@
 //!   (`account:stream:creationEpoch:shardId` keys, `streamName` and
 //!   `shardId` attributes, checkpoints mid-shard, held by a KCL worker that
 //!   is gone): Tidemark takes the leases over and reads each shard from its
-//!   checkpoint on, without re-reading anything before it.
+//!   checkpoint on, without re-reading anything before it; a single-stream
+//!   worker pointed at that table is then refused at start;
 //! - with `read_mode = "fan_out"`, each stream gets its own registered
 //!   consumer and both are read through SubscribeToShard.
 //! - a split in one stream is recorded in multi-stream keys (parent at
@@ -430,6 +431,35 @@ async fn a_kcl_multi_stream_lease_table_resumes_without_re_reading() {
         assert!(item.contains_key("streamName") && item.contains_key("shardId"));
         assert!(!item.contains_key("leaseOwner"), "released at stop: {key}");
     }
+
+    // A single-stream worker pointed at this table is refused at start,
+    // naming a multi-stream key, and writes nothing to it.
+    let single = tidemark_tests::worker::config(
+        &dir.join("single"),
+        &test_toml(
+            &format!(
+                "[source]\nkind = \"kinesis\"\nstream = \"{x}\"\nlease_table = \"{table}\"\nworker_id = \"single\"\n"
+            ),
+            &name,
+            &dead,
+            "127.0.0.1:0",
+        ),
+    );
+    let worker = tidemark_worker::worker::Worker::build(&single, &sdk)
+        .await
+        .unwrap();
+    let run = Box::pin(worker.run(std::future::pending::<()>()));
+    let e = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("refused at start")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&format!("{id_x}:")) || e.contains(&format!("{id_y}:")),
+        "{e}"
+    );
+    assert!(e.contains("source.streams"), "{e}");
+    assert_eq!(lease_items(&ddb, &table).await.len(), checkpoints.len());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
