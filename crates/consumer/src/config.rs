@@ -59,8 +59,22 @@ pub enum LeaseAssignment {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KinesisConfig {
-    /// Stream name, or its ARN (`arn:aws:kinesis:...:stream/NAME`).
+    /// Stream name, or its ARN (`arn:aws:kinesis:...:stream/NAME`). Leases
+    /// are keyed by bare shard id (the KCL's single-stream format). Set
+    /// either this or `streams`.
+    #[serde(default)]
     pub stream: String,
+    /// Several streams read by one worker from one lease table, with the
+    /// KCL multi-stream lease keys (`account:stream:creationEpoch:shardId`),
+    /// e.g. `[{ stream = "orders" }, { stream = "clicks", event = { ... } }]`.
+    /// Each entry: `stream` (name or ARN), optional `account_id` and
+    /// `creation_epoch` (as in the lease keys; default: from the ARN and
+    /// DescribeStreamSummary), optional `event` (this stream's mapping, the
+    /// keys of `[event]`; default: the shared one). Set either this or
+    /// `stream`; a lease table keeps the format it was started with. See
+    /// docs/read-modes.md#several-streams.
+    #[serde(default)]
+    pub streams: Vec<StreamEntry>,
     /// DynamoDB lease table (KCL 2.x format); created on demand when absent.
     /// A KCL application's table can be reused to resume from its checkpoints.
     pub lease_table: String,
@@ -147,6 +161,41 @@ pub struct KinesisConfig {
     #[serde(skip)]
     #[schemars(skip)]
     pub lease_tuning: LeaseTuning,
+}
+
+/// One stream of `streams`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StreamEntry {
+    /// Stream name, or its ARN.
+    pub stream: String,
+    /// Owning account id of the lease keys; default: from the stream's ARN
+    /// (DescribeStreamSummary). Set it to resume a KCL application's table.
+    #[serde(default)]
+    pub account_id: Option<String>,
+    /// Creation time of the stream in seconds since the epoch, as in the
+    /// lease keys; default: from DescribeStreamSummary.
+    #[serde(default)]
+    pub creation_epoch: Option<u64>,
+    /// This stream's event mapping (the keys of `[event]`); default: the
+    /// shared `[event]` section.
+    #[serde(default)]
+    pub event: Option<tidemark_schema::event::EventConfig>,
+}
+
+impl StreamEntry {
+    /// The stream name (the last part of an ARN).
+    pub fn stream_name(&self) -> &str {
+        name_of(&self.stream)
+    }
+}
+
+/// The stream name of a name or an ARN.
+fn name_of(stream: &str) -> &str {
+    match stream.strip_prefix("arn:") {
+        Some(rest) => rest.rsplit('/').next().unwrap_or(rest),
+        None => stream,
+    }
 }
 
 /// How the lease coordinator reads and writes the lease table at scale (see
@@ -286,6 +335,7 @@ impl KinesisConfig {
     ) -> Self {
         Self {
             stream: stream.into(),
+            streams: Vec::new(),
             lease_table: lease_table.into(),
             worker_id: worker_id.into(),
             initial_position: InitialPosition::TrimHorizon,
@@ -315,8 +365,50 @@ impl KinesisConfig {
                 problem: problem.to_string(),
             })
         };
-        if self.stream.is_empty() {
-            return err("stream", "empty: set the stream name or ARN");
+        if self.stream.is_empty() && self.streams.is_empty() {
+            return err(
+                "stream",
+                "empty: set the stream name or ARN (or `streams` for several)",
+            );
+        }
+        if !self.stream.is_empty() && !self.streams.is_empty() {
+            return err(
+                "streams",
+                "set either `stream` (one stream, leases keyed by shard id) or \
+                 `streams` (several, KCL multi-stream lease keys), not both",
+            );
+        }
+        let mut seen = std::collections::HashSet::new();
+        for s in &self.streams {
+            if s.stream.is_empty() {
+                return err("streams", "an entry has an empty `stream`: name it");
+            }
+            if !seen.insert(s.stream_name()) {
+                return err(
+                    "streams",
+                    &format!("stream `{}` is listed twice", s.stream_name()),
+                );
+            }
+            if s.stream_name().contains(':') {
+                return err(
+                    "streams",
+                    &format!("stream name `{}` contains ':'", s.stream_name()),
+                );
+            }
+            if let Some(a) = &s.account_id
+                && (a.is_empty() || !a.bytes().all(|b| b.is_ascii_digit()))
+            {
+                return err(
+                    "streams",
+                    &format!("account_id `{a}` of `{}` is not all digits", s.stream),
+                );
+            }
+            if s.creation_epoch == Some(0) {
+                return err(
+                    "streams",
+                    &format!("creation_epoch of `{}` must be above 0", s.stream),
+                );
+            }
         }
         if self.lease_table.is_empty() {
             return err("lease_table", "empty: name a DynamoDB table");
@@ -364,10 +456,12 @@ impl KinesisConfig {
 
     /// The stream name (the last part of an ARN).
     pub fn stream_name(&self) -> &str {
-        match self.stream.strip_prefix("arn:") {
-            Some(rest) => rest.rsplit('/').next().unwrap_or(rest),
-            None => &self.stream,
-        }
+        name_of(&self.stream)
+    }
+
+    /// True in multi-stream mode (`streams` set).
+    pub fn is_multi_stream(&self) -> bool {
+        !self.streams.is_empty()
     }
 
     /// The `fan_out` stream consumer's name.
@@ -431,5 +525,45 @@ mod tests {
         .unwrap();
         assert_eq!(c.lease_assignment, LeaseAssignment::Leader);
         assert_eq!(c.max_clock_skew, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn streams_parse_and_mixing_or_bad_entries_are_refused() {
+        let c: KinesisConfig = toml::from_str(
+            r#"
+            lease_table = "leases"
+            worker_id = "w1"
+            streams = [
+                { stream = "orders" },
+                { stream = "arn:aws:kinesis:eu-west-1:123456789012:stream/clicks", account_id = "123456789012", creation_epoch = 1700000000, event = { entity_field = "user" } },
+            ]
+            "#,
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert!(c.is_multi_stream());
+        assert_eq!(c.streams[1].stream_name(), "clicks");
+        assert_eq!(c.streams[1].event.as_ref().unwrap().entity_field, "user");
+        assert!(c.streams[0].event.is_none());
+        // Mixing the two modes.
+        let mut mixed = c.clone();
+        mixed.stream = "orders".into();
+        let e = mixed.validate().unwrap_err();
+        assert_eq!(e.key, "streams");
+        assert!(e.problem.contains("not both"), "{e}");
+        // Neither.
+        let mut none = c.clone();
+        none.streams.clear();
+        assert_eq!(none.validate().unwrap_err().key, "stream");
+        // Twice the same stream, a bad account id, a zero epoch.
+        let mut twice = c.clone();
+        twice.streams[1].stream = "orders".into();
+        assert!(twice.validate().unwrap_err().problem.contains("twice"));
+        let mut acct = c.clone();
+        acct.streams[1].account_id = Some("12a".into());
+        assert!(acct.validate().unwrap_err().problem.contains("digits"));
+        let mut epoch = c;
+        epoch.streams[0].creation_epoch = Some(0);
+        assert!(epoch.validate().unwrap_err().problem.contains("above 0"));
     }
 }

@@ -28,6 +28,7 @@
 //! wall clocks within `max_clock_skew` of each other (NTP).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
@@ -92,6 +93,13 @@ pub trait CoordStore: Send + Sync + std::fmt::Debug {
     /// Deletes the lock if `me` holds it at `counter`.
     fn release_lock<'a>(&'a self, me: &'a str, counter: u64)
     -> BoxFuture<'a, Result<(), AwsError>>;
+
+    /// The items of one stream of a multi-stream application (`source.streams`
+    /// runs a coordinator per stream, each electing its own leader), `None`
+    /// when this store cannot keep them apart.
+    fn scoped(&self, _scope: &str) -> Option<Arc<dyn CoordStore>> {
+        None
+    }
 }
 
 /// Wall-clock milliseconds since the epoch.
@@ -254,6 +262,15 @@ impl DynamoCoord {
 }
 
 impl CoordStore for DynamoCoord {
+    fn scoped(&self, scope: &str) -> Option<Arc<dyn CoordStore>> {
+        Some(Arc::new(Self {
+            client: self.client.clone(),
+            table: self.table.clone(),
+            lock_key: format!("{}#{scope}", self.lock_key),
+            worker_prefix: format!("{}{scope}#", self.worker_prefix),
+        }))
+    }
+
     fn ensure(&self, timeout: Duration) -> BoxFuture<'_, Result<(), ConsumerError>> {
         Box::pin(self.ensure_table(timeout))
     }

@@ -31,7 +31,7 @@ use tokio::sync::{Mutex, Notify, mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error, info, warn};
+use tracing::{Instrument, debug, error, info, warn};
 
 use crate::checkpoint::AckTracker;
 use crate::config::{InitialPosition, KinesisConfig, LeaseAssignment};
@@ -52,6 +52,7 @@ use crate::metrics::kinesis as metric;
 mod assign;
 pub mod cleanup;
 pub mod fanout;
+pub mod streams;
 
 /// A held lease, shared by the renewer, the coordinator and the reader.
 #[derive(Debug)]
@@ -374,8 +375,19 @@ impl KinesisSource {
         sink: mpsc::Sender<Vec<Record>>,
         shutdown: CancellationToken,
     ) -> Result<(), ConsumerError> {
+        if self.config.is_multi_stream() {
+            return Box::pin(streams::run(self, sink, shutdown)).await;
+        }
         self.config.validate()?;
         self.table.create_if_absent(Duration::from_secs(60)).await?;
+        // A stream's scoped view is checked once for the whole table.
+        if self.table.scope().is_none() {
+            crate::lease_key::refuse_other_format(
+                &self.table,
+                crate::lease_key::KeyFormat::SingleStream,
+            )
+            .await?;
+        }
         let coord = match (self.config.lease_assignment, self.coord) {
             (LeaseAssignment::Leader, None) => {
                 return Err(crate::config::ConfigError {
@@ -458,16 +470,17 @@ async fn coordinate(ctx: Arc<Ctx>) -> Result<(), ConsumerError> {
     // Renewals run on their own clock: a slow Scan or ListShards in this
     // loop never delays them.
     let renewer_stop = CancellationToken::new();
-    let renewer = AbortOnDrop(tokio::spawn(renew_loop(ctx.clone(), renewer_stop.clone())));
+    let renewer = AbortOnDrop(tokio::spawn(
+        renew_loop(ctx.clone(), renewer_stop.clone()).in_current_span(),
+    ));
     let mut assigner = ctx
         .coord
         .clone()
         .filter(|_| cfg.lease_assignment == LeaseAssignment::Leader)
         .map(|c| assign::Assigner::start(&ctx, c));
-    let cleaner = AbortOnDrop(tokio::spawn(cleanup::run(
-        ctx.clone(),
-        renewer_stop.clone(),
-    )));
+    let cleaner = AbortOnDrop(tokio::spawn(
+        cleanup::run(ctx.clone(), renewer_stop.clone()).in_current_span(),
+    ));
     loop {
         if ctx.shutdown.is_cancelled() {
             break;
@@ -779,8 +792,15 @@ async fn renew_one(ctx: &Ctx, lease: Arc<HeldLease>) {
     match renewed {
         Ok(Some(_)) => {
             if let Some(cp) = pending {
-                metrics::counter!(metric::CHECKPOINTS, "shard" => lease.key.clone(), "result" => "ok")
-                    .increment(1);
+                metrics::counter!(
+                    metric::CHECKPOINTS,
+                    streams::with(
+                        streams::shard_labels(&ctx.table, &lease.key),
+                        "result",
+                        "ok"
+                    )
+                )
+                .increment(1);
                 let text = shown(&cp);
                 ctx.status.update(&lease.key, |s| s.checkpoint = Some(text));
                 lease.set_written(cp);
@@ -824,7 +844,7 @@ fn spawn_reader(ctx: &Arc<Ctx>, lease: Lease, written: Written) -> Held {
         last_write: Instant::now(),
         handed: 0,
     };
-    let task = AbortOnDrop(tokio::spawn(reader.run(lease)));
+    let task = AbortOnDrop(tokio::spawn(reader.run(lease).in_current_span()));
     Held { lease: held, task }
 }
 
@@ -1188,7 +1208,7 @@ impl Reader {
         };
         let mut pacer = Pacer::new(cfg.idle_poll);
         let mut retry = retry_backoff();
-        let shard_label = self.shard.clone();
+        let shard_label = streams::shard_labels(&self.ctx.table, &self.shard);
         loop {
             if let Some(stop) = self.stopped() {
                 return Ok(stop);
@@ -1226,7 +1246,7 @@ impl Reader {
                 None => None,
             };
             let started = Instant::now();
-            metrics::counter!(metric::GET_RECORDS, "shard" => shard_label.clone()).increment(1);
+            metrics::counter!(metric::GET_RECORDS, shard_label.clone()).increment(1);
             let res = self
                 .ctx
                 .kinesis
@@ -1247,8 +1267,7 @@ impl Reader {
                     let err = AwsError::new("GetRecords", &e);
                     match err.class {
                         ErrorClass::Throttled => {
-                            metrics::counter!(metric::THROTTLED, "shard" => shard_label.clone())
-                                .increment(1);
+                            metrics::counter!(metric::THROTTLED, shard_label.clone()).increment(1);
                             let d = pacer.on_throttled(started);
                             debug!(shard = %self.shard, delay = ?d, "GetRecords throttled");
                         }
@@ -1290,15 +1309,14 @@ impl Reader {
             }
             pacer.on_success(started, bytes, out.records().len(), behind == Some(0));
             if corrupt > 0 {
-                metrics::counter!(metric::CORRUPT_AGGREGATES, "shard" => shard_label.clone())
+                metrics::counter!(metric::CORRUPT_AGGREGATES, shard_label.clone())
                     .increment(corrupt as u64);
             }
             if let Some(ms) = behind {
-                metrics::gauge!(metric::MILLIS_BEHIND, "shard" => shard_label.clone())
-                    .set(ms as f64);
+                metrics::gauge!(metric::MILLIS_BEHIND, shard_label.clone()).set(ms as f64);
             }
             let n = batch.len() as u64;
-            metrics::counter!(metric::RECORDS_READ, "shard" => shard_label.clone()).increment(n);
+            metrics::counter!(metric::RECORDS_READ, shard_label.clone()).increment(n);
             let in_flight = self.tracker.in_flight();
             self.ctx.status.update(&self.shard, |s| {
                 s.millis_behind_latest = behind;
@@ -1485,7 +1503,7 @@ impl Reader {
         if lease.is_gone() || !matches!(self.phase(), LeasePhase::Live { .. }) {
             return false;
         }
-        let label = self.shard.clone();
+        let label = streams::shard_labels(&self.ctx.table, &self.shard);
         self.last_write = Instant::now();
         let table = &self.ctx.table;
         let written = lease
@@ -1496,7 +1514,7 @@ impl Reader {
         // A successful conditional write proves ownership like a renewal.
         match written {
             Ok(Some(_)) => {
-                metrics::counter!(metric::CHECKPOINTS, "shard" => label, "result" => "ok")
+                metrics::counter!(metric::CHECKPOINTS, streams::with(label, "result", "ok"))
                     .increment(1);
                 let shown = shown(&cp);
                 self.ctx
@@ -1506,14 +1524,14 @@ impl Reader {
                 true
             }
             Ok(None) => {
-                metrics::counter!(metric::CHECKPOINTS, "shard" => label, "result" => "lost")
+                metrics::counter!(metric::CHECKPOINTS, streams::with(label, "result", "lost"))
                     .increment(1);
                 info!(shard = %self.shard, "checkpoint refused: lease lost");
                 lease.fence(&self.ctx.status);
                 false
             }
             Err(e) => {
-                metrics::counter!(metric::CHECKPOINTS, "shard" => label, "result" => "error")
+                metrics::counter!(metric::CHECKPOINTS, streams::with(label, "result", "error"))
                     .increment(1);
                 warn!(shard = %self.shard, error = %e, "checkpoint write failed; will retry");
                 false
@@ -1761,6 +1779,7 @@ mod tests {
             unfinished: std::sync::Mutex::new(Vec::new()),
             consumer_arn: None,
             fatal: std::sync::Mutex::new(None),
+            coord: None,
         });
         let written = Written {
             counter: 1,

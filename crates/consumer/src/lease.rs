@@ -1,7 +1,9 @@
 //! Shard leases in a DynamoDB table of the KCL 2.x format, and the pure law
 //! that decides which leases a worker takes or steals.
 //!
-//! Item format (one item per shard, hash key `leaseKey` = shard id):
+//! Item format (one item per shard, hash key `leaseKey` = shard id, or
+//! `account:stream:creationEpoch:shardId` with `streamName` and `shardId`
+//! attributes in multi-stream mode, see [`crate::lease_key`]):
 //! `leaseOwner` (S, absent when free), `leaseCounter` (N, bumped by every
 //! write and used as the fencing token of all conditional writes),
 //! `checkpoint` (S: a sequence number or `TRIM_HORIZON` / `LATEST` /
@@ -151,6 +153,11 @@ impl Lease {
         if let Some((start, end)) = &self.hash_range {
             item.insert("startingHashKey".into(), AttributeValue::S(start.clone()));
             item.insert("endingHashKey".into(), AttributeValue::S(end.clone()));
+        }
+        // A KCL multi-stream lease also names its stream and shard.
+        if let Some((stream, shard)) = crate::lease_key::parse_lease_key(&self.key) {
+            item.insert("streamName".into(), AttributeValue::S(stream.to_string()));
+            item.insert("shardId".into(), AttributeValue::S(shard.to_string()));
         }
         item
     }
@@ -409,12 +416,15 @@ fn jitter() -> f64 {
 /// simulator. Retries follow [`write_once`] whatever the store.
 #[derive(Debug, Clone)]
 pub struct LeaseTable {
-    store: Arc<dyn LeaseStore>,
+    pub(crate) store: Arc<dyn LeaseStore>,
     table: String,
     timing: LeaseTiming,
     gov: Option<Governor>,
     /// What the table is for, in key-schema errors.
     role: &'static str,
+    /// Multi-stream mode: the one stream this handle shows
+    /// ([`LeaseTable::scoped`]).
+    pub(crate) scope: Option<crate::lease_key::StreamIdentifier>,
 }
 
 /// The key schema of a table in the KCL lease format.
@@ -443,6 +453,7 @@ impl LeaseTable {
             timing,
             gov: None,
             role: "lease table",
+            scope: None,
         }
     }
 

@@ -15,16 +15,20 @@
 //! - [`coord_store`]: [`coord_store::CoordStore`], the leader lock and worker
 //!   heartbeats of `lease_assignment = "leader"` (in the coordinator table,
 //!   [`coord_store::DynamoCoord`], or in memory in the fleet simulator).
+//! - [`lease_key`]: KCL multi-stream lease keys
+//!   (`account:stream:creationEpoch:shardId`), the refusal of a table in the
+//!   other key format, and [`lease_key::ScopedStore`], one stream's view of
+//!   a multi-stream table.
 //! - [`pacer`]: the pure per-shard GetRecords pacing law.
 //! - [`kpl`]: KPL aggregate de-aggregation (MD5-checked).
 //! - [`convert`]: raw Kinesis record to user records (shared by live and replay).
 //! - [`kinesis`]: [`KinesisSource`], the lease coordinator and shard readers;
 //!   [`kinesis::fanout`]: enhanced fan-out (consumer registration,
 //!   SubscribeToShard readers, `read_mode = "fan_out"`); `kinesis::assign`:
-//!   leader-mode assignment (election, heartbeats, the assignment law).
-//!   SubscribeToShard readers, `read_mode = "fan_out"`);
+//!   leader-mode assignment (election, heartbeats, the assignment law);
 //!   [`kinesis::cleanup`]: deletion of finished (and garbage) leases, as the
-//!   KCL's `LeaseCleanupManager`.
+//!   KCL's `LeaseCleanupManager`; [`kinesis::streams`]: several streams per
+//!   worker (`streams`), one lease coordinator per stream over one table.
 //! - [`fixture`]: the JSON-lines fixture format, recorder and replay source.
 //! - [`sqs`]: [`sqs::SqsSource`], long-poll receivers, visibility heartbeats,
 //!   delete after acknowledgement, FIFO group order (see its module docs).
@@ -62,6 +66,7 @@ pub mod keyschema;
 pub mod kinesis;
 pub mod kpl;
 pub mod lease;
+pub mod lease_key;
 pub mod lease_store;
 pub mod metrics;
 pub mod pacer;

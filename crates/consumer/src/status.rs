@@ -1,4 +1,6 @@
 //! Per-shard status, readable while the consumer runs (health checks, tests).
+//! Keyed by shard id, or by lease key (`account:stream:epoch:shardId`) with
+//! several streams.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -45,6 +47,9 @@ pub struct ShardStatus {
 #[derive(Debug, Clone, Default)]
 pub struct StatusHandle {
     inner: Arc<Mutex<BTreeMap<String, ShardStatus>>>,
+    /// Multi-stream mode: prepended to each shard id (`account:stream:epoch:`),
+    /// so the shards of every stream share one map under their lease keys.
+    prefix: Option<Arc<str>>,
 }
 
 impl StatusHandle {
@@ -65,6 +70,18 @@ impl StatusHandle {
     /// Updates one shard's status.
     pub(crate) fn update(&self, shard: &str, f: impl FnOnce(&mut ShardStatus)) {
         let mut map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        f(map.entry(shard.to_string()).or_default());
+        let key = match &self.prefix {
+            Some(p) => format!("{p}{shard}"),
+            None => shard.to_string(),
+        };
+        f(map.entry(key).or_default());
+    }
+
+    /// The same map, with this handle's shards keyed `prefix` + shard id.
+    pub(crate) fn scoped(&self, prefix: String) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            prefix: Some(prefix.into()),
+        }
     }
 }

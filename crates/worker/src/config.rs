@@ -590,6 +590,20 @@ impl Config {
                 if let Err(e) = kinesis.validate() {
                     out.push((format!("source.{}", e.key), e.problem));
                 }
+                // Each stream's own mapping must make a router too.
+                for (stream, schema) in self.stream_schemas() {
+                    if let Err(e) = Router::new(schema) {
+                        let i = kinesis
+                            .streams
+                            .iter()
+                            .position(|s| s.stream_name() == stream)
+                            .unwrap_or_default();
+                        out.push((
+                            format!("source.streams.{i}.{}", e.key_path()),
+                            format!("stream `{stream}`: {e}"),
+                        ));
+                    }
+                }
             }
             SourceConfig::Sqs(sqs) => {
                 if let Err(e) = sqs.validate() {
@@ -661,6 +675,26 @@ impl Config {
             out.push(("telemetry.log_level".into(), m));
         }
         out
+    }
+}
+
+impl Config {
+    /// Multi-stream mode: the router settings of each stream with its own
+    /// event mapping (`source.streams[].event`), by stream name; the other
+    /// streams use [`Config::schema`].
+    pub fn stream_schemas(&self) -> Vec<(String, RouterConfig)> {
+        let SourceConfig::Kinesis(k) = &self.source else {
+            return Vec::new();
+        };
+        k.streams
+            .iter()
+            .filter_map(|s| {
+                let event = s.event.clone()?;
+                let mut schema = self.schema.clone();
+                schema.event = event;
+                Some((s.stream_name().to_string(), schema))
+            })
+            .collect()
     }
 }
 
@@ -913,6 +947,46 @@ path = "dead-letters.jsonl"
         assert_eq!(k.worker_id, "host-a");
         assert_eq!(c.telemetry.listen, "0.0.0.0:9102");
         assert!(c.maintenance.enabled);
+    }
+
+    #[test]
+    fn several_streams_with_their_own_mappings() {
+        let text = MINIMAL.replace(
+            "stream = \"events\"\n",
+            "\n[[source.streams]]\nstream = \"orders\"\n\n\
+             [[source.streams]]\nstream = \"clicks\"\nevent = { entity_field = \"user\" }\n",
+        );
+        // The [[source.streams]] tables must follow the [source] keys.
+        let text = text
+            .replace("lease_table = \"tidemark-leases\"\n", "")
+            .replace(
+                "kind = \"kinesis\"\n",
+                "kind = \"kinesis\"\nlease_table = \"tidemark-leases\"\n",
+            );
+        let c = Config::from_toml(&text, "t.toml", &env(&[("HOSTNAME", "h")])).unwrap();
+        let SourceConfig::Kinesis(k) = &c.source else {
+            panic!("kinesis expected")
+        };
+        assert_eq!(k.streams.len(), 2);
+        let schemas = c.stream_schemas();
+        assert_eq!(schemas.len(), 1, "only clicks has its own mapping");
+        assert_eq!(schemas[0].0, "clicks");
+        assert_eq!(schemas[0].1.event.entity_field, "user");
+        // A bad mapping of one stream is named with its place.
+        let bad = text.replace("entity_field = \"user\"", "entity_field = \"\"");
+        let m = err(&bad, &[("HOSTNAME", "h")]);
+        assert!(m.contains("source.streams.1.event"), "{m}");
+        assert!(m.contains("stream `clicks`"), "{m}");
+        // Both modes at once are refused.
+        let both = text.replace(
+            "kind = \"kinesis\"\n",
+            "kind = \"kinesis\"\nstream = \"events\"\n",
+        );
+        let m = err(&both, &[("HOSTNAME", "h")]);
+        assert!(
+            m.contains("source.streams") && m.contains("not both"),
+            "{m}"
+        );
     }
 
     #[test]

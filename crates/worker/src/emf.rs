@@ -9,7 +9,7 @@
 //!
 //! | metric | unit | dimension sets | from |
 //! |---|---|---|---|
-//! | `LagSeconds` | Seconds | [TablePrefix], [TablePrefix, Shard] | `millis_behind_latest` of each shard read since the last flush |
+//! | `LagSeconds` | Seconds | [TablePrefix], [TablePrefix, Shard] | `millis_behind_latest` of each shard read since the last flush (`Shard` is `stream/shardId` with `source.streams`) |
 //! | `ItemsStored`, `ItemsThrottled` | Count | [TablePrefix], [TablePrefix, Table] | writer counters, per interval (throttled = items DynamoDB returned unprocessed) |
 //! | `DeadLetters` | Count | [TablePrefix], [TablePrefix, Reason] | dead letters per interval (0 when none) |
 //! | `WriterItemsInFlight` | Count | [TablePrefix] | the writer's in-flight items |
@@ -122,21 +122,32 @@ pub(crate) fn delta(last: &mut Last, s: &Sample) -> f64 {
 /// MillisBehindLatest of each shard this worker read (GetRecords) since the
 /// last look: a shard whose lease moved away keeps its last gauge value in
 /// the registry, and is left out rather than reported stale.
+/// Keyed by shard id, or `stream/shard id` in multi-stream mode (where the
+/// metrics carry a `stream` label: shard ids repeat across streams).
 pub(crate) fn shard_lags(samples: &[Sample], last: &mut Last) -> BTreeMap<String, f64> {
     let mut active = Vec::new();
     for s in of(samples, consumer::GET_RECORDS) {
         if delta(last, s) > 0.0
-            && let Some(shard) = s.labels.get("shard")
+            && let Some(shard) = shard_key(s)
         {
-            active.push(shard.clone());
+            active.push(shard);
         }
     }
     of(samples, consumer::MILLIS_BEHIND)
         .filter_map(|s| {
-            let shard = s.labels.get("shard")?;
-            active.contains(shard).then(|| (shard.clone(), s.value))
+            let shard = shard_key(s)?;
+            active.contains(&shard).then_some((shard, s.value))
         })
         .collect()
+}
+
+/// `shard`, or `stream/shard` when the sample names its stream.
+fn shard_key(s: &Sample) -> Option<String> {
+    let shard = s.labels.get("shard")?;
+    Some(match s.labels.get("stream") {
+        Some(stream) => format!("{stream}/{shard}"),
+        None => shard.clone(),
+    })
 }
 
 /// Turns the worker's metrics into EMF documents, remembering counters
@@ -364,6 +375,30 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn multi_stream_lags_are_keyed_by_stream_and_shard() {
+        let text = format!(
+            "{g}{{shard=\"shardId-000000000000\",stream=\"orders\"}} 3\n\
+             {g}{{shard=\"shardId-000000000000\",stream=\"clicks\"}} 2\n\
+             {g}{{shard=\"shardId-000000000001\"}} 1\n\
+             {m}{{shard=\"shardId-000000000000\",stream=\"orders\"}} 500\n\
+             {m}{{shard=\"shardId-000000000000\",stream=\"clicks\"}} 900\n\
+             {m}{{shard=\"shardId-000000000001\"}} 100\n",
+            g = consumer::GET_RECORDS,
+            m = consumer::MILLIS_BEHIND,
+        );
+        let lags = shard_lags(&parse(&text), &mut Last::default());
+        assert_eq!(
+            lags,
+            [
+                ("clicks/shardId-000000000000".to_string(), 900.0),
+                ("orders/shardId-000000000000".to_string(), 500.0),
+                ("shardId-000000000001".to_string(), 100.0),
+            ]
+            .into()
+        );
+    }
     use metrics_exporter_prometheus::PrometheusBuilder;
 
     /// The units the EMF specification allows (CloudWatch's StandardUnit).

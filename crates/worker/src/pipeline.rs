@@ -13,6 +13,7 @@
 //! pipeline, which stops pulling from the sources' bounded channel, which
 //! pauses reading.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -51,6 +52,9 @@ pub struct PipelineCounts {
 #[derive(Clone)]
 pub struct Pipeline {
     router: Arc<Router>,
+    /// Multi-stream mode: the routers of streams with their own event
+    /// mapping, by stream name; other records use `router`.
+    stream_routers: Arc<HashMap<String, Arc<Router>>>,
     writer: WriterHandle,
     dead_letters: DeadLetters,
     clock: Clock,
@@ -73,6 +77,7 @@ impl Pipeline {
     ) -> Self {
         Pipeline {
             router,
+            stream_routers: Arc::default(),
             writer,
             dead_letters,
             clock,
@@ -85,6 +90,23 @@ impl Pipeline {
     pub fn with_record_format(mut self, format: RecordFormat) -> Self {
         self.format = format;
         self
+    }
+
+    /// Records of these streams (by name) are routed by their own router.
+    pub fn with_stream_routers(mut self, routers: HashMap<String, Arc<Router>>) -> Self {
+        self.stream_routers = Arc::new(routers);
+        self
+    }
+
+    /// The router of `origin`'s stream.
+    fn router_for(&self, origin: &Origin) -> &Router {
+        match origin {
+            Origin::Kinesis { stream, .. } if !self.stream_routers.is_empty() => self
+                .stream_routers
+                .get(stream.as_str())
+                .unwrap_or(&self.router),
+            _ => &self.router,
+        }
     }
 
     /// Handles batches until the channel closes (every source stopped).
@@ -197,7 +219,7 @@ impl Pipeline {
         routed: &mut Vec<Routed>,
     ) -> u64 {
         match self
-            .router
+            .router_for(&origin)
             .route_inner(&data, &origin, inner.unwrap_or(0), now, cache)
         {
             Ok((r, None)) => {
@@ -429,6 +451,57 @@ mod tests {
         .await
         .expect("every record is acked");
         counts
+    }
+
+    /// With several streams, a stream with its own event mapping is routed
+    /// by its router; the others by the shared one.
+    #[tokio::test]
+    async fn each_stream_is_routed_with_its_own_mapping() {
+        let (pipeline, writer, memory, task, dl_task) = setup();
+        let mut sensor = RouterConfig::with_prefix("t");
+        sensor.event.entity_field = "sensor".into();
+        let routers = [("other".to_string(), Arc::new(Router::new(sensor).unwrap()))];
+        let pipeline = pipeline.with_stream_routers(routers.into_iter().collect());
+        let tracker = Arc::new(AckTracker::new());
+        let record = |stream: &str, field: &str, i: u64| {
+            let seq = format!("{}", 2000 + i);
+            let serial = tracker.push(Position::new(seq.as_str(), 0)).unwrap();
+            Record {
+                origin: Origin::Kinesis {
+                    stream: stream.into(),
+                    shard_id: "shardId-0".into(),
+                    sequence_number: seq.into(),
+                    sub_sequence_number: 0,
+                },
+                partition_key: "k".into(),
+                data: Bytes::from(format!(
+                    r#"{{"{field}":"d{i}","timestamp":"2026-11-22T09:59:00Z","eventId":"e{i}"}}"#
+                )),
+                arrival_ms: 0,
+                ack: Ack::new(tracker.clone(), serial),
+                defect: None,
+            }
+        };
+        let records = vec![
+            record("s", "deviceId", 0),
+            record("other", "sensor", 1),
+            // The shared mapping does not apply to `other`.
+            record("other", "deviceId", 2),
+        ];
+        let counts = run_until_acked(&pipeline, &writer, &tracker, records).await;
+        assert_eq!((counts.submitted, counts.dead_lettered), (2, 1));
+        writer.close();
+        task.await.unwrap().unwrap();
+        drop(pipeline);
+        dl_task.await.unwrap().unwrap();
+        let dead = memory.0.lock().unwrap();
+        assert_eq!(dead.len(), 1);
+        assert!(
+            matches!(&dead[0].source, Origin::Kinesis { stream, sequence_number, .. }
+                if stream.as_str() == "other" && sequence_number.as_str() == "2002"),
+            "{:?}",
+            dead[0].source
+        );
     }
 
     /// Records stored and rejected in one batch: every record is acked only

@@ -260,8 +260,13 @@ impl DataPath {
             SourceConfig::Kinesis(k) => k.record_format,
             SourceConfig::Sqs(_) => tidemark_schema::framing::RecordFormat::Json,
         };
+        let mut stream_routers = std::collections::HashMap::new();
+        for (stream, schema) in config.stream_schemas() {
+            stream_routers.insert(stream, Arc::new(Router::new(schema)?));
+        }
         let pipeline = Pipeline::new(router, writer.clone(), dead_letters, system_clock())
-            .with_record_format(format);
+            .with_record_format(format)
+            .with_stream_routers(stream_routers);
         Ok(DataPath {
             manager,
             governors,

@@ -217,7 +217,7 @@ impl Reader {
         lease: &Lease,
         consumer_arn: &str,
     ) -> Result<Stop, ConsumerError> {
-        let shard_label = self.shard.clone();
+        let shard_label = super::streams::shard_labels(&self.ctx.table, &self.shard);
         // The last record delivered: renewals start after it.
         let mut after: Option<SharedStr> = None;
         let mut failures = 0u32;
@@ -244,7 +244,7 @@ impl Reader {
                 Ended::Renew => {
                     failures = 0;
                     retry = retry_backoff();
-                    metrics::counter!(metric::SUBSCRIPTION_RENEWALS, "shard" => shard_label.clone())
+                    metrics::counter!(metric::SUBSCRIPTION_RENEWALS, shard_label.clone())
                         .increment(1);
                     debug!(shard = %self.shard, subscriptions, "subscription renewed");
                 }
@@ -258,8 +258,11 @@ impl Reader {
                             _ => "error",
                         }
                     };
-                    metrics::counter!(metric::SUBSCRIPTION_FAILURES, "shard" => shard_label.clone(), "reason" => reason)
-                        .increment(1);
+                    metrics::counter!(
+                        metric::SUBSCRIPTION_FAILURES,
+                        super::streams::with(shard_label.clone(), "reason", reason)
+                    )
+                    .increment(1);
                     if err.class == ErrorClass::Fatal && !in_use {
                         return Err(err.into());
                     }
@@ -295,7 +298,7 @@ impl Reader {
         let cfg = self.ctx.config.clone();
         let stream = SharedStr::from(cfg.stream_name());
         let shard_id = SharedStr::from(self.shard.as_str());
-        let shard_label = self.shard.clone();
+        let shard_label = super::streams::shard_labels(&self.ctx.table, &self.shard);
         let renew_at = Instant::now() + cfg.subscription_renewal;
         let send = self
             .ctx
@@ -399,14 +402,13 @@ impl Reader {
                 *after = pushed.last;
             }
             if corrupt > 0 {
-                metrics::counter!(metric::CORRUPT_AGGREGATES, "shard" => shard_label.clone())
+                metrics::counter!(metric::CORRUPT_AGGREGATES, shard_label.clone())
                     .increment(corrupt as u64);
             }
             let behind = event.millis_behind_latest();
-            metrics::gauge!(metric::MILLIS_BEHIND, "shard" => shard_label.clone())
-                .set(behind as f64);
+            metrics::gauge!(metric::MILLIS_BEHIND, shard_label.clone()).set(behind as f64);
             let n = batch.len() as u64;
-            metrics::counter!(metric::RECORDS_READ, "shard" => shard_label.clone()).increment(n);
+            metrics::counter!(metric::RECORDS_READ, shard_label.clone()).increment(n);
             let in_flight = self.tracker.in_flight();
             self.ctx.status.update(&self.shard, |s| {
                 s.millis_behind_latest = Some(behind);

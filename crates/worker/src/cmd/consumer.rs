@@ -31,7 +31,23 @@ enum Action {
 }
 
 pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
-    let k = kinesis_source(config)?;
+    let all = kinesis_source(config)?;
+    // With `source.streams`, each stream has its consumer (of one name).
+    let streams: Vec<KinesisConfig> = if all.is_multi_stream() {
+        all.streams
+            .iter()
+            .map(|s| super::one_stream(all, Some(&s.stream)))
+            .collect::<Result<_>>()?
+    } else {
+        vec![all.clone()]
+    };
+    for k in &streams {
+        deregister_one(k, args).await?;
+    }
+    Ok(())
+}
+
+async fn deregister_one(k: &KinesisConfig, args: &Args) -> Result<()> {
     let Action::Deregister { yes } = args.action;
     if !yes {
         bail!(

@@ -190,6 +190,49 @@ pub(crate) fn kinesis_source(config: &Config) -> Result<&tidemark_consumer::Kine
     }
 }
 
+/// The one stream a command works on, as a single-stream config:
+/// `source.stream`, or with `source.streams` the entry `--stream` names.
+pub(crate) fn one_stream(
+    k: &tidemark_consumer::KinesisConfig,
+    wanted: Option<&str>,
+) -> Result<tidemark_consumer::KinesisConfig> {
+    let names = || {
+        k.streams
+            .iter()
+            .map(|s| s.stream_name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let stream = match wanted {
+        None if !k.is_multi_stream() => return Ok(k.clone()),
+        None => bail!(
+            "the config reads several streams (source.streams): name one with --stream ({})",
+            names()
+        ),
+        Some(w) if !k.is_multi_stream() && (w == k.stream || w == k.stream_name()) => {
+            return Ok(k.clone());
+        }
+        Some(w) => match k
+            .streams
+            .iter()
+            .find(|s| s.stream == w || s.stream_name() == w)
+        {
+            Some(s) => s.stream.clone(),
+            None => bail!("--stream {w} is not a stream of the config ({})", {
+                if k.is_multi_stream() {
+                    names()
+                } else {
+                    k.stream.clone()
+                }
+            }),
+        },
+    };
+    let mut one = k.clone();
+    one.stream = stream;
+    one.streams = Vec::new();
+    Ok(one)
+}
+
 /// A progress bar of `len` in `template`, hidden when `quiet` or when
 /// stdout or stderr is not a terminal (a pipe, a log file, CI).
 pub(crate) fn progress_bar(len: u64, template: &str, quiet: bool) -> indicatif::ProgressBar {
@@ -208,6 +251,34 @@ pub(crate) fn progress_bar(len: u64, template: &str, quiet: bool) -> indicatif::
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn one_stream_picks_the_named_entry_of_several() {
+        let mut k = tidemark_consumer::KinesisConfig::new("", "t", "w");
+        k.streams = [
+            "orders",
+            "arn:aws:kinesis:us-east-1:123456789012:stream/clicks",
+        ]
+        .iter()
+        .map(|s| tidemark_consumer::config::StreamEntry {
+            stream: s.to_string(),
+            account_id: None,
+            creation_epoch: None,
+            event: None,
+        })
+        .collect();
+        let e = super::one_stream(&k, None).unwrap_err().to_string();
+        assert!(
+            e.contains("--stream") && e.contains("orders, clicks"),
+            "{e}"
+        );
+        let one = super::one_stream(&k, Some("clicks")).unwrap();
+        assert!(one.stream.ends_with("stream/clicks") && one.streams.is_empty());
+        assert!(super::one_stream(&k, Some("nope")).is_err());
+        let single = tidemark_consumer::KinesisConfig::new("events", "t", "w");
+        assert_eq!(super::one_stream(&single, None).unwrap().stream, "events");
+        assert!(super::one_stream(&single, Some("other")).is_err());
+    }
+
     #[test]
     fn stream_name_of_name_or_arn() {
         assert_eq!(super::stream_name("events"), "events");

@@ -18,6 +18,9 @@ use super::stream_name;
 pub(crate) struct Args {
     #[command(flatten)]
     pub(crate) config: super::ConfigArg,
+    /// With `source.streams`: the stream to write to.
+    #[arg(long)]
+    stream: Option<String>,
     /// Number of devices.
     #[arg(long, default_value_t = 200)]
     devices: u32,
@@ -61,13 +64,17 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
         std::time::Duration::from_secs(30),
     );
     let target = match &config.source {
-        SourceConfig::Kinesis(k) if args.aggregate > 1 => Target::KinesisAggregated(
-            aws_sdk_kinesis::Client::new(&sdk),
-            stream_name(&k.stream),
-            args.aggregate,
-        ),
         SourceConfig::Kinesis(k) => {
-            Target::Kinesis(aws_sdk_kinesis::Client::new(&sdk), stream_name(&k.stream))
+            let k = super::one_stream(k, args.stream.as_deref())?;
+            if args.aggregate > 1 {
+                Target::KinesisAggregated(
+                    aws_sdk_kinesis::Client::new(&sdk),
+                    stream_name(&k.stream),
+                    args.aggregate,
+                )
+            } else {
+                Target::Kinesis(aws_sdk_kinesis::Client::new(&sdk), stream_name(&k.stream))
+            }
         }
         SourceConfig::Sqs(s) => Target::Sqs(aws_sdk_sqs::Client::new(&sdk), s.queue_url.clone()),
     };

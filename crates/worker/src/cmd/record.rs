@@ -15,10 +15,13 @@ pub(crate) struct Args {
     /// Fixture file to write.
     #[arg(long)]
     out: PathBuf,
+    /// With `source.streams`: the stream to record.
+    #[arg(long)]
+    stream: Option<String>,
 }
 
 pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
-    let k = kinesis_source(config)?;
+    let k = &super::one_stream(kinesis_source(config)?, args.stream.as_deref())?;
     let sdk = super::sdk().await;
     // The total is unknown until the stream is read: a count, a rate and
     // the shards done (hidden off a terminal).

@@ -280,10 +280,12 @@ async fn shards(
             // Said once, above the table.
             (Err(_), _) | (Ok(_), None) => {}
             (Ok(reports), Some(owner)) => {
-                match reports
-                    .get(owner)
-                    .and_then(|w| w.shard_lag_ms.get(&r.shard))
-                {
+                // Multi-stream reports key lags `stream/shard`.
+                let key = match tidemark_consumer::lease_key::parse_lease_key(&r.shard) {
+                    Some((id, shard)) => format!("{}/{shard}", id.name),
+                    None => r.shard.clone(),
+                };
+                match reports.get(owner).and_then(|w| w.shard_lag_ms.get(&key)) {
                     Some(ms) => r.lag_ms = Some(*ms),
                     None => r.lag_error = Some("no report from the owner".into()),
                 }
@@ -295,7 +297,12 @@ async fn shards(
         let kinesis = aws_sdk_kinesis::Client::new(sdk);
         let stream = stream_name(&k.stream);
         let probes = rows.iter().map(|r| {
-            let (kinesis, stream) = (&kinesis, &stream);
+            let kinesis = &kinesis;
+            // A multi-stream lease key names its stream and shard.
+            let (stream, shard) = match tidemark_consumer::lease_key::parse_lease_key(&r.shard) {
+                Some((id, shard)) => (id.name, shard.to_string()),
+                None => (stream.to_string(), r.shard.clone()),
+            };
             let sequence = r
                 .checkpoint
                 .split('.')
@@ -303,10 +310,9 @@ async fn shards(
                 .unwrap_or_default()
                 .to_string();
             let reading = r.checkpoint.contains('.');
-            let shard = r.shard.clone();
             async move {
                 if reading {
-                    lag_after(kinesis, stream, &shard, &sequence)
+                    lag_after(kinesis, &stream, &shard, &sequence)
                         .await
                         .map(Some)
                 } else {

@@ -23,6 +23,10 @@ pub(crate) struct Args {
     /// Hide the progress bar.
     #[arg(long)]
     quiet: bool,
+    /// With `source.streams`: the stream the manifest's events were sent
+    /// to (its own event mapping, if it has one, routes them).
+    #[arg(long)]
+    stream: Option<String>,
     /// Stop with exit status 69 when DynamoDB has not answered for this long.
     #[arg(long, default_value = "120s", value_parser = humantime_serde::re::humantime::parse_duration)]
     give_up_after: std::time::Duration,
@@ -30,7 +34,19 @@ pub(crate) struct Args {
 
 pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
     let sdk = super::sdk().await;
-    let router = Router::new(config.schema.clone())?;
+    let schema = match &args.stream {
+        None => config.schema.clone(),
+        Some(s) => {
+            let k = super::kinesis_source(config)?;
+            let name = super::one_stream(k, Some(s))?.stream_name().to_string();
+            config
+                .stream_schemas()
+                .into_iter()
+                .find(|(n, _)| *n == name)
+                .map_or_else(|| config.schema.clone(), |(_, schema)| schema)
+        }
+    };
+    let router = Router::new(schema)?;
     let text = std::fs::read_to_string(&args.manifest)
         .with_context(|| format!("reading {}", args.manifest.display()))?;
     let events: Vec<Vec<u8>> = text
