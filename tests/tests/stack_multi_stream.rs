@@ -11,6 +11,9 @@
 //!   worker pointed at that table is then refused at start;
 //! - with `read_mode = "fan_out"`, each stream gets its own registered
 //!   consumer and both are read through SubscribeToShard.
+//! - with `lease_assignment = "leader"`, each stream elects its own leader
+//!   (one lock per stream), both workers get shards of both streams, and
+//!   every event is stored once;
 //! - a split in one stream is recorded in multi-stream keys (parent at
 //!   `SHARD_END` with its children, children naming their parent), and a
 //!   dead letter names the stream its record came from.
@@ -51,6 +54,30 @@ streams = [
     )
 }
 
+/// Configs of workers `w1` and `w2` reading streams `a` (shared mapping)
+/// and `b` (its own mapping: entity field `sensor`), their `[source]`
+/// passed through `edit`.
+fn two_workers(
+    name: &str,
+    a: &str,
+    b: &str,
+    dead: &std::path::Path,
+    edit: impl Fn(String) -> String,
+) -> Vec<tidemark_worker::config::Config> {
+    let dir = std::env::temp_dir().join(name);
+    let streams = [
+        format!(r#"{{ stream = "{a}" }}"#),
+        format!(r#"{{ stream = "{b}", event = {{ entity_field = "sensor" }} }}"#),
+    ];
+    ["w1", "w2"]
+        .iter()
+        .map(|w| {
+            let source = edit(multi_source(name, w, &streams));
+            config(&dir.join(w), &test_toml(&source, name, dead, "127.0.0.1:0"))
+        })
+        .collect()
+}
+
 /// Events of `spec`, stamped now; stream B's name their entity `sensor`
 /// instead of `deviceId` (its own mapping reads that field).
 fn events(spec: &ProduceSpec, count: u64, rename_entity: bool) -> Vec<(String, Vec<u8>)> {
@@ -87,6 +114,37 @@ async fn put_paced(
         }
     }
     out
+}
+
+/// Checks that each stream's events are stored, each with its stream's own
+/// mapping (B's events name their entity `sensor`: the shared mapping could
+/// not route them); returns the day's table.
+async fn verify_both(
+    ddb: &aws_sdk_dynamodb::Client,
+    config: &tidemark_worker::config::Config,
+    b: &str,
+    recs_a: &[(String, Vec<u8>)],
+    recs_b: &[(String, Vec<u8>)],
+    name: &str,
+) -> String {
+    let manifest = |recs: &[(String, Vec<u8>)]| -> Vec<Vec<u8>> {
+        recs.iter().map(|(_, d)| d.clone()).collect()
+    };
+    let router_a = Router::new(config.schema.clone()).unwrap();
+    let (_, schema_b) = config
+        .stream_schemas()
+        .into_iter()
+        .find(|(s, _)| s == b)
+        .unwrap();
+    let router_b = Router::new(schema_b).unwrap();
+    for (router, recs) in [(&router_a, recs_a), (&router_b, recs_b)] {
+        let v = tidemark_worker::verify::verify(ddb, router, &manifest(recs), &Default::default())
+            .await
+            .unwrap();
+        assert_eq!(v.found, recs.len() as u64, "{v:?}");
+    }
+    let first: Value = serde_json::from_slice(&recs_a[0].1).unwrap();
+    format!("{name}_{}", &first["timestamp"].as_str().unwrap()[..10])
 }
 
 /// Sequence numbers compare as numbers (up to 56 digits).
@@ -150,24 +208,8 @@ async fn two_streams_two_workers_restart_store_each_event_once_and_resume() {
     let kinesis = stack.kinesis();
     tidemark_tests::create_stream(&kinesis, &a, 2).await;
     tidemark_tests::create_stream(&kinesis, &b, 2).await;
-    let dir = std::env::temp_dir().join(&name);
-    let dead = dir.join("dead.jsonl");
-    let streams = [
-        format!(r#"{{ stream = "{a}" }}"#),
-        format!(r#"{{ stream = "{b}", event = {{ entity_field = "sensor" }} }}"#),
-    ];
-    let configs: Vec<_> = ["w1", "w2"]
-        .iter()
-        .map(|w| {
-            let toml = test_toml(
-                &multi_source(&name, w, &streams),
-                &name,
-                &dead,
-                "127.0.0.1:0",
-            );
-            config(&dir.join(w), &toml)
-        })
-        .collect();
+    let dead = std::env::temp_dir().join(&name).join("dead.jsonl");
+    let configs = two_workers(&name, &a, &b, &dead, |s| s);
     let sdk = sdk(&stack);
     let spec_a = ProduceSpec {
         devices: 20,
@@ -258,26 +300,7 @@ async fn two_streams_two_workers_restart_store_each_event_once_and_resume() {
         "no dead letters: each stream's mapping routes it"
     );
 
-    // Stored once each, with each stream's own mapping (B's events name
-    // their entity `sensor`: the shared mapping could not route them).
-    let manifest = |recs: &[(String, Vec<u8>)]| -> Vec<Vec<u8>> {
-        recs.iter().map(|(_, d)| d.clone()).collect()
-    };
-    let router_a = Router::new(configs[0].schema.clone()).unwrap();
-    let (_, schema_b) = configs[0]
-        .stream_schemas()
-        .into_iter()
-        .find(|(s, _)| *s == b)
-        .unwrap();
-    let router_b = Router::new(schema_b).unwrap();
-    for (router, recs) in [(&router_a, &recs_a), (&router_b, &recs_b)] {
-        let v = tidemark_worker::verify::verify(&ddb, router, &manifest(recs), &Default::default())
-            .await
-            .unwrap();
-        assert_eq!(v.found, EVENTS, "{v:?}");
-    }
-    let first: Value = serde_json::from_slice(&recs_a[0].1).unwrap();
-    let table = format!("{name}_{}", &first["timestamp"].as_str().unwrap()[..10]);
+    let table = verify_both(&ddb, &configs[0], &b, &recs_a, &recs_b, &name).await;
     assert_eq!(
         item_count(&ddb, &table).await,
         total,
@@ -646,4 +669,98 @@ async fn a_split_in_one_stream_and_a_dead_letter_carry_the_stream() {
         );
         assert_eq!(citem["shardId"].as_s().unwrap(), child);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn leader_mode_elects_a_leader_per_stream_and_stores_each_event_once() {
+    let stack = tidemark_tests::stack().await;
+    const EVENTS: u64 = 900; // per stream
+    let name = unique_name("msld");
+    let (a, b) = (format!("{name}-a"), format!("{name}-b"));
+    let kinesis = stack.kinesis();
+    tidemark_tests::create_stream(&kinesis, &a, 2).await;
+    tidemark_tests::create_stream(&kinesis, &b, 2).await;
+    let dead = std::env::temp_dir().join(&name).join("dead.jsonl");
+    let configs = two_workers(&name, &a, &b, &dead, |s| {
+        s.replace("max_leases = 1\n", "lease_assignment = \"leader\"\n")
+    });
+    let sdk = sdk(&stack);
+    let spec = ProduceSpec {
+        devices: 20,
+        count: EVENTS,
+        hot_factor: 1,
+        seed: 7,
+    };
+    let recs_a = events(&spec, EVENTS, false);
+    let recs_b = events(&ProduceSpec { seed: 8, ..spec }, EVENTS, true);
+    let ddb = stack.dynamodb();
+    let leases_table = format!("{name}-leases");
+
+    let w1 = Running::start(&configs[0], &sdk).await;
+    let w2 = Running::start(&configs[1], &sdk).await;
+    let run = async {
+        // Each stream's leader spreads its two shards over both workers.
+        wait_until(
+            "each worker holds a lease of each stream",
+            Duration::from_secs(60),
+            || async {
+                let leases = lease_items(&ddb, &leases_table).await;
+                let held = |w: &str, s: &str| {
+                    leases.iter().any(|(k, i)| {
+                        parse_lease_key(k).is_some_and(|(id, _)| id.name == s)
+                            && i.get("leaseOwner").and_then(|o| o.as_s().ok())
+                                == Some(&w.to_string())
+                    })
+                };
+                (held("w1", &a) && held("w2", &a) && held("w1", &b) && held("w2", &b)).then_some(())
+            },
+        )
+        .await;
+        // One leader lock per stream in the coordinator table (a clean
+        // stop deletes them, so this is looked at while both run).
+        let coord = ddb
+            .scan()
+            .table_name(format!("{name}-coordinator"))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap();
+        let prefix = format!("kinesis-leader#{leases_table}#");
+        let mut locks: Vec<String> = coord
+            .items()
+            .iter()
+            .filter_map(|i| i["leaseKey"].as_s().ok())
+            .filter(|k| k.starts_with(&prefix))
+            .cloned()
+            .collect();
+        locks.sort();
+        assert_eq!(locks.len(), 2, "{locks:?}");
+        assert!(locks[0].contains(&format!(":{a}:")), "{locks:?}");
+        assert!(locks[1].contains(&format!(":{b}:")), "{locks:?}");
+        wait_until(
+            "every event is stored",
+            Duration::from_secs(120),
+            || async { (w1.stored() + w2.stored() >= 2 * EVENTS).then_some(()) },
+        )
+        .await;
+    };
+    tokio::join!(
+        put_paced(&kinesis, &a, &recs_a, 150),
+        put_paced(&kinesis, &b, &recs_b, 150),
+        run
+    );
+    let (r1, r2) = tokio::join!(w1.stop(), w2.stop());
+    assert!(r1.records > 0 && r2.records > 0, "{r1:?} {r2:?}");
+    assert!(!dead.exists(), "no dead letters");
+
+    let table = verify_both(&ddb, &configs[0], &b, &recs_a, &recs_b, &name).await;
+    assert_eq!(
+        item_count(&ddb, &table).await,
+        2 * EVENTS,
+        "stored once each"
+    );
 }
