@@ -828,6 +828,7 @@ async fn deployed_stack_variants_get_the_environment_and_rights_they_need() {
             "TIDEMARK__SOURCE__STREAM",
             "TIDEMARK__SOURCE__LEASE_TABLE",
             "TIDEMARK__SOURCE__READ_MODE",
+            "TIDEMARK__SOURCE__LEASE_ASSIGNMENT",
             "TIDEMARK__SCHEMA__KEY__SHARDS",
             "TIDEMARK__SCHEMA__KEY__BUCKET",
         ],
