@@ -190,20 +190,8 @@ async fn kill_the_leader(mode: ReadMode) {
     )
     .await;
     // The table Tidemark created has the owner index, and it answers.
-    let described = stack
-        .dynamodb()
-        .describe_table()
-        .table_name(&leases)
-        .send()
-        .await
-        .unwrap();
     assert!(
-        described
-            .table()
-            .unwrap()
-            .global_secondary_indexes()
-            .iter()
-            .any(|i| i.index_name() == Some(OWNER_INDEX)),
+        owner_index(&stack, &leases).await.is_some(),
         "lease table without {OWNER_INDEX}"
     );
     let lock = DynamoCoord::new(stack.dynamodb(), &coord_table, &leases)
@@ -353,20 +341,8 @@ async fn leader_mode_adds_the_owner_index_to_an_existing_table() {
         (w.status.owned_shards().len() == 1).then_some(())
     })
     .await;
-    let described = stack
-        .dynamodb()
-        .describe_table()
-        .table_name(&leases)
-        .send()
+    let index = owner_index(&stack, &leases)
         .await
-        .unwrap();
-    let index = described
-        .table()
-        .unwrap()
-        .global_secondary_indexes()
-        .iter()
-        .find(|i| i.index_name() == Some(OWNER_INDEX))
-        .cloned()
         .expect("the index was added");
     let keys: Vec<_> = index
         .key_schema()
@@ -379,4 +355,25 @@ async fn leader_mode_adds_the_owner_index_to_an_existing_table() {
         .await
         .expect("the worker stops")
         .unwrap();
+}
+
+/// The owner index of lease table `leases`, as DescribeTable shows it.
+async fn owner_index(
+    stack: &tidemark_tests::LocalStack,
+    leases: &str,
+) -> Option<aws_sdk_dynamodb::types::GlobalSecondaryIndexDescription> {
+    let described = stack
+        .dynamodb()
+        .describe_table()
+        .table_name(leases)
+        .send()
+        .await
+        .unwrap();
+    described
+        .table()
+        .unwrap()
+        .global_secondary_indexes()
+        .iter()
+        .find(|i| i.index_name() == Some(OWNER_INDEX))
+        .cloned()
 }
