@@ -332,8 +332,10 @@ where
         let limit = (now + timing.attempt).min(hard_stop);
         // The endpoint's governor admits the attempt (within the same
         // deadline: an open breaker cannot hold a lease write past it).
+        // Lease writes pass its rate limit: starved behind a backlog of
+        // bulk writes, they would lose the leases and cause re-reads.
         let permit = match gov {
-            Some(g) => match tokio::time::timeout_at(limit, g.admit()).await {
+            Some(g) => match tokio::time::timeout_at(limit, g.admit_priority()).await {
                 Ok(p) => Some(p),
                 Err(_) => return Err(timed_out(op, "admission (DynamoDB congested)")),
             },

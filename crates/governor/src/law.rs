@@ -121,6 +121,10 @@ pub struct Law {
     /// When the last probe was admitted: a probe that hangs longer than the
     /// open period does not keep the breaker from probing again.
     probe_sent: Instant,
+    /// When the breaker last closed: congestion outcomes of calls sent
+    /// before it (hung through a recovery, timed out after it) are old news
+    /// and neither trip nor reopen it.
+    closed_at: Instant,
     /// Back-off level: the retry delay is capped at base * 2^level.
     level: u32,
     /// Answered calls since the level last changed.
@@ -152,6 +156,7 @@ impl Law {
             consecutive: 0,
             open_for,
             probe_sent: now,
+            closed_at: now,
             level: 0,
             successes_toward_step: 0,
             buckets: VecDeque::new(),
@@ -181,6 +186,18 @@ impl Law {
         self.level
     }
 
+    /// Was a call admitted at `sent_at` sent before the breaker last closed?
+    /// Its congestion outcome is then old news (see [`Law::on_outcome`]),
+    /// and a caller should resend it without a back-off.
+    pub fn sent_before_close(&self, sent_at: Instant) -> bool {
+        sent_at < self.closed_at
+    }
+
+    /// When the breaker last closed (its creation, if it never opened).
+    pub fn closed_at(&self) -> Instant {
+        self.closed_at
+    }
+
     /// How many times the breaker opened.
     pub fn trips(&self) -> u64 {
         self.trips
@@ -193,6 +210,19 @@ impl Law {
 
     /// May a new call start at `now`? On `Go` the call is counted as sent.
     pub fn poll_admit(&mut self, now: Instant) -> Admit {
+        self.admit(now, false)
+    }
+
+    /// [`Law::poll_admit`] for a call that keeps the caller's own state
+    /// (a lease renewal, a checkpoint): it waits for an open breaker like any
+    /// call, but not for the rate limit. It still spends a token (the debt
+    /// delays the next ordinary calls), so the limit holds over time while
+    /// such calls stay a small share of the traffic.
+    pub fn poll_admit_priority(&mut self, now: Instant) -> Admit {
+        self.admit(now, true)
+    }
+
+    fn admit(&mut self, now: Instant, priority: bool) -> Admit {
         match self.state {
             State::Open { until } if now < until => return Admit::Wait(until - now),
             State::Open { .. } => self.state = State::HalfOpen { probing: false },
@@ -209,11 +239,15 @@ impl Law {
         }
         if let Some(limit) = self.limit {
             self.refill(limit, now);
-            if self.tokens < 1.0 {
+            if priority {
+                // At most a second's worth of debt.
+                self.tokens = (self.tokens - 1.0).max(-limit);
+            } else if self.tokens < 1.0 {
                 let wait = (1.0 - self.tokens) / limit;
                 return Admit::Wait(Duration::from_secs_f64(wait.max(0.001)));
+            } else {
+                self.tokens -= 1.0;
             }
-            self.tokens -= 1.0;
         }
         self.sent.push_back(now);
         while self
@@ -257,6 +291,9 @@ impl Law {
                     }
                 }
                 if probe || matches!(self.state, State::HalfOpen { .. }) {
+                    if self.state != State::Closed {
+                        self.closed_at = now;
+                    }
                     self.state = State::Closed;
                     // The backend answers again: restart from half the rate
                     // it served before the trouble, not from the floor.
@@ -267,11 +304,21 @@ impl Law {
             Outcome::Throttled => {
                 if probe {
                     // The endpoint answers: close.
+                    if self.state != State::Closed {
+                        self.closed_at = now;
+                    }
                     self.state = State::Closed;
                     self.consecutive = 0;
                 }
             }
             Outcome::Congested => {
+                if sent_at < self.closed_at {
+                    // Sent before the breaker last closed (a call or probe
+                    // that hung through the recovery): the answers since
+                    // are newer evidence. Reopening on it would stall a
+                    // recovered endpoint for a whole open period.
+                    return;
+                }
                 self.consecutive = self.consecutive.saturating_add(1);
                 self.level = (self.level + 1).min(self.max_level());
                 self.successes_toward_step = 0;

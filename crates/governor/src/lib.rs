@@ -15,7 +15,10 @@
 //!   writer holds its batches, readers hold their GetRecords. When the open
 //!   period ends, one probe call goes; if it is answered the breaker closes,
 //!   otherwise it opens again for twice as long (1 s, 2 s, 4 s, 5 s). A
-//!   probe that hangs longer than the open period does not hold the next one.
+//!   probe that hangs longer than the open period does not hold the next
+//!   one. A timeout of a call or probe sent before the breaker last closed
+//!   (it hung through the recovery) neither trips nor reopens it: the
+//!   answers since are newer evidence.
 //! - **Congestion rate.** A congestion outcome cuts the endpoint's request
 //!   rate to half of what was being sent in the last second (once per round
 //!   of calls: outcomes of calls sent before the last cut do not cut again),
@@ -23,6 +26,9 @@
 //!   (so it doubles per second while everything is answered) until it is far
 //!   above the real demand and is lifted. Timeouts thus cut the rate, not
 //!   only the concurrency.
+//!   Calls that keep the caller's own state (lease renewals, checkpoints,
+//!   acquisitions: [`Governor::admit_priority`]) wait for an open breaker
+//!   but not for the rate limit; they spend its tokens all the same.
 //! - **Retry budget and back-off.** A retry of a failed call is allowed while
 //!   the retries in the last `window` stay under `retry_floor_per_sec x
 //!   window + retry_ratio x successes` (10 per 10 s plus 10% of successes by
@@ -120,8 +126,18 @@ impl Governor {
     /// Admits a call now or says how long to wait (for callers that run
     /// their own event loop, like the writer's table task).
     pub fn poll_admit(&self) -> Result<Permit, Duration> {
+        self.poll(false)
+    }
+
+    fn poll(&self, priority: bool) -> Result<Permit, Duration> {
         let now = Instant::now();
-        let admit = self.with(|l| l.poll_admit(now.into_std()));
+        let admit = self.with(|l| {
+            if priority {
+                l.poll_admit_priority(now.into_std())
+            } else {
+                l.poll_admit(now.into_std())
+            }
+        });
         match admit {
             Admit::Go { probe } => Ok(Permit {
                 gov: self.clone(),
@@ -137,6 +153,19 @@ impl Governor {
     pub async fn admit(&self) -> Permit {
         loop {
             match self.poll_admit() {
+                Ok(p) => return p,
+                Err(d) => tokio::time::sleep(d).await,
+            }
+        }
+    }
+
+    /// Waits until a call that keeps the caller's own state (lease writes)
+    /// may start: only an open breaker holds it, never the rate limit, so
+    /// bulk writes draining a backlog cannot starve lease renewals and cost
+    /// the worker its leases (see [`Law::poll_admit_priority`]).
+    pub async fn admit_priority(&self) -> Permit {
+        loop {
+            match self.poll(true) {
                 Ok(p) => return p,
                 Err(d) => tokio::time::sleep(d).await,
             }
@@ -216,6 +245,20 @@ impl Governor {
             };
             tokio::time::sleep(wait.max(Duration::from_millis(10))).await;
         }
+    }
+
+    /// Was a call admitted at `sent_at` sent before the breaker last closed
+    /// (it hung through a recovery)? Its failure says nothing about the
+    /// endpoint now: resend it without waiting out a back-off.
+    pub fn sent_before_close(&self, sent_at: Instant) -> bool {
+        self.with(|l| l.sent_before_close(sent_at.into_std()))
+    }
+
+    /// Has the breaker closed after `t` (an answered probe: the endpoint
+    /// recovered since)? Callers holding work after a timeout at `t` stop
+    /// waiting out their back-off.
+    pub fn closed_since(&self, t: Instant) -> bool {
+        self.with(|l| l.closed_at() > t.into_std())
     }
 
     /// The breaker's state now.

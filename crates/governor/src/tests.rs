@@ -22,7 +22,13 @@ struct Sim {
 
 impl Sim {
     fn run(&self, params: Params) -> Vec<Duration> {
+        self.run_traced(params).0
+    }
+
+    /// The send times, and when the breaker opened (each trip).
+    fn run_traced(&self, params: Params) -> (Vec<Duration>, Vec<Duration>) {
         let t0 = Instant::now();
+        let mut opened = Vec::new();
         let mut law = Law::new(params, t0);
         let mut rng = fastrand::Rng::with_seed(7);
         // (when the client acts next, client id)
@@ -38,7 +44,7 @@ impl Sim {
                 .min_by_key(|(_, t)| *t)
                 .unwrap();
             if at >= self.end {
-                return sends;
+                return (sends, opened);
             }
             let now = t0 + at;
             if let Some((_, sent, congested, probe)) = flight[c].take() {
@@ -47,7 +53,11 @@ impl Sim {
                 } else {
                     Outcome::Answered
                 };
+                let trips = law.trips();
                 law.on_outcome(outcome, probe, t0 + sent, now);
+                if law.trips() > trips {
+                    opened.push(at);
+                }
                 next[c] = if congested {
                     // A failed call is retried within budget after back-off.
                     let wait = match law.try_retry(now) {
@@ -325,4 +335,117 @@ async fn the_async_handle_waits_while_open_and_a_probe_closes() {
     assert!(waited >= Duration::from_millis(900), "waited {waited:?}");
     probe.finish(Outcome::Answered);
     assert_eq!(gov.state(), State::Closed);
+}
+
+/// A probe sent just before a recovery hangs until its timeout; the next
+/// probe (after the open period) is answered and closes the breaker. The
+/// first probe's late timeout must not reopen it, nor may timeouts of other
+/// calls sent before the close trip it: either would stall the recovered
+/// endpoint for another open period (a brownout's recovery took 32 s
+/// instead of about 20 that way).
+#[test]
+fn a_timeout_from_before_the_recovery_does_not_reopen_the_breaker() {
+    let t0 = Instant::now();
+    let p = Params::default();
+    let trip = u64::from(p.trip_after);
+    let mut law = Law::new(p, t0);
+    for i in 0..trip {
+        law.on_outcome(Outcome::Congested, false, t0, t0 + ms(i));
+    }
+    let State::Open { until } = law.state() else {
+        panic!("not open: {:?}", law.state());
+    };
+    // Probe A hangs; after the open period probe B goes and is answered.
+    assert_eq!(law.poll_admit(until), Admit::Go { probe: true });
+    let b_at = until + Params::default().open_base;
+    assert_eq!(law.poll_admit(b_at), Admit::Go { probe: true });
+    law.on_outcome(Outcome::Answered, true, b_at, b_at + ms(20));
+    assert_eq!(law.state(), State::Closed);
+    let trips = law.trips();
+    // A times out 10 s after it was sent, and so do five calls sent before
+    // the close: all old news.
+    let late = until + Duration::from_secs(10);
+    law.on_outcome(Outcome::Congested, true, until, late);
+    for i in 0..trip {
+        law.on_outcome(Outcome::Congested, false, b_at, late + ms(i));
+    }
+    assert_eq!(law.state(), State::Closed);
+    assert_eq!(law.trips(), trips);
+    assert!(matches!(
+        law.poll_admit(late + ms(10)),
+        Admit::Go { probe: false }
+    ));
+    // Five timeouts of calls sent after the close still trip it.
+    let after = b_at + ms(30);
+    for i in 0..trip {
+        law.on_outcome(Outcome::Congested, false, after, late + ms(100 + i));
+    }
+    assert!(matches!(law.state(), State::Open { .. }));
+}
+
+/// Clients whose calls time out after 10 s (the SDK attempt timeout, longer
+/// than the breaker's longest open period): after the recovery the breaker
+/// closes within one open period and never opens again, wherever the
+/// recovery falls in the probing cycle.
+#[test]
+fn with_long_timeouts_the_breaker_closes_once_after_a_brownout() {
+    let open_max = Params::default().open_max;
+    for tenth in (0..50).step_by(2) {
+        let brown_to = Duration::from_secs(90) + ms(100 * tenth);
+        let sim = Sim {
+            timeout: Duration::from_secs(10),
+            brown_to,
+            ..Sim::brownout(Duration::from_secs(150))
+        };
+        let (sends, opened) = sim.run_traced(Params::default());
+        let healthy = rate(&sends, Duration::from_secs(10), Duration::from_secs(30));
+        let back_s = (0..60)
+            .map(|s| brown_to + Duration::from_secs(s))
+            .find(|t| rate(&sends, *t, *t + Duration::from_secs(1)) >= 0.9 * healthy)
+            .map(|t| (t - brown_to).as_secs());
+        // Calls sent up to the recovery time out until 10 s after it; none
+        // of them may reopen a breaker that an answered probe closed.
+        let late: Vec<_> = opened.iter().filter(|t| **t > brown_to).collect();
+        assert!(
+            late.iter().all(|t| **t <= brown_to + open_max),
+            "recovery at {brown_to:?}: reopened at {late:?}"
+        );
+        assert!(
+            back_s.is_some_and(|s| s <= open_max.as_secs() + 5),
+            "recovery at {brown_to:?}: back after {back_s:?} s"
+        );
+    }
+}
+
+/// Lease writes pass the rate limit (they wait for an open breaker only)
+/// and spend its tokens, so ordinary calls wait longer after them.
+#[test]
+fn priority_calls_pass_the_rate_limit_but_not_an_open_breaker() {
+    let t0 = Instant::now();
+    let mut law = Law::new(Params::default(), t0);
+    // Ten calls in the last second, then a timeout: limit 5/s.
+    for i in 0..10 {
+        assert!(matches!(law.poll_admit(t0 + ms(i)), Admit::Go { .. }));
+    }
+    law.on_outcome(Outcome::Congested, false, t0, t0 + ms(20));
+    assert_eq!(law.rate_limit(), Some(5.0));
+    let t = t0 + ms(21);
+    // The bucket is empty: an ordinary call waits, a priority call goes.
+    assert!(matches!(law.poll_admit(t), Admit::Wait(_)));
+    for _ in 0..3 {
+        assert_eq!(law.poll_admit_priority(t), Admit::Go { probe: false });
+    }
+    // Their debt delays the next ordinary call by about 3/5 s more.
+    match law.poll_admit(t) {
+        Admit::Wait(d) => assert!(d >= ms(700), "waits only {d:?}"),
+        other => panic!("{other:?}"),
+    }
+    // An open breaker holds priority calls too.
+    for i in 0..5 {
+        law.on_outcome(Outcome::Congested, false, t, t + ms(100 + i));
+    }
+    assert!(matches!(
+        law.poll_admit_priority(t + ms(110)),
+        Admit::Wait(_)
+    ));
 }

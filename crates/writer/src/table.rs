@@ -88,6 +88,11 @@ pub(crate) struct TableTask {
     events: FuturesUnordered<BoxFuture<'static, Event>>,
     calls_in_flight: usize,
     hold_until: Option<Instant>,
+    /// A hold after a timeout or 5xx: (when it was set, until). It ends
+    /// early when the endpoint's breaker closes after it was set: DynamoDB
+    /// answers again, and a back-off sized for the brownout (up to 20 s)
+    /// must not keep the backlog waiting.
+    congested_hold: Option<(Instant, Instant)>,
     backoff: ExponentialBackoff,
     backoff_used: bool,
     /// Clean calls since the last retry: the back-off resets only after a
@@ -178,6 +183,7 @@ impl TableTask {
             events: FuturesUnordered::new(),
             calls_in_flight: 0,
             hold_until: None,
+            congested_hold: None,
             backoff_used: false,
             clean_calls: 0,
             gov,
@@ -283,6 +289,19 @@ impl TableTask {
                 return Ok(Some(h));
             }
             self.hold_until = None;
+        }
+        if let Some((since, h)) = self.congested_hold {
+            // While the breaker is open or probing, it paces this endpoint
+            // (and this table may be the one to probe); once it has closed
+            // after the failure, DynamoDB answers again. Either way the
+            // hold, sized for a long brownout, no longer applies.
+            let superseded = !matches!(self.gov.state(), tidemark_governor::State::Closed)
+                || self.gov.closed_since(since);
+            if now < h && !superseded {
+                // Looked at again soon: the breaker may trip or close first.
+                return Ok(Some(h.min(now + HOLD_RECHECK)));
+            }
+            self.congested_hold = None;
         }
         let force = !self.rx_open || !self.flush_waiters.is_empty();
         let std_now = now.into_std();
@@ -547,6 +566,19 @@ impl TableTask {
                     self.requeue_paced(batch);
                 }
             }
+            Failure::Transient(msg) if self.gov.sent_before_close(sent_at) => {
+                // Hung through the recovery and timed out after it: DynamoDB
+                // has answered since, so no back-off (it could hold the table
+                // for seconds) and no cut of the concurrency.
+                tracing::debug!(table = %self.table, error = %msg, "BatchWriteItem sent before the recovery failed; resent at once");
+                self.stats.transient();
+                self.stats.retried(batch.len() as u64);
+                if isolated {
+                    self.isolated.push_front(batch);
+                } else {
+                    self.queue.requeue_front(batch);
+                }
+            }
             Failure::Transient(msg) => {
                 tracing::debug!(table = %self.table, error = %msg, "transient BatchWriteItem failure");
                 fb.failed = true;
@@ -671,13 +703,25 @@ impl TableTask {
     /// back-off, the endpoint's back-off and retry budget apply (the batch
     /// waits, it is never dropped).
     fn retry_congested(&mut self, batch: Batch, isolated: bool, now: Instant) {
-        self.retry(batch, isolated, now);
-        let mut delay = self.gov.retry_delay();
+        self.clean_calls = 0;
+        self.stats.retried(batch.len() as u64);
+        if isolated {
+            self.isolated.push_front(batch);
+        } else {
+            self.queue.requeue_front(batch);
+        }
+        let cap = self.backoff.next().unwrap_or(self.cfg.backoff_cap);
+        self.backoff_used = true;
+        let mut delay = cap.mul_f64(self.rng.f64()).max(self.gov.retry_delay());
         if let Err(wait) = self.gov.try_retry() {
             delay = delay.max(wait);
         }
         let until = now + delay;
-        self.hold_until = Some(self.hold_until.map_or(until, |h| h.max(until)));
+        // Set now: only a close after this failure ends the hold early.
+        self.congested_hold = Some((
+            now,
+            self.congested_hold.map_or(until, |(_, h)| h.max(until)),
+        ));
     }
 
     /// Back to the front of the queue after a back-off with full jitter.
@@ -800,6 +844,10 @@ const KEY_SATURATION: f64 = 0.97;
 
 /// Clean calls in a row after which the table's back-off starts over.
 const CLEAN_CALLS_TO_RESET: u32 = 8;
+
+/// How often a table held after a timeout looks whether the endpoint's
+/// breaker has closed since.
+const HOLD_RECHECK: std::time::Duration = std::time::Duration::from_millis(200);
 
 fn backoff_schedule(cfg: &WriterConfig) -> ExponentialBackoff {
     // backon gives the capped exponential schedule; full jitter (a uniform

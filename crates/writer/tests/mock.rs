@@ -932,6 +932,90 @@ async fn a_brownout_holds_new_calls_instead_of_piling_on() {
     task.await.unwrap().unwrap();
 }
 
+/// After a brownout, writing flows again within about one breaker open
+/// period and then without a stall. Calls sent just before the recovery
+/// hang until their timeout, which falls after it: such a late timeout must
+/// neither reopen the breaker nor hold the table for a retry back-off (up to
+/// 20 s after a brownout) while DynamoDB answers every other call. Run with
+/// several seeds of the jitter, each deterministic.
+#[tokio::test(start_paused = true)]
+async fn after_a_brownout_writing_resumes_within_an_open_period_and_does_not_stall() {
+    let open_max = tidemark_governor::Params::default().open_max;
+    let mut results = Vec::new();
+    for seed in 1..=8 {
+        fastrand::seed(seed);
+        results.push(brownout_then_recovery().await);
+    }
+    eprintln!("backlog stored after the recovery, longest stall after it: {results:?}");
+    for (backlog, stall) in results {
+        assert!(
+            backlog <= open_max + Duration::from_secs(2),
+            "the backlog took {backlog:?} after the recovery (open period at most {open_max:?})"
+        );
+        assert!(
+            stall <= Duration::from_secs(1),
+            "writing stalled for {stall:?} after the recovery"
+        );
+    }
+}
+
+/// Ten submissions a second through 60 s of brownout (every call hangs)
+/// and 30 s after it. Returns when the brownout's backlog was stored after
+/// the recovery, and the longest time without a completion after that.
+async fn brownout_then_recovery() -> (Duration, Duration) {
+    let fake = Fake::default();
+    let cfg = WriterConfig {
+        linger: Duration::from_millis(5),
+        ..WriterConfig::default()
+    };
+    let (h, task) = start(&fake, cfg);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    fake.0.lock().unwrap().hang_all = true;
+    let feeder = {
+        let (h, fake, tx) = (h.clone(), fake.clone(), tx.clone());
+        tokio::spawn(async move {
+            for i in 0..900 {
+                let k = format!("k{i}");
+                submit(&h, &fake, &tx, "t", item(&k, "v"), &k)
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    fake.0.lock().unwrap().hang_all = false;
+    let recovered = tokio::time::Instant::now();
+    // Completions sampled every 100 ms (simulated time).
+    let mut out = HashMap::new();
+    let mut backlog_done = None;
+    let mut last_progress = recovered;
+    let mut longest_stall = Duration::ZERO;
+    while recovered.elapsed() < Duration::from_secs(29) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let before = out.len();
+        out.extend(drain(&mut rx));
+        let now = tokio::time::Instant::now();
+        if out.len() > before {
+            last_progress = now;
+        }
+        if backlog_done.is_none() && out.len() >= 600 {
+            backlog_done = Some(recovered.elapsed());
+        }
+        if backlog_done.is_some() {
+            longest_stall = longest_stall.max(now - last_progress);
+        }
+    }
+    feeder.await.unwrap();
+    h.flush().await;
+    out.extend(drain(&mut rx));
+    assert_eq!(out.len(), 900, "every submission completed");
+    assert!(out.values().all(|v| v == &vec![WriteOutcome::Stored]));
+    h.close();
+    task.await.unwrap().unwrap();
+    (backlog_done.unwrap_or(Duration::MAX), longest_stall)
+}
+
 /// One hot partition key (its items always come back unprocessed) among
 /// cold ones sent in the same calls: with per-key pacing the cold items are
 /// stored round after round while the hot key waits on its own; with the

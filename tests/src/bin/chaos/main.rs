@@ -586,8 +586,30 @@ async fn run(mut args: Args) -> Result<bool> {
     let leases = LeaseTable::new(dynamodb.clone(), lease_table.clone());
     let deadline = Instant::now() + args.timeout;
     let converge_start = Instant::now();
+    // Recovery phases (brownout): items the proxy let through, sampled each
+    // pass, give the first write after the recovery and when writing settled.
+    let accepted_now = || -> u64 {
+        proxy
+            .stats()
+            .dynamodb
+            .tables
+            .values()
+            .map(|t| t.stats.accepted_items)
+            .sum()
+    };
+    let accepted_at_end = accepted_now();
+    let mut first_write: Option<f64> = None;
+    let mut last_write: Option<(f64, u64)> = None;
     let mut ends;
     loop {
+        if let Some((at, _)) = brown_end {
+            let n = accepted_now();
+            if n > last_write.map_or(accepted_at_end, |w| w.1) {
+                let t = at.elapsed().as_secs_f64();
+                first_write.get_or_insert(t);
+                last_write = Some((t, n));
+            }
+        }
         for id in fleet.reap_crashed()? {
             say(format!("worker {id} exited on its own; restarted"));
             tl.crashed.push(id);
@@ -607,6 +629,14 @@ async fn run(mut args: Args) -> Result<bool> {
     // Recovery: from DynamoDB answering again until every checkpoint is at
     // its shard's end (production ended with the brownout: lag 0).
     let recovery_s = brown_end.map(|(at, _)| at.elapsed().as_secs_f64());
+    let phases = match (first_write, last_write) {
+        (Some(first), Some((last, n))) => format!(
+            "first write +{first:.0} s, writing settled +{last:.0} s ({} items, {:.0}/s)",
+            n - accepted_at_end,
+            (n - accepted_at_end) as f64 / (last - first).max(1.0)
+        ),
+        _ => "no write after the recovery".to_string(),
+    };
     say(format!(
         "checkpoints at end after {converge_s:.0} s more: {converged}"
     ));
@@ -833,7 +863,7 @@ async fn run(mut args: Args) -> Result<bool> {
         .history
         .iter()
         .any(|i| matches!(i.ended, Some((_, Ending::Crashed(_)))));
-    let summary = serde_json::json!({
+    let mut summary = serde_json::json!({
         "run": run_id,
         "passed": passed,
         "events": args.events, "valid": valid, "poison": poison,
@@ -860,6 +890,8 @@ async fn run(mut args: Args) -> Result<bool> {
             "ended": i.ended.as_ref().map(|(t, e)| format!("{} {e:?}", t.to_rfc3339())),
         })).collect::<Vec<_>>(),
     });
+    // Beside the macro: its recursion limit is reached.
+    summary["recovery_writes_s"] = serde_json::json!([first_write, last_write.map(|w| w.0)]);
     std::fs::write(
         dir.join("summary.json"),
         serde_json::to_string_pretty(&summary)?,
@@ -870,11 +902,27 @@ async fn run(mut args: Args) -> Result<bool> {
     );
     let brownout_line = amplification.map(|(healthy, during, a)| {
         println!(
-            "  brownout            {:.0} s held {:?}; DynamoDB requests/s healthy {healthy:.1}, during {during:.2}; recovery {:.0} s",
+            "  brownout            {:.0} s held {:?}; DynamoDB requests/s healthy {healthy:.1}, during {during:.2}; recovery {:.0} s: {phases}, checkpoints at end +{:.0} s",
             args.brownout_for.as_secs_f64(),
             args.brownout_delay,
+            recovery_s.unwrap_or(f64::NAN),
             recovery_s.unwrap_or(f64::NAN)
         );
+        if !passed {
+            // What the worker saw after the recovery, for a failure in CI
+            // (where only this output survives).
+            for inc in &fleet.history {
+                let text = std::fs::read_to_string(&inc.log).unwrap_or_default();
+                let warns: Vec<&str> = text
+                    .lines()
+                    .filter(|l| !l.contains("\"level\":\"DEBUG\""))
+                    .collect();
+                println!("  log of {} (last 40 lines):", inc.id);
+                for l in &warns[warns.len().saturating_sub(40)..] {
+                    println!("    {}", l.chars().take(240).collect::<String>());
+                }
+            }
+        }
         format!(
             "brownout: lost {}, duplicates {}, amplification {a:.1}x, recovery {:.0} s",
             items.lost,
