@@ -572,12 +572,7 @@ impl TableTask {
                 // for seconds) and no cut of the concurrency.
                 tracing::debug!(table = %self.table, error = %msg, "BatchWriteItem sent before the recovery failed; resent at once");
                 self.stats.transient();
-                self.stats.retried(batch.len() as u64);
-                if isolated {
-                    self.isolated.push_front(batch);
-                } else {
-                    self.queue.requeue_front(batch);
-                }
+                self.requeue_now(batch, isolated);
             }
             Failure::Transient(msg) => {
                 tracing::debug!(table = %self.table, error = %msg, "transient BatchWriteItem failure");
@@ -703,16 +698,7 @@ impl TableTask {
     /// back-off, the endpoint's back-off and retry budget apply (the batch
     /// waits, it is never dropped).
     fn retry_congested(&mut self, batch: Batch, isolated: bool, now: Instant) {
-        self.clean_calls = 0;
-        self.stats.retried(batch.len() as u64);
-        if isolated {
-            self.isolated.push_front(batch);
-        } else {
-            self.queue.requeue_front(batch);
-        }
-        let cap = self.backoff.next().unwrap_or(self.cfg.backoff_cap);
-        self.backoff_used = true;
-        let mut delay = cap.mul_f64(self.rng.f64()).max(self.gov.retry_delay());
+        let mut delay = self.requeue(batch, isolated).max(self.gov.retry_delay());
         if let Err(wait) = self.gov.try_retry() {
             delay = delay.max(wait);
         }
@@ -726,7 +712,22 @@ impl TableTask {
 
     /// Back to the front of the queue after a back-off with full jitter.
     fn retry(&mut self, batch: Batch, isolated: bool, now: Instant) {
+        let until = now + self.requeue(batch, isolated);
+        self.hold_until = Some(self.hold_until.map_or(until, |h| h.max(until)));
+    }
+
+    /// Puts a batch to retry back at the front; returns the table's next
+    /// jittered back-off.
+    fn requeue(&mut self, batch: Batch, isolated: bool) -> std::time::Duration {
         self.clean_calls = 0;
+        self.requeue_now(batch, isolated);
+        let cap = self.backoff.next().unwrap_or(self.cfg.backoff_cap);
+        self.backoff_used = true;
+        cap.mul_f64(self.rng.f64())
+    }
+
+    /// Puts a batch to retry back at the front, with no back-off.
+    fn requeue_now(&mut self, batch: Batch, isolated: bool) {
         self.stats.retried(batch.len() as u64);
         if isolated {
             // Keep a bisected half apart from other items until it is settled.
@@ -734,11 +735,6 @@ impl TableTask {
         } else {
             self.queue.requeue_front(batch);
         }
-        let cap = self.backoff.next().unwrap_or(self.cfg.backoff_cap);
-        self.backoff_used = true;
-        let delay = cap.mul_f64(self.rng.f64());
-        let until = now + delay;
-        self.hold_until = Some(self.hold_until.map_or(until, |h| h.max(until)));
     }
 
     /// A batch DynamoDB refused: halves are tried alone until single items
