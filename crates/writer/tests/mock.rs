@@ -898,19 +898,8 @@ async fn a_brownout_holds_new_calls_instead_of_piling_on() {
     let (tx, mut rx) = mpsc::unbounded_channel();
     fake.0.lock().unwrap().hang_all = true;
     let brown_start = tokio::time::Instant::now();
-    let feeder = {
-        let (h, fake, tx) = (h.clone(), fake.clone(), tx.clone());
-        tokio::spawn(async move {
-            // New work keeps arriving through the brownout.
-            for i in 0..600 {
-                let k = format!("k{i}");
-                submit(&h, &fake, &tx, "t", item(&k, "v"), &k)
-                    .await
-                    .unwrap();
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        })
-    };
+    // New work keeps arriving through the brownout.
+    let feeder = feed(&h, &fake, &tx, 600);
     tokio::time::sleep(Duration::from_secs(60)).await;
     let hung = fake.calls().len();
     eprintln!("brownout: {hung} calls in 60 s");
@@ -971,18 +960,7 @@ async fn brownout_then_recovery() -> (Duration, Duration) {
     let (h, task) = start(&fake, cfg);
     let (tx, mut rx) = mpsc::unbounded_channel();
     fake.0.lock().unwrap().hang_all = true;
-    let feeder = {
-        let (h, fake, tx) = (h.clone(), fake.clone(), tx.clone());
-        tokio::spawn(async move {
-            for i in 0..900 {
-                let k = format!("k{i}");
-                submit(&h, &fake, &tx, "t", item(&k, "v"), &k)
-                    .await
-                    .unwrap();
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        })
-    };
+    let feeder = feed(&h, &fake, &tx, 900);
     tokio::time::sleep(Duration::from_secs(60)).await;
     fake.0.lock().unwrap().hang_all = false;
     let recovered = tokio::time::Instant::now();
@@ -1014,6 +992,25 @@ async fn brownout_then_recovery() -> (Duration, Duration) {
     h.close();
     task.await.unwrap().unwrap();
     (backlog_done.unwrap_or(Duration::MAX), longest_stall)
+}
+
+/// Submits `n` items (`k0`, `k1`, ...) to table `t`, one every 100 ms.
+fn feed(
+    h: &WriterHandle,
+    fake: &Fake,
+    tx: &mpsc::UnboundedSender<(String, WriteOutcome)>,
+    n: usize,
+) -> tokio::task::JoinHandle<()> {
+    let (h, fake, tx) = (h.clone(), fake.clone(), tx.clone());
+    tokio::spawn(async move {
+        for i in 0..n {
+            let k = format!("k{i}");
+            submit(&h, &fake, &tx, "t", item(&k, "v"), &k)
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
 }
 
 /// One hot partition key (its items always come back unprocessed) among

@@ -658,10 +658,13 @@ async fn run(mut args: Args) -> Result<bool> {
 
     // Lease overlap from the logs.
     let mut intervals = Vec::new();
+    // Kept for a failing brownout's report below.
+    let mut logs = Vec::new();
     for inc in &fleet.history {
         let text = std::fs::read_to_string(&inc.log).unwrap_or_default();
         let ended = inc.ended.as_ref().map_or_else(Utc::now, |(t, _)| *t);
         intervals.extend(overlap::intervals(&inc.id, &text, ended));
+        logs.push((inc.id.clone(), text));
     }
     let limit_ms = i64::try_from(args.failover.as_millis()).unwrap_or(i64::MAX);
     let ov = overlap::overlaps(&intervals, limit_ms);
@@ -908,21 +911,6 @@ async fn run(mut args: Args) -> Result<bool> {
             recovery_s.unwrap_or(f64::NAN),
             recovery_s.unwrap_or(f64::NAN)
         );
-        if !passed {
-            // What the worker saw after the recovery, for a failure in CI
-            // (where only this output survives).
-            for inc in &fleet.history {
-                let text = std::fs::read_to_string(&inc.log).unwrap_or_default();
-                let warns: Vec<&str> = text
-                    .lines()
-                    .filter(|l| !l.contains("\"level\":\"DEBUG\""))
-                    .collect();
-                println!("  log of {} (last 40 lines):", inc.id);
-                for l in &warns[warns.len().saturating_sub(40)..] {
-                    println!("    {}", l.chars().take(240).collect::<String>());
-                }
-            }
-        }
         format!(
             "brownout: lost {}, duplicates {}, amplification {a:.1}x, recovery {:.0} s",
             items.lost,
@@ -930,6 +918,20 @@ async fn run(mut args: Args) -> Result<bool> {
             recovery_s.unwrap_or(f64::NAN)
         )
     });
+    if brownout_line.is_some() && !passed {
+        // What the worker saw after the recovery, for a failure in CI
+        // (where only this output survives).
+        for (id, text) in &logs {
+            let lines: Vec<&str> = text
+                .lines()
+                .filter(|l| !l.contains("\"level\":\"DEBUG\""))
+                .collect();
+            println!("  log of {id} (last 40 lines):");
+            for l in &lines[lines.len().saturating_sub(40)..] {
+                println!("    {}", l.chars().take(240).collect::<String>());
+            }
+        }
+    }
     if passed && !args.keep {
         // Repeated runs on one stack: do not let the emulators grow.
         let mut names = items.tables.clone();
