@@ -1892,6 +1892,85 @@ mod tests {
             assert_eq!(update.num_calls(), 14);
         }
 
+        /// The pipeline is slow (DynamoDB throttles): the reader waits on
+        /// the sink's back-pressure with a batch in hand, while the records
+        /// of its first batch were acknowledged long ago. Their checkpoint
+        /// must not wait for the reader: the renewer writes it within two
+        /// renewal intervals, or a lease move reads them again.
+        #[tokio::test(start_paused = true)]
+        async fn acknowledged_records_are_checkpointed_while_the_reader_waits_on_back_pressure() {
+            let update =
+                mock!(Client::update_item).then_output(|| UpdateItemOutput::builder().build());
+            let kinesis = aws_sdk_kinesis::Client::from_conf(
+                aws_sdk_kinesis::Config::builder()
+                    .behavior_version(aws_sdk_kinesis::config::BehaviorVersion::latest())
+                    .region(aws_sdk_kinesis::config::Region::new("us-east-1"))
+                    .build(),
+            );
+            let mut config = KinesisConfig::new("s", "t", "me");
+            config.checkpoint_interval = Duration::from_secs(1);
+            // Room for one batch: the second one waits.
+            let (sink, mut pipeline) = mpsc::channel(1);
+            let (mut reader, lease) = super::test_reader(&update, kinesis, config, sink);
+            reader
+                .ctx
+                .held
+                .lock()
+                .unwrap()
+                .insert("s".into(), lease.clone());
+            let batch = |reader: &Reader, seqs: &[&str]| -> Vec<Record> {
+                seqs.iter()
+                    .map(|s| {
+                        let serial = reader.tracker.push(Position::new(*s, 0)).unwrap();
+                        Record {
+                            origin: tidemark_schema::Origin::Kinesis {
+                                stream: "s".into(),
+                                shard_id: "s".into(),
+                                sequence_number: (*s).into(),
+                                sub_sequence_number: 0,
+                            },
+                            partition_key: "k".into(),
+                            data: bytes::Bytes::from_static(b"{}"),
+                            arrival_ms: 0,
+                            ack: crate::record::Ack::new(reader.tracker.clone(), serial),
+                            defect: None,
+                        }
+                    })
+                    .collect()
+            };
+            let renewer_stop = CancellationToken::new();
+            let renewer = tokio::spawn(renew_loop(reader.ctx.clone(), renewer_stop.clone()));
+            // The first batch is taken and stored; the second fills the
+            // channel; the third waits on back-pressure.
+            let first = batch(&reader, &["1", "2"]);
+            reader.submit(first).await.ok().unwrap();
+            let taken = pipeline.recv().await.unwrap();
+            crate::record::Ack::done_all(taken.into_iter().map(|r| r.ack));
+            let acked = Instant::now();
+            let second = batch(&reader, &["3"]);
+            reader.submit(second).await.ok().unwrap();
+            let third = batch(&reader, &["4"]);
+            let blocked = tokio::spawn(async move {
+                let r = reader.submit(third).await;
+                (reader, r.is_ok())
+            });
+            let renewal = Duration::from_secs(10) / 3;
+            let want = Checkpoint::At(Position::new("2", 0));
+            while lease.written() != want {
+                assert!(
+                    acked.elapsed() <= 2 * renewal,
+                    "no checkpoint within two renewal intervals of the acknowledgement: {:?}",
+                    lease.written()
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            assert!(!blocked.is_finished(), "the reader still waits on the sink");
+            assert!(!lease.is_gone(), "the lease is still held");
+            renewer_stop.cancel();
+            renewer.await.unwrap();
+            blocked.abort();
+        }
+
         #[test]
         fn a_written_checkpoint_drops_an_older_pending_one() {
             let update =
