@@ -215,10 +215,12 @@ pub struct LeaseTuning {
     /// listing instead of a Scan of its own; a shard end still triggers it
     /// on the worker that saw it.
     pub leader_shard_sync: bool,
-    /// Periodic checkpoints ride on renewals: the reader hands its position
-    /// to the renewer, which writes it instead of a bare renewal, and a
-    /// lease is written at most once per renewal interval (final and
-    /// shard-end checkpoints are still written at once).
+    /// Periodic checkpoints (the renewer's, from the shard's
+    /// acknowledgements) ride on renewals: a checkpoint write takes a bare
+    /// renewal's place, and a lease is written at most once per renewal
+    /// interval. Off, a checkpoint is written apart as soon as
+    /// `checkpoint_interval` passed. Final and shard-end checkpoints are
+    /// the reader's, written at once either way.
     pub fold_checkpoints: bool,
     /// A worker two or more below the target takes one lease from each of
     /// some workers at the target (never past target - 1), as the KCL does;

@@ -71,19 +71,21 @@ struct HeldLease {
     released: AtomicBool,
     /// The last write ended unanswered: it may have been applied.
     unsure: AtomicBool,
-    /// The checkpoint written last, and one the reader handed to the
-    /// renewer to write with the next renewal ([`LeaseTuning::fold_checkpoints`]).
+    /// The shard's acknowledgements: the renewer checkpoints from them.
+    tracker: Arc<AckTracker>,
+    /// The checkpoint written last, and when.
     checkpoint: std::sync::Mutex<CheckpointState>,
 }
 
 #[derive(Debug)]
 struct CheckpointState {
     written: Checkpoint,
-    pending: Option<Checkpoint>,
+    /// When `written` was written (or the lease taken).
+    at: Instant,
 }
 
 impl HeldLease {
-    fn new(key: &str, written: Written, checkpoint: Checkpoint) -> Self {
+    fn new(key: &str, written: Written, checkpoint: Checkpoint, tracker: Arc<AckTracker>) -> Self {
         Self {
             key: key.to_string(),
             counter: Mutex::new(written.counter),
@@ -91,9 +93,10 @@ impl HeldLease {
             lost: CancellationToken::new(),
             released: AtomicBool::new(false),
             unsure: AtomicBool::new(false),
+            tracker,
             checkpoint: std::sync::Mutex::new(CheckpointState {
                 written: checkpoint,
-                pending: None,
+                at: Instant::now(),
             }),
         }
     }
@@ -109,33 +112,25 @@ impl HeldLease {
         self.cp().written.clone()
     }
 
-    /// Records a written checkpoint; a pending one no newer is dropped (the
-    /// renewer would otherwise write it after, moving the checkpoint back,
-    /// even from `SHARD_END`).
+    /// Records a written checkpoint.
     fn set_written(&self, cp: Checkpoint) {
         let mut st = self.cp();
-        if st.pending.as_ref().is_some_and(|p| covers(&cp, p)) {
-            st.pending = None;
-        }
         st.written = cp;
+        st.at = Instant::now();
     }
 
-    /// Hands `cp` to the renewer, to be written with the next renewal.
-    fn set_pending(&self, cp: Checkpoint) {
-        self.cp().pending = Some(cp);
-    }
-
-    fn take_pending(&self) -> Option<Checkpoint> {
-        self.cp().pending.take()
-    }
-
-    /// Puts back a pending checkpoint whose write failed, unless a newer
-    /// one arrived meanwhile.
-    fn restore_pending(&self, cp: Checkpoint) {
-        let mut st = self.cp();
-        if st.pending.is_none() {
-            st.pending = Some(cp);
+    /// The checkpoint the renewer writes now: what the tracker says is
+    /// acknowledged, when it is past the written one (never behind it, nor
+    /// over `SHARD_END`) and `interval` passed since the last checkpoint
+    /// write.
+    fn due_checkpoint(&self, interval: Duration, now: Instant) -> Option<Checkpoint> {
+        let pos = self.tracker.checkpoint()?;
+        let st = self.cp();
+        if now.saturating_duration_since(st.at) < interval {
+            return None;
         }
+        let cp = Checkpoint::At(pos);
+        (!covers(&st.written, &cp)).then_some(cp)
     }
 
     /// Sends a fenced write of this lease at `*counter` (the caller holds
@@ -210,9 +205,9 @@ impl HeldLease {
     }
 }
 
-/// True when checkpoint `written` is at or past `pending`.
-fn covers(written: &Checkpoint, pending: &Checkpoint) -> bool {
-    match (written, pending) {
+/// True when checkpoint `written` is at or past `next`.
+fn covers(written: &Checkpoint, next: &Checkpoint) -> bool {
+    match (written, next) {
         (Checkpoint::ShardEnd, _) => true,
         (Checkpoint::At(w), Checkpoint::At(p)) => p <= w,
         (w, p) => w == p,
@@ -721,14 +716,18 @@ fn prune(ctx: &Ctx, held: &mut HashMap<String, Held>) {
 
 /// Renews every held lease once per `failover_time / 3`, concurrently (at
 /// most [`MAX_CONCURRENT_RENEWALS`] at once), each bounded by the lease
-/// table's operation deadline (below the renewal period).
+/// table's operation deadline (below the renewal period), and writes the
+/// periodic checkpoints: what each shard's tracker says is acknowledged,
+/// whatever its reader is doing (waiting on back-pressure included).
 async fn renew_loop(ctx: Arc<Ctx>, stop: CancellationToken) {
     // Folded checkpoints: look twice per renewal interval, write a lease
-    // once its last write is a renewal interval old.
+    // once its last write is a renewal interval old. Unfolded: checkpoints
+    // are written apart from renewals, checked at least every
+    // `checkpoint_interval`.
     let every = if ctx.config.lease_tuning.fold_checkpoints {
         ctx.config.failover_time / 6
     } else {
-        ctx.config.failover_time / 3
+        (ctx.config.failover_time / 3).min(ctx.config.checkpoint_interval)
     };
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -747,7 +746,8 @@ async fn renew_loop(ctx: Arc<Ctx>, stop: CancellationToken) {
     }
 }
 
-/// One renewal; marks the lease lost when refused or past the failover time.
+/// One renewal, or a checkpoint write in its place; marks the lease lost
+/// when refused or past the failover time.
 async fn renew_one(ctx: &Ctx, lease: Arc<HeldLease>) {
     let me = &ctx.config.worker_id;
     let timing = ctx.table.timing();
@@ -755,27 +755,31 @@ async fn renew_one(ctx: &Ctx, lease: Arc<HeldLease>) {
     if lease.is_gone() {
         return;
     }
-    // A checkpoint write renews as well.
+    let in_flight = lease.tracker.in_flight();
+    ctx.status.update(&lease.key, |s| s.in_flight = in_flight);
     let fold = ctx.config.lease_tuning.fold_checkpoints;
     let since = *lease.renewed.borrow();
+    let now = Instant::now();
+    // A checkpoint is written only while the lease is live, as the
+    // reader's own checkpoints are; it renews the lease as well.
+    let live = matches!(timing.phase(since, now), LeasePhase::Live { .. });
+    let due = if live {
+        lease.due_checkpoint(ctx.config.checkpoint_interval, now)
+    } else {
+        None
+    };
     let min_age = if fold {
         ctx.config.failover_time / 3
     } else {
         ctx.config.failover_time / 6
     };
-    if since.elapsed() < min_age {
+    // Folded: one write per renewal interval, a checkpoint taking the
+    // renewal's place. Unfolded: a due checkpoint goes at once.
+    if now.saturating_duration_since(since) < min_age && (fold || due.is_none()) {
         return;
     }
-    // A handed-on checkpoint is written only while the lease is live, as
-    // the reader's own checkpoints are.
-    let live = matches!(timing.phase(since, Instant::now()), LeasePhase::Live { .. });
-    let pending = if fold && live {
-        lease.take_pending()
-    } else {
-        None
-    };
     let table = &ctx.table;
-    let renewed = match &pending {
+    let renewed = match &due {
         Some(cp) => {
             lease
                 .write(table, me, &mut counter, |c| {
@@ -791,7 +795,7 @@ async fn renew_one(ctx: &Ctx, lease: Arc<HeldLease>) {
     };
     match renewed {
         Ok(Some(_)) => {
-            if let Some(cp) = pending {
+            if let Some(cp) = due {
                 metrics::counter!(
                     metric::CHECKPOINTS,
                     streams::with(
@@ -810,12 +814,8 @@ async fn renew_one(ctx: &Ctx, lease: Arc<HeldLease>) {
             info!(shard = %lease.key, "lease lost");
             lease.fence(&ctx.status);
         }
-        Err(e) => {
-            if let Some(cp) = pending {
-                lease.restore_pending(cp);
-            }
-            warn!(shard = %lease.key, error = %e, "renew failed");
-        }
+        // A failed checkpoint is tried again from the tracker next time.
+        Err(e) => warn!(shard = %lease.key, error = %e, "renew failed"),
     }
     // Self-fencing: others may take a lease we failed to renew in time.
     if !lease.is_gone() && timing.phase(*lease.renewed.borrow(), Instant::now()) == LeasePhase::Lost
@@ -826,10 +826,12 @@ async fn renew_one(ctx: &Ctx, lease: Arc<HeldLease>) {
 }
 
 fn spawn_reader(ctx: &Arc<Ctx>, lease: Lease, written: Written) -> Held {
+    let tracker = Arc::new(AckTracker::new());
     let held = Arc::new(HeldLease::new(
         &lease.key,
         written,
         lease.checkpoint.clone(),
+        tracker.clone(),
     ));
     ctx.status.update(&lease.key, |s| {
         *s = Default::default();
@@ -840,8 +842,7 @@ fn spawn_reader(ctx: &Arc<Ctx>, lease: Lease, written: Written) -> Held {
         shard: lease.key.clone(),
         lease: held.clone(),
         renewed: held.renewed.subscribe(),
-        tracker: Arc::new(AckTracker::new()),
-        last_write: Instant::now(),
+        tracker,
         handed: 0,
     };
     let task = AbortOnDrop(tokio::spawn(reader.run(lease).in_current_span()));
@@ -1026,9 +1027,9 @@ struct Reader {
     lease: Arc<HeldLease>,
     /// Send times of successful renewals of `lease`.
     renewed: watch::Receiver<Instant>,
+    /// The shard's acknowledgements (also the held lease's: the renewer
+    /// checkpoints from them).
     tracker: Arc<AckTracker>,
-    /// When the last periodic checkpoint was written or handed on.
-    last_write: Instant,
     /// Records handed to the sink so far: registered records after them
     /// (a batch dropped at shutdown) can never be acknowledged, so a drain
     /// waits only for these.
@@ -1213,7 +1214,6 @@ impl Reader {
             if let Some(stop) = self.stopped() {
                 return Ok(stop);
             }
-            self.maybe_checkpoint(false).await;
             let max = cfg.max_unacked_per_shard;
             if let Err(stop) = self
                 .guard(self.tracker.wait_for(|w| w.in_flight() < max))
@@ -1348,19 +1348,12 @@ impl Reader {
         self.ctx
             .status
             .update(&self.shard, |s| s.state = ShardState::Draining);
-        loop {
-            let tick = tokio::time::sleep(self.ctx.config.checkpoint_interval);
-            let drained = self.guard(async {
-                tokio::select! {
-                    _ = self.tracker.wait_for(|w| w.in_flight() == 0) => true,
-                    _ = tick => false,
-                }
-            });
-            match drained.await {
-                Ok(true) => break,
-                Ok(false) => self.maybe_checkpoint(false).await,
-                Err(stop) => return Ok(stop),
-            }
+        // Meanwhile the renewer checkpoints what is acknowledged.
+        if let Err(stop) = self
+            .guard(self.tracker.wait_for(|w| w.in_flight() == 0))
+            .await
+        {
+            return Ok(stop);
         }
         // The SHARD_END write is what lets the children start: a failed one
         // is tried again (a refused one means the lease is lost) before the
@@ -1419,7 +1412,7 @@ impl Reader {
             }
             _ = lost.cancelled() => return,
         }
-        self.maybe_checkpoint(true).await;
+        self.checkpoint_acknowledged().await;
         let checkpointed = |r: &Self| {
             r.tracker
                 .checkpoint()
@@ -1440,7 +1433,7 @@ impl Reader {
                 _ = self.renewed.changed() => {}
                 _ = tokio::time::sleep_until(next) => {}
             }
-            self.maybe_checkpoint(true).await;
+            self.checkpoint_acknowledged().await;
         }
         let checkpointed = checkpointed(self);
         let mut released = self.release().await;
@@ -1468,26 +1461,18 @@ impl Reader {
         });
     }
 
-    /// Writes the watermark if it moved and `checkpoint_interval` passed
-    /// (or `force`).
-    async fn maybe_checkpoint(&mut self, force: bool) {
+    /// Writes what the tracker says is acknowledged, if it moved (the
+    /// final checkpoint of a drain; periodic ones are the renewer's).
+    async fn checkpoint_acknowledged(&mut self) {
         let in_flight = self.tracker.in_flight();
         self.ctx
             .status
             .update(&self.shard, |s| s.in_flight = in_flight);
-        if !force && self.last_write.elapsed() < self.ctx.config.checkpoint_interval {
-            return;
-        }
         let Some(pos) = self.tracker.checkpoint() else {
             return;
         };
         let cp = Checkpoint::At(pos);
         if cp == self.lease.written() {
-            return;
-        }
-        if !force && self.ctx.config.lease_tuning.fold_checkpoints {
-            self.last_write = Instant::now();
-            self.lease.set_pending(cp);
             return;
         }
         self.write_checkpoint(cp, &[]).await;
@@ -1504,7 +1489,6 @@ impl Reader {
             return false;
         }
         let label = streams::shard_labels(&self.ctx.table, &self.shard);
-        self.last_write = Instant::now();
         let table = &self.ctx.table;
         let written = lease
             .write(table, me, &mut counter, |c| {
@@ -1723,6 +1707,7 @@ mod tests {
                     sent: Instant::now(),
                 },
                 Checkpoint::TrimHorizon,
+                Arc::new(AckTracker::new()),
             );
             lease.unsure.store(unsure, Ordering::Relaxed);
             let mut counter = 5;
@@ -1785,14 +1770,19 @@ mod tests {
             counter: 1,
             sent: Instant::now(),
         };
-        let lease = Arc::new(HeldLease::new("s", written, Checkpoint::TrimHorizon));
+        let tracker = Arc::new(AckTracker::new());
+        let lease = Arc::new(HeldLease::new(
+            "s",
+            written,
+            Checkpoint::TrimHorizon,
+            tracker.clone(),
+        ));
         let reader = Reader {
             ctx,
             shard: "s".into(),
             renewed: lease.renewed.subscribe(),
             lease: lease.clone(),
-            tracker: Arc::new(AckTracker::new()),
-            last_write: Instant::now(),
+            tracker,
             handed: 0,
         };
         (reader, lease)
@@ -1971,23 +1961,46 @@ mod tests {
             blocked.abort();
         }
 
-        #[test]
-        fn a_written_checkpoint_drops_an_older_pending_one() {
+        /// The renewer writes only a checkpoint past the written one, never
+        /// one behind it nor over `SHARD_END`, and at most once per
+        /// `checkpoint_interval`.
+        #[tokio::test(start_paused = true)]
+        async fn the_renewer_writes_no_checkpoint_behind_the_written_one() {
             let update =
                 mock!(Client::update_item).then_output(|| UpdateItemOutput::builder().build());
-            let (_reader, lease) = reader(&update);
+            let (reader, lease) = reader(&update);
             let at = |s: &str| Checkpoint::At(Position::new(s, 0));
-            lease.set_pending(at("5"));
+            let interval = Duration::from_secs(5);
+            let ack = |s: &str| {
+                let serial = reader.tracker.push(Position::new(s, 0)).unwrap();
+                reader.tracker.ack(serial);
+            };
+            ack("5");
+            assert_eq!(
+                lease.due_checkpoint(interval, Instant::now()),
+                None,
+                "too soon after taking the lease"
+            );
+            tokio::time::advance(interval).await;
+            assert_eq!(
+                lease.due_checkpoint(interval, Instant::now()),
+                Some(at("5"))
+            );
             lease.set_written(at("7"));
-            assert_eq!(lease.take_pending(), None, "older than the written one");
-            lease.set_pending(at("9"));
-            lease.set_written(at("7"));
-            assert_eq!(lease.take_pending(), Some(at("9")), "newer: kept");
-            // SHARD_END covers every position: the renewer must not write
-            // the pending one over it.
-            lease.set_pending(at("9"));
+            tokio::time::advance(interval).await;
+            assert_eq!(
+                lease.due_checkpoint(interval, Instant::now()),
+                None,
+                "behind the written one"
+            );
+            ack("9");
+            assert_eq!(
+                lease.due_checkpoint(interval, Instant::now()),
+                Some(at("9"))
+            );
             lease.set_written(Checkpoint::ShardEnd);
-            assert_eq!(lease.take_pending(), None);
+            tokio::time::advance(interval).await;
+            assert_eq!(lease.due_checkpoint(interval, Instant::now()), None);
         }
     }
 

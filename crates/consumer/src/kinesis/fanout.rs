@@ -320,7 +320,6 @@ impl Reader {
             if let Some(stop) = self.stopped() {
                 return Ok(Ended::Stop(stop));
             }
-            self.maybe_checkpoint(false).await;
             // Back-pressure: take the next event only with room for it.
             let max = cfg.max_unacked_per_shard;
             if let Err(stop) = self
@@ -334,14 +333,11 @@ impl Reader {
             {
                 return Ok(Ended::Stop(stop));
             }
-            // Wake for periodic checkpoints while the shard is idle.
-            let tick = Instant::now() + cfg.checkpoint_interval;
             let next = tokio::select! {
                 biased;
                 _ = self.lease.lost.cancelled() => return Ok(Ended::Stop(Stop::Lost)),
                 _ = self.ctx.shutdown.cancelled() => return Ok(Ended::Stop(Stop::Shutdown)),
                 _ = tokio::time::sleep_until(renew_at) => return Ok(Ended::Renew),
-                _ = tokio::time::sleep_until(tick) => continue,
                 r = out.event_stream.recv() => r,
             };
             let event = match next {
