@@ -8,8 +8,9 @@
 //! - [`mapping`]: the rest of the `[event]` mapping, compiled once: time
 //!   formats and zones, include / exclude / rename, type coercion, and the
 //!   policy for payload fields named like Tidemark's attributes.
-//! - [`framing`]: record formats (one JSON event, NDJSON, a JSON array,
-//!   each optionally gzip-compressed) split into inner events.
+//! - [`framing`]: record formats (one JSON event, an object or an array,
+//!   NDJSON, a JSON array, each optionally gzip-compressed) split into inner
+//!   events, the same way for every source.
 //! - [`strategy`]: key strategies (`entity`, `random_suffix`,
 //!   `calculated_suffix`, `time_bucket`), [`strategy::shard_of`] (seed 003's
 //!   SHA-256 hash, bit for bit), and shard-count migrations.

@@ -93,8 +93,8 @@ pub struct DeadLetter {
     /// because the whole did not fit the destination's size limit.
     #[serde(default)]
     pub payload_truncated: bool,
-    /// Position of the event inside its record, for records holding several
-    /// (`record_format = "ndjson"` or `"json_array"`); the payload is then
+    /// Position of the event inside its record, for Kinesis records holding
+    /// several (`record_format` other than `json`); the payload is then
     /// that event alone. Absent for a record of one event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inner: Option<u32>,
@@ -841,7 +841,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn entries_that_fail_for_good_go_to_the_fallback_file_and_are_acked() {
-        use tidemark_consumer::checkpoint::{AckTracker, Position};
+        use tidemark_consumer::kinesis::{AckTracker, Position};
         let dir = std::env::temp_dir().join(format!("tidemark-dlf-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("fallback.jsonl");
