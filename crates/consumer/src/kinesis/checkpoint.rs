@@ -170,7 +170,8 @@ impl Watermark {
     }
 }
 
-/// A [`Watermark`] shared between a reader and the `Ack`s it handed out.
+/// The shard's watermark, shared between a reader and the `Ack`s it
+/// handed out.
 #[derive(Debug, Default)]
 pub struct AckTracker {
     inner: Mutex<Watermark>,
@@ -189,7 +190,8 @@ impl AckTracker {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Registers the next record; see [`Watermark::push`].
+    /// Registers the next record (positions must strictly increase) and
+    /// returns its serial.
     pub fn push(&self, position: Position) -> Result<u64, OutOfOrder> {
         self.lock().push(position)
     }

@@ -36,7 +36,7 @@
 //! (heartbeat, releases), `delete` (the deleter), `queue` (what the tasks
 //! share), `ledger` (the pure in-flight bookkeeping), `scaler` (the pure
 //! receiver-count law), [`body`] (what SQS wraps around a record),
-//! [`config`].
+//! `config`.
 //!
 //! [`Ack`]: crate::record::Ack
 

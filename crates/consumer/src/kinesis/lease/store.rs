@@ -116,7 +116,7 @@ impl LeaseWrite {
     /// Applies the write to `item` (the current item, `None` when absent)
     /// as DynamoDB would: `Err` with [`ErrorClass::ConditionFailed`] when the
     /// condition does not hold, else the new item. The reference semantics
-    /// for in-memory stores; [`DynamoStore`] sends the same condition.
+    /// for in-memory stores; the DynamoDB store sends the same condition.
     pub fn apply(&self, item: Option<&Lease>) -> Result<Lease, AwsError> {
         let refused = || AwsError {
             op: self.op(),

@@ -18,10 +18,10 @@ use crate::error::{AwsError, ConsumerError};
 /// The lease table. Every write that touches an owned lease is conditional on
 /// `leaseCounter` (and owner), so a worker that lost a lease cannot write it.
 ///
-/// The calls go to a [`LeaseStore`]: DynamoDB ([`DynamoStore`], whose
+/// The calls go to a [`LeaseStore`]: DynamoDB (whose
 /// conditional writes and re-reads use a client with SDK retries off and the
 /// attempt timeout of [`LeaseTiming`]), or an in-memory table in the fleet
-/// simulator. Retries follow [`write_once`] whatever the store.
+/// simulator. Retries are bounded the same way whatever the store.
 #[derive(Debug, Clone)]
 pub struct LeaseTable {
     pub(crate) store: Arc<dyn LeaseStore>,
@@ -129,7 +129,7 @@ impl LeaseTable {
     }
 
     /// The lease `key` (consistent read); `None` when there is none. One
-    /// attempt: it is the re-read of [`write_once`].
+    /// attempt: it is the re-read after an unanswered write.
     pub async fn get(&self, key: &str) -> Result<Option<Lease>, AwsError> {
         self.store.get(key).await
     }
