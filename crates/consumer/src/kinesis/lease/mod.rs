@@ -34,6 +34,10 @@ pub(crate) mod timing;
 mod write;
 
 #[cfg(test)]
+mod fixtures;
+#[cfg(test)]
+mod kcl_tests;
+#[cfg(test)]
 mod tests;
 
 pub use balance::Observations;
