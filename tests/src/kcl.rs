@@ -99,6 +99,40 @@ impl Fixture {
             .unwrap_or_default()
     }
 
+    /// The items of table `role` with the placeholders filled by made-up
+    /// values (sequence numbers `4960<shard><n>`, stream `orders`), for
+    /// tests without the stack.
+    pub fn items_offline(&self, role: &str) -> Vec<Item> {
+        let seqs: BTreeMap<String, Vec<String>> = (0..SHARDS)
+            .map(|s| {
+                let shard = format!("shardId-{s:012}");
+                let seqs = (1..=RECORDS_PER_SHARD)
+                    .map(|n| format!("4960{s:02}{n:050}"))
+                    .collect();
+                (shard, seqs)
+            })
+            .collect();
+        let file = self.state["tables"][role]["file"]
+            .as_str()
+            .expect("a table file");
+        let text = std::fs::read_to_string(dir().join(file)).expect("fixture file");
+        text.lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| {
+                let line = fill(l, &seqs, "orders", "000000000000:orders:1764000000", "app");
+                tidemark_schema::wire::decode_item(line.as_bytes()).expect("DynamoDB JSON")
+            })
+            .collect()
+    }
+
+    /// Every fixture's name.
+    pub fn names() -> Vec<String> {
+        json("states.json")
+            .as_object()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// Creates the stream and the tables, writes the records and the
     /// items. The lease table is named `lease_table` (the 3.0-3.4 tables
     /// `<lease_table>-CoordinatorState` and `-WorkerMetricStats`, as the
@@ -107,7 +141,28 @@ impl Fixture {
         let lease_table = unique_name("kcl-app");
         let stream = unique_name("kcl-stream");
         let kinesis = stack.kinesis();
-        crate::create_stream(&kinesis, &stream, SHARDS as i32).await;
+        // The local stack's shard limit is shared with every other test:
+        // wait for room rather than fail.
+        wait_until("room for 4 shards", Duration::from_secs(120), || async {
+            match kinesis
+                .create_stream()
+                .stream_name(&stream)
+                .shard_count(SHARDS as i32)
+                .send()
+                .await
+            {
+                Ok(_) => Some(()),
+                Err(e)
+                    if e.as_service_error()
+                        .is_some_and(|e| e.is_limit_exceeded_exception()) =>
+                {
+                    None
+                }
+                Err(e) => panic!("CreateStream {stream}: {e:?}"),
+            }
+        })
+        .await;
+        crate::wait_stream_active(&kinesis, &stream).await;
         let seqs = put_per_shard(&kinesis, &stream).await;
         let summary = kinesis
             .describe_stream_summary()
@@ -337,9 +392,11 @@ impl Loaded {
                     "{name}: items added to or removed from {role}"
                 );
             }
-            for problem in kcl_format_problems(role, &found.values().cloned().collect::<Vec<_>>()) {
-                panic!("{name}: the KCL would not read {role}: {problem}");
-            }
+            let problems = kcl_format_problems(role, &found.values().cloned().collect::<Vec<_>>());
+            assert!(
+                problems.is_empty(),
+                "{name}: the KCL would not read {role}: {problems:#?}"
+            );
         }
         let lease = self.lease();
         let found = &now["lease"];

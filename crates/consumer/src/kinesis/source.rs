@@ -13,7 +13,8 @@ use crate::kinesis::balancing;
 use crate::kinesis::config::{KinesisConfig, LeaseAssignment, ReadMode};
 use crate::kinesis::lease::key::KeyFormat;
 use crate::kinesis::lease::leader_store::LeaderStore;
-use crate::kinesis::lease::table::{LeaseTable, refuse_other_format};
+use crate::kinesis::lease::table::LeaseTable;
+use crate::kinesis::lease::takeover;
 use crate::kinesis::lease::timing::LeaseTiming;
 use crate::kinesis::run::{RunParts, StreamRun};
 use crate::kinesis::status::StatusHandle;
@@ -134,7 +135,7 @@ impl KinesisSource {
         self.table.create_if_absent(Duration::from_secs(60)).await?;
         // A stream's scoped view is checked once for the whole table.
         if self.table.scope().is_none() {
-            refuse_other_format(&self.table, KeyFormat::SingleStream).await?;
+            takeover::check(&self.table, KeyFormat::SingleStream, &self.config).await?;
         }
         let leader_store = match (self.config.lease_assignment, self.leader_store) {
             (LeaseAssignment::Leader, None) => {
