@@ -567,3 +567,88 @@ async fn a_live_kcl_fleet_is_refused() {
     loaded.assert_untouched(&stack).await;
     loaded.delete_stream(&stack).await;
 }
+
+/// The MD5 hash key of a partition key, as Kinesis (and the KCL's
+/// de-aggregator) computes it.
+fn hash_key(partition_key: &str) -> u128 {
+    use md5::{Digest, Md5};
+    u128::from_be_bytes(Md5::digest(partition_key.as_bytes()).into())
+}
+
+/// A KPL aggregate whose sub-records' keys hash outside the shard it was
+/// put to, as on an `AUTO` stream, where Kinesis places records itself:
+/// the KCL drops such sub-records (`AggregatorUtil`, the "KCL consumers
+/// can silently drop aggregated records" of the AWS docs); Tidemark keeps
+/// every one of them.
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aggregated_sub_records_hashing_outside_their_shard_are_kept() {
+    let stack = tidemark_tests::stack().await;
+    init_logs();
+    let kinesis = stack.kinesis();
+    let stream = unique_name("kpl-auto");
+    // Two shards: shard 0 takes hash keys below 2^127.
+    tidemark_tests::create_stream(&kinesis, &stream, 2).await;
+    let half = 1u128 << 127;
+    // Sub-records whose partition keys hash into shard 1's range, and
+    // sub-records whose explicit hash keys are in shard 1's range.
+    let outside: Vec<String> = (0..)
+        .map(|i| format!("device-{i}"))
+        .filter(|k| hash_key(k) >= half)
+        .take(10)
+        .collect();
+    let top = (half + 12_345).to_string();
+    let mut subs: Vec<(&str, Option<&str>, Vec<u8>)> = outside
+        .iter()
+        .enumerate()
+        .map(|(i, k)| (k.as_str(), None, format!("{{\"n\":{i}}}").into_bytes()))
+        .collect();
+    for i in 10..15 {
+        subs.push((
+            "any",
+            Some(top.as_str()),
+            format!("{{\"n\":{i}}}").into_bytes(),
+        ));
+    }
+    let refs: Vec<(&str, Option<&str>, &[u8])> = subs
+        .iter()
+        .map(|(k, h, d)| (*k, *h, d.as_slice()))
+        .collect();
+    let aggregate = tidemark_consumer::kinesis::kpl::aggregate_with_hash_keys(&refs);
+    let put = kinesis
+        .put_record()
+        .stream_name(&stream)
+        .partition_key("aggregate")
+        .explicit_hash_key("0")
+        .data(aws_sdk_kinesis::primitives::Blob::new(aggregate))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.shard_id(), "shardId-000000000000");
+    let leases = unique_name("kpl-auto-leases");
+    let mut c = KinesisConfig::new(&stream, &leases, "tidemark-1");
+    c.failover_time = FAILOVER;
+    c.idle_poll = Duration::from_millis(100);
+    let log = Deliveries::default();
+    let w = start(&stack, c, None, &log);
+    wait_until("every sub-record", Duration::from_secs(30), || async {
+        (log.lock().unwrap().len() == subs.len()).then_some(())
+    })
+    .await;
+    let got = log.lock().unwrap().clone();
+    assert!(
+        got.iter()
+            .all(|(shard, seq)| shard == "shardId-000000000000" && seq == put.sequence_number()),
+        "{got:?}"
+    );
+    w.stop().await;
+    let _ = kinesis
+        .delete_stream()
+        .stream_name(&stream)
+        .enforce_consumer_deletion(true)
+        .send()
+        .await;
+}
