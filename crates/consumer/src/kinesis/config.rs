@@ -78,8 +78,10 @@ pub struct KinesisConfig {
     /// docs/read-modes.md#several-streams.
     #[serde(default)]
     pub streams: Vec<StreamEntry>,
-    /// DynamoDB lease table (KCL 2.x format); created on demand when absent.
-    /// A KCL application's table can be reused to resume from its checkpoints.
+    /// DynamoDB lease table (the KCL's format); created on demand when
+    /// absent. A KCL application's table (KCL 2.x to 3.5) can be reused to
+    /// resume from its checkpoints; the KCL's own items in it are left as
+    /// they are (docs/operations.md#move-from-a-kcl-application).
     pub lease_table: String,
     /// This worker's unique id (e.g. the ECS task id). Two live workers must
     /// never share one.
@@ -157,6 +159,8 @@ pub struct KinesisConfig {
     /// leader's clock counts as dead and its leases are reassigned at once;
     /// this is safe because every worker stops reading once its own last
     /// successful heartbeat is older than `failover_time` minus a fifth.
+    /// Also allowed for when judging, at start, whether a KCL worker still
+    /// reports its metrics.
     #[schemars(with = "String")]
     #[serde(default = "default_max_clock_skew", with = "humantime_serde")]
     pub max_clock_skew: Duration,

@@ -165,9 +165,8 @@ async fn poll(reader: &mut ShardReader, lease: &Lease) -> Result<Stop, ConsumerE
         };
         let started = Instant::now();
         metrics::counter!(metric::GET_RECORDS, shard_label.clone()).increment(1);
-        let res = reader
-            .stream
-            .kinesis
+        let kinesis: &aws_sdk_kinesis::Client = &reader.stream.kinesis;
+        let res = kinesis
             .get_records()
             .shard_iterator(&iterator)
             .limit(limit)

@@ -216,7 +216,7 @@ async fn read_settings(kinesis: &aws_sdk_kinesis::Client, stream: &str) -> Optio
     if s.auto_distribution() {
         warn!(
             stream = %s.stream,
-            "record distribution AUTO: Kinesis places records on shards itself, so records of one partition key may be spread over shards and read out of order; order holds per shard only (docs/architecture.md#ordering). KPL aggregates are read whole, sub-records are never dropped"
+            "record distribution AUTO: Kinesis places records on shards itself, so records of one partition key may be spread over shards and read out of order; order holds per shard only (docs/architecture.md, \"Stream settings\"). KPL aggregates are read whole, sub-records are never dropped"
         );
     }
     Some(s)
