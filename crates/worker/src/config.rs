@@ -600,6 +600,22 @@ impl Config {
                 ),
             ));
         }
+        // Tidemark's own items there would be read by the KCL as leases of
+        // shards that do not exist: the way back to the KCL.
+        if let SourceConfig::Kinesis(k) = &self.source
+            && k.lease_table == self.maintenance.coordinator_table
+        {
+            out.push((
+                "maintenance.coordinator_table".into(),
+                format!(
+                    "`{}` is also source.lease_table: Tidemark's maintenance lease, worker \
+                     reports and leader lock would sit among the leases, where every KCL \
+                     version reads them as leases of shards that do not exist; name another \
+                     table (default \"tidemark-coordinator\")",
+                    k.lease_table
+                ),
+            ));
+        }
         if self.maintenance.interval < Duration::from_secs(1) {
             out.push(("maintenance.interval".into(), "must be at least 1s".into()));
         }
