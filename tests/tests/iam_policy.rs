@@ -1003,7 +1003,11 @@ fn kcl_side_tables_are_read_only_and_stream_settings_readable_in_every_mode() {
     }
     let describe: Vec<&Statement> = statements
         .iter()
-        .filter(|s| s.actions.iter().any(|a| a == "kinesis:DescribeStreamSummary"))
+        .filter(|s| {
+            s.actions
+                .iter()
+                .any(|a| a == "kinesis:DescribeStreamSummary")
+        })
         .collect();
     assert_eq!(describe.len(), 1);
     assert_eq!(describe[0].sid, "ReadTheOneStream");

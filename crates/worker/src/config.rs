@@ -1138,9 +1138,7 @@ path = "dead-letters.jsonl"
     /// stop a KCL 2.x worker's listing): the way back to the KCL.
     #[test]
     fn the_coordinator_table_cannot_be_the_lease_table() {
-        let text = format!(
-            "{MINIMAL}\n[maintenance]\ncoordinator_table = \"tidemark-leases\"\n"
-        );
+        let text = format!("{MINIMAL}\n[maintenance]\ncoordinator_table = \"tidemark-leases\"\n");
         let p = problem_at(&text, &[], "maintenance.coordinator_table");
         assert!(p.message.contains("source.lease_table"), "{p}");
         assert!(p.message.contains("KCL"), "{p}");
