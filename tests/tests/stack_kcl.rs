@@ -445,8 +445,21 @@ async fn a_kcl_hand_off_of_a_held_lease_stops_its_reader() {
         .send()
         .await
         .unwrap();
-    wait_until("the shard given up", Duration::from_secs(6), || async {
-        (!w.status.owned_shards().contains(&key)).then_some(())
+    // A hand-off that leaves leaseOwner as it is (the KCL hands a lease to
+    // its current owner's name): the counter and owner conditions alone
+    // would not see it; `attribute_not_exists(checkpointOwner)` does.
+    let other = loaded.lease().leases[1].clone();
+    ddb.update_item()
+        .table_name(&loaded.lease_table)
+        .key("leaseKey", AttributeValue::S(other.clone()))
+        .update_expression("SET checkpointOwner = :kcl")
+        .expression_attribute_values(":kcl", AttributeValue::S("kcl3-worker-a".into()))
+        .send()
+        .await
+        .unwrap();
+    wait_until("both shards given up", Duration::from_secs(6), || async {
+        let owned = w.status.owned_shards();
+        (!owned.contains(&key) && !owned.contains(&other)).then_some(())
     })
     .await;
     let item = || async {

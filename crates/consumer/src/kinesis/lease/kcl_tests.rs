@@ -451,3 +451,53 @@ fn unknown_kinds_are_listed_apart() {
     assert_eq!(c.leases.len(), 3);
     assert!(matches!(c.others[0].kind, OtherKind::Unknown(_)));
 }
+
+/// The reference semantics of a conditional lease write (what the fleet
+/// simulator's table and DynamoDB's conditions do): a KCL leader starting a
+/// hand-off of a held lease does not bump its counter, yet the holder's
+/// next renewal, checkpoint or release is refused; a take ends the
+/// hand-off.
+#[test]
+fn a_hand_off_refuses_the_holders_writes_and_a_take_ends_it() {
+    use super::item::Checkpoint;
+    use super::store::LeaseWrite;
+    let mut l = Lease::new("shardId-1", Checkpoint::TrimHorizon, vec![]);
+    l.owner = Some("next".into());
+    l.checkpoint_owner = Some("tidemark-1".into());
+    l.counter = 7;
+    let mut held_by_me = l.clone();
+    held_by_me.owner = Some("tidemark-1".into());
+    for w in [
+        LeaseWrite::Renew {
+            key: l.key.clone(),
+            me: "tidemark-1".into(),
+            counter: 7,
+        },
+        LeaseWrite::Release {
+            key: l.key.clone(),
+            me: "tidemark-1".into(),
+            counter: 7,
+        },
+        LeaseWrite::Checkpoint {
+            key: l.key.clone(),
+            me: "tidemark-1".into(),
+            counter: 7,
+            checkpoint: Checkpoint::ShardEnd,
+            children: vec![],
+        },
+    ] {
+        assert!(w.apply(Some(&l)).is_err(), "{w:?}");
+        // Even with leaseOwner = the holder: checkpointOwner alone refuses.
+        assert!(w.apply(Some(&held_by_me)).is_err(), "{w:?}");
+    }
+    let take = LeaseWrite::Acquire {
+        key: l.key.clone(),
+        counter: 7,
+        me: "tidemark-2".into(),
+        switches: 1,
+    };
+    let taken = take.apply(Some(&l)).unwrap();
+    assert_eq!(taken.owner.as_deref(), Some("tidemark-2"));
+    assert_eq!(taken.checkpoint_owner, None);
+    assert_eq!(taken.counter, 8);
+}
