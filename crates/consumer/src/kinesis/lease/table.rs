@@ -118,14 +118,14 @@ impl LeaseTable {
                 OtherKind::Unreadable(_) => 2,
             }] += 1;
         }
-        if self.scope.is_none() {
-            for (kind, n) in ["kcl", "unknown", "unreadable_lease"]
-                .into_iter()
-                .zip(counts)
-            {
-                metrics::gauge!(OTHER_ITEMS, "table" => self.table.clone(), "kind" => kind)
-                    .set(n as f64);
-            }
+        // A stream's scoped view sees the whole table's other items: every
+        // stream sets the same values.
+        for (kind, n) in ["kcl", "unknown", "unreadable_lease"]
+            .into_iter()
+            .zip(counts)
+        {
+            metrics::gauge!(OTHER_ITEMS, "table" => self.table.clone(), "kind" => kind)
+                .set(n as f64);
         }
         Ok(census.leases)
     }
