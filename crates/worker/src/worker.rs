@@ -46,13 +46,14 @@ use tracing::{error, info, warn};
 use crate::config::{Config, SourceConfig, default_worker_id, process_env};
 use crate::coordinator::{MaintenanceLease, maintain};
 use crate::deadletter::{
-    DeadLetterConfig, DeadLetterError, DeadLetterSink, DeadLetters, DynamoDbSink, FileSink, SqsSink,
+    DeadLetterConfig, DeadLetterError, DeadLetterSink, DeadLetters, DynamoDbSink, FileSink,
+    SqsSink, check_dead_letter_table,
 };
 use crate::pipeline::{Pipeline, system_clock};
 use crate::tables::{CreateMissingTables, RoundKind, TableManager, TablePolicy, TablesError};
 use crate::telemetry::{self, Readiness};
 use futures::future::BoxFuture;
-use tidemark_consumer::keyschema::{KeyAttr, KeySchemaMismatch, KeySpec};
+use tidemark_consumer::keyschema::KeySchemaMismatch;
 
 /// Why the worker could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -664,33 +665,5 @@ async fn probe_dynamodb(
             }
         };
         readiness.dynamodb_reachable.store(ok, Ordering::Relaxed);
-    }
-}
-
-/// The key schema of a DynamoDB dead-letter table (see
-/// [`DynamoDbSink`]): `pk` and `sk`, both strings.
-pub fn dead_letter_key_spec() -> KeySpec {
-    KeySpec::hash_range(KeyAttr::string("pk"), KeyAttr::string("sk"))
-}
-
-/// Refuses to start with a dead-letter table of another key schema (every
-/// dead letter would then fail); an absent or unreadable table is only
-/// warned about here (`tidemark tables ensure` creates it; a failing
-/// destination falls back to the local file).
-async fn check_dead_letter_table(
-    dynamodb: &aws_sdk_dynamodb::Client,
-    table: &str,
-) -> Result<(), WorkerError> {
-    match dynamodb.describe_table().table_name(table).send().await {
-        Ok(d) => {
-            if let Some(t) = d.table() {
-                dead_letter_key_spec().check(table, "dead-letter table", t)?;
-            }
-            Ok(())
-        }
-        Err(e) => {
-            warn!(table, error = %aws_sdk_dynamodb::error::DisplayErrorContext(e), "cannot read the dead-letter table at start");
-            Ok(())
-        }
     }
 }
