@@ -31,7 +31,7 @@ use tidemark_schema::strategy::{Bucket, KeyStrategy, shard_of};
 use tidemark_tests::worker::{Running, config, sdk, test_toml};
 use tidemark_tests::{send_messages, unique_name, wait_until};
 use tidemark_worker::config::Config;
-use tidemark_worker::migrate::{self, BackfillOptions, MigrationState};
+use tidemark_worker::maintenance::migrate::{self, BackfillOptions, MigrationState};
 use tidemark_worker::worker::{Worker, WorkerError};
 
 const ENTITIES: usize = 8;
@@ -193,7 +193,7 @@ async fn shards_grow_from_4_to_8_with_dual_writes_backfill_and_cutover_losing_no
     assert!(
         matches!(
             err,
-            WorkerError::Tables(tidemark_worker::tables::TablesError::LayoutChanged { .. })
+            WorkerError::Tables(tidemark_worker::maintenance::TablesError::LayoutChanged { .. })
         ),
         "{text}"
     );

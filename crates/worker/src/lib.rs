@@ -85,18 +85,16 @@
 //! pipeline error stops the worker with an error naming the cause.
 
 pub mod config;
-pub mod coordinator;
 pub mod credentials;
 pub mod deadletter;
 pub mod emf;
+pub mod maintenance;
 pub mod metrics;
-pub mod migrate;
 pub mod pipeline;
 pub mod produce;
 pub mod query;
 pub mod report;
 pub mod sdk;
-pub mod tables;
 pub mod telemetry;
 pub mod template;
 pub mod verify;

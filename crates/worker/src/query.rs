@@ -2,7 +2,7 @@
 //! parallel, pages followed to the end) and merges the results in time order.
 //!
 //! Each table is read in the layouts its tags record (see
-//! [`crate::migrate`]): both during a shard migration, the old one for a
+//! [`crate::maintenance::migrate`]): both during a shard migration, the old one for a
 //! table that ended before it, the config's when none is recorded. An event
 //! stored under two layouts comes back once ([`merge_items`]).
 
@@ -19,7 +19,7 @@ use tidemark_schema::route::RouterConfig;
 use tidemark_schema::strategy::KeyStrategy;
 use tidemark_schema::timefmt;
 
-use crate::migrate::{self, config_strategies};
+use crate::maintenance::migrate::{self, config_strategies};
 
 /// Queries run at once.
 const PARALLEL_QUERIES: usize = 16;
@@ -67,7 +67,7 @@ pub async fn range(
         .collect();
     let by_table = layouts(client, config, tables).await;
     let mut strategies: Vec<&KeyStrategy> = by_table.values().flatten().collect();
-    strategies.sort_by_key(|s| crate::tables::layout_of(s));
+    strategies.sort_by_key(|s| crate::maintenance::layout_of(s));
     strategies.dedup();
     let mut queries = Vec::new();
     for s in strategies {

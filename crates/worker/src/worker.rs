@@ -44,13 +44,15 @@ use tokio_util::task::AbortOnDropHandle;
 use tracing::{error, info, warn};
 
 use crate::config::{Config, SourceConfig, default_worker_id, process_env};
-use crate::coordinator::{MaintenanceLease, maintain};
 use crate::deadletter::{
     DeadLetterConfig, DeadLetterError, DeadLetterSink, DeadLetters, DynamoDbSink, FileSink,
     SqsSink, check_dead_letter_table,
 };
+use crate::maintenance::{
+    CreateMissingTables, MaintenanceLease, MaintenanceLeaseError, RoundKind, TableManager,
+    TablesError, maintain,
+};
 use crate::pipeline::{Pipeline, system_clock};
-use crate::tables::{CreateMissingTables, RoundKind, TableManager, TablePolicy, TablesError};
 use crate::telemetry::{self, Readiness};
 use futures::future::BoxFuture;
 use tidemark_consumer::keyschema::KeySchemaMismatch;
@@ -72,9 +74,9 @@ pub enum WorkerError {
     /// layout differs from the config's).
     #[error(transparent)]
     Tables(TablesError),
-    /// The coordinator table cannot be used.
+    /// The maintenance lease's table (the coordinator table) cannot be used.
     #[error(transparent)]
-    Coordinator(#[from] crate::coordinator::CoordinatorError),
+    MaintenanceLease(#[from] MaintenanceLeaseError),
     /// The telemetry address could not be bound.
     #[error("telemetry.listen: cannot listen on {listen}: {source}")]
     Listen {
@@ -160,20 +162,6 @@ impl Progress {
     }
 }
 
-/// The period table manager the config describes.
-pub fn table_manager(config: &Config, dynamodb: aws_sdk_dynamodb::Client) -> TableManager {
-    let mut policy = TablePolicy::new(
-        &config.schema,
-        config.tiers,
-        config.billing,
-        config.maintenance.on_expiry,
-    );
-    policy.export = config.maintenance.export.clone();
-    policy.pitr = config.maintenance.pitr;
-    policy.deletion_protection = config.maintenance.deletion_protection;
-    TableManager::new(dynamodb, policy)
-}
-
 /// After a fatal error, how long the source may take to stop reading,
 /// checkpoint what was acknowledged and release its leases before the
 /// worker exits anyway (unreleased leases expire after `failover_time`).
@@ -207,8 +195,8 @@ impl DataPath {
             dynamodb: Governor::new("dynamodb", GovernorParams::default()),
             kinesis: Governor::new("kinesis", GovernorParams::default()),
         };
-        let manager =
-            table_manager(config, dynamodb.clone()).with_governor(governors.dynamodb.clone());
+        let manager = TableManager::from_config(config, dynamodb.clone())
+            .with_governor(governors.dynamodb.clone());
         // Tables for now are created before reading starts, so the first
         // events do not wait on a creation.
         match manager.round(Utc::now(), RoundKind::Ensure, false).await {
@@ -391,7 +379,7 @@ impl Worker {
             // Anything else is retried by the maintenance loop, loudly.
             match lease.ensure_table().await {
                 Ok(()) => {}
-                Err(e @ crate::coordinator::CoordinatorError::KeySchema(_)) => return Err(e.into()),
+                Err(e @ MaintenanceLeaseError::KeySchema(_)) => return Err(e.into()),
                 Err(e) => {
                     warn!(error = %e, "coordinator table not usable yet; maintenance retries")
                 }

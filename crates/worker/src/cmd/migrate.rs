@@ -1,5 +1,5 @@
 //! `tidemark migrate`: a shard-count migration's status, backfill and
-//! cutover (the library side is `tidemark_worker::migrate`).
+//! cutover (the library side is `tidemark_worker::maintenance::migrate`).
 
 use std::sync::Arc;
 
@@ -7,8 +7,8 @@ use anyhow::{Result, bail};
 use chrono::Utc;
 use serde::Serialize;
 use tidemark_worker::config::Config;
-use tidemark_worker::migrate::{self, BackfillOptions, MigrationState};
-use tidemark_worker::worker::table_manager;
+use tidemark_worker::maintenance::TableManager;
+use tidemark_worker::maintenance::migrate::{self, BackfillOptions, MigrationState};
 
 use super::render::{self, Output};
 
@@ -103,7 +103,7 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
     let schema = &config.schema;
     match &args.action {
         Action::Status => {
-            let manager = table_manager(config, client.clone());
+            let manager = TableManager::from_config(config, client.clone());
             let mut rows = Vec::new();
             for t in manager.list(Utc::now()).await? {
                 let layout = migrate::table_layout(&client, &t.name)

@@ -53,8 +53,8 @@ pub(crate) fn exit_code(e: &anyhow::Error) -> u8 {
     }
     if e.downcast_ref::<Unavailable>().is_some()
         || e.chain().any(|c| {
-            c.downcast_ref::<tidemark_worker::tables::TablesError>()
-                .is_some_and(tidemark_worker::tables::TablesError::is_unreachable)
+            c.downcast_ref::<tidemark_worker::maintenance::TablesError>()
+                .is_some_and(tidemark_worker::maintenance::TablesError::is_unreachable)
         })
     {
         return EXIT_UNAVAILABLE;

@@ -7,7 +7,7 @@ use std::io::Write;
 use anyhow::Result;
 use comfy_table::{CellAlignment, Table};
 use tidemark_schema::route::RouterConfig;
-use tidemark_worker::tables::TableInfo;
+use tidemark_worker::maintenance::TableInfo;
 
 /// The output format of every command that prints data (`--output`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -15,9 +15,9 @@ use futures::StreamExt as _;
 use std::collections::BTreeMap;
 use tidemark_consumer::lease::{Checkpoint, LeaseTable};
 use tidemark_worker::config::{Config, SourceConfig};
+use tidemark_worker::maintenance::TableInfo;
+use tidemark_worker::maintenance::TableManager;
 use tidemark_worker::report::{self, WorkerReport};
-use tidemark_worker::tables::TableInfo;
-use tidemark_worker::worker::table_manager;
 
 use super::render::{self, Output, ShardRow};
 use super::stream_name;
@@ -171,7 +171,10 @@ async fn snapshot(config: &Config, args: &Args) -> Result<Snapshot> {
             }
         },
     }
-    match table_manager(config, dynamodb).list(Utc::now()).await {
+    match TableManager::from_config(config, dynamodb)
+        .list(Utc::now())
+        .await
+    {
         Ok(t) => {
             snap.read += 1;
             snap.tables = t;

@@ -3,8 +3,8 @@
 use anyhow::{Result, bail};
 use chrono::{DateTime, Utc};
 use tidemark_worker::config::Config;
-use tidemark_worker::tables::RoundKind;
-use tidemark_worker::worker::table_manager;
+use tidemark_worker::maintenance::RoundKind;
+use tidemark_worker::maintenance::TableManager;
 
 use super::render::{self, Output};
 
@@ -38,7 +38,7 @@ enum Action {
 
 pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
     let sdk = super::sdk().await;
-    let manager = table_manager(config, aws_sdk_dynamodb::Client::new(&sdk));
+    let manager = TableManager::from_config(config, aws_sdk_dynamodb::Client::new(&sdk));
     let now = args.now.unwrap_or_else(Utc::now);
     let output = super::output(if args.json {
         Output::Json

@@ -35,14 +35,14 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::tables::{Action, ActionGuard};
+use super::{Action, ActionGuard};
 
 /// The lease item's key.
-pub const MAINTENANCE_KEY: &str = "tidemark-maintenance";
+const MAINTENANCE_KEY: &str = "tidemark-maintenance";
 
-/// Errors of the coordinator table.
+/// Errors of the maintenance lease (its item in the coordinator table).
 #[derive(Debug, thiserror::Error)]
-pub enum CoordinatorError {
+pub enum MaintenanceLeaseError {
     /// A call on the coordinator table failed.
     #[error("coordinator table {table}: {message}")]
     Call {
@@ -112,15 +112,15 @@ impl MaintenanceLease {
         self.interval
     }
 
-    fn err(&self, message: impl std::fmt::Display) -> CoordinatorError {
-        CoordinatorError::Call {
+    fn err(&self, message: impl std::fmt::Display) -> MaintenanceLeaseError {
+        MaintenanceLeaseError::Call {
             table: self.table.name().to_string(),
             message: message.to_string(),
         }
     }
 
-    fn not_held(&self, why: &'static str) -> CoordinatorError {
-        CoordinatorError::NotHeld {
+    fn not_held(&self, why: &'static str) -> MaintenanceLeaseError {
+        MaintenanceLeaseError::NotHeld {
             owner: self.owner.clone(),
             why,
         }
@@ -128,12 +128,14 @@ impl MaintenanceLease {
 
     /// Creates the coordinator table when absent (checking the key schema of
     /// one that exists), waits until it is usable, and creates the lease item.
-    pub async fn ensure_table(&self) -> Result<(), CoordinatorError> {
+    pub async fn ensure_table(&self) -> Result<(), MaintenanceLeaseError> {
         self.table
             .create_if_absent(Duration::from_secs(300))
             .await
             .map_err(|e| match e {
-                tidemark_consumer::ConsumerError::KeySchema(m) => CoordinatorError::KeySchema(m),
+                tidemark_consumer::ConsumerError::KeySchema(m) => {
+                    MaintenanceLeaseError::KeySchema(m)
+                }
                 e => self.err(e),
             })?;
         let item = Lease::new(MAINTENANCE_KEY, Checkpoint::TrimHorizon, Vec::new());
@@ -152,7 +154,7 @@ impl MaintenanceLease {
     /// One poll: the holder renews; the others read the item and take it when
     /// it is free or expired on their clock. Returns whether this worker
     /// holds the lease now.
-    pub async fn tick(&self) -> Result<bool, CoordinatorError> {
+    pub async fn tick(&self) -> Result<bool, MaintenanceLeaseError> {
         let mut st = self.state.lock().await;
         if let Some(held) = st.held {
             return match self
@@ -226,7 +228,7 @@ impl MaintenanceLease {
     /// Proves the lease is still ours right now, with a fenced renewal,
     /// before a mutating call: refused when another worker took it, when the
     /// renewal fails, or when it came back too late to act within the lease.
-    pub async fn confirm(&self) -> Result<(), CoordinatorError> {
+    pub async fn confirm(&self) -> Result<(), MaintenanceLeaseError> {
         let mut st = self.state.lock().await;
         let Some(held) = st.held else {
             return Err(self.not_held("not taken"));
@@ -254,7 +256,7 @@ impl MaintenanceLease {
 
     /// Gives the lease up (at shutdown), if held, so another worker takes it
     /// at its next poll.
-    pub async fn release(&self) -> Result<(), CoordinatorError> {
+    pub async fn release(&self) -> Result<(), MaintenanceLeaseError> {
         let mut st = self.state.lock().await;
         let Some(held) = st.held.take() else {
             return Ok(());

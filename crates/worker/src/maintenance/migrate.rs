@@ -2,7 +2,7 @@
 //! migration state (its tags), the cutover, and the layouts a reader must
 //! query per table.
 //!
-//! A table's tags say how it was written (see [`crate::tables`]):
+//! A table's tags say how it was written (see [`crate::maintenance`]):
 //! - `tidemark:layout` alone: one layout (`old-only` while it is the
 //!   config's `schema.migrate_from`, `new-only` when it is `schema.key`);
 //! - with `tidemark:layout-from` and `tidemark:migration = dual`: both
@@ -30,7 +30,7 @@ use tidemark_writer::{
     Completion, RejectMissing, Submission, Transport, WriteOutcome, Writer, WriterConfig,
 };
 
-use crate::tables::{LAYOUT_FROM_TAG, LAYOUT_TAG, MIGRATION_TAG, layout_of, parse_layout};
+use super::tags::{LAYOUT_FROM_TAG, LAYOUT_TAG, MIGRATION_TAG, layout_of, parse_layout};
 
 /// Errors of migration commands.
 #[derive(Debug, thiserror::Error)]
