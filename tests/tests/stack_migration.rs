@@ -32,7 +32,7 @@ use tidemark_tests::worker::{Running, config, sdk, test_toml};
 use tidemark_tests::{send_messages, unique_name, wait_until};
 use tidemark_worker::config::Config;
 use tidemark_worker::maintenance::migrate::{self, BackfillOptions, MigrationState};
-use tidemark_worker::worker::{Worker, WorkerError};
+use tidemark_worker::{Worker, WorkerError};
 
 const ENTITIES: usize = 8;
 
@@ -88,7 +88,7 @@ async fn assert_reads(
     range: TimeRange,
 ) {
     for (entity, want) in &sent.by_entity {
-        let items = tidemark_worker::query::range(ddb, &config.schema, entity, range)
+        let items = tidemark_worker::tools::query::range(ddb, &config.schema, entity, range)
             .await
             .unwrap();
         let ids: Vec<String> = items
@@ -98,7 +98,7 @@ async fn assert_reads(
         let unique: BTreeSet<String> = ids.iter().cloned().collect();
         assert_eq!(ids.len(), unique.len(), "{stage}: {entity} read once each");
         assert_eq!(&unique, want, "{stage}: {entity}'s events");
-        let latest = tidemark_worker::query::latest(ddb, &config.schema, entity, range)
+        let latest = tidemark_worker::tools::query::latest(ddb, &config.schema, entity, range)
             .await
             .unwrap()
             .unwrap();

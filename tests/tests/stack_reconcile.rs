@@ -23,7 +23,7 @@ use tidemark_worker::config::ExpiryAction;
 use tidemark_worker::maintenance::{
     Action, PREFIX_TAG, RoundKind, TableManager, TablePolicy, TablesError,
 };
-use tidemark_worker::worker::{Worker, WorkerError};
+use tidemark_worker::{Worker, WorkerError};
 
 async fn ttl_of(ddb: &aws_sdk_dynamodb::Client, table: &str) -> Option<String> {
     let out = ddb

@@ -29,8 +29,9 @@ use crate::deadletter::DeadLetterConfig;
 mod check;
 mod schema;
 
+pub(crate) use check::Effective;
 use check::Origins;
-pub use check::{Effective, Origin, Problem};
+pub use check::{Origin, Problem};
 pub use schema::json_schema;
 
 /// Prefix of environment overrides; `__` separates the path segments.
@@ -79,7 +80,7 @@ pub struct Config {
 /// 15 s of slack under the ECS template's `StopTimeout` of 45 s (after
 /// which ECS sends SIGKILL), and 10 s over the sources' default
 /// `shutdown_grace` of 20 s for the final checkpoints and releases.
-pub const fn default_shutdown_timeout() -> Duration {
+pub(crate) const fn default_shutdown_timeout() -> Duration {
     Duration::from_secs(30)
 }
 
@@ -130,7 +131,7 @@ pub struct ExportConfig {
 
 impl ExportConfig {
     /// The key prefix of `table`'s export.
-    pub fn prefix_of(&self, table: &str) -> String {
+    pub(crate) fn prefix_of(&self, table: &str) -> String {
         format!("{}{table}/", self.prefix.as_deref().unwrap_or("tidemark/"))
     }
 }
@@ -467,7 +468,7 @@ impl Config {
     /// Every key of the effective config with its value and where it came
     /// from (file and line, environment variable, or default); fails as
     /// [`Config::load`] does.
-    pub fn effective(
+    pub(crate) fn effective(
         path: Option<&Path>,
         env: &BTreeMap<String, String>,
     ) -> Result<Vec<Effective>, ConfigError> {
@@ -484,7 +485,7 @@ impl Config {
     /// The event and router settings alone, for the commands that only
     /// route (`key`, `plan`): the other sections may be absent, and are
     /// checked only for unknown keys.
-    pub fn load_router(
+    pub(crate) fn load_router(
         path: Option<&Path>,
         env: &BTreeMap<String, String>,
     ) -> Result<RouterConfig, ConfigError> {
@@ -725,7 +726,7 @@ const LOG_LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"]
 /// A tracing filter of levels: `info`, or `warn,tidemark_writer=debug`. A
 /// bare word that is no level would be read as a module name and silence
 /// everything else, so it is refused.
-pub fn check_log_level(filter: &str) -> Result<(), String> {
+pub(crate) fn check_log_level(filter: &str) -> Result<(), String> {
     let level_ok = |l: &str| LOG_LEVELS.contains(&l.trim().to_ascii_lowercase().as_str());
     for directive in filter.split(',') {
         let ok = match directive.rsplit_once('=') {
@@ -863,7 +864,7 @@ fn fill_worker_id(root: &mut toml::Table, env: &BTreeMap<String, String>) -> boo
 
 /// The ECS task id (from the task ARN in the metadata URI), else the host
 /// name, else a random-enough fallback from the pid and start time.
-pub fn default_worker_id(env: &BTreeMap<String, String>) -> String {
+pub(crate) fn default_worker_id(env: &BTreeMap<String, String>) -> String {
     // ECS_CONTAINER_METADATA_URI_V4 ends in `/v4/<task id>-<container id>`;
     // the task id is unique per task, which is what a lease owner needs.
     if let Some(uri) = env.get("ECS_CONTAINER_METADATA_URI_V4")
@@ -886,7 +887,7 @@ pub fn default_worker_id(env: &BTreeMap<String, String>) -> String {
 
 /// The process environment's `TIDEMARK*` variables (overrides, and near
 /// misses for [`env_warnings`]) and the few others the defaults read.
-pub fn process_env() -> BTreeMap<String, String> {
+pub(crate) fn process_env() -> BTreeMap<String, String> {
     std::env::vars()
         .filter(|(k, _)| {
             k.to_ascii_uppercase().starts_with("TIDEMARK_")
@@ -898,7 +899,7 @@ pub fn process_env() -> BTreeMap<String, String> {
 
 /// Variables of `env` that look meant as overrides but are ignored (one
 /// underscore after `TIDEMARK`, or lower case), each with the name to use.
-pub fn env_warnings(env: &BTreeMap<String, String>) -> Vec<String> {
+pub(crate) fn env_warnings(env: &BTreeMap<String, String>) -> Vec<String> {
     let schema = json_schema();
     let sections: Vec<&str> = schema["properties"]
         .as_object()

@@ -152,7 +152,7 @@ fn shard_key(s: &Sample) -> Option<String> {
 
 /// Turns the worker's metrics into EMF documents, remembering counters
 /// between flushes.
-pub struct Emf {
+pub(crate) struct Emf {
     namespace: String,
     prefix: String,
     period: Period,
@@ -175,7 +175,7 @@ impl std::fmt::Debug for Emf {
 impl Emf {
     /// An emitter in `namespace` for the tables `{prefix}_*` of `period`,
     /// reading `handle`'s registry and the writer's in-flight count.
-    pub fn new(
+    pub(crate) fn new(
         namespace: String,
         prefix: String,
         period: Period,
@@ -237,7 +237,7 @@ impl Emf {
     }
 
     /// The documents of one flush at `now`.
-    pub fn documents(&mut self, now: DateTime<Utc>) -> Vec<Value> {
+    pub(crate) fn documents(&mut self, now: DateTime<Utc>) -> Vec<Value> {
         let samples = parse(&self.handle.render());
         let mut docs = Vec::new();
 
@@ -346,7 +346,7 @@ impl Emf {
 
 /// Writes `emf`'s documents to `out` every `interval` until `shutdown`, and
 /// once more then (the last interval's counts are not lost).
-pub async fn run(
+pub(crate) async fn run(
     mut emf: Emf,
     interval: Duration,
     mut out: impl Write + Send,

@@ -30,13 +30,13 @@ use crate::emf::{Last, of, parse, shard_lags};
 /// Time between a worker's reports.
 pub const REPORT_INTERVAL: Duration = Duration::from_secs(30);
 /// Reports older than this are ignored (their worker is gone).
-pub const STALE_AFTER: Duration = Duration::from_secs(120);
+pub(crate) const STALE_AFTER: Duration = Duration::from_secs(120);
 /// Key prefix of report items in the coordinator table.
-pub const KEY_PREFIX: &str = "tidemark-worker#";
+pub(crate) const KEY_PREFIX: &str = "tidemark-worker#";
 
 /// One worker's report.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct WorkerReport {
+pub(crate) struct WorkerReport {
     /// The worker id (the lease owner name).
     pub worker: String,
     /// When it was written, Unix ms.
@@ -122,7 +122,7 @@ fn measure(worker: &str, handle: &PrometheusHandle, last: &mut Last) -> WorkerRe
 
 /// Writes this worker's report every [`REPORT_INTERVAL`] until `shutdown`,
 /// then deletes it.
-pub async fn run(
+pub(crate) async fn run(
     client: aws_sdk_dynamodb::Client,
     table: String,
     worker: String,
@@ -166,7 +166,7 @@ pub async fn run(
 
 /// The fresh reports in `table` (reports older than [`STALE_AFTER`] are
 /// left out), by worker id.
-pub async fn read(
+pub(crate) async fn read(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
 ) -> Result<BTreeMap<String, WorkerReport>, aws_sdk_dynamodb::Error> {

@@ -23,7 +23,7 @@ use tracing::{debug, warn};
 
 /// What `/readyz` reports; set by the worker's wiring.
 #[derive(Debug, Default)]
-pub struct Readiness {
+pub(crate) struct Readiness {
     /// The source is running (leases taken or queue polled).
     pub source_running: AtomicBool,
     /// The last DynamoDB probe, on the writer's own client (same endpoint,
@@ -35,7 +35,7 @@ pub struct Readiness {
 
 impl Readiness {
     /// Ready when both hold and no fatal error is stopping the worker.
-    pub fn is_ready(&self) -> bool {
+    pub(crate) fn is_ready(&self) -> bool {
         self.source_running.load(Ordering::Relaxed)
             && self.dynamodb_reachable.load(Ordering::Relaxed)
             && self.fatal().is_none()
@@ -43,12 +43,12 @@ impl Readiness {
 
     /// Records the fatal error that stops the worker; `/healthz` reports it
     /// from then on. The first cause is kept (later ones follow from it).
-    pub fn set_fatal(&self, cause: String) {
+    pub(crate) fn set_fatal(&self, cause: String) {
         let _ = self.fatal.set(cause);
     }
 
     /// The fatal error stopping the worker, if any.
-    pub fn fatal(&self) -> Option<&str> {
+    pub(crate) fn fatal(&self) -> Option<&str> {
         self.fatal.get().map(String::as_str)
     }
 }
@@ -56,7 +56,8 @@ impl Readiness {
 /// Installs the global Prometheus recorder for the `metrics` facade (once
 /// per process: a worker started again in the same process, as the
 /// end-to-end tests do, shares it) and describes every metric.
-pub fn install_recorder() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildError> {
+pub(crate) fn install_recorder() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildError>
+{
     static HANDLE: std::sync::OnceLock<PrometheusHandle> = std::sync::OnceLock::new();
     if let Some(h) = HANDLE.get() {
         return Ok(h.clone());
@@ -69,7 +70,7 @@ pub fn install_recorder() -> Result<PrometheusHandle, metrics_exporter_prometheu
 /// Describes the metrics of every crate to the current recorder, so each
 /// has a `# HELP` line on `/metrics`. THE one place to list the crates'
 /// `describe()` functions.
-pub fn describe_all() {
+pub(crate) fn describe_all() {
     crate::metrics::describe();
     tidemark_writer::metrics::describe();
     tidemark_consumer::metrics::describe();
@@ -77,7 +78,7 @@ pub fn describe_all() {
 }
 
 /// Serves the endpoints on `listener` until `shutdown`.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     metrics: PrometheusHandle,
     ready: Arc<Readiness>,
@@ -154,7 +155,7 @@ fn respond(path: &str, metrics: &PrometheusHandle, ready: &Readiness) -> Respons
 /// `tidemark healthcheck`: GET `path` on `addr` (a worker's telemetry
 /// address); Ok when it answers 200 within `timeout`. A plain HTTP/1.0
 /// request, so the container image needs no curl.
-pub async fn check(addr: SocketAddr, path: &str, timeout: Duration) -> Result<(), String> {
+pub(crate) async fn check(addr: SocketAddr, path: &str, timeout: Duration) -> Result<(), String> {
     let attempt = async {
         let mut s = TcpStream::connect(addr)
             .await

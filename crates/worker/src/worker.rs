@@ -165,12 +165,12 @@ impl Progress {
 /// After a fatal error, how long the source may take to stop reading,
 /// checkpoint what was acknowledged and release its leases before the
 /// worker exits anyway (unreleased leases expire after `failover_time`).
-pub const FATAL_STOP_TIME: Duration = Duration::from_secs(5);
+pub(crate) const FATAL_STOP_TIME: Duration = Duration::from_secs(5);
 
 /// The data path shared by `run` and `replay`: router, writer (creating
 /// missing tables), dead letters, pipeline.
 #[derive(Debug)]
-pub struct DataPath {
+pub(crate) struct DataPath {
     manager: TableManager,
     /// The endpoint governors every AWS caller of this worker shares.
     governors: Governors,
@@ -186,7 +186,7 @@ pub struct DataPath {
 impl DataPath {
     /// Creates the current tables (best effort: missing ones are created on
     /// first write) and starts the writer and the dead-letter task.
-    pub async fn start(config: &Config, sdk: &SdkConfig) -> Result<DataPath, WorkerError> {
+    pub(crate) async fn start(config: &Config, sdk: &SdkConfig) -> Result<DataPath, WorkerError> {
         let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
         let router = Arc::new(Router::new(config.schema.clone())?);
         // One governor per endpoint, shared by the writer, the table
@@ -268,7 +268,7 @@ impl DataPath {
     }
 
     /// Live counters of this data path.
-    pub fn progress(&self) -> Progress {
+    pub(crate) fn progress(&self) -> Progress {
         Progress {
             writer: self.writer.clone(),
         }
@@ -279,7 +279,7 @@ impl DataPath {
     /// written, before this returns. A fatal writer or dead-letter error
     /// ends it at once, whatever the pipeline was waiting on (records not
     /// yet stored stay unacknowledged).
-    pub async fn run(self, rx: mpsc::Receiver<Vec<Record>>) -> Result<Report, WorkerError> {
+    pub(crate) async fn run(self, rx: mpsc::Receiver<Vec<Record>>) -> Result<Report, WorkerError> {
         let DataPath {
             manager: _,
             governors: _,

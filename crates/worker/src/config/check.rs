@@ -384,7 +384,7 @@ pub(crate) fn env_warnings(env: &BTreeMap<String, String>, sections: &[&str]) ->
 
 /// One key of the effective config.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct Effective {
+pub(crate) struct Effective {
     /// Dotted path.
     pub key: String,
     /// The value (TOML).

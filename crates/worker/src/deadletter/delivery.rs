@@ -27,7 +27,7 @@ type Pending = (DeadLetter, Option<Ack>);
 
 /// Cheap, cloneable handle that queues dead letters for the writer task.
 #[derive(Debug, Clone)]
-pub struct DeadLetters {
+pub(crate) struct DeadLetters {
     tx: mpsc::UnboundedSender<Pending>,
 }
 
@@ -36,7 +36,7 @@ impl DeadLetters {
     /// going to the file at `fallback` (none: such a failure is fatal). It
     /// ends when every handle is dropped and the queue is written out, or
     /// with an error when an entry could be written nowhere.
-    pub fn start(
+    pub(crate) fn start(
         sink: Arc<dyn DeadLetterSink>,
         fallback: Option<PathBuf>,
     ) -> (
@@ -52,7 +52,7 @@ impl DeadLetters {
     }
 
     /// Queues `entry`; `ack` is acknowledged once it is durable.
-    pub fn send(&self, entry: DeadLetter, ack: Option<Ack>) {
+    pub(crate) fn send(&self, entry: DeadLetter, ack: Option<Ack>) {
         metrics::counter!(crate::metrics::DEAD_LETTERS, "reason" => entry.reason.as_str())
             .increment(1);
         if let Err(mpsc::error::SendError((entry, _ack))) = self.tx.send((entry, ack)) {

@@ -32,7 +32,7 @@ impl DynamoDbSink {
     }
 
     /// Puts are admitted by the DynamoDB endpoint's shared governor.
-    pub fn with_governor(mut self, gov: tidemark_governor::Governor) -> Self {
+    pub(crate) fn with_governor(mut self, gov: tidemark_governor::Governor) -> Self {
         self.gov = Some(gov);
         self
     }

@@ -67,7 +67,7 @@ impl DeadLetter {
     }
 
     /// The entry of inner event `inner` of its record.
-    pub fn with_inner(mut self, inner: Option<u32>) -> Self {
+    pub(crate) fn with_inner(mut self, inner: Option<u32>) -> Self {
         self.inner = inner;
         self
     }
@@ -75,7 +75,7 @@ impl DeadLetter {
     /// Where the event came from, as text: the source position, and the
     /// inner event's index when the record held several (two dead events of
     /// one record must not share a key or a deduplication id).
-    pub fn position(&self) -> String {
+    pub(crate) fn position(&self) -> String {
         match self.inner {
             None => self.source.to_string(),
             Some(i) => format!("{}@{i}", self.source),
@@ -89,7 +89,7 @@ impl DeadLetter {
 
     /// The entry as one JSON line, shrunk to at most `limit` bytes by
     /// truncating the payload when needed.
-    pub fn to_json_within(&self, limit: usize) -> String {
+    pub(crate) fn to_json_within(&self, limit: usize) -> String {
         let json = self.to_json();
         if json.len() <= limit {
             return json;
@@ -112,7 +112,7 @@ impl DeadLetter {
     /// The SQS FIFO deduplication id: a hash of where the record came from
     /// and why it failed. Not the payload's hash: two different records with
     /// the same bytes are two dead letters, and SQS would drop the second.
-    pub fn dedup_id(&self) -> String {
+    pub(crate) fn dedup_id(&self) -> String {
         let mut h = Sha256::new();
         h.update(self.position().as_bytes());
         h.update(b"\n");

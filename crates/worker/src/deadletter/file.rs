@@ -10,14 +10,14 @@ use super::{DeadLetter, DeadLetterError, DeadLetterSink};
 
 /// JSON-lines file destination.
 #[derive(Debug)]
-pub struct FileSink {
+pub(crate) struct FileSink {
     path: PathBuf,
     lock: Mutex<()>,
 }
 
 impl FileSink {
     /// Appends to `path` (created when absent).
-    pub fn new(path: PathBuf) -> Self {
+    pub(crate) fn new(path: PathBuf) -> Self {
         FileSink {
             path,
             lock: Mutex::new(()),
@@ -25,7 +25,7 @@ impl FileSink {
     }
 
     /// The file written.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 }

@@ -21,7 +21,7 @@
 //!
 //! One file per part: [`DeadLetter`] (the entry, `entry.rs`); the
 //! destinations behind the [`DeadLetterSink`] trait, each sized to its
-//! limits (`sqs.rs`, `dynamodb.rs`, `file.rs`); [`DeadLetters`], the queue
+//! limits (`sqs.rs`, `dynamodb.rs`, `file.rs`); `DeadLetters`, the queue
 //! and its task with retries, splitting and the fallback file
 //! (`delivery.rs`).
 
@@ -40,7 +40,7 @@ pub(crate) use delivery::DeadLetters;
 pub use dynamodb::DynamoDbSink;
 pub(crate) use dynamodb::check_dead_letter_table;
 pub use entry::DeadLetter;
-pub use file::FileSink;
+pub(crate) use file::FileSink;
 pub use sqs::SqsSink;
 
 /// Where dead letters go.
@@ -78,14 +78,14 @@ pub enum DeadLetterConfig {
 /// Where entries go when the destination fails for good: `/tmp` is
 /// writable in most containers, even with a read-only root file system when
 /// a volume is mounted there.
-pub fn default_fallback_path() -> PathBuf {
+pub(crate) fn default_fallback_path() -> PathBuf {
     PathBuf::from("/tmp/tidemark-dead-letters.jsonl")
 }
 
 impl DeadLetterConfig {
     /// The fallback file, when the destination is not a file already (a
     /// file destination that fails has no better place to go).
-    pub fn fallback(&self) -> Option<PathBuf> {
+    pub(crate) fn fallback(&self) -> Option<PathBuf> {
         match self {
             DeadLetterConfig::Sqs { fallback_path, .. }
             | DeadLetterConfig::Dynamodb { fallback_path, .. } => Some(fallback_path.clone()),

@@ -298,7 +298,7 @@ impl TablePolicy {
     }
 
     /// The key schema every period table must have.
-    pub fn key_spec(&self) -> KeySpec {
+    pub(crate) fn key_spec(&self) -> KeySpec {
         KeySpec::hash_range(KeyAttr::string(&self.pk), KeyAttr::string(&self.sk))
     }
 
@@ -342,7 +342,7 @@ fn is_backfill(state: LifecycleState) -> bool {
 
 /// The actions of one round: a pure function of the tables that exist and
 /// `now`.
-pub fn round_actions(
+pub(crate) fn round_actions(
     policy: &TablePolicy,
     existing: &[TableInfo],
     now: DateTime<Utc>,

@@ -101,7 +101,7 @@ impl TablesError {
     }
 
     /// The call got no answer at all: DynamoDB is unreachable.
-    pub fn is_unreachable(&self) -> bool {
+    pub(crate) fn is_unreachable(&self) -> bool {
         matches!(
             self,
             TablesError::Call {

@@ -108,7 +108,7 @@ impl MaintenanceLease {
     }
 
     /// Time between polls and renewals.
-    pub fn interval(&self) -> Duration {
+    pub(crate) fn interval(&self) -> Duration {
         self.interval
     }
 
@@ -214,7 +214,7 @@ impl MaintenanceLease {
 
     /// When the lease, held by another worker, expires if its counter does
     /// not move: the time to poll again.
-    pub async fn next_expiry(&self) -> Option<Instant> {
+    pub(crate) async fn next_expiry(&self) -> Option<Instant> {
         let st = self.state.lock().await;
         let item = st.last_seen.as_ref()?;
         st.observations.next_expiry(
@@ -256,7 +256,7 @@ impl MaintenanceLease {
 
     /// Gives the lease up (at shutdown), if held, so another worker takes it
     /// at its next poll.
-    pub async fn release(&self) -> Result<(), MaintenanceLeaseError> {
+    pub(crate) async fn release(&self) -> Result<(), MaintenanceLeaseError> {
         let mut st = self.state.lock().await;
         let Some(held) = st.held.take() else {
             return Ok(());

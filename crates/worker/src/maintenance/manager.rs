@@ -122,7 +122,7 @@ impl TableManager {
 
     /// Table calls (DescribeTable polling included) are admitted by the
     /// DynamoDB endpoint's shared governor.
-    pub fn with_governor(mut self, gov: Governor) -> Self {
+    pub(crate) fn with_governor(mut self, gov: Governor) -> Self {
         self.gov = Some(gov);
         self
     }
@@ -337,7 +337,7 @@ impl TableManager {
     /// at `now` (prebuild, active, cooling) and records another layout than
     /// the config's is an error when it has items; an empty one is tagged
     /// with the config's layout instead. Run at start, before any write.
-    pub async fn check_layouts(&self, now: DateTime<Utc>) -> Result<(), TablesError> {
+    pub(crate) async fn check_layouts(&self, now: DateTime<Utc>) -> Result<(), TablesError> {
         let now_ms = now.timestamp_millis();
         let current = self.policy.naming.period.containing(now_ms);
         // Only the previous, current and next periods can take writes.
@@ -524,7 +524,7 @@ impl TableManager {
     }
 
     /// Applies one action.
-    pub async fn apply(&self, action: &Action) -> Result<(), TablesError> {
+    pub(crate) async fn apply(&self, action: &Action) -> Result<(), TablesError> {
         match action {
             Action::Create {
                 table,

@@ -109,7 +109,7 @@ pub struct TableLayout {
 
 impl TableLayout {
     /// From a table's tags.
-    pub fn from_tags(tags: &BTreeMap<String, String>) -> Self {
+    pub(crate) fn from_tags(tags: &BTreeMap<String, String>) -> Self {
         TableLayout {
             layout: tags.get(LAYOUT_TAG).cloned(),
             layout_from: tags.get(LAYOUT_FROM_TAG).cloned(),
@@ -146,7 +146,7 @@ impl TableLayout {
 
 /// The layouts a reader uses when a table records none: the config's
 /// (`schema.key`, then `schema.migrate_from`).
-pub fn config_strategies(config: &RouterConfig) -> Vec<KeyStrategy> {
+pub(crate) fn config_strategies(config: &RouterConfig) -> Vec<KeyStrategy> {
     let mut out = vec![config.key.clone()];
     out.extend(config.migrate_from.clone());
     out
@@ -198,7 +198,7 @@ pub async fn table_layout(
 }
 
 /// Sets a table's migration state tag.
-pub async fn set_state(
+pub(crate) async fn set_state(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
     arn: &str,
@@ -260,7 +260,7 @@ pub async fn cutover(
 }
 
 /// The coordinator-table item holding a table's backfill cursor.
-pub fn cursor_key(table: &str) -> String {
+pub(crate) fn cursor_key(table: &str) -> String {
     format!("tidemark-backfill#{table}")
 }
 
@@ -306,7 +306,7 @@ pub struct BackfillProgress {
 /// Idempotent: a copy is a put of the event's item under its new key, the
 /// same item a dual write gives. Resumable: after each Scan page's copies
 /// are confirmed, the page's end is saved in the coordinator table
-/// (`coordinator`, item [`cursor_key`]); a crash repeats at most one page.
+/// (`coordinator`, item `cursor_key`); a crash repeats at most one page.
 /// At the end the table is tagged `backfilled`. `progress` is called after
 /// each page.
 pub async fn backfill(

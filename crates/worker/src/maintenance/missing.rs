@@ -38,7 +38,7 @@ impl CreateMissingTables {
 
     /// How long a quota refusal is retried before the table's records are
     /// dead-lettered.
-    pub fn with_quota_retry_for(mut self, d: Duration) -> Self {
+    pub(crate) fn with_quota_retry_for(mut self, d: Duration) -> Self {
         self.quota_retry_for = d;
         self
     }

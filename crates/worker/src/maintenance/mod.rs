@@ -5,7 +5,7 @@
 //! to a period; any other table is never touched), checks each one's key
 //! schema (a table with other keys is an error naming found and expected),
 //! computes its lifecycle state at `now`, and finds with the pure
-//! [`round_actions`] what brings every table to its desired state: it
+//! `round_actions` what brings every table to its desired state: it
 //! *reconciles*, it does not only create.
 //!
 //! - Create the current and the prebuild table: key schema from config,
@@ -40,7 +40,7 @@
 //!
 //! Files:
 //! - `drift.rs`: the pure plan: desired state per lifecycle state, drift,
-//!   actions ([`round_actions`]); no I/O, unit-tested;
+//!   actions (`round_actions`); no I/O, unit-tested;
 //! - `manager.rs`: [`TableManager`], the I/O that lists the tables and
 //!   applies a round's actions, and the start-up key-layout check;
 //! - `missing.rs`: [`CreateMissingTables`], the writer's handler for a
@@ -60,7 +60,7 @@ pub mod migrate;
 mod missing;
 mod tags;
 
-pub use drift::{Action, RoundKind, TableInfo, TablePolicy, round_actions};
+pub use drift::{Action, RoundKind, TableInfo, TablePolicy};
 pub use error::TablesError;
 pub use lease::{MaintenanceLease, MaintenanceLeaseError, maintain};
 pub use manager::{ActionGuard, Applied, TableManager};

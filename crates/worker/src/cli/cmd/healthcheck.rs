@@ -20,7 +20,7 @@ pub(crate) struct Args {
 }
 
 pub(crate) async fn run(args: &Args) -> Result<()> {
-    tidemark_worker::telemetry::check(args.addr, &args.path, Duration::from_secs(3))
+    crate::telemetry::check(args.addr, &args.path, Duration::from_secs(3))
         .await
         .map_err(anyhow::Error::msg)
 }

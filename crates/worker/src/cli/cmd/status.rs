@@ -2,22 +2,22 @@
 //! an SQS source's queue depth and the age of the oldest message the workers
 //! received; per table period, state and capacity. Cheap: one lease-table
 //! scan, one coordinator-table scan (the workers' reports: lag as each
-//! worker last measured it, see `tidemark_worker::report`), one
+//! worker last measured it, see `crate::report`), one
 //! DescribeTable per period table, one GetQueueAttributes; no GetRecords
 //! (those compete with the workers for a shard's 5 reads per second) unless
 //! `--probe-lag`.
 
 use std::time::Duration;
 
+use crate::config::{Config, SourceConfig};
+use crate::maintenance::TableInfo;
+use crate::maintenance::TableManager;
+use crate::report::{self, WorkerReport};
 use anyhow::Result;
 use chrono::Utc;
 use futures::StreamExt as _;
 use std::collections::BTreeMap;
 use tidemark_consumer::lease::{Checkpoint, LeaseTable};
-use tidemark_worker::config::{Config, SourceConfig};
-use tidemark_worker::maintenance::TableInfo;
-use tidemark_worker::maintenance::TableManager;
-use tidemark_worker::report::{self, WorkerReport};
 
 use super::render::{self, Output, ShardRow};
 use super::stream_name;

@@ -2,10 +2,10 @@
 
 use std::path::PathBuf;
 
+use crate::config::Config;
+use crate::tools::verify::{VerifyOptions, verify};
 use anyhow::{Context, Result, bail};
 use tidemark_schema::route::Router;
-use tidemark_worker::config::Config;
-use tidemark_worker::verify::{VerifyOptions, verify};
 
 use super::render::{self, Output};
 

@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
+use crate::config::{Config, ConfigError, env_warnings, process_env};
 use anyhow::Result;
-use tidemark_worker::config::{Config, ConfigError, env_warnings, process_env};
 
 use super::render::{self, Output};
 

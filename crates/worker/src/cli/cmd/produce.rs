@@ -4,12 +4,12 @@
 use std::io::Write as _;
 use std::path::PathBuf;
 
+use crate::config::{Config, SourceConfig};
+use crate::tools::produce::{ProduceSpec, Produced, Target};
+use crate::tools::template::Template;
 use anyhow::{Context, Result};
 use chrono::Utc;
 use futures::StreamExt as _;
-use tidemark_worker::config::{Config, SourceConfig};
-use tidemark_worker::produce::{ProduceSpec, Produced, Target};
-use tidemark_worker::template::Template;
 
 use super::stream_name;
 
@@ -59,10 +59,7 @@ pub(crate) struct Args {
 pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
     // Produce retries failed calls itself (one budget of 50 attempts); an
     // attempt gets 30 s, as a loaded emulator can take seconds per call.
-    let sdk = tidemark_worker::sdk::single_attempt(
-        &super::sdk().await,
-        std::time::Duration::from_secs(30),
-    );
+    let sdk = crate::sdk::single_attempt(&super::sdk().await, std::time::Duration::from_secs(30));
     let target = match &config.source {
         SourceConfig::Kinesis(k) => {
             let k = super::one_stream(k, args.stream.as_deref())?;

@@ -2,10 +2,10 @@
 //! configured source. Workers register it themselves (`read_mode =
 //! "fan_out"`) and never remove it; deregistering is this command's job.
 
+use crate::config::Config;
 use anyhow::{Result, bail};
 use tidemark_consumer::KinesisConfig;
 use tidemark_consumer::error::AwsError;
-use tidemark_worker::config::Config;
 
 use super::kinesis_source;
 

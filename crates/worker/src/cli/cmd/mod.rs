@@ -20,12 +20,12 @@ pub(crate) mod verify;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
+use crate::config::{Config, ConfigError, SourceConfig, env_warnings, process_env};
+use crate::sdk::AwsOverrides;
+use crate::tools::verify::VerifyError;
 use anyhow::{Result, bail};
 use aws_smithy_runtime_api::client::result::ConnectorError;
 use tidemark_schema::route::RouterConfig;
-use tidemark_worker::config::{Config, ConfigError, SourceConfig, env_warnings, process_env};
-use tidemark_worker::sdk::AwsOverrides;
-use tidemark_worker::verify::VerifyError;
 
 use render::Output;
 
@@ -53,8 +53,8 @@ pub(crate) fn exit_code(e: &anyhow::Error) -> u8 {
     }
     if e.downcast_ref::<Unavailable>().is_some()
         || e.chain().any(|c| {
-            c.downcast_ref::<tidemark_worker::maintenance::TablesError>()
-                .is_some_and(tidemark_worker::maintenance::TablesError::is_unreachable)
+            c.downcast_ref::<crate::maintenance::TablesError>()
+                .is_some_and(crate::maintenance::TablesError::is_unreachable)
         })
     {
         return EXIT_UNAVAILABLE;
@@ -100,7 +100,7 @@ pub(crate) struct Global {
 
 /// `--log-level`, checked as the config's `telemetry.log_level` is.
 fn parse_log_level(s: &str) -> Result<String, String> {
-    tidemark_worker::config::check_log_level(s).map(|()| s.to_string())
+    crate::config::check_log_level(s).map(|()| s.to_string())
 }
 
 impl Global {
@@ -137,7 +137,7 @@ pub(crate) async fn sdk() -> aws_config::SdkConfig {
             region: g.region.clone(),
             endpoint_url: g.endpoint_url.clone(),
         });
-    tidemark_worker::sdk::load_with(&overrides).await
+    crate::sdk::load_with(&overrides).await
 }
 
 /// The `--config` option every config-reading command takes.

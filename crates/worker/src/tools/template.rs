@@ -26,16 +26,16 @@ use serde_json::Value;
 use thiserror::Error;
 use tidemark_schema::mapping::TimeWriter;
 
-use crate::produce::{ProduceSpec, Produced};
+use crate::tools::produce::{ProduceSpec, Produced};
 
 /// A template that cannot be used; the message names the placeholder.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("template: {0}")]
-pub struct TemplateError(String);
+pub(crate) struct TemplateError(String);
 
 /// A parsed template, ready to render events.
 #[derive(Debug, Clone)]
-pub struct Template {
+pub(crate) struct Template {
     root: Node,
 }
 
@@ -81,7 +81,7 @@ struct Ctx<'a> {
 
 impl Template {
     /// Parses a template file's text.
-    pub fn parse(text: &str) -> Result<Template, TemplateError> {
+    pub(crate) fn parse(text: &str) -> Result<Template, TemplateError> {
         let value: Value = serde_json::from_str(text)
             .map_err(|e| TemplateError(format!("not a JSON value: {e}")))?;
         Ok(Template {
@@ -91,7 +91,7 @@ impl Template {
 
     /// Event `n` of the run, sent at `at`: its partition key (the entity,
     /// `entity-<n>`), id and JSON.
-    pub fn render(&self, spec: &ProduceSpec, n: u64, at: DateTime<Utc>) -> Produced {
+    pub(crate) fn render(&self, spec: &ProduceSpec, n: u64, at: DateTime<Utc>) -> Produced {
         let mut rng = spec.rng(n);
         let entity = spec.pick_device(&mut rng);
         let mut ctx = Ctx {

@@ -1,8 +1,8 @@
 //! `tidemark run`: the worker until SIGTERM/SIGINT.
 
+use crate::config::Config;
+use crate::worker::Worker;
 use anyhow::Result;
-use tidemark_worker::config::Config;
-use tidemark_worker::worker::Worker;
 use tracing::{error, warn};
 
 /// Builds the worker and runs it until the first SIGTERM/SIGINT; a second

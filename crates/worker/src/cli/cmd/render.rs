@@ -4,10 +4,10 @@
 use std::collections::BTreeSet;
 use std::io::Write;
 
+use crate::maintenance::TableInfo;
 use anyhow::Result;
 use comfy_table::{CellAlignment, Table};
 use tidemark_schema::route::RouterConfig;
-use tidemark_worker::maintenance::TableInfo;
 
 /// The output format of every command that prints data (`--output`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -1,10 +1,10 @@
 //! `tidemark tables`: one maintenance round, or a listing of the tables.
 
+use crate::config::Config;
+use crate::maintenance::RoundKind;
+use crate::maintenance::TableManager;
 use anyhow::{Result, bail};
 use chrono::{DateTime, Utc};
-use tidemark_worker::config::Config;
-use tidemark_worker::maintenance::RoundKind;
-use tidemark_worker::maintenance::TableManager;
 
 use super::render::{self, Output};
 

@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
+use crate::config::Config;
 use anyhow::Result;
-use tidemark_worker::config::Config;
 
 use super::{kinesis_source, stream_name};
 

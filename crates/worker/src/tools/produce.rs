@@ -63,7 +63,7 @@ impl ProduceSpec {
 
 impl ProduceSpec {
     /// Event `n` as sent: keyed by its device, its JSON.
-    pub fn produced(&self, n: u64, at: DateTime<Utc>) -> Produced {
+    pub(crate) fn produced(&self, n: u64, at: DateTime<Utc>) -> Produced {
         let e = self.event(n, at);
         Produced {
             // Serializing strings and finite floats cannot fail.
@@ -74,13 +74,13 @@ impl ProduceSpec {
     }
 
     /// The generator of event `n`: the same seed and `n`, the same values.
-    pub fn rng(&self, n: u64) -> fastrand::Rng {
+    pub(crate) fn rng(&self, n: u64) -> fastrand::Rng {
         fastrand::Rng::with_seed(self.seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15))
     }
 
     /// A device (entity) number: device 0 gets `hot_factor` shares of the
     /// traffic, every other device one share.
-    pub fn pick_device(&self, rng: &mut fastrand::Rng) -> u64 {
+    pub(crate) fn pick_device(&self, rng: &mut fastrand::Rng) -> u64 {
         let shares = u64::from(self.devices.max(1) - 1) + u64::from(self.hot_factor.max(1));
         let pick = rng.u64(0..shares);
         if pick < u64::from(self.hot_factor.max(1)) {
@@ -152,7 +152,7 @@ impl Target {
     }
 
     /// Sends events already encoded (a template's), as [`Target::send`].
-    pub async fn send_produced(&self, events: &[Produced]) -> Result<(), ProduceError> {
+    pub(crate) async fn send_produced(&self, events: &[Produced]) -> Result<(), ProduceError> {
         let err = |message: String| self.error(message);
         match self {
             Target::Kinesis(client, stream) => {
@@ -182,7 +182,7 @@ impl Target {
 
 /// One encoded event to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Produced {
+pub(crate) struct Produced {
     /// Partition key (Kinesis) or message group (SQS FIFO).
     pub key: String,
     /// Unique id (SQS FIFO deduplication id).

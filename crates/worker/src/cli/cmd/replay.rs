@@ -2,9 +2,9 @@
 
 use std::path::PathBuf;
 
+use crate::config::Config;
+use crate::worker::DataPath;
 use anyhow::{Context, Result};
-use tidemark_worker::config::Config;
-use tidemark_worker::worker::DataPath;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 

@@ -1,10 +1,10 @@
 //! `tidemark query`: an entity's events, by range or the latest one.
 
+use crate::tools::query;
 use anyhow::{Result, bail};
 use chrono::{DateTime, Utc};
 use tidemark_schema::query::TimeRange;
 use tidemark_schema::route::RouterConfig;
-use tidemark_worker::query;
 
 use super::render::{self, Output};
 

@@ -1,14 +1,14 @@
 //! `tidemark migrate`: a shard-count migration's status, backfill and
-//! cutover (the library side is `tidemark_worker::maintenance::migrate`).
+//! cutover (the library side is `crate::maintenance::migrate`).
 
 use std::sync::Arc;
 
+use crate::config::Config;
+use crate::maintenance::TableManager;
+use crate::maintenance::migrate::{self, BackfillOptions, MigrationState};
 use anyhow::{Result, bail};
 use chrono::Utc;
 use serde::Serialize;
-use tidemark_worker::config::Config;
-use tidemark_worker::maintenance::TableManager;
-use tidemark_worker::maintenance::migrate::{self, BackfillOptions, MigrationState};
 
 use super::render::{self, Output};
 

@@ -5,7 +5,7 @@
 //! Verification must not knock over the backend it checks (issue 29): the
 //! manifest gives every key, so reads are point reads (BatchGetItem, 100 keys
 //! a call), never Query pages that cost the emulator seconds each. Calls run
-//! with SDK retries off, under an adaptive limit ([`Aimd`]): it starts at
+//! with SDK retries off, under an adaptive limit (`Aimd`): it starts at
 //! [`VerifyOptions::initial_concurrency`], grows by one per window of fast
 //! successes, halves on a timeout, throttle or unprocessed keys, and each
 //! such signal pauses new calls for a full-jitter back-off. When no call has
@@ -117,7 +117,7 @@ impl Default for VerifyOptions {
 impl VerifyOptions {
     /// The defaults, with the endpoint named as the SDK resolves it:
     /// `AWS_ENDPOINT_URL_DYNAMODB`, then `AWS_ENDPOINT_URL`, else the region's.
-    pub fn for_sdk(sdk: &aws_config::SdkConfig) -> VerifyOptions {
+    pub(crate) fn for_sdk(sdk: &aws_config::SdkConfig) -> VerifyOptions {
         let endpoint = std::env::var("AWS_ENDPOINT_URL_DYNAMODB")
             .ok()
             .or_else(|| sdk.endpoint_url().map(str::to_owned))
@@ -967,7 +967,7 @@ mod tests {
                 .build(),
         );
         let router = Router::new(RouterConfig::with_prefix("verify_unreachable")).unwrap();
-        let spec = crate::produce::ProduceSpec {
+        let spec = crate::tools::produce::ProduceSpec {
             devices: 5,
             count: 300,
             hot_factor: 1,
