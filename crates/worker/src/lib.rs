@@ -31,7 +31,7 @@
 //!   both are stored. `telemetry.rs`: `/metrics` (Prometheus, every metric
 //!   described), `/healthz` (503 with the cause while a fatal error stops
 //!   the worker), `/readyz`, the `healthcheck` client, and the typed
-//!   [`MetricsSnapshot`](telemetry::MetricsSnapshot) that `emf.rs` and
+//!   `MetricsSnapshot` that `emf.rs` and
 //!   `report.rs` read; `emf.rs`: CloudWatch Embedded Metric Format lines
 //!   on stdout every `telemetry.emf_interval` (when `telemetry.emf` is on);
 //!   `report.rs`: each worker's report in the coordinator table (lag per

@@ -21,11 +21,10 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::types::AttributeValue;
-use metrics_exporter_prometheus::PrometheusHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::emf::{Last, of, parse, shard_lags};
+use crate::telemetry::{Last, TypedMetrics};
 
 /// Time between a worker's reports.
 pub const REPORT_INTERVAL: Duration = Duration::from_secs(30);
@@ -101,22 +100,21 @@ impl WorkerReport {
     }
 }
 
-/// This worker's report now, from its metrics registry.
-fn measure(worker: &str, handle: &PrometheusHandle, last: &mut Last) -> WorkerReport {
-    let samples = parse(&handle.render());
-    let received =
-        of(&samples, tidemark_consumer::metrics::sqs::MESSAGES_RECEIVED).any(|s| s.value > 0.0);
+/// This worker's report now, from a snapshot of its metrics.
+fn measure(worker: &str, metrics: &TypedMetrics, last: &mut Last) -> WorkerReport {
+    let snap = metrics.snapshot();
     WorkerReport {
         worker: worker.to_string(),
         reported_at_ms: chrono::Utc::now().timestamp_millis(),
-        shard_lag_ms: shard_lags(&samples, last)
+        shard_lag_ms: snap
+            .shard_lags(last)
             .into_iter()
             .map(|(k, v)| (k, v as i64))
             .collect(),
-        queue_age_ms: received
-            .then(|| of(&samples, tidemark_consumer::metrics::sqs::RECEIVE_AGE).next())
+        queue_age_ms: (snap.sqs_messages_received > 0)
+            .then_some(snap.sqs_receive_age)
             .flatten()
-            .map(|s| (s.value * 1000.0) as i64),
+            .map(|age| (age * 1000.0) as i64),
     }
 }
 
@@ -126,7 +124,7 @@ pub(crate) async fn run(
     client: aws_sdk_dynamodb::Client,
     table: String,
     worker: String,
-    handle: PrometheusHandle,
+    metrics: TypedMetrics,
     shutdown: CancellationToken,
 ) {
     let mut last = Last::new();
@@ -136,7 +134,7 @@ pub(crate) async fn run(
             () = shutdown.cancelled() => break,
             _ = tick.tick() => {}
         }
-        let report = measure(&worker, &handle, &mut last);
+        let report = measure(&worker, &metrics, &mut last);
         let put = client
             .put_item()
             .table_name(&table)
@@ -219,8 +217,9 @@ mod tests {
     #[test]
     fn a_worker_reports_the_lag_of_shards_it_read_and_the_queue_age() {
         use metrics_exporter_prometheus::PrometheusBuilder;
-        let recorder = PrometheusBuilder::new().build_recorder();
-        let handle = recorder.handle();
+        let recorder =
+            crate::telemetry::TypedRecorder::new(PrometheusBuilder::new().build_recorder());
+        let typed = recorder.metrics();
         let k = &tidemark_consumer::metrics::kinesis::GET_RECORDS;
         metrics::with_local_recorder(&recorder, || {
             metrics::counter!(*k, "shard" => "s1").increment(2);
@@ -230,7 +229,7 @@ mod tests {
                 .set(9e6);
         });
         let mut last = Last::new();
-        let r = measure("w1", &handle, &mut last);
+        let r = measure("w1", &typed, &mut last);
         assert_eq!(r.shard_lag_ms, [("s1".to_string(), 2500)].into());
         assert_eq!(r.queue_age_ms, None, "no SQS receive yet");
         metrics::with_local_recorder(&recorder, || {
@@ -238,7 +237,7 @@ mod tests {
                 .increment(1);
             metrics::gauge!(tidemark_consumer::metrics::sqs::RECEIVE_AGE).set(42.5);
         });
-        let r = measure("w1", &handle, &mut last);
+        let r = measure("w1", &typed, &mut last);
         assert!(r.shard_lag_ms.is_empty(), "s1 was not read since: {r:?}");
         assert_eq!(r.queue_age_ms, Some(42_500));
     }

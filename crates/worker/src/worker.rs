@@ -451,7 +451,7 @@ impl Worker {
             listener,
             telemetry_addr,
         } = self;
-        let prometheus = telemetry::install_recorder()?;
+        let (prometheus, typed_metrics) = telemetry::install_recorder()?;
         let readiness = Arc::new(Readiness::default());
         let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
         // Telemetry outlives the drain (/metrics stays up while draining).
@@ -481,7 +481,7 @@ impl Worker {
                 config.telemetry.emf_namespace.clone(),
                 config.schema.table_prefix.clone(),
                 config.schema.period,
-                prometheus.clone(),
+                typed_metrics.clone(),
                 move || progress.writer.items_in_flight(),
             );
             AbortOnDropHandle::new(tokio::spawn(crate::emf::run(
@@ -497,7 +497,7 @@ impl Worker {
                 dynamodb.clone(),
                 config.maintenance.coordinator_table.clone(),
                 worker_id.clone(),
-                prometheus.clone(),
+                typed_metrics.clone(),
                 telemetry_stop.clone(),
             )))
         });

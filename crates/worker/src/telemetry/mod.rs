@@ -2,7 +2,12 @@
 //! `/healthz` (503 with the cause once a fatal error is stopping the
 //! worker), readiness at `/readyz` (sources running and DynamoDB reachable
 //! through the writer's own client). Also the client side of `tidemark
-//! healthcheck`.
+//! healthcheck`, and the process's recorder: Prometheus plus the typed
+//! `MetricsSnapshot` that worker reports and EMF lines read (`snapshot.rs`).
+
+mod snapshot;
+
+pub(crate) use snapshot::{Last, TypedMetrics, TypedRecorder, delta};
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -53,18 +58,28 @@ impl Readiness {
     }
 }
 
-/// Installs the global Prometheus recorder for the `metrics` facade (once
-/// per process: a worker started again in the same process, as the
-/// end-to-end tests do, shares it) and describes every metric.
-pub(crate) fn install_recorder() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildError>
-{
-    static HANDLE: std::sync::OnceLock<PrometheusHandle> = std::sync::OnceLock::new();
-    if let Some(h) = HANDLE.get() {
-        return Ok(h.clone());
+/// Installs the global recorder for the `metrics` facade (once per
+/// process: a worker started again in the same process, as the end-to-end
+/// tests do, shares it) and describes every metric. Returns the Prometheus
+/// handle `/metrics` renders and the typed copy reports and EMF read.
+pub(crate) fn install_recorder()
+-> Result<(PrometheusHandle, TypedMetrics), metrics_exporter_prometheus::BuildError> {
+    static INSTALLED: OnceLock<(PrometheusHandle, TypedMetrics)> = OnceLock::new();
+    if let Some(installed) = INSTALLED.get() {
+        return Ok(installed.clone());
     }
-    let handle = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
+    let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = prometheus.handle();
+    let recorder = TypedRecorder::new(prometheus);
+    let typed = recorder.metrics();
+    metrics::set_global_recorder(recorder).map_err(|e| {
+        // The error PrometheusBuilder::install_recorder would give.
+        metrics_exporter_prometheus::BuildError::FailedToSetGlobalRecorder(
+            metrics::SetRecorderError(e.into_inner().into_inner()),
+        )
+    })?;
     describe_all();
-    Ok(HANDLE.get_or_init(|| handle).clone())
+    Ok(INSTALLED.get_or_init(|| (handle, typed)).clone())
 }
 
 /// Describes the metrics of every crate to the current recorder, so each
