@@ -71,7 +71,7 @@ enum Gen {
 }
 
 /// What one event's placeholders draw from.
-struct Ctx<'a> {
+struct EventInputs<'a> {
     spec: &'a ProduceSpec,
     n: u64,
     entity: u64,
@@ -94,7 +94,7 @@ impl Template {
     pub(crate) fn render(&self, spec: &ProduceSpec, n: u64, at: DateTime<Utc>) -> Produced {
         let mut rng = spec.rng(n);
         let entity = spec.pick_device(&mut rng);
-        let mut ctx = Ctx {
+        let mut ctx = EventInputs {
             spec,
             n,
             entity,
@@ -213,7 +213,7 @@ fn placeholder(inner: &str) -> Result<Gen, TemplateError> {
     Ok(gen_)
 }
 
-fn render(node: &Node, ctx: &mut Ctx<'_>) -> Value {
+fn render(node: &Node, ctx: &mut EventInputs<'_>) -> Value {
     match node {
         Node::Lit(v) => v.clone(),
         Node::Object(members) => Value::Object(
@@ -247,7 +247,7 @@ fn render(node: &Node, ctx: &mut Ctx<'_>) -> Value {
     }
 }
 
-fn generate(g: &Gen, ctx: &mut Ctx<'_>) -> Value {
+fn generate(g: &Gen, ctx: &mut EventInputs<'_>) -> Value {
     match g {
         Gen::Seq => Value::from(ctx.n),
         Gen::Entity => Value::from(ctx.entity),

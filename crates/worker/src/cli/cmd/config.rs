@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::config::{Config, ConfigError, env_warnings, process_env};
+use crate::config::{Config, LoadError, env_warnings, process_env};
 use anyhow::Result;
 
 use super::render::{self, Output};
@@ -40,7 +40,7 @@ pub(crate) fn run(args: &Args) -> Result<()> {
             let output = super::output(Output::Table);
             if matches!(output, Output::Json | Output::Jsonl) {
                 let problems = match &result {
-                    Err(ConfigError::Invalid(p)) => serde_json::to_value(p)?,
+                    Err(LoadError::Invalid(p)) => serde_json::to_value(p)?,
                     Err(e) => serde_json::json!([{ "message": e.to_string() }]),
                     Ok(_) => serde_json::json!([]),
                 };

@@ -20,7 +20,7 @@ pub(crate) mod verify;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use crate::config::{Config, ConfigError, SourceConfig, env_warnings, process_env};
+use crate::config::{Config, LoadError, SourceConfig, env_warnings, process_env};
 use crate::sdk::AwsOverrides;
 use crate::tools::verify::VerifyError;
 use anyhow::{Result, bail};
@@ -45,7 +45,7 @@ pub(crate) const EXIT_UNAVAILABLE: u8 = 69;
 
 /// The exit status of a failed command (see [`EXIT_CODES`]).
 pub(crate) fn exit_code(e: &anyhow::Error) -> u8 {
-    if e.downcast_ref::<ConfigError>().is_some() {
+    if e.downcast_ref::<LoadError>().is_some() {
         return EXIT_CONFIG;
     }
     if let Some(VerifyError::Unavailable { .. }) = e.downcast_ref::<VerifyError>() {
