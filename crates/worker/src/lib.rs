@@ -17,30 +17,33 @@
 //! ```
 //!
 //! Modules, by subsystem:
-//! - the running worker: [`Worker::build`] / [`Worker::run`] (`worker.rs`:
-//!   everything `run` does: data path, sources, maintenance loop,
-//!   telemetry, readiness; drains on shutdown within `shutdown_timeout`;
-//!   stops on a fatal error), and the `DataPath` `replay` shares;
-//!   `pipeline.rs`: source records → route → writer → acknowledgement;
-//!   every record is acknowledged only once stored or durably
-//!   dead-lettered. A record of several events (`record_format` ndjson /
-//!   json_array, gzip detected) is split: each event is stored or
-//!   dead-lettered on its own, and the record acknowledged once all of
-//!   them are. During a shard migration (`schema.migrate_from`) an event
-//!   whose old key differs is written under both, and acknowledged once
-//!   both are stored. `telemetry.rs`: `/metrics` (Prometheus, every metric
-//!   described), `/healthz` (503 with the cause while a fatal error stops
-//!   the worker), `/readyz`, the `healthcheck` client, and the typed
-//!   `MetricsSnapshot` that `emf.rs` and
-//!   `report.rs` read; `emf.rs`: CloudWatch Embedded Metric Format lines
-//!   on stdout every `telemetry.emf_interval` (when `telemetry.emf` is on);
-//!   `report.rs`: each worker's report in the coordinator table (lag per
-//!   shard, SQS receive age), which `status` shows instead of reading the
-//!   stream; `metrics.rs`: this crate's metric names and help texts;
-//!   `sdk.rs` and `credentials.rs`: the AWS SDK configuration (standard
-//!   chain plus timeouts, the command line's profile, region and endpoint)
-//!   with credentials that keep serving while still valid when a refresh
-//!   fails.
+//! - The running worker (crate-private but for [`Worker`] and its
+//!   [`Report`]):
+//!   - `worker.rs`: [`Worker::build`] / [`Worker::run`], everything `run`
+//!     does (data path, sources, maintenance loop, telemetry, readiness;
+//!     drains on shutdown within `shutdown_timeout`; stops on a fatal
+//!     error), and the `DataPath` `replay` shares;
+//!   - `pipeline.rs`: source records → route → writer → acknowledgement;
+//!     every record is acknowledged only once stored or durably
+//!     dead-lettered. A record of several events (`record_format` ndjson /
+//!     json_array, gzip detected) is split: each event is stored or
+//!     dead-lettered on its own, and the record acknowledged once all of
+//!     them are. During a shard migration (`schema.migrate_from`) an event
+//!     whose old key differs is written under both, and acknowledged once
+//!     both are stored;
+//!   - `telemetry/`: `/metrics` (Prometheus, every metric described),
+//!     `/healthz` (503 with the cause while a fatal error stops the
+//!     worker), `/readyz`, the `healthcheck` client, and the process's
+//!     recorder with its typed `MetricsSnapshot`, which `emf.rs` (CloudWatch
+//!     Embedded Metric Format lines on stdout every `telemetry.emf_interval`
+//!     when `telemetry.emf` is on) and `report.rs` (each worker's report in
+//!     the coordinator table: lag per shard, SQS receive age, which
+//!     `status` shows instead of reading the stream) read;
+//!   - `metrics.rs`: this crate's metric names and help texts;
+//!   - `sdk.rs`, `credentials.rs`: the AWS SDK configuration (standard
+//!     chain plus timeouts, the command line's profile, region and
+//!     endpoint), with credentials that keep serving while still valid
+//!     when a refresh fails.
 //! - [`config`]: the TOML config with `TIDEMARK__SECTION__KEY` overrides;
 //!   every key used or refused (checked against the schema generated from
 //!   the types), every problem reported at once with its key, value, source
