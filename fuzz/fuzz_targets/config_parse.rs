@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
 use tidemark_schema::route::Router;
-use tidemark_worker::config::{Config, LoadError, ENV_PREFIX, SourceConfig};
+use tidemark_worker::config::{Config, ENV_PREFIX, LoadError, SourceConfig};
 
 const PATH: &str = "fuzz.toml";
 
