@@ -113,9 +113,10 @@ async fn clickstream_fixture_replays_with_its_mapping_and_verifies() {
     let router = Router::new(config.schema.clone()).unwrap();
     let ddb = stack.dynamodb();
     let manifest: Vec<Vec<u8>> = events.iter().map(|e| e.as_bytes().to_vec()).collect();
-    let verified = tidemark_worker::verify::verify(&ddb, &router, &manifest, &Default::default())
-        .await
-        .unwrap();
+    let verified =
+        tidemark_worker::tools::verify::verify(&ddb, &router, &manifest, &Default::default())
+            .await
+            .unwrap();
     assert_eq!(verified.found, total, "{verified:?}");
     assert_eq!(verified.unroutable, 0, "{verified:?}");
 

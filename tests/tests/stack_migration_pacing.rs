@@ -26,8 +26,8 @@ use tidemark_schema::route::RouterConfig;
 use tidemark_schema::strategy::{Bucket, KeyStrategy};
 use tidemark_schema::{Item, ItemKey, WireItem};
 use tidemark_tests::TableCapacity;
-use tidemark_worker::migrate::{self, BackfillOptions};
-use tidemark_worker::tables::{LAYOUT_FROM_TAG, LAYOUT_TAG, MIGRATION_TAG, layout_of};
+use tidemark_worker::maintenance::migrate::{self, BackfillOptions};
+use tidemark_worker::maintenance::{LAYOUT_FROM_TAG, LAYOUT_TAG, MIGRATION_TAG, layout_of};
 use tidemark_writer::{
     Completion, RawResponse, RejectMissing, Submission, Transport, TransportError, Writer,
     WriterConfig,

@@ -11,7 +11,7 @@ use tidemark_schema::route::{Router, RouterConfig};
 use tidemark_schema::{ItemKey, Origin, Reason};
 use tidemark_tests::unique_name;
 use tidemark_worker::config::ExpiryAction;
-use tidemark_worker::tables::{CreateMissingTables, TableManager, TablePolicy};
+use tidemark_worker::maintenance::{CreateMissingTables, TableManager, TablePolicy};
 use tidemark_writer::{Completion, Submission, WriteOutcome, Writer, WriterConfig};
 use tokio::sync::oneshot;
 

@@ -13,8 +13,8 @@ use chrono::Utc;
 use tidemark_schema::Origin;
 use tidemark_schema::route::{Router, RouterConfig};
 use tidemark_tests::{TableCapacity, create_table, stack, unique_name};
-use tidemark_worker::produce::ProduceSpec;
-use tidemark_worker::verify::{VerifyOptions, verify};
+use tidemark_worker::tools::produce::ProduceSpec;
+use tidemark_worker::tools::verify::{VerifyOptions, verify};
 
 /// Writes `items` to `table`, 25 a call, unprocessed ones resent.
 async fn put_all(

@@ -5,7 +5,7 @@
 //! Every key is either used or rejected: the JSON Schema generated from the
 //! types ([`json_schema`]) names every key, including those of each variant
 //! of a tagged table (`schema.key`, `source`, `schema.billing`). One load
-//! reports every problem at once ([`ConfigError::Invalid`]), each with its
+//! reports every problem at once ([`LoadError::Invalid`]), each with its
 //! dotted key, value, source (file and line, or the variable) and fix.
 //!
 //! Submodules: `schema` (the generated JSON Schema), `check` (origins of
@@ -29,8 +29,9 @@ use crate::deadletter::DeadLetterConfig;
 mod check;
 mod schema;
 
-use check::Origins;
-pub use check::{Effective, Origin, Problem};
+pub(crate) use check::Effective;
+use check::ValueOrigins;
+pub use check::{Problem, ValueOrigin};
 pub use schema::json_schema;
 
 /// Prefix of environment overrides; `__` separates the path segments.
@@ -79,7 +80,7 @@ pub struct Config {
 /// 15 s of slack under the ECS template's `StopTimeout` of 45 s (after
 /// which ECS sends SIGKILL), and 10 s over the sources' default
 /// `shutdown_grace` of 20 s for the final checkpoints and releases.
-pub const fn default_shutdown_timeout() -> Duration {
+pub(crate) const fn default_shutdown_timeout() -> Duration {
     Duration::from_secs(30)
 }
 
@@ -130,7 +131,7 @@ pub struct ExportConfig {
 
 impl ExportConfig {
     /// The key prefix of `table`'s export.
-    pub fn prefix_of(&self, table: &str) -> String {
+    pub(crate) fn prefix_of(&self, table: &str) -> String {
         format!("{}{table}/", self.prefix.as_deref().unwrap_or("tidemark/"))
     }
 }
@@ -260,7 +261,7 @@ impl Default for TelemetryConfig {
 
 /// A configuration that cannot be used; the message names the key and the fix.
 #[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
+pub enum LoadError {
     /// The file cannot be read.
     #[error("cannot read config file {path}: {source}")]
     Read {
@@ -318,21 +319,21 @@ fn list_problems(problems: &[Problem]) -> String {
 #[derive(Debug)]
 struct Merged {
     root: toml::Table,
-    origins: Origins,
+    origins: ValueOrigins,
     problems: Vec<Problem>,
 }
 
 impl Merged {
     /// Parses `text`, applies the `TIDEMARK__*` overrides of `env`, fills
     /// derived defaults, and takes out (as problems) the keys no type uses.
-    fn new(text: &str, path: &str, env: &BTreeMap<String, String>) -> Result<Merged, ConfigError> {
+    fn new(text: &str, path: &str, env: &BTreeMap<String, String>) -> Result<Merged, LoadError> {
         let mut root: toml::Table =
             text.parse()
-                .map_err(|e: toml::de::Error| ConfigError::Syntax {
+                .map_err(|e: toml::de::Error| LoadError::Syntax {
                     path: path.to_string(),
                     message: e.to_string(),
                 })?;
-        let mut origins = Origins::of_file(text, path);
+        let mut origins = ValueOrigins::of_file(text, path);
         let mut problems = Vec::new();
         // Names are case insensitive (`tidemark__source__stream` works);
         // when two spellings of one name are set, the upper-case one wins
@@ -341,10 +342,10 @@ impl Merged {
         vars.sort_by_key(|(var, _)| var.starts_with(ENV_PREFIX));
         for (var, value) in vars {
             if let Some(rest) = strip_env_prefix(var) {
-                let origin = Origin::Env { var: var.clone() };
+                let origin = ValueOrigin::Env { var: var.clone() };
                 match apply_env(&mut root, var, rest, value) {
                     Ok(key) => origins.set(&key, origin),
-                    Err(ConfigError::Env { message, .. }) => problems.push(Problem {
+                    Err(LoadError::Env { message, .. }) => problems.push(Problem {
                         key: rest
                             .split("__")
                             .map(str::to_ascii_lowercase)
@@ -361,7 +362,7 @@ impl Merged {
         if fill_worker_id(&mut root, env) {
             origins.set(
                 "source.worker_id",
-                Origin::Derived {
+                ValueOrigin::Derived {
                     what: "ECS task id or host name".into(),
                 },
             );
@@ -390,7 +391,7 @@ impl Merged {
     /// The typed config, or every problem: a value serde refuses is noted
     /// and taken out, and the rest is typed again, so one run reports the
     /// bad values of every section, not only the first.
-    fn into_config(mut self) -> Result<Config, ConfigError> {
+    fn into_config(mut self) -> Result<Config, LoadError> {
         let mut removed: Vec<String> = Vec::new();
         let mut typed = None;
         // Bounded: each round removes a key (or stops).
@@ -400,7 +401,7 @@ impl Merged {
                     typed = Some(c);
                     break;
                 }
-                Err(ConfigError::Key { key, message }) => {
+                Err(LoadError::Key { key, message }) => {
                     // A required value we took out: already reported.
                     if !removed.contains(&key) {
                         let p = self.problem(key.clone(), message);
@@ -415,7 +416,7 @@ impl Merged {
                         }
                         match k.rfind('.') {
                             Some(i) => k = &k[..i],
-                            None => return Err(ConfigError::Invalid(self.problems)),
+                            None => return Err(LoadError::Invalid(self.problems)),
                         }
                     }
                     removed.push(key);
@@ -438,7 +439,7 @@ impl Merged {
         }
         match typed {
             Some(config) if self.problems.is_empty() => Ok(config),
-            _ => Err(ConfigError::Invalid(self.problems)),
+            _ => Err(LoadError::Invalid(self.problems)),
         }
     }
 }
@@ -447,10 +448,7 @@ impl Config {
     /// Loads `path` (if given), applies `TIDEMARK__*` overrides from `env`,
     /// and validates. `env` is passed in so tests need not touch the process
     /// environment.
-    pub fn load(
-        path: Option<&Path>,
-        env: &BTreeMap<String, String>,
-    ) -> Result<Config, ConfigError> {
+    pub fn load(path: Option<&Path>, env: &BTreeMap<String, String>) -> Result<Config, LoadError> {
         let (text, shown) = read(path)?;
         Config::from_toml(&text, &shown, env)
     }
@@ -460,17 +458,17 @@ impl Config {
         text: &str,
         path: &str,
         env: &BTreeMap<String, String>,
-    ) -> Result<Config, ConfigError> {
+    ) -> Result<Config, LoadError> {
         Merged::new(text, path, env)?.into_config()
     }
 
     /// Every key of the effective config with its value and where it came
     /// from (file and line, environment variable, or default); fails as
     /// [`Config::load`] does.
-    pub fn effective(
+    pub(crate) fn effective(
         path: Option<&Path>,
         env: &BTreeMap<String, String>,
-    ) -> Result<Vec<Effective>, ConfigError> {
+    ) -> Result<Vec<Effective>, LoadError> {
         let (text, shown) = read(path)?;
         Config::from_toml(&text, &shown, env)?;
         let merged = Merged::new(&text, &shown, env)?;
@@ -484,10 +482,10 @@ impl Config {
     /// The event and router settings alone, for the commands that only
     /// route (`key`, `plan`): the other sections may be absent, and are
     /// checked only for unknown keys.
-    pub fn load_router(
+    pub(crate) fn load_router(
         path: Option<&Path>,
         env: &BTreeMap<String, String>,
-    ) -> Result<RouterConfig, ConfigError> {
+    ) -> Result<RouterConfig, LoadError> {
         #[derive(Deserialize)]
         struct Routing {
             #[serde(default)]
@@ -497,7 +495,7 @@ impl Config {
         let (text, shown) = read(path)?;
         let mut merged = Merged::new(&text, &shown, env)?;
         if !merged.problems.is_empty() {
-            return Err(ConfigError::Invalid(merged.problems));
+            return Err(LoadError::Invalid(merged.problems));
         }
         let mut routing = toml::Table::new();
         for section in ["event", "schema"] {
@@ -512,20 +510,20 @@ impl Config {
         merged.root = routing;
         let r: Routing =
             strict(toml::Value::Table(merged.root.clone()), "").map_err(|e| match e {
-                ConfigError::Key { key, message } => {
-                    ConfigError::Invalid(vec![merged.problem(key, message)])
+                LoadError::Key { key, message } => {
+                    LoadError::Invalid(vec![merged.problem(key, message)])
                 }
                 e => e,
             })?;
         let mut schema = r.schema;
         schema.event = r.event;
         Router::new(schema.clone())
-            .map_err(|e| ConfigError::Invalid(vec![merged.problem(e.key_path(), e.to_string())]))?;
+            .map_err(|e| LoadError::Invalid(vec![merged.problem(e.key_path(), e.to_string())]))?;
         Ok(schema)
     }
 
     /// The typed config of a merged tree (serde's first error only).
-    fn typed(root: &toml::Table) -> Result<Config, ConfigError> {
+    fn typed(root: &toml::Table) -> Result<Config, LoadError> {
         let mut root = root.clone();
         // Tiers and billing live in [schema] for users, but are maintenance
         // settings, not the router's: lift them out before the router's
@@ -554,7 +552,7 @@ impl Config {
     /// Cross-field checks the types cannot express. [`Config::from_toml`]
     /// runs them; public so a config changed after loading (or a fuzzer) can
     /// run them again.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub fn validate(&self) -> Result<(), LoadError> {
         let problems: Vec<Problem> = self
             .problems()
             .into_iter()
@@ -568,7 +566,7 @@ impl Config {
         if problems.is_empty() {
             Ok(())
         } else {
-            Err(ConfigError::Invalid(problems))
+            Err(LoadError::Invalid(problems))
         }
     }
 
@@ -699,9 +697,9 @@ impl Config {
 }
 
 /// The file's text and its name as shown in messages.
-fn read(path: Option<&Path>) -> Result<(String, String), ConfigError> {
+fn read(path: Option<&Path>) -> Result<(String, String), LoadError> {
     let text = match path {
-        Some(p) => std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
+        Some(p) => std::fs::read_to_string(p).map_err(|source| LoadError::Read {
             path: p.display().to_string(),
             source,
         })?,
@@ -725,7 +723,7 @@ const LOG_LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"]
 /// A tracing filter of levels: `info`, or `warn,tidemark_writer=debug`. A
 /// bare word that is no level would be read as a module name and silence
 /// everything else, so it is refused.
-pub fn check_log_level(filter: &str) -> Result<(), String> {
+pub(crate) fn check_log_level(filter: &str) -> Result<(), String> {
     let level_ok = |l: &str| LOG_LEVELS.contains(&l.trim().to_ascii_lowercase().as_str());
     for directive in filter.split(',') {
         let ok = match directive.rsplit_once('=') {
@@ -753,12 +751,12 @@ struct SchemaExtras {
     billing: Billing,
 }
 
-/// Deserializes `value`, turning errors into [`ConfigError::Key`] with the
+/// Deserializes `value`, turning errors into [`LoadError::Key`] with the
 /// dotted path of the key (under `prefix`).
 fn strict<T: serde::de::DeserializeOwned>(
     value: toml::Value,
     prefix: &str,
-) -> Result<T, ConfigError> {
+) -> Result<T, LoadError> {
     serde_path_to_error::deserialize(value).map_err(|e| {
         let message = e.inner().to_string();
         let mut key = e.path().to_string();
@@ -779,7 +777,7 @@ fn strict<T: serde::de::DeserializeOwned>(
             (".", p) => p.trim_end_matches('.').to_string(),
             (k, p) => format!("{p}{k}"),
         };
-        ConfigError::Key {
+        LoadError::Key {
             key,
             message: check::humanize(&message),
         }
@@ -808,10 +806,10 @@ fn apply_env(
     var: &str,
     rest: &str,
     value: &str,
-) -> Result<String, ConfigError> {
+) -> Result<String, LoadError> {
     let path: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
     if path.iter().any(String::is_empty) {
-        return Err(ConfigError::Env {
+        return Err(LoadError::Env {
             var: var.to_string(),
             message: "empty path segment; use TIDEMARK__SECTION__KEY".into(),
         });
@@ -833,7 +831,7 @@ fn apply_env(
         table = match entry {
             toml::Value::Table(t) => t,
             _ => {
-                return Err(ConfigError::Env {
+                return Err(LoadError::Env {
                     var: var.to_string(),
                     message: format!("`{}` is a value, not a section", path[..=i].join(".")),
                 });
@@ -863,7 +861,7 @@ fn fill_worker_id(root: &mut toml::Table, env: &BTreeMap<String, String>) -> boo
 
 /// The ECS task id (from the task ARN in the metadata URI), else the host
 /// name, else a random-enough fallback from the pid and start time.
-pub fn default_worker_id(env: &BTreeMap<String, String>) -> String {
+pub(crate) fn default_worker_id(env: &BTreeMap<String, String>) -> String {
     // ECS_CONTAINER_METADATA_URI_V4 ends in `/v4/<task id>-<container id>`;
     // the task id is unique per task, which is what a lease owner needs.
     if let Some(uri) = env.get("ECS_CONTAINER_METADATA_URI_V4")
@@ -886,7 +884,7 @@ pub fn default_worker_id(env: &BTreeMap<String, String>) -> String {
 
 /// The process environment's `TIDEMARK*` variables (overrides, and near
 /// misses for [`env_warnings`]) and the few others the defaults read.
-pub fn process_env() -> BTreeMap<String, String> {
+pub(crate) fn process_env() -> BTreeMap<String, String> {
     std::env::vars()
         .filter(|(k, _)| {
             k.to_ascii_uppercase().starts_with("TIDEMARK_")
@@ -898,7 +896,7 @@ pub fn process_env() -> BTreeMap<String, String> {
 
 /// Variables of `env` that look meant as overrides but are ignored (one
 /// underscore after `TIDEMARK`, or lower case), each with the name to use.
-pub fn env_warnings(env: &BTreeMap<String, String>) -> Vec<String> {
+pub(crate) fn env_warnings(env: &BTreeMap<String, String>) -> Vec<String> {
     let schema = json_schema();
     let sections: Vec<&str> = schema["properties"]
         .as_object()
@@ -1102,7 +1100,7 @@ path = "dead-letters.jsonl"
     /// The problems of a config that must not load.
     fn problems(text: &str, e: &[(&str, &str)]) -> Vec<Problem> {
         match Config::from_toml(text, "t.toml", &env(e)) {
-            Err(ConfigError::Invalid(p)) => p,
+            Err(LoadError::Invalid(p)) => p,
             other => panic!("expected problems, got {other:?}"),
         }
     }
@@ -1125,7 +1123,7 @@ path = "dead-letters.jsonl"
         let p = problem_at(&text, &[], "schema.event");
         assert!(p.message.contains("top-level [event]"), "{p}");
         assert!(
-            matches!(p.origin, Some(Origin::File { line: 9, .. })),
+            matches!(p.origin, Some(ValueOrigin::File { line: 9, .. })),
             "{p}"
         );
     }
@@ -1152,7 +1150,7 @@ path = "dead-letters.jsonl"
             let text = format!("{MINIMAL}\n\n[event]\n{event}\n");
             let p = problem_at(&text, &[], key);
             assert!(
-                matches!(p.origin, Some(Origin::File { line, .. }) if line >= first),
+                matches!(p.origin, Some(ValueOrigin::File { line, .. }) if line >= first),
                 "{event}: {p}"
             );
         }
@@ -1236,7 +1234,7 @@ path = "dead-letters.jsonl"
                 all[0]
             );
             assert!(
-                matches!(all[0].origin, Some(Origin::File { .. })),
+                matches!(all[0].origin, Some(ValueOrigin::File { .. })),
                 "{section}: {}",
                 all[0]
             );
@@ -1258,7 +1256,7 @@ path = "dead-letters.jsonl"
         ] {
             assert!(keys.contains(&k), "{k} missing from {all:#?}");
         }
-        let shown = ConfigError::Invalid(all).to_string();
+        let shown = LoadError::Invalid(all).to_string();
         for rust in ["usize", "u64", "struct", "enum ", "variant"] {
             assert!(!shown.contains(rust), "{rust} in {shown}");
         }
@@ -1323,15 +1321,18 @@ path = "dead-letters.jsonl"
         };
         assert!(matches!(
             get("source.stream").origin,
-            Origin::File { line: 4, .. }
+            ValueOrigin::File { line: 4, .. }
         ));
         assert_eq!(get("schema.period").value, "\"hour\"");
-        assert!(matches!(get("schema.period").origin, Origin::Env { .. }));
-        assert_eq!(get("writer.linger").origin, Origin::Default);
+        assert!(matches!(
+            get("schema.period").origin,
+            ValueOrigin::Env { .. }
+        ));
+        assert_eq!(get("writer.linger").origin, ValueOrigin::Default);
         assert_eq!(get("schema.tiers.cold.write").value, "1");
         assert!(matches!(
             get("source.worker_id").origin,
-            Origin::Derived { .. }
+            ValueOrigin::Derived { .. }
         ));
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -22,15 +22,15 @@ use aws_types::sdk_config::SharedTimeSource;
 
 /// After a failed load, how long the last credentials are served before the
 /// provider chain is asked again.
-pub const RETRY_AFTER: Duration = Duration::from_secs(1);
+pub(crate) const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// Credentials expiring sooner than this are not handed out again: a call
 /// signed with them could arrive after they expired.
-pub const MIN_VALIDITY: Duration = Duration::from_secs(2);
+pub(crate) const MIN_VALIDITY: Duration = Duration::from_secs(2);
 
 /// `sdk` with its credentials provider wrapped in [`KeepValid`] (no change
 /// when it has none).
-pub fn keep_valid(sdk: SdkConfig) -> SdkConfig {
+pub(crate) fn keep_valid(sdk: SdkConfig) -> SdkConfig {
     let Some(inner) = sdk.credentials_provider() else {
         return sdk;
     };
@@ -42,7 +42,7 @@ pub fn keep_valid(sdk: SdkConfig) -> SdkConfig {
 
 /// A credentials provider that serves the last credentials it loaded, while
 /// they are valid, when loading new ones fails.
-pub struct KeepValid {
+pub(crate) struct KeepValid {
     inner: SharedCredentialsProvider,
     time: SharedTimeSource,
     state: Arc<Mutex<State>>,
@@ -77,7 +77,7 @@ impl fmt::Debug for KeepValid {
 
 impl KeepValid {
     /// Wraps `inner`; `time` says when credentials expire (the SDK's clock).
-    pub fn new(inner: SharedCredentialsProvider, time: SharedTimeSource) -> KeepValid {
+    pub(crate) fn new(inner: SharedCredentialsProvider, time: SharedTimeSource) -> KeepValid {
         KeepValid {
             inner,
             time,

@@ -3,9 +3,10 @@
 //! log driver alone (no agent, no scraper, no PutMetricData permission).
 //!
 //! Every `telemetry.emf_interval` (60 s by default) [`Emf::documents`] turns
-//! the Prometheus registry the worker already keeps into EMF documents, one
-//! JSON object per line, namespace `telemetry.emf_namespace`, each metric
-//! with the dimension `TablePrefix` (the stack's table prefix):
+//! a snapshot of the worker's metrics (`telemetry::MetricsSnapshot`) into
+//! EMF documents, one JSON object per line, namespace
+//! `telemetry.emf_namespace`, each metric with the dimension `TablePrefix`
+//! (the stack's table prefix):
 //!
 //! | metric | unit | dimension sets | from |
 //! |---|---|---|---|
@@ -21,142 +22,27 @@
 //! being reported (no stale lag), and so does a worker that lost the
 //! maintenance lease.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::{Map, Value, json};
 use tidemark_schema::period::Period;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use crate::metrics as m;
-use tidemark_consumer::metrics::kinesis as consumer;
+use crate::telemetry::{Last, TypedMetrics, delta};
 use tidemark_writer::metrics as writer;
-
-/// One sample of the Prometheus text format: name, labels, value.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Sample {
-    /// Metric name.
-    pub(crate) name: String,
-    /// Labels.
-    pub(crate) labels: BTreeMap<String, String>,
-    /// Value.
-    pub(crate) value: f64,
-}
-
-/// Parses the Prometheus text exposition the exporter renders (comments
-/// skipped; label values unescaped). Lines it cannot read are skipped.
-pub(crate) fn parse(text: &str) -> Vec<Sample> {
-    text.lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .filter_map(parse_line)
-        .collect()
-}
-
-fn parse_line(line: &str) -> Option<Sample> {
-    let (head, value) = line.trim_end().rsplit_once(' ')?;
-    let value = match value {
-        "+Inf" => f64::INFINITY,
-        "-Inf" => f64::NEG_INFINITY,
-        v => v.parse().ok()?,
-    };
-    let Some((name, rest)) = head.split_once('{') else {
-        return Some(Sample {
-            name: head.to_string(),
-            labels: BTreeMap::new(),
-            value,
-        });
-    };
-    let mut labels = BTreeMap::new();
-    let mut chars = rest.chars().peekable();
-    loop {
-        let key: String = chars.by_ref().take_while(|c| *c != '=').collect();
-        let key = key.trim_start_matches(',').trim().to_string();
-        if key.is_empty() || key == "}" {
-            break;
-        }
-        if chars.next() != Some('"') {
-            return None;
-        }
-        let mut val = String::new();
-        loop {
-            match chars.next()? {
-                '\\' => match chars.next()? {
-                    'n' => val.push('\n'),
-                    c => val.push(c),
-                },
-                '"' => break,
-                c => val.push(c),
-            }
-        }
-        labels.insert(key, val);
-        if chars.peek() == Some(&'}') {
-            break;
-        }
-    }
-    Some(Sample {
-        name: name.to_string(),
-        labels,
-        value,
-    })
-}
-
-/// The samples of metric `name`.
-pub(crate) fn of<'a>(samples: &'a [Sample], name: &'a str) -> impl Iterator<Item = &'a Sample> {
-    samples.iter().filter(move |s| s.name == name)
-}
-
-/// Counter values at the last look, by name and labels.
-pub(crate) type Last = HashMap<(String, BTreeMap<String, String>), f64>;
-
-/// The increase of counter `s` since the last look (recorded in `last`).
-pub(crate) fn delta(last: &mut Last, s: &Sample) -> f64 {
-    let key = (s.name.clone(), s.labels.clone());
-    let before = last.insert(key, s.value).unwrap_or(0.0);
-    (s.value - before).max(0.0)
-}
-
-/// MillisBehindLatest of each shard this worker read (GetRecords) since the
-/// last look: a shard whose lease moved away keeps its last gauge value in
-/// the registry, and is left out rather than reported stale.
-/// Keyed by shard id, or `stream/shard id` in multi-stream mode (where the
-/// metrics carry a `stream` label: shard ids repeat across streams).
-pub(crate) fn shard_lags(samples: &[Sample], last: &mut Last) -> BTreeMap<String, f64> {
-    let mut active = Vec::new();
-    for s in of(samples, consumer::GET_RECORDS) {
-        if delta(last, s) > 0.0
-            && let Some(shard) = shard_key(s)
-        {
-            active.push(shard);
-        }
-    }
-    of(samples, consumer::MILLIS_BEHIND)
-        .filter_map(|s| {
-            let shard = shard_key(s)?;
-            active.contains(&shard).then_some((shard, s.value))
-        })
-        .collect()
-}
-
-/// `shard`, or `stream/shard` when the sample names its stream.
-fn shard_key(s: &Sample) -> Option<String> {
-    let shard = s.labels.get("shard")?;
-    Some(match s.labels.get("stream") {
-        Some(stream) => format!("{stream}/{shard}"),
-        None => shard.clone(),
-    })
-}
 
 /// Turns the worker's metrics into EMF documents, remembering counters
 /// between flushes.
-pub struct Emf {
+pub(crate) struct Emf {
     namespace: String,
     prefix: String,
     period: Period,
-    handle: PrometheusHandle,
+    metrics: TypedMetrics,
     in_flight: Box<dyn Fn() -> usize + Send + Sync>,
     started: DateTime<Utc>,
     /// Counter values at the last flush, by name and labels.
@@ -174,28 +60,23 @@ impl std::fmt::Debug for Emf {
 
 impl Emf {
     /// An emitter in `namespace` for the tables `{prefix}_*` of `period`,
-    /// reading `handle`'s registry and the writer's in-flight count.
-    pub fn new(
+    /// reading the worker's `metrics` and the writer's in-flight count.
+    pub(crate) fn new(
         namespace: String,
         prefix: String,
         period: Period,
-        handle: PrometheusHandle,
+        metrics: TypedMetrics,
         in_flight: impl Fn() -> usize + Send + Sync + 'static,
     ) -> Self {
         Emf {
             namespace,
             prefix,
             period,
-            handle,
+            metrics,
             in_flight: Box::new(in_flight),
             started: Utc::now(),
-            last: HashMap::new(),
+            last: Last::new(),
         }
-    }
-
-    /// The per-interval increase of a counter since the last flush.
-    fn delta(&mut self, s: &Sample) -> f64 {
-        delta(&mut self.last, s)
     }
 
     /// One EMF document: `metrics` (name, unit, value) with the dimension
@@ -237,12 +118,12 @@ impl Emf {
     }
 
     /// The documents of one flush at `now`.
-    pub fn documents(&mut self, now: DateTime<Utc>) -> Vec<Value> {
-        let samples = parse(&self.handle.render());
+    pub(crate) fn documents(&mut self, now: DateTime<Utc>) -> Vec<Value> {
+        let snap = self.metrics.snapshot();
         let mut docs = Vec::new();
 
         // Lag of the shards this worker read since the last flush.
-        for (shard, ms) in shard_lags(&samples, &mut self.last) {
+        for (shard, ms) in snap.shard_lags(&mut self.last) {
             docs.push(self.doc(
                 now,
                 Some(("Shard", &shard)),
@@ -252,23 +133,13 @@ impl Emf {
 
         // Items stored and throttled per table.
         let mut tables: BTreeMap<String, (f64, f64)> = BTreeMap::new();
-        for s in of(&samples, writer::ITEMS_STORED)
-            .cloned()
-            .collect::<Vec<_>>()
-        {
-            let d = self.delta(&s);
-            if let Some(t) = s.labels.get("table") {
-                tables.entry(t.clone()).or_default().0 += d;
-            }
+        for (table, total) in &snap.items_stored {
+            let d = delta(&mut self.last, writer::ITEMS_STORED, table, *total);
+            tables.entry(table.clone()).or_default().0 += d;
         }
-        for s in of(&samples, writer::UNPROCESSED)
-            .cloned()
-            .collect::<Vec<_>>()
-        {
-            let d = self.delta(&s);
-            if let Some(t) = s.labels.get("table") {
-                tables.entry(t.clone()).or_default().1 += d;
-            }
+        for (table, total) in &snap.items_unprocessed {
+            let d = delta(&mut self.last, writer::UNPROCESSED, table, *total);
+            tables.entry(table.clone()).or_default().1 += d;
         }
         for (table, (stored, throttled)) in &tables {
             docs.push(self.doc(
@@ -284,11 +155,9 @@ impl Emf {
         // Dead letters by reason; a zero when there were none, so the alarm
         // sees data.
         let mut reasons: BTreeMap<String, f64> = BTreeMap::new();
-        for s in of(&samples, m::DEAD_LETTERS).cloned().collect::<Vec<_>>() {
-            let d = self.delta(&s);
-            if let Some(r) = s.labels.get("reason") {
-                *reasons.entry(r.clone()).or_default() += d;
-            }
+        for (reason, total) in &snap.dead_letters {
+            let d = delta(&mut self.last, m::DEAD_LETTERS, reason, *total);
+            *reasons.entry(reason.clone()).or_default() += d;
         }
         if reasons.values().all(|v| *v == 0.0) {
             docs.push(self.doc(now, None, &[("DeadLetters", "Count", 0.0)]));
@@ -303,19 +172,18 @@ impl Emf {
         }
 
         // The worker itself.
-        let quota: f64 = of(&samples, m::QUOTA_ERRORS)
-            .cloned()
-            .collect::<Vec<_>>()
+        let quota: f64 = snap
+            .quota_errors
             .iter()
-            .map(|s| self.delta(s))
+            .map(|(operation, total)| delta(&mut self.last, m::QUOTA_ERRORS, operation, *total))
             .sum();
-        let gauge = |name: &str| of(&samples, name).next().map(|s| s.value);
         let mut worker = vec![
             ("WriterItemsInFlight", "Count", (self.in_flight)() as f64),
             ("MaintenanceQuotaErrors", "Count", quota),
         ];
-        if gauge(m::MAINTENANCE_HELD) == Some(1.0) {
-            let last = gauge(m::MAINTENANCE_LAST_SUCCESS)
+        if snap.maintenance_held == Some(1.0) {
+            let last = snap
+                .maintenance_last_success
                 .unwrap_or(self.started.timestamp_millis() as f64 / 1000.0);
             let now_s = now.timestamp_millis() as f64 / 1000.0;
             let next_start = self
@@ -331,7 +199,7 @@ impl Emf {
             worker.push((
                 "NextTableReady",
                 "None",
-                gauge(m::NEXT_TABLE_ACTIVE).unwrap_or(0.0),
+                snap.next_table_active.unwrap_or(0.0),
             ));
             worker.push((
                 "SecondsToNextPeriod",
@@ -346,7 +214,7 @@ impl Emf {
 
 /// Writes `emf`'s documents to `out` every `interval` until `shutdown`, and
 /// once more then (the last interval's counts are not lost).
-pub async fn run(
+pub(crate) async fn run(
     mut emf: Emf,
     interval: Duration,
     mut out: impl Write + Send,
@@ -375,20 +243,28 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::telemetry::TypedRecorder;
+    use tidemark_consumer::metrics::kinesis as consumer;
 
     #[test]
     fn multi_stream_lags_are_keyed_by_stream_and_shard() {
-        let text = format!(
-            "{g}{{shard=\"shardId-000000000000\",stream=\"orders\"}} 3\n\
-             {g}{{shard=\"shardId-000000000000\",stream=\"clicks\"}} 2\n\
-             {g}{{shard=\"shardId-000000000001\"}} 1\n\
-             {m}{{shard=\"shardId-000000000000\",stream=\"orders\"}} 500\n\
-             {m}{{shard=\"shardId-000000000000\",stream=\"clicks\"}} 900\n\
-             {m}{{shard=\"shardId-000000000001\"}} 100\n",
-            g = consumer::GET_RECORDS,
-            m = consumer::MILLIS_BEHIND,
-        );
-        let lags = shard_lags(&parse(&text), &mut Last::default());
+        let recorder = TypedRecorder::new(metrics::NoopRecorder);
+        metrics::with_local_recorder(&recorder, || {
+            for (stream, shard, reads, behind) in [
+                (Some("orders"), "shardId-000000000000", 3, 500.0),
+                (Some("clicks"), "shardId-000000000000", 2, 900.0),
+                (None, "shardId-000000000001", 1, 100.0),
+            ] {
+                let mut labels = vec![("shard", shard.to_string())];
+                labels.extend(stream.map(|s| ("stream", s.to_string())));
+                metrics::counter!(consumer::GET_RECORDS, &labels).increment(reads);
+                metrics::gauge!(consumer::MILLIS_BEHIND, &labels).set(behind);
+            }
+        });
+        let lags = recorder
+            .metrics()
+            .snapshot()
+            .shard_lags(&mut Last::default());
         assert_eq!(
             lags,
             [
@@ -527,31 +403,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn prometheus_text_is_parsed_with_escaped_labels() {
-        let text =
-            "# HELP x y\n# TYPE x counter\nx_total{table=\"a\\\"b\",reason=\"r\"} 3\nplain 1.5\n";
-        assert_eq!(
-            parse(text),
-            [
-                Sample {
-                    name: "x_total".into(),
-                    labels: [
-                        ("reason".into(), "r".into()),
-                        ("table".into(), "a\"b".into())
-                    ]
-                    .into(),
-                    value: 3.0
-                },
-                Sample {
-                    name: "plain".into(),
-                    labels: BTreeMap::new(),
-                    value: 1.5
-                },
-            ]
-        );
-    }
-
     fn at(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
     }
@@ -569,13 +420,12 @@ mod tests {
 
     #[test]
     fn every_line_is_valid_emf_with_per_interval_counts() {
-        let recorder = PrometheusBuilder::new().build_recorder();
-        let handle = recorder.handle();
+        let recorder = TypedRecorder::new(PrometheusBuilder::new().build_recorder());
         let mut emf = Emf::new(
             "Tidemark".into(),
             "events".into(),
             Period::Hour,
-            handle,
+            recorder.metrics(),
             || 7,
         );
         let record = |stored: u64, throttled: u64, shard_reads: u64| {
@@ -666,17 +516,17 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn run_writes_one_line_per_document_each_interval_and_at_shutdown() {
-        let recorder = PrometheusBuilder::new().build_recorder();
+        let recorder = TypedRecorder::new(PrometheusBuilder::new().build_recorder());
         let emf = Emf::new(
             "Tidemark".into(),
             "events".into(),
             Period::Day,
-            recorder.handle(),
+            recorder.metrics(),
             || 0,
         );
         let out = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
-        struct Shared(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-        impl Write for Shared {
+        struct SharedBuf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl Write for SharedBuf {
             fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
                 self.0.lock().unwrap().extend_from_slice(b);
                 Ok(b.len())
@@ -689,7 +539,7 @@ mod tests {
         let task = tokio::spawn(run(
             emf,
             Duration::from_secs(60),
-            Shared(out.clone()),
+            SharedBuf(out.clone()),
             stop.clone(),
         ));
         tokio::time::sleep(Duration::from_secs(150)).await;

@@ -28,16 +28,16 @@ use tokio::sync::mpsc;
 use crate::deadletter::{DeadLetter, DeadLetters};
 
 /// The clock routing decisions use (period of "now", future skew, expiry).
-pub type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
+pub(crate) type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
 
 /// The wall clock.
-pub fn system_clock() -> Clock {
+pub(crate) fn system_clock() -> Clock {
     Arc::new(Utc::now)
 }
 
 /// Counts of what one pipeline run handled.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct PipelineCounts {
+pub(crate) struct PipelineCounts {
     /// Records received from the source.
     pub records: u64,
     /// Items submitted to the writer (a record may hold several events, and
@@ -50,7 +50,7 @@ pub struct PipelineCounts {
 
 /// Routes records and hands them to the writer and the dead letters.
 #[derive(Clone)]
-pub struct Pipeline {
+pub(crate) struct Pipeline {
     router: Arc<Router>,
     /// Multi-stream mode: the routers of streams with their own event
     /// mapping, by stream name; other records use `router`.
@@ -69,7 +69,7 @@ impl std::fmt::Debug for Pipeline {
 
 impl Pipeline {
     /// A pipeline over a router, a running writer and dead-letter queue.
-    pub fn new(
+    pub(crate) fn new(
         router: Arc<Router>,
         writer: WriterHandle,
         dead_letters: DeadLetters,
@@ -87,13 +87,13 @@ impl Pipeline {
 
     /// Records hold events laid out as `format` (gzip detected in any
     /// format). Default [`RecordFormat::Json`].
-    pub fn with_record_format(mut self, format: RecordFormat) -> Self {
+    pub(crate) fn with_record_format(mut self, format: RecordFormat) -> Self {
         self.format = format;
         self
     }
 
     /// Records of these streams (by name) are routed by their own router.
-    pub fn with_stream_routers(mut self, routers: HashMap<String, Arc<Router>>) -> Self {
+    pub(crate) fn with_stream_routers(mut self, routers: HashMap<String, Arc<Router>>) -> Self {
         self.stream_routers = Arc::new(routers);
         self
     }
@@ -112,7 +112,7 @@ impl Pipeline {
     /// Handles batches until the channel closes (every source stopped).
     /// Fails only when the writer stopped for good (a fatal error): records
     /// not yet submitted then stay unacknowledged, so nothing is lost.
-    pub async fn run(
+    pub(crate) async fn run(
         &self,
         mut rx: mpsc::Receiver<Vec<Record>>,
     ) -> Result<PipelineCounts, WriterError> {

@@ -21,22 +21,21 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::types::AttributeValue;
-use metrics_exporter_prometheus::PrometheusHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::emf::{Last, of, parse, shard_lags};
+use crate::telemetry::{Last, TypedMetrics};
 
 /// Time between a worker's reports.
 pub const REPORT_INTERVAL: Duration = Duration::from_secs(30);
 /// Reports older than this are ignored (their worker is gone).
-pub const STALE_AFTER: Duration = Duration::from_secs(120);
+pub(crate) const STALE_AFTER: Duration = Duration::from_secs(120);
 /// Key prefix of report items in the coordinator table.
-pub const KEY_PREFIX: &str = "tidemark-worker#";
+pub(crate) const KEY_PREFIX: &str = "tidemark-worker#";
 
 /// One worker's report.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct WorkerReport {
+pub(crate) struct WorkerReport {
     /// The worker id (the lease owner name).
     pub worker: String,
     /// When it was written, Unix ms.
@@ -101,32 +100,31 @@ impl WorkerReport {
     }
 }
 
-/// This worker's report now, from its metrics registry.
-fn measure(worker: &str, handle: &PrometheusHandle, last: &mut Last) -> WorkerReport {
-    let samples = parse(&handle.render());
-    let received =
-        of(&samples, tidemark_consumer::metrics::sqs::MESSAGES_RECEIVED).any(|s| s.value > 0.0);
+/// This worker's report now, from a snapshot of its metrics.
+fn measure(worker: &str, metrics: &TypedMetrics, last: &mut Last) -> WorkerReport {
+    let snap = metrics.snapshot();
     WorkerReport {
         worker: worker.to_string(),
         reported_at_ms: chrono::Utc::now().timestamp_millis(),
-        shard_lag_ms: shard_lags(&samples, last)
+        shard_lag_ms: snap
+            .shard_lags(last)
             .into_iter()
             .map(|(k, v)| (k, v as i64))
             .collect(),
-        queue_age_ms: received
-            .then(|| of(&samples, tidemark_consumer::metrics::sqs::RECEIVE_AGE).next())
+        queue_age_ms: (snap.sqs_messages_received > 0)
+            .then_some(snap.sqs_receive_age)
             .flatten()
-            .map(|s| (s.value * 1000.0) as i64),
+            .map(|age| (age * 1000.0) as i64),
     }
 }
 
 /// Writes this worker's report every [`REPORT_INTERVAL`] until `shutdown`,
 /// then deletes it.
-pub async fn run(
+pub(crate) async fn run(
     client: aws_sdk_dynamodb::Client,
     table: String,
     worker: String,
-    handle: PrometheusHandle,
+    metrics: TypedMetrics,
     shutdown: CancellationToken,
 ) {
     let mut last = Last::new();
@@ -136,7 +134,7 @@ pub async fn run(
             () = shutdown.cancelled() => break,
             _ = tick.tick() => {}
         }
-        let report = measure(&worker, &handle, &mut last);
+        let report = measure(&worker, &metrics, &mut last);
         let put = client
             .put_item()
             .table_name(&table)
@@ -166,7 +164,7 @@ pub async fn run(
 
 /// The fresh reports in `table` (reports older than [`STALE_AFTER`] are
 /// left out), by worker id.
-pub async fn read(
+pub(crate) async fn read(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
 ) -> Result<BTreeMap<String, WorkerReport>, aws_sdk_dynamodb::Error> {
@@ -219,8 +217,9 @@ mod tests {
     #[test]
     fn a_worker_reports_the_lag_of_shards_it_read_and_the_queue_age() {
         use metrics_exporter_prometheus::PrometheusBuilder;
-        let recorder = PrometheusBuilder::new().build_recorder();
-        let handle = recorder.handle();
+        let recorder =
+            crate::telemetry::TypedRecorder::new(PrometheusBuilder::new().build_recorder());
+        let typed = recorder.metrics();
         let k = &tidemark_consumer::metrics::kinesis::GET_RECORDS;
         metrics::with_local_recorder(&recorder, || {
             metrics::counter!(*k, "shard" => "s1").increment(2);
@@ -230,7 +229,7 @@ mod tests {
                 .set(9e6);
         });
         let mut last = Last::new();
-        let r = measure("w1", &handle, &mut last);
+        let r = measure("w1", &typed, &mut last);
         assert_eq!(r.shard_lag_ms, [("s1".to_string(), 2500)].into());
         assert_eq!(r.queue_age_ms, None, "no SQS receive yet");
         metrics::with_local_recorder(&recorder, || {
@@ -238,7 +237,7 @@ mod tests {
                 .increment(1);
             metrics::gauge!(tidemark_consumer::metrics::sqs::RECEIVE_AGE).set(42.5);
         });
-        let r = measure("w1", &handle, &mut last);
+        let r = measure("w1", &typed, &mut last);
         assert!(r.shard_lag_ms.is_empty(), "s1 was not read since: {r:?}");
         assert_eq!(r.queue_age_ms, Some(42_500));
     }

@@ -14,31 +14,24 @@ use aws_config::{BehaviorVersion, SdkConfig};
 
 /// Longest wait for one attempt of an AWS call (the KCL's default failover
 /// time: a lease call stuck longer than this is as good as lost anyway).
-pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Longest wait to connect (the SDK's own default).
-pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(3100);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_millis(3100);
 
 /// Timeouts with `attempt` as the per-attempt limit.
-pub fn timeouts(attempt: Duration) -> TimeoutConfig {
+pub(crate) fn timeouts(attempt: Duration) -> TimeoutConfig {
     TimeoutConfig::builder()
         .connect_timeout(CONNECT_TIMEOUT)
         .operation_attempt_timeout(attempt)
         .build()
 }
 
-/// The SDK configuration: the standard chain with [`ATTEMPT_TIMEOUT`], its
-/// credentials kept in use while valid when a refresh fails
-/// ([`crate::credentials::KeepValid`]).
-pub async fn load() -> SdkConfig {
-    load_with(&AwsOverrides::default()).await
-}
-
 /// What the command line sets on top of the standard chain
 /// (`--profile`, `--region`, `--endpoint-url`); each wins over its
 /// environment variable (`AWS_PROFILE`, `AWS_REGION`, `AWS_ENDPOINT_URL`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct AwsOverrides {
+pub(crate) struct AwsOverrides {
     /// Named profile of the shared config and credentials files.
     pub profile: Option<String>,
     /// Region.
@@ -47,8 +40,10 @@ pub struct AwsOverrides {
     pub endpoint_url: Option<String>,
 }
 
-/// [`load`] with `overrides` applied.
-pub async fn load_with(overrides: &AwsOverrides) -> SdkConfig {
+/// The SDK configuration: the standard chain with [`ATTEMPT_TIMEOUT`] and
+/// `overrides` applied, its credentials kept in use while valid when a
+/// refresh fails ([`crate::credentials::KeepValid`]).
+pub(crate) async fn load_with(overrides: &AwsOverrides) -> SdkConfig {
     let mut loader =
         aws_config::defaults(BehaviorVersion::latest()).timeout_config(timeouts(ATTEMPT_TIMEOUT));
     if let Some(p) = &overrides.profile {
@@ -67,7 +62,7 @@ pub async fn load_with(overrides: &AwsOverrides) -> SdkConfig {
 /// retry on their own budget (`produce`, `verify`). A timed-out attempt the
 /// SDK resent would leave the backend working on the abandoned one as well,
 /// and two retry loops stacked multiply each other.
-pub fn single_attempt(sdk: &SdkConfig, attempt: Duration) -> SdkConfig {
+pub(crate) fn single_attempt(sdk: &SdkConfig, attempt: Duration) -> SdkConfig {
     sdk.to_builder()
         .retry_config(aws_config::retry::RetryConfig::disabled())
         .timeout_config(timeouts(attempt))

@@ -44,15 +44,18 @@ use tokio_util::task::AbortOnDropHandle;
 use tracing::{error, info, warn};
 
 use crate::config::{Config, SourceConfig, default_worker_id, process_env};
-use crate::coordinator::{MaintenanceLease, maintain};
 use crate::deadletter::{
-    DeadLetterConfig, DeadLetterError, DeadLetterSink, DeadLetters, DynamoDbSink, FileSink, SqsSink,
+    DeadLetterConfig, DeadLetterError, DeadLetterSink, DeadLetters, DynamoDbSink, FileSink,
+    SqsSink, check_dead_letter_table,
+};
+use crate::maintenance::{
+    CreateMissingTables, MaintenanceLease, MaintenanceLeaseError, RoundKind, TableManager,
+    TablesError, maintain,
 };
 use crate::pipeline::{Pipeline, system_clock};
-use crate::tables::{CreateMissingTables, RoundKind, TableManager, TablePolicy, TablesError};
 use crate::telemetry::{self, Readiness};
 use futures::future::BoxFuture;
-use tidemark_consumer::keyschema::{KeyAttr, KeySchemaMismatch, KeySpec};
+use tidemark_consumer::keyschema::KeySchemaMismatch;
 
 /// Why the worker could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -71,9 +74,9 @@ pub enum WorkerError {
     /// layout differs from the config's).
     #[error(transparent)]
     Tables(TablesError),
-    /// The coordinator table cannot be used.
+    /// The maintenance lease's table (the coordinator table) cannot be used.
     #[error(transparent)]
-    Coordinator(#[from] crate::coordinator::CoordinatorError),
+    MaintenanceLease(#[from] MaintenanceLeaseError),
     /// The telemetry address could not be bound.
     #[error("telemetry.listen: cannot listen on {listen}: {source}")]
     Listen {
@@ -159,29 +162,15 @@ impl Progress {
     }
 }
 
-/// The period table manager the config describes.
-pub fn table_manager(config: &Config, dynamodb: aws_sdk_dynamodb::Client) -> TableManager {
-    let mut policy = TablePolicy::new(
-        &config.schema,
-        config.tiers,
-        config.billing,
-        config.maintenance.on_expiry,
-    );
-    policy.export = config.maintenance.export.clone();
-    policy.pitr = config.maintenance.pitr;
-    policy.deletion_protection = config.maintenance.deletion_protection;
-    TableManager::new(dynamodb, policy)
-}
-
 /// After a fatal error, how long the source may take to stop reading,
 /// checkpoint what was acknowledged and release its leases before the
 /// worker exits anyway (unreleased leases expire after `failover_time`).
-pub const FATAL_STOP_TIME: Duration = Duration::from_secs(5);
+pub(crate) const FATAL_STOP_TIME: Duration = Duration::from_secs(5);
 
 /// The data path shared by `run` and `replay`: router, writer (creating
 /// missing tables), dead letters, pipeline.
 #[derive(Debug)]
-pub struct DataPath {
+pub(crate) struct DataPath {
     manager: TableManager,
     /// The endpoint governors every AWS caller of this worker shares.
     governors: Governors,
@@ -197,7 +186,7 @@ pub struct DataPath {
 impl DataPath {
     /// Creates the current tables (best effort: missing ones are created on
     /// first write) and starts the writer and the dead-letter task.
-    pub async fn start(config: &Config, sdk: &SdkConfig) -> Result<DataPath, WorkerError> {
+    pub(crate) async fn start(config: &Config, sdk: &SdkConfig) -> Result<DataPath, WorkerError> {
         let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
         let router = Arc::new(Router::new(config.schema.clone())?);
         // One governor per endpoint, shared by the writer, the table
@@ -206,8 +195,8 @@ impl DataPath {
             dynamodb: Governor::new("dynamodb", GovernorParams::default()),
             kinesis: Governor::new("kinesis", GovernorParams::default()),
         };
-        let manager =
-            table_manager(config, dynamodb.clone()).with_governor(governors.dynamodb.clone());
+        let manager = TableManager::from_config(config, dynamodb.clone())
+            .with_governor(governors.dynamodb.clone());
         // Tables for now are created before reading starts, so the first
         // events do not wait on a creation.
         match manager.round(Utc::now(), RoundKind::Ensure, false).await {
@@ -279,7 +268,7 @@ impl DataPath {
     }
 
     /// Live counters of this data path.
-    pub fn progress(&self) -> Progress {
+    pub(crate) fn progress(&self) -> Progress {
         Progress {
             writer: self.writer.clone(),
         }
@@ -290,7 +279,7 @@ impl DataPath {
     /// written, before this returns. A fatal writer or dead-letter error
     /// ends it at once, whatever the pipeline was waiting on (records not
     /// yet stored stay unacknowledged).
-    pub async fn run(self, rx: mpsc::Receiver<Vec<Record>>) -> Result<Report, WorkerError> {
+    pub(crate) async fn run(self, rx: mpsc::Receiver<Vec<Record>>) -> Result<Report, WorkerError> {
         let DataPath {
             manager: _,
             governors: _,
@@ -390,7 +379,7 @@ impl Worker {
             // Anything else is retried by the maintenance loop, loudly.
             match lease.ensure_table().await {
                 Ok(()) => {}
-                Err(e @ crate::coordinator::CoordinatorError::KeySchema(_)) => return Err(e.into()),
+                Err(e @ MaintenanceLeaseError::KeySchema(_)) => return Err(e.into()),
                 Err(e) => {
                     warn!(error = %e, "coordinator table not usable yet; maintenance retries")
                 }
@@ -462,7 +451,7 @@ impl Worker {
             listener,
             telemetry_addr,
         } = self;
-        let prometheus = telemetry::install_recorder()?;
+        let (prometheus, typed_metrics) = telemetry::install_recorder()?;
         let readiness = Arc::new(Readiness::default());
         let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
         // Telemetry outlives the drain (/metrics stays up while draining).
@@ -492,7 +481,7 @@ impl Worker {
                 config.telemetry.emf_namespace.clone(),
                 config.schema.table_prefix.clone(),
                 config.schema.period,
-                prometheus.clone(),
+                typed_metrics.clone(),
                 move || progress.writer.items_in_flight(),
             );
             AbortOnDropHandle::new(tokio::spawn(crate::emf::run(
@@ -508,7 +497,7 @@ impl Worker {
                 dynamodb.clone(),
                 config.maintenance.coordinator_table.clone(),
                 worker_id.clone(),
-                prometheus.clone(),
+                typed_metrics.clone(),
                 telemetry_stop.clone(),
             )))
         });
@@ -664,33 +653,5 @@ async fn probe_dynamodb(
             }
         };
         readiness.dynamodb_reachable.store(ok, Ordering::Relaxed);
-    }
-}
-
-/// The key schema of a DynamoDB dead-letter table (see
-/// [`DynamoDbSink`]): `pk` and `sk`, both strings.
-pub fn dead_letter_key_spec() -> KeySpec {
-    KeySpec::hash_range(KeyAttr::string("pk"), KeyAttr::string("sk"))
-}
-
-/// Refuses to start with a dead-letter table of another key schema (every
-/// dead letter would then fail); an absent or unreadable table is only
-/// warned about here (`tidemark tables ensure` creates it; a failing
-/// destination falls back to the local file).
-async fn check_dead_letter_table(
-    dynamodb: &aws_sdk_dynamodb::Client,
-    table: &str,
-) -> Result<(), WorkerError> {
-    match dynamodb.describe_table().table_name(table).send().await {
-        Ok(d) => {
-            if let Some(t) = d.table() {
-                dead_letter_key_spec().check(table, "dead-letter table", t)?;
-            }
-            Ok(())
-        }
-        Err(e) => {
-            warn!(table, error = %aws_sdk_dynamodb::error::DisplayErrorContext(e), "cannot read the dead-letter table at start");
-            Ok(())
-        }
     }
 }

@@ -174,7 +174,8 @@ pub(crate) async fn items(
     let (pk_name, sk_name) = (ka.pk.as_str(), ka.sk.as_str());
     let results: Vec<_> = futures::stream::iter(jobs)
         .map(|(t, chunk)| async move {
-            let got = tidemark_worker::verify::fetch(client, t, chunk, pk_name, sk_name).await;
+            let got =
+                tidemark_worker::tools::verify::fetch(client, t, chunk, pk_name, sk_name).await;
             (t, chunk, got)
         })
         .buffer_unordered(8)

@@ -4,7 +4,7 @@
 
 use chrono::{DateTime, Duration as ChronoDuration, SecondsFormat, Utc};
 use tidemark_schema::Reason;
-use tidemark_worker::produce::ProduceSpec;
+use tidemark_worker::tools::produce::ProduceSpec;
 
 /// Marker prefix of poison records, followed by the record's index.
 pub(crate) const POISON_MARKER: &str = "chaos-poison-";

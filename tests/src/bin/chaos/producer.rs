@@ -14,7 +14,7 @@ use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use backon::BackoffBuilder;
 use chrono::Utc;
 use tidemark_consumer::checkpoint::Position;
-use tidemark_worker::produce::ProduceSpec;
+use tidemark_worker::tools::produce::ProduceSpec;
 
 use crate::events::{self, Planned, PoisonKind};
 
