@@ -4,10 +4,12 @@
 //!
 //! Modules:
 //! - [`event`]: JSON record to [`event::Event`] (entity id, UTC millisecond
-//!   timestamp, event id, payload) with typed, field-naming errors.
-//! - [`mapping`]: the rest of the `[event]` mapping, compiled once: time
-//!   formats and zones, include / exclude / rename, type coercion, and the
-//!   policy for payload fields named like Tidemark's attributes.
+//!   timestamp, event id, payload) with typed, field-naming errors; its
+//!   [`mapping`] (also at `event::mapping`) is the rest of the `[event]`
+//!   table, compiled once: time formats and zones, include / exclude /
+//!   rename, type coercion, and the policy for payload fields named like
+//!   Tidemark's attributes.
+//! - `raw` (private): the record's one parse, values kept as JSON text.
 //! - [`framing`]: record formats (one JSON event, NDJSON, a JSON array,
 //!   each optionally gzip-compressed) split into inner events.
 //! - [`strategy`]: key strategies (`entity`, `random_suffix`,
@@ -47,11 +49,11 @@
 pub mod event;
 pub mod framing;
 pub mod key;
-pub mod mapping;
 pub mod origin;
 pub mod period;
 pub mod plan;
 pub mod query;
+mod raw;
 pub mod reason;
 pub mod route;
 pub mod size;
@@ -59,6 +61,7 @@ pub mod strategy;
 pub mod timefmt;
 pub mod wire;
 
+pub use event::mapping;
 pub use event::{Event, EventConfig, EventError, Extractor};
 pub use key::ItemKey;
 pub use origin::{Origin, SharedStr};

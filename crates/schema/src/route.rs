@@ -15,13 +15,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use thiserror::Error;
 
-use crate::event::{
-    self, EventConfig, EventConfigError, EventError, Extractor, Name, Node, RawEvent,
-};
+use crate::event::mapping::{self, ClashPolicy, Coerced, FieldType};
+use crate::event::{EventConfig, EventConfigError, EventError, Extractor, RawEvent};
 use crate::key::ItemKey;
-use crate::mapping::{self, ClashPolicy, Coerced, FieldType};
 use crate::origin::{Origin, SharedStr};
 use crate::period::{self, Lifecycle, Period, PeriodRef, TableNaming};
+use crate::raw::{self, Name, Node};
 use crate::reason::Reason;
 use crate::size;
 use crate::strategy::{
@@ -985,10 +984,10 @@ fn write_raw(
 ) -> Result<usize, RouteError> {
     let text = raw.get().trim_ascii();
     let parse_err = |e: serde_json::Error| bad(path, format!("cannot be read: {e}"));
-    match event::json_kind(raw) {
+    match raw::json_kind(raw) {
         "object" => {
             check_nesting(path, level)?;
-            let members = event::open_object(raw).map_err(parse_err)?;
+            let members = raw::open_object(raw).map_err(parse_err)?;
             write_object(out, &members, path, level)
         }
         "array" => {
@@ -1227,10 +1226,10 @@ mod reference {
     ) -> Result<AttributeValue, RouteError> {
         let text = raw.get().trim_ascii();
         let parse_err = |e: serde_json::Error| bad(path, format!("cannot be read: {e}"));
-        match event::json_kind(raw) {
+        match raw::json_kind(raw) {
             "object" => {
                 nesting(path, level)?;
-                let members = event::open_object(raw).map_err(parse_err)?;
+                let members = raw::open_object(raw).map_err(parse_err)?;
                 object_to_attribute(&members, path, level)
             }
             "array" => {
@@ -1884,9 +1883,9 @@ bucket = "hour"
 
     /// Each object in `json` (an item or any part of one) has distinct keys.
     fn assert_distinct_keys(json: &RawValue) {
-        match event::json_kind(json) {
+        match raw::json_kind(json) {
             "object" => {
-                let members = event::open_object(json).unwrap();
+                let members = raw::open_object(json).unwrap();
                 for (i, (k, v)) in members.iter().enumerate() {
                     assert!(
                         members[..i].iter().all(|(other, _)| other != k),
@@ -2398,7 +2397,7 @@ bucket = "hour"
     /// digit for digit (objects: last of repeated names).
     fn same_value(av: &AttributeValue, raw: &RawValue) -> bool {
         let text = raw.get().trim();
-        match (event::json_kind(raw), av) {
+        match (raw::json_kind(raw), av) {
             ("number", AttributeValue::N(t)) => t == text,
             ("string", AttributeValue::S(t)) => *t == serde_json::from_str::<String>(text).unwrap(),
             ("boolean", AttributeValue::Bool(b)) => *b == (text == "true"),
@@ -2408,7 +2407,7 @@ bucket = "hour"
                 elems.len() == items.len() && elems.iter().zip(items).all(|(e, a)| same_value(a, e))
             }
             ("object", AttributeValue::M(map)) => {
-                let members = event::open_object(raw).unwrap();
+                let members = raw::open_object(raw).unwrap();
                 let mut last: HashMap<String, &RawValue> = HashMap::new();
                 for (k, v) in &members {
                     let Node::Raw(v) = v else { return false };
