@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use tidemark_schema::period::{Billing, CapacityTiers};
-use tidemark_schema::route::{Router, RouterConfig};
+use tidemark_schema::route::{RouteCache, Router, RouterConfig};
 use tidemark_schema::{ItemKey, Origin, Reason};
 use tidemark_tests::unique_name;
 use tidemark_worker::config::ExpiryAction;
@@ -52,7 +52,16 @@ async fn a_write_to_a_missing_period_table_creates_it() {
         message_id: "m".into(),
         index: 0,
     };
-    let routed = router.route(event.as_bytes(), &origin, Utc::now()).unwrap();
+    let routed = router
+        .route(
+            event.as_bytes(),
+            &origin,
+            0,
+            Utc::now(),
+            &mut RouteCache::default(),
+        )
+        .unwrap()
+        .new;
     let item = routed.item.to_item().unwrap();
     assert!(
         ddb.describe_table()

@@ -27,7 +27,7 @@ use bytes::Bytes;
 use serde_json::json;
 use tidemark_consumer::Record;
 use tidemark_consumer::sqs::{SqsConfig, SqsSource};
-use tidemark_schema::{Origin, Reason, Router, RouterConfig};
+use tidemark_schema::{Origin, Reason, RouteCache, Router, RouterConfig};
 use tidemark_tests::{
     TableCapacity, count_items, create_queue, queue_counts, send_messages, unique_name, wait_until,
 };
@@ -81,8 +81,14 @@ async fn glue(
                 record.ack.done();
                 continue;
             }
-            let routed = match router.route(&record.data, &record.origin, chrono::Utc::now()) {
-                Ok(r) => r,
+            let routed = match router.route(
+                &record.data,
+                &record.origin,
+                0,
+                chrono::Utc::now(),
+                &mut RouteCache::default(),
+            ) {
+                Ok(r) => r.new,
                 Err(e) => {
                     seen.lock()
                         .unwrap()

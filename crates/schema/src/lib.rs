@@ -18,7 +18,9 @@
 //! - [`period`]: period tables: names, periods, lifecycle states, capacity
 //!   tiers and billing mode.
 //! - [`route`]: the hot path, record bytes to (table, key, item, WCU) or a
-//!   dead-letter [`Reason`].
+//!   dead-letter [`Reason`]: [`Router::route`] is its one entry point;
+//!   [`RouterConfig`] and its checks, [`RouteError`] and the item encoder
+//!   are its files.
 //! - [`plan`]: the sizing planner (shards, period, Kinesis shards, cost).
 //! - [`query`]: query plans for a time range or the latest event, and the
 //!   k-way merge of their results.
@@ -29,7 +31,8 @@
 //! - [`wire`]: [`WireItem`], an item encoded once as DynamoDB JSON (what the
 //!   writer sends), with its size; encode from and decode to SDK maps; the
 //!   readers take any [`wire::Tree`] (serde_json's `Value`, or the limits
-//!   proxy's borrowed tree).
+//!   proxy's borrowed tree); and the payload encoder the router writes items
+//!   with (a record's JSON text to DynamoDB JSON, sized as it goes).
 //!
 //! Guarantees:
 //! - Determinism: every function here is pure. The same record, config and
@@ -66,7 +69,7 @@ pub use event::{Event, EventConfig, EventError, Extractor};
 pub use key::ItemKey;
 pub use origin::{Origin, SharedStr};
 pub use reason::Reason;
-pub use route::{RouteCache, RouteError, Routed, Router, RouterConfig};
+pub use route::{RouteCache, RouteError, Routed, Router, RouterConfig, Routes};
 pub use size::Item;
 pub use strategy::{KeyAttributes, KeyStrategy, ShardCache, shard_of};
 pub use wire::WireItem;

@@ -26,7 +26,7 @@ use sha2::{Digest, Sha256};
 
 use crate::origin::Origin;
 use crate::period::{self, Period};
-use crate::route::{RouteError, Router};
+use crate::route::{RouteCache, RouteError, Router};
 use crate::size::{self, WCU_BYTES};
 
 /// Most WCU one partition serves per second.
@@ -531,8 +531,8 @@ pub fn item_bytes_of_sample(router: &Router, sample: &[u8]) -> Result<u64, Route
     let event = router.extractor().extract(sample, &origin)?;
     // Judge the sample at its own time: it is neither expired nor early.
     let now = DateTime::<Utc>::from_timestamp_millis(event.timestamp_ms).unwrap_or_default();
-    let routed = router.route(sample, &origin, now)?;
-    Ok(routed.item.size() as u64)
+    let routes = router.route(sample, &origin, 0, now, &mut RouteCache::default())?;
+    Ok(routes.new.item.size() as u64)
 }
 
 #[cfg(test)]

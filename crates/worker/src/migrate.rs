@@ -612,8 +612,8 @@ mod tests {
             let event = format!(
                 r#"{{"deviceId":"d{i}","timestamp":"2026-11-22T05:00:00Z","eventId":"e{i}","t":{i}}}"#
             );
-            let (new, old) = router
-                .route_inner(event.as_bytes(), &origin, 0, now, &mut Default::default())
+            let tidemark_schema::route::Routes { new, old } = router
+                .route(event.as_bytes(), &origin, 0, now, &mut Default::default())
                 .unwrap();
             let new_item = new.item.to_item().unwrap();
             assert!(matches!(

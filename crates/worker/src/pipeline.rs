@@ -21,7 +21,7 @@ use chrono::{DateTime, Utc};
 use tidemark_consumer::record::{Ack, Record};
 use tidemark_schema::Origin;
 use tidemark_schema::framing::{self, GZIP_MAGIC, RecordFormat};
-use tidemark_schema::route::{RouteCache, Routed, Router};
+use tidemark_schema::route::{RouteCache, Routed, Router, Routes};
 use tidemark_writer::{Complete, Completion, Submission, WriteOutcome, WriterError, WriterHandle};
 use tokio::sync::mpsc;
 
@@ -220,9 +220,9 @@ impl Pipeline {
     ) -> u64 {
         match self
             .router_for(&origin)
-            .route_inner(&data, &origin, inner.unwrap_or(0), now, cache)
+            .route(&data, &origin, inner.unwrap_or(0), now, cache)
         {
-            Ok((r, None)) => {
+            Ok(Routes { new: r, old: None }) => {
                 slots.push(Some(Kept {
                     origin,
                     data,
@@ -234,7 +234,10 @@ impl Pipeline {
             }
             // A shard migration's dual write: the event is acknowledged
             // only once both its items are stored (or dead-lettered).
-            Ok((new, Some(old))) => {
+            Ok(Routes {
+                new,
+                old: Some(old),
+            }) => {
                 for (r, ack) in [new, old].into_iter().zip(ack.split(2)) {
                     slots.push(Some(Kept {
                         origin: origin.clone(),

@@ -59,7 +59,7 @@ use tidemark_consumer::keyschema::{KeyAttr, KeySchemaMismatch, KeySpec};
 pub enum WorkerError {
     /// The schema section does not make a router.
     #[error("schema: {0}")]
-    Schema(#[from] tidemark_schema::route::ConfigError),
+    Schema(#[from] tidemark_schema::route::RouterConfigError),
     /// The writer's transport could not be set up from the SDK config.
     #[error("writer transport: {0}")]
     Transport(#[from] tidemark_writer::transport::SettingsError),
