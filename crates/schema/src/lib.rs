@@ -21,7 +21,8 @@
 //!   dead-letter [`Reason`]: [`Router::route`] is its one entry point;
 //!   [`RouterConfig`] and its checks, [`RouteError`] and the item encoder
 //!   are its files.
-//! - [`plan`]: the sizing planner (shards, period, Kinesis shards, cost).
+//! - [`sizing`]: the sizing planner (shards, period, Kinesis shards, cost):
+//!   [`sizing::recommend`] gives a [`sizing::SizingPlan`].
 //! - [`query`]: query plans for a time range or the latest event, and the
 //!   k-way merge of their results.
 //! - [`origin`], [`key`], [`reason`], [`size`]: shared types: source
@@ -54,7 +55,7 @@ pub mod framing;
 pub mod key;
 pub mod origin;
 pub mod period;
-pub mod plan;
+pub mod sizing;
 pub mod query;
 mod raw;
 pub mod reason;
