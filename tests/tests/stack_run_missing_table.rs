@@ -34,12 +34,14 @@ async fn a_write_to_a_missing_period_table_creates_it() {
         ExpiryAction::Delete,
     );
     let manager = TableManager::new(ddb.clone(), policy);
-    let (writer, task) = Writer::start(
+    let (writer, task) = Writer::builder(
         ddb.clone(),
         stack.dynamodb_transport_at(&stack.dynamodb_url),
-        WriterConfig::default(),
-        Arc::new(CreateMissingTables::new(manager)),
-    );
+        config.key_attributes.clone(),
+    )
+    .config(WriterConfig::default())
+    .missing_tables(Arc::new(CreateMissingTables::new(manager)))
+    .start();
 
     // Three days ago: its table was never created.
     let when = Utc::now() - chrono::Duration::days(3);

@@ -317,10 +317,8 @@ mod tests {
     use futures::future::BoxFuture;
     use std::time::Duration;
     use tidemark_consumer::checkpoint::{AckTracker, Position};
-    use tidemark_schema::{Reason, RouterConfig};
-    use tidemark_writer::{
-        RawResponse, RejectMissing, Transport, TransportError, Writer, WriterConfig,
-    };
+    use tidemark_schema::{KeyAttributes, Reason, RouterConfig};
+    use tidemark_writer::{RawResponse, Transport, TransportError, Writer, WriterConfig};
 
     /// Stores every call, except that a call holding an item with
     /// "poison" in it is refused with a ValidationException.
@@ -387,15 +385,16 @@ mod tests {
             .endpoint_url("http://127.0.0.1:1")
             .credentials_provider(Credentials::new("a", "b", None, None, "test"))
             .build();
-        let (writer, task) = Writer::start(
+        let (writer, task) = Writer::builder(
             aws_sdk_dynamodb::Client::from_conf(sdk),
             Arc::new(Fake),
-            WriterConfig {
-                linger: Duration::from_millis(1),
-                ..WriterConfig::default()
-            },
-            Arc::new(RejectMissing),
-        );
+            KeyAttributes::default(),
+        )
+        .config(WriterConfig {
+            linger: Duration::from_millis(1),
+            ..WriterConfig::default()
+        })
+        .start();
         let memory = Arc::new(Memory::default());
         let (dead_letters, dl_task) = DeadLetters::start(Arc::new(memory.clone()), None);
         let now = DateTime::parse_from_rfc3339("2026-11-22T10:00:00Z")

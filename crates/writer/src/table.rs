@@ -14,7 +14,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 use tidemark_governor::{Governor, Outcome, Permit};
-use tidemark_schema::{ItemKey, Reason, WireItem};
+use tidemark_schema::{ItemKey, KeyAttributes, Reason, WireItem};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -71,6 +71,8 @@ pub(crate) struct TableTask {
     client: Client,
     transport: Arc<dyn Transport>,
     cfg: Arc<WriterConfig>,
+    /// The tables' key attribute names (unprocessed keys are read by them).
+    key_attributes: Arc<KeyAttributes>,
     missing: Arc<dyn MissingTableHandler>,
     rx: mpsc::UnboundedReceiver<TableMsg>,
     rx_open: bool,
@@ -122,12 +124,15 @@ struct FlushWait {
     reply: oneshot::Sender<()>,
 }
 
-/// What every table task of one writer shares.
+/// What every table task of one writer uses: its clients, settings, key
+/// attribute names, missing-table handler, counters and governor.
 #[derive(Clone)]
-pub(crate) struct Shared {
+pub(crate) struct WriterResources {
     pub(crate) client: Client,
     pub(crate) transport: Arc<dyn Transport>,
     pub(crate) cfg: Arc<WriterConfig>,
+    /// The tables' key attribute names (unprocessed keys are read by them).
+    pub(crate) key_attributes: Arc<KeyAttributes>,
     pub(crate) missing: Arc<dyn MissingTableHandler>,
     pub(crate) stats: Arc<SharedStats>,
     pub(crate) gov: Governor,
@@ -136,17 +141,18 @@ pub(crate) struct Shared {
 impl TableTask {
     pub(crate) fn new(
         table: String,
-        shared: Shared,
+        resources: WriterResources,
         rx: mpsc::UnboundedReceiver<TableMsg>,
     ) -> Self {
-        let Shared {
+        let WriterResources {
             client,
             transport,
             cfg,
+            key_attributes,
             missing,
             stats: shared,
             gov,
-        } = shared;
+        } = resources;
         let now = Instant::now();
         let params = RateParams {
             on_demand_initial: cfg.on_demand_initial_wcu,
@@ -174,6 +180,7 @@ impl TableTask {
             table,
             client,
             transport,
+            key_attributes,
             missing,
             rx,
             rx_open: true,
@@ -523,8 +530,8 @@ impl TableTask {
                 match response::parse(
                     &resp.body,
                     &self.table,
-                    &self.cfg.pk_attribute,
-                    &self.cfg.sk_attribute,
+                    &self.key_attributes.pk,
+                    &self.key_attributes.sk,
                 ) {
                     Ok(answer) => {
                         permit.finish(Outcome::Answered);

@@ -21,11 +21,10 @@ use aws_smithy_mocks::{RuleMode, mock, mock_client};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use tidemark_schema::wire::decode_map;
-use tidemark_schema::{Item, ItemKey, Reason, WireItem};
+use tidemark_schema::{Item, ItemKey, KeyAttributes, Reason, WireItem};
 use tidemark_writer::{
-    Complete, Completion, MissingTableAction, MissingTableHandler, RawResponse, RejectMissing,
-    Submission, Transport, TransportError, WriteOutcome, Writer, WriterConfig, WriterError,
-    WriterHandle,
+    Complete, Completion, MissingTableAction, MissingTableHandler, RawResponse, Submission,
+    Transport, TransportError, WriteOutcome, Writer, WriterConfig, WriterError, WriterHandle,
 };
 use tokio::sync::mpsc;
 
@@ -289,12 +288,13 @@ fn start(
     WriterHandle,
     tokio::task::JoinHandle<Result<(), WriterError>>,
 ) {
-    Writer::start(
+    Writer::builder(
         fake.client(false),
         Arc::new(fake.clone()),
-        cfg,
-        Arc::new(RejectMissing),
+        KeyAttributes::default(),
     )
+    .config(cfg)
+    .start()
 }
 
 #[tokio::test(start_paused = true)]
@@ -644,12 +644,14 @@ async fn missing_table_handler_can_create_and_retry() {
     let fake = Fake::default();
     fake.0.lock().unwrap().missing.push("period_2025_11".into());
     let asked = Arc::new(AtomicUsize::new(0));
-    let (h, task) = Writer::start(
+    let (h, task) = Writer::builder(
         fake.client(false),
         Arc::new(fake.clone()),
-        config(),
-        Arc::new(CreateOnMissing(fake.clone(), asked.clone())),
-    );
+        KeyAttributes::default(),
+    )
+    .config(config())
+    .missing_tables(Arc::new(CreateOnMissing(fake.clone(), asked.clone())))
+    .start();
     let (tx, mut rx) = mpsc::unbounded_channel();
     for i in 0..30 {
         submit(
@@ -714,12 +716,13 @@ async fn access_denied_is_fatal_and_completes_nothing() {
 #[tokio::test(start_paused = true)]
 async fn close_writes_everything_then_ends_ok() {
     let fake = Fake::default();
-    let (h, task) = Writer::start(
+    let (h, task) = Writer::builder(
         fake.client(true),
         Arc::new(fake.clone()),
-        config(),
-        Arc::new(RejectMissing),
-    );
+        KeyAttributes::default(),
+    )
+    .config(config())
+    .start();
     let (tx, mut rx) = mpsc::unbounded_channel();
     for i in 0..40 {
         submit(

@@ -1,8 +1,8 @@
 //! `tidemark plan`: table, write-shard, Kinesis-shard and cost sizing.
 
 use anyhow::{Context, Result, bail};
-use tidemark_schema::sizing::{Prices, SizingInput, item_bytes_of_sample, recommend};
 use tidemark_schema::route::{Router, RouterConfig};
+use tidemark_schema::sizing::{Prices, SizingInput, item_bytes_of_sample, recommend};
 
 use super::render::{self, Output};
 

@@ -46,12 +46,8 @@ pub fn json_schema() -> Value {
         });
     }
     // Set elsewhere in the file, so not keys here: the event fields are the
-    // top-level [event], the writer's key attributes are the schema's.
-    for (def, key) in [
-        ("RouterConfig", "event"),
-        ("WriterConfig", "pk_attribute"),
-        ("WriterConfig", "sk_attribute"),
-    ] {
+    // top-level [event].
+    for (def, key) in [("RouterConfig", "event")] {
         if let Some(p) = defs[def]["properties"].as_object_mut() {
             p.remove(key);
         }
