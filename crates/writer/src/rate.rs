@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 /// What DescribeTable said about a table's write capacity.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum Capacity {
+pub(crate) enum WriteCapacity {
     /// Provisioned mode: the smallest write capacity of the table and its
     /// global secondary indexes, in WCU/s.
     Provisioned {
@@ -117,7 +117,7 @@ pub(crate) struct CallFeedback {
 #[derive(Debug, Clone)]
 pub(crate) struct RateController {
     p: RateParams,
-    capacity: Option<Capacity>,
+    capacity: Option<WriteCapacity>,
     cap: Option<f64>,
     rate: f64,
     ceiling: Option<f64>,
@@ -171,7 +171,7 @@ impl RateController {
     /// New capacity information (first DescribeTable, or a later change).
     /// A provisioned table starts at (or is re-targeted to) its provisioned
     /// WCU; a change of capacity forgets the old throttle level.
-    pub(crate) fn on_capacity(&mut self, capacity: Capacity, now: Instant) {
+    pub(crate) fn on_capacity(&mut self, capacity: WriteCapacity, now: Instant) {
         self.refill(now);
         if self.capacity == Some(capacity) {
             return;
@@ -180,11 +180,11 @@ impl RateController {
         self.ceiling = None;
         let share = self.p.capacity_share;
         match capacity {
-            Capacity::Provisioned { wcu } => {
+            WriteCapacity::Provisioned { wcu } => {
                 self.cap = Some((wcu * share).max(self.p.min_rate));
                 self.rate = wcu * share;
             }
-            Capacity::OnDemand { max_wcu, warm_wcu } => {
+            WriteCapacity::OnDemand { max_wcu, warm_wcu } => {
                 self.cap = max_wcu.map(|m| m * share);
                 self.rate = warm_wcu.unwrap_or(self.p.on_demand_initial) * share;
             }

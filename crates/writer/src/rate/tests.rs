@@ -142,7 +142,7 @@ fn window_means(per_second: &[f64], from: usize, window: usize) -> Vec<f64> {
 fn provisioned_1000_wcu_table_runs_within_5_percent_of_capacity() {
     let now = Instant::now();
     let mut ctl = RateController::new(RateParams::default(), now);
-    ctl.on_capacity(Capacity::Provisioned { wcu: 1_000.0 }, now);
+    ctl.on_capacity(WriteCapacity::Provisioned { wcu: 1_000.0 }, now);
     // Full burst bucket: the cap must keep us from living on credit.
     let mut table = SimTable::new(1_000.0, true);
     let r = simulate(&mut ctl, &mut table, 600, |_, _, _, _| {});
@@ -186,14 +186,14 @@ fn unknown_capacity_converges_from_an_on_demand_guess_and_stays() {
 fn a_capacity_increase_is_followed() {
     let now = Instant::now();
     let mut ctl = RateController::new(RateParams::default(), now);
-    ctl.on_capacity(Capacity::Provisioned { wcu: 500.0 }, now);
+    ctl.on_capacity(WriteCapacity::Provisioned { wcu: 500.0 }, now);
     let mut table = SimTable::new(500.0, false);
     table.partition_cap = 2_000.0;
     // At 60 s the table is raised to 1,500 WCU and DescribeTable says so.
     let r = simulate(&mut ctl, &mut table, 120, |t, c, tab, at| {
         if t >= Duration::from_secs(60) {
             tab.provisioned = 1_500.0;
-            c.on_capacity(Capacity::Provisioned { wcu: 1_500.0 }, at);
+            c.on_capacity(WriteCapacity::Provisioned { wcu: 1_500.0 }, at);
         }
     });
     let first = window_means(&r.per_second[..60], 5, 10);
@@ -213,7 +213,7 @@ fn a_capacity_increase_is_followed() {
 fn one_overshoot_costs_one_cut() {
     let t0 = Instant::now();
     let mut ctl = RateController::new(RateParams::default(), t0);
-    ctl.on_capacity(Capacity::Provisioned { wcu: 1_000.0 }, t0);
+    ctl.on_capacity(WriteCapacity::Provisioned { wcu: 1_000.0 }, t0);
     for _ in 0..3 {
         ctl.on_send(25.0, t0);
     }
@@ -272,7 +272,7 @@ fn paced_rate(mut ctl: RateController, t0: Instant) -> f64 {
 fn pacing_holds_the_average_at_the_rate() {
     let t0 = Instant::now();
     let mut ctl = RateController::new(RateParams::default(), t0);
-    ctl.on_capacity(Capacity::Provisioned { wcu: 200.0 }, t0);
+    ctl.on_capacity(WriteCapacity::Provisioned { wcu: 200.0 }, t0);
     let per_sec = paced_rate(ctl, t0);
     assert!(
         (190.0..=215.0).contains(&per_sec),
@@ -291,13 +291,13 @@ fn a_capacity_share_caps_the_planned_rate() {
     };
     let mut ctl = RateController::new(p.clone(), t0);
     assert_eq!(ctl.rate(), 1_000.0, "a quarter of the on-demand start");
-    ctl.on_capacity(Capacity::Provisioned { wcu: 200.0 }, t0);
+    ctl.on_capacity(WriteCapacity::Provisioned { wcu: 200.0 }, t0);
     assert_eq!(ctl.rate(), 50.0);
     let per_sec = paced_rate(ctl, t0);
     assert!((45.0..=56.0).contains(&per_sec), "{per_sec} WCU/s");
     let mut od = RateController::new(p, t0);
     od.on_capacity(
-        Capacity::OnDemand {
+        WriteCapacity::OnDemand {
             max_wcu: Some(400.0),
             warm_wcu: None,
         },
