@@ -1,6 +1,6 @@
 //! Events: the entity id, timestamp, event id and payload of one JSON record.
 //!
-//! The record is parsed once ([`crate::raw`]), keeping every value as its raw
+//! The record is parsed once (`crate::raw`), keeping every value as its raw
 //! JSON text; only the configured fields are decoded. Payload numbers
 //! therefore reach DynamoDB with exactly the digits the producer wrote.
 //!
@@ -219,7 +219,7 @@ impl Extractor {
 
     /// [`Extractor::extract`] for inner event `inner` of a record holding
     /// several (NDJSON, JSON array): a derived event id names the position.
-    pub fn extract_inner(
+    pub(crate) fn extract_inner(
         &self,
         data: &[u8],
         origin: &Origin,

@@ -30,23 +30,23 @@ use crate::route::{RouteCache, RouteError, Router};
 use crate::size::{self, WCU_BYTES};
 
 /// Most WCU one partition serves per second.
-pub const PARTITION_WCU: f64 = 1000.0;
+pub(crate) const PARTITION_WCU: f64 = 1000.0;
 
 /// Data one partition holds: 10 GB, taken as 10^10 bytes (seed 000's
 /// example, 600 events/s of 180 bytes filling it in "26 or 27 hours", uses
 /// this reading: 25.7 h).
-pub const PARTITION_BYTES: f64 = 1e10;
+pub(crate) const PARTITION_BYTES: f64 = 1e10;
 
 /// Storage overhead DynamoDB bills per item, in bytes.
-pub const ITEM_STORAGE_OVERHEAD_BYTES: f64 = 100.0;
+pub(crate) const ITEM_STORAGE_OVERHEAD_BYTES: f64 = 100.0;
 
 /// Kinesis shard write limits: records/s and bytes/s (1 MiB).
-pub const KINESIS_SHARD_RECORDS: f64 = 1000.0;
+pub(crate) const KINESIS_SHARD_RECORDS: f64 = 1000.0;
 /// See [`KINESIS_SHARD_RECORDS`].
-pub const KINESIS_SHARD_BYTES: f64 = 1_048_576.0;
+pub(crate) const KINESIS_SHARD_BYTES: f64 = 1_048_576.0;
 
 /// Hours in a billing month, as AWS prices it.
-pub const HOURS_PER_MONTH: f64 = 730.0;
+pub(crate) const HOURS_PER_MONTH: f64 = 730.0;
 
 /// Prices in USD. Defaults are us-east-1 list prices (standard table class)
 /// after the November 2024 on-demand price cut; override them for another

@@ -144,7 +144,7 @@ pub(crate) const PER_ITEM_OVERHEAD: usize = 32;
 impl<T> TableQueue<T> {
     /// A queue whose batches hold at most `max_items` items and
     /// `max_bytes` of request body.
-    pub fn with_limits(max_items: usize, max_bytes: usize) -> Self {
+    pub(crate) fn with_limits(max_items: usize, max_bytes: usize) -> Self {
         TableQueue {
             slots: Slots {
                 slots: Vec::new(),
@@ -173,18 +173,19 @@ impl<T> TableQueue<T> {
     }
 
     /// Partition-key hashes with entries held back by a gate, in turn order.
-    pub fn parked_keys(&self) -> impl Iterator<Item = u64> + '_ {
+    pub(crate) fn parked_keys(&self) -> impl Iterator<Item = u64> + '_ {
         self.parked_turn.iter().copied()
     }
 
     /// Entries held back by a gate.
-    pub fn parked_len(&self) -> usize {
+    pub(crate) fn parked_len(&self) -> usize {
         self.parked_len
     }
 
     /// Keys currently in flight (taken by [`take_batch`](Self::take_batch)
     /// and not yet released).
-    pub fn in_flight_keys(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn in_flight_keys(&self) -> usize {
         self.in_flight
     }
 
@@ -224,7 +225,7 @@ impl<T> TableQueue<T> {
     /// Puts entries that were in flight back at the front, in their order,
     /// and releases their keys. If a newer submission of the same key arrived
     /// meanwhile, the newer item wins and the old tokens join it.
-    pub fn requeue_front(&mut self, batch: Vec<Entry<T>>) {
+    pub(crate) fn requeue_front(&mut self, batch: Vec<Entry<T>>) {
         for mut e in batch.into_iter().rev() {
             let st = self.keys.entry(e.key_hash).or_default();
             if st.in_flight {
@@ -332,7 +333,10 @@ impl<T> TableQueue<T> {
     /// their gate allows, and are placed at the end of the batch; an entry
     /// the gate refuses, and every later entry of its partition key, waits
     /// in that key's queue.
-    pub fn take_batch_gated(&mut self, mut gate: impl FnMut(u64, u64) -> bool) -> Vec<Entry<T>> {
+    pub(crate) fn take_batch_gated(
+        &mut self,
+        mut gate: impl FnMut(u64, u64) -> bool,
+    ) -> Vec<Entry<T>> {
         let mut batch = Vec::new();
         let mut bytes = REQUEST_OVERHEAD;
         // Each held key once, in turn; a key visited and still held goes to

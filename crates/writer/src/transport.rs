@@ -45,7 +45,7 @@ pub(crate) use body::request_body;
 
 /// Longest answer read. A BatchWriteItem answer at most echoes the request's
 /// items back as unprocessed (16 MB); anything longer is not DynamoDB's.
-pub const MAX_RESPONSE_BYTES: usize = 20 * 1024 * 1024;
+pub(crate) const MAX_RESPONSE_BYTES: usize = 20 * 1024 * 1024;
 
 /// What DynamoDB answered, before interpretation: the writer reads the
 /// status and JSON body (UnprocessedItems, or `__type` and message).

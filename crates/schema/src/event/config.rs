@@ -92,7 +92,7 @@ fn default_clash_prefix() -> String {
 
 impl EventConfig {
     /// How errors name the entity: its field, or its fields joined by `+`.
-    pub fn entity_label(&self) -> String {
+    pub(crate) fn entity_label(&self) -> String {
         if self.entity_fields.is_empty() {
             self.entity_field.clone()
         } else {
