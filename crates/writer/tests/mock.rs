@@ -82,6 +82,20 @@ fn s(item: &Item, k: &str) -> String {
     }
 }
 
+/// The table and the put requests of a BatchWriteItem body the writer built
+/// (its first table: the writer sends one per call).
+fn requests(body: &[u8]) -> (String, Vec<serde_json::Value>) {
+    let mut req: serde_json::Value = serde_json::from_slice(body).unwrap();
+    assert_eq!(req["ReturnConsumedCapacity"], "TOTAL");
+    let (table, reqs) = req["RequestItems"]
+        .as_object_mut()
+        .unwrap()
+        .iter_mut()
+        .next()
+        .unwrap();
+    (table.clone(), reqs.as_array_mut().unwrap().split_off(0))
+}
+
 /// The fake's BatchWriteItem: reads the JSON body the writer built, and
 /// answers in DynamoDB's JSON.
 impl Transport for Fake {
@@ -104,17 +118,9 @@ impl Transport for Fake {
 
 impl Fake {
     fn write(&self, body: &[u8]) -> RawResponse {
-        let req: serde_json::Value = serde_json::from_slice(body).unwrap();
-        assert_eq!(req["ReturnConsumedCapacity"], "TOTAL");
-        let (table, reqs) = req["RequestItems"]
-            .as_object()
-            .unwrap()
-            .iter()
-            .next()
-            .unwrap();
+        let (table, reqs) = requests(body);
+        let table = &table;
         let items: Vec<Item> = reqs
-            .as_array()
-            .unwrap()
             .iter()
             .map(|r| decode_map(&r["PutRequest"]["Item"]).unwrap())
             .collect();
@@ -381,6 +387,98 @@ async fn partial_unprocessed_items_are_resent_alone() {
     assert_eq!(h.stats().unprocessed, 3);
     h.close();
     task.await.unwrap().unwrap();
+}
+
+/// Answers the first call with its first item unprocessed (echoed back as
+/// DynamoDB does) and stores everything after; counts each call's items.
+#[derive(Default)]
+struct FirstItemBack(Mutex<Vec<usize>>);
+
+impl Transport for FirstItemBack {
+    fn batch_write_item(
+        &self,
+        body: Bytes,
+    ) -> BoxFuture<'static, Result<RawResponse, TransportError>> {
+        let (table, reqs) = requests(&body);
+        let mut calls = self.0.lock().unwrap();
+        let mut out = serde_json::json!({
+            "UnprocessedItems": {},
+            "ConsumedCapacity": [{"TableName": table, "CapacityUnits": reqs.len()}],
+        });
+        if calls.is_empty() {
+            out["UnprocessedItems"][table] = serde_json::json!([reqs[0]]);
+        }
+        calls.push(reqs.len());
+        let answer = RawResponse {
+            status: 200,
+            body: serde_json::to_vec(&out).unwrap().into(),
+        };
+        Box::pin(async move { Ok(answer) })
+    }
+}
+
+/// The writer reads the keys DynamoDB returns unprocessed by the key
+/// attribute names it is built with: with `id` / `at`, the one item
+/// returned is resent alone, the others are acknowledged (were the names
+/// not the tables', no key could be read and the whole batch would go again).
+#[tokio::test(start_paused = true)]
+async fn unprocessed_keys_are_read_by_the_writers_key_attributes() {
+    let transport = Arc::new(FirstItemBack::default());
+    let (h, task) = Writer::builder(
+        Fake::default().client(false),
+        transport.clone(),
+        KeyAttributes {
+            pk: "id".into(),
+            sk: "at".into(),
+        },
+    )
+    .config(config())
+    .start();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    for i in 0..3 {
+        let mut it = Item::new();
+        it.insert("id".into(), AttributeValue::S(format!("d{i}")));
+        it.insert("at".into(), AttributeValue::S("2026".into()));
+        let tx = tx.clone();
+        h.submit(Submission {
+            table: "t".into(),
+            key: ItemKey::new(&format!("d{i}"), "2026"),
+            item: WireItem::encode(&it),
+            done: Completion::from_fn(move |o| tx.send((format!("d{i}"), o)).unwrap()),
+        })
+        .await
+        .unwrap();
+    }
+    h.flush().await;
+    assert_eq!(*transport.0.lock().unwrap(), vec![3, 1]);
+    let out = drain(&mut rx);
+    assert_eq!(out.len(), 3);
+    assert!(out.values().all(|v| v == &vec![WriteOutcome::Stored]));
+    h.close();
+    task.await.unwrap().unwrap();
+}
+
+/// Without a partition key name the writer could match no unprocessed
+/// item: it refuses to start, naming the problem.
+#[tokio::test(start_paused = true)]
+async fn key_attributes_without_a_partition_key_are_refused() {
+    let fake = Fake::default();
+    let (h, task) = Writer::builder(
+        fake.client(false),
+        Arc::new(fake.clone()),
+        KeyAttributes {
+            pk: String::new(),
+            sk: "sk".into(),
+        },
+    )
+    .start();
+    match task.await.unwrap() {
+        Err(WriterError::Config(msg)) => assert!(msg.contains("partition key"), "{msg}"),
+        other => panic!("the writer started: {other:?}"),
+    }
+    let (tx, _rx) = mpsc::unbounded_channel();
+    let late = submit(&h, &fake, &tx, "t", item("a", "v"), "a").await;
+    assert!(matches!(late, Err(WriterError::Closed)), "{late:?}");
 }
 
 #[tokio::test(start_paused = true)]
