@@ -26,7 +26,7 @@ use chrono::{DateTime, Utc};
 use libfuzzer_sys::fuzz_target;
 use tidemark_schema::event::TimestampFormat;
 use tidemark_schema::period::Period;
-use tidemark_schema::route::{Routed, Router, RouterConfig};
+use tidemark_schema::route::{RouteCache, Routed, Router, RouterConfig};
 use tidemark_schema::size::{self, Item};
 use tidemark_schema::strategy::{self, Bucket, KeyStrategy};
 use tidemark_schema::{Origin, Reason, timefmt};
@@ -212,8 +212,12 @@ fuzz_target!(|data: &[u8]| {
     let lax_object = serde_json::from_slice::<&serde_json::value::RawValue>(data).is_ok()
         && data.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
     for router in ROUTERS.iter() {
-        let first = router.route(data, &origin, *NOW);
-        let second = router.route(data, &origin, *NOW);
+        let first = router
+            .route(data, &origin, 0, *NOW, &mut RouteCache::default())
+            .map(|r| r.new);
+        let second = router
+            .route(data, &origin, 0, *NOW, &mut RouteCache::default())
+            .map(|r| r.new);
         assert_eq!(first, second, "routing is not deterministic");
         match &first {
             Ok(r) => {

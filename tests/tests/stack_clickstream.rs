@@ -13,7 +13,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::PutRecordsRequestEntry;
-use tidemark_schema::route::Router;
+use tidemark_schema::route::{RouteCache, Router};
 use tidemark_tests::worker::{Running, config, kinesis_source, sdk, test_toml};
 use tidemark_tests::{repo_root, routed_item, unique_name, wait_until};
 
@@ -129,9 +129,12 @@ async fn clickstream_fixture_replays_with_its_mapping_and_verifies() {
                 message_id: "m".into(),
                 index: 0,
             },
+            0,
             chrono::Utc::now(),
+            &mut RouteCache::default(),
         )
-        .unwrap();
+        .unwrap()
+        .new;
     let item = routed_item(&ddb, &routed)
         .await
         .expect("the first event is stored");

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use tidemark_schema::route::Router;
+use tidemark_schema::route::{RouteCache, Router};
 use tidemark_tests::worker::{Running, config, item_count, produce, queue_depth, sdk, test_toml};
 use tidemark_tests::{create_queue, routed_item, unique_name, wait_until};
 use tidemark_worker::tools::produce::{ProduceSpec, Target};
@@ -236,8 +236,15 @@ async fn sqs_ndjson_gzip_and_sns_bodies_store_each_inner_event_and_delete_after_
     };
     let third = r#"{"deviceId":"d3","timestamp":"TS","seq":3}"#.replace("TS", &ts);
     let routed = router
-        .route(third.as_bytes(), &origin, chrono::Utc::now())
-        .unwrap();
+        .route(
+            third.as_bytes(),
+            &origin,
+            0,
+            chrono::Utc::now(),
+            &mut RouteCache::default(),
+        )
+        .unwrap()
+        .new;
     let item = routed_item(&ddb, &routed)
         .await
         .expect("the first message's third event is stored under its derived id");

@@ -541,11 +541,6 @@ impl Config {
         config.tiers = extras.tiers;
         config.billing = extras.billing;
         config.schema.event = config.event.clone();
-        // The writer matches UnprocessedItems by the key attributes: they are
-        // the schema's, never configured twice (the loader rejects
-        // `writer.pk_attribute`).
-        config.writer.pk_attribute = config.schema.key_attributes.pk.clone();
-        config.writer.sk_attribute = config.schema.key_attributes.sk.clone();
         Ok(config)
     }
 

@@ -21,7 +21,7 @@ use chrono::{DateTime, Utc};
 use tidemark_consumer::record::{Ack, Record};
 use tidemark_schema::Origin;
 use tidemark_schema::framing::{self, GZIP_MAGIC, RecordFormat};
-use tidemark_schema::route::{RouteCache, Routed, Router};
+use tidemark_schema::route::{RouteCache, Routed, Router, Routes};
 use tidemark_writer::{Complete, Completion, Submission, WriteOutcome, WriterError, WriterHandle};
 use tokio::sync::mpsc;
 
@@ -220,9 +220,9 @@ impl Pipeline {
     ) -> u64 {
         match self
             .router_for(&origin)
-            .route_inner(&data, &origin, inner.unwrap_or(0), now, cache)
+            .route(&data, &origin, inner.unwrap_or(0), now, cache)
         {
-            Ok((r, None)) => {
+            Ok(Routes { new: r, old: None }) => {
                 slots.push(Some(Kept {
                     origin,
                     data,
@@ -234,7 +234,10 @@ impl Pipeline {
             }
             // A shard migration's dual write: the event is acknowledged
             // only once both its items are stored (or dead-lettered).
-            Ok((new, Some(old))) => {
+            Ok(Routes {
+                new,
+                old: Some(old),
+            }) => {
                 for (r, ack) in [new, old].into_iter().zip(ack.split(2)) {
                     slots.push(Some(Kept {
                         origin: origin.clone(),
@@ -314,10 +317,8 @@ mod tests {
     use futures::future::BoxFuture;
     use std::time::Duration;
     use tidemark_consumer::checkpoint::{AckTracker, Position};
-    use tidemark_schema::{Reason, RouterConfig};
-    use tidemark_writer::{
-        RawResponse, RejectMissing, Transport, TransportError, Writer, WriterConfig,
-    };
+    use tidemark_schema::{KeyAttributes, Reason, RouterConfig};
+    use tidemark_writer::{RawResponse, Transport, TransportError, Writer, WriterConfig};
 
     /// Stores every call, except that a call holding an item with
     /// "poison" in it is refused with a ValidationException.
@@ -384,15 +385,16 @@ mod tests {
             .endpoint_url("http://127.0.0.1:1")
             .credentials_provider(Credentials::new("a", "b", None, None, "test"))
             .build();
-        let (writer, task) = Writer::start(
+        let (writer, task) = Writer::builder(
             aws_sdk_dynamodb::Client::from_conf(sdk),
             Arc::new(Fake),
-            WriterConfig {
-                linger: Duration::from_millis(1),
-                ..WriterConfig::default()
-            },
-            Arc::new(RejectMissing),
-        );
+            KeyAttributes::default(),
+        )
+        .config(WriterConfig {
+            linger: Duration::from_millis(1),
+            ..WriterConfig::default()
+        })
+        .start();
         let memory = Arc::new(Memory::default());
         let (dead_letters, dl_task) = DeadLetters::start(Arc::new(memory.clone()), None);
         let now = DateTime::parse_from_rfc3339("2026-11-22T10:00:00Z")

@@ -62,7 +62,7 @@ use tidemark_consumer::keyschema::KeySchemaMismatch;
 pub enum WorkerError {
     /// The schema section does not make a router.
     #[error("schema: {0}")]
-    Schema(#[from] tidemark_schema::route::ConfigError),
+    Schema(#[from] tidemark_schema::route::RouterConfigError),
     /// The writer's transport could not be set up from the SDK config.
     #[error("writer transport: {0}")]
     Transport(#[from] tidemark_writer::transport::SettingsError),
@@ -223,16 +223,18 @@ impl DataPath {
         // identity cache, signing, HTTP client), with pre-encoded bodies (see
         // tidemark_writer::transport).
         let transport = Arc::new(tidemark_writer::SdkTransport::new(sdk)?);
-        let (writer, writer_task) = Writer::start_governed(
+        let (writer, writer_task) = Writer::builder(
             dynamodb.clone(),
             transport.clone(),
-            config.writer.clone(),
-            Arc::new(
-                CreateMissingTables::new(manager.clone())
-                    .with_quota_retry_for(config.maintenance.quota_retry_for),
-            ),
-            governors.dynamodb.clone(),
-        );
+            config.schema.key_attributes.clone(),
+        )
+        .config(config.writer.clone())
+        .missing_tables(Arc::new(
+            CreateMissingTables::new(manager.clone())
+                .with_quota_retry_for(config.maintenance.quota_retry_for),
+        ))
+        .governor(governors.dynamodb.clone())
+        .start();
         let sink: Arc<dyn DeadLetterSink> = match &config.dead_letters {
             DeadLetterConfig::File { path } => Arc::new(FileSink::new(path.clone())),
             DeadLetterConfig::Sqs { queue_url, .. } => Arc::new(SqsSink::new(

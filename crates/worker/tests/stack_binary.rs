@@ -1005,7 +1005,16 @@ async fn migrate_status_backfill_cutover_and_query_through_the_binary() {
             r#"{{"deviceId":"dev-{}","timestamp":"{ts}","eventId":"ev-{i}"}}"#,
             i % 6
         );
-        let routed = router.route(event.as_bytes(), &origin, now).unwrap();
+        let routed = router
+            .route(
+                event.as_bytes(),
+                &origin,
+                0,
+                now,
+                &mut tidemark_schema::RouteCache::default(),
+            )
+            .unwrap()
+            .new;
         table = routed.table.to_string();
         ddb.put_item()
             .table_name(&table)

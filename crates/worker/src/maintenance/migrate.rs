@@ -26,9 +26,7 @@ use serde::Serialize;
 use tidemark_schema::route::RouterConfig;
 use tidemark_schema::strategy::KeyStrategy;
 use tidemark_schema::{Item, ItemKey, WireItem};
-use tidemark_writer::{
-    Completion, RejectMissing, Submission, Transport, WriteOutcome, Writer, WriterConfig,
-};
+use tidemark_writer::{Completion, Submission, Transport, WriteOutcome, Writer, WriterConfig};
 
 use super::tags::{LAYOUT_FROM_TAG, LAYOUT_TAG, MIGRATION_TAG, layout_of, parse_layout};
 
@@ -390,12 +388,9 @@ pub async fn backfill(
         // Finished before, but stopped before the tag was set.
         done.done = matches!(c.get("done"), Some(AttributeValue::Bool(true)));
     }
-    let (writer, task) = Writer::start(
-        client.clone(),
-        transport,
-        opts.writer.clone(),
-        Arc::new(RejectMissing),
-    );
+    let (writer, task) = Writer::builder(client.clone(), transport, config.key_attributes.clone())
+        .config(opts.writer.clone())
+        .start();
     let shared: tidemark_schema::SharedStr = table.into();
     let mut pages_this_run = 0u64;
     let result = loop {
@@ -612,8 +607,8 @@ mod tests {
             let event = format!(
                 r#"{{"deviceId":"d{i}","timestamp":"2026-11-22T05:00:00Z","eventId":"e{i}","t":{i}}}"#
             );
-            let (new, old) = router
-                .route_inner(event.as_bytes(), &origin, 0, now, &mut Default::default())
+            let tidemark_schema::route::Routes { new, old } = router
+                .route(event.as_bytes(), &origin, 0, now, &mut Default::default())
                 .unwrap();
             let new_item = new.item.to_item().unwrap();
             assert!(matches!(

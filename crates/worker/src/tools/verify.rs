@@ -161,8 +161,8 @@ pub async fn verify(
         // Stored items come back as attribute maps: compare against the
         // routed item decoded the same way.
         match router
-            .route_in(raw, &origin, now, &mut cache)
-            .map(|r| (r.item.to_item(), r))
+            .route(raw, &origin, 0, now, &mut cache)
+            .map(|r| (r.new.item.to_item(), r.new))
         {
             Ok((Ok(item), r)) => {
                 expected

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 use tidemark_schema::Origin;
-use tidemark_schema::route::{Router, RouterConfig};
+use tidemark_schema::route::{RouteCache, Router, RouterConfig};
 
 use super::render::{self, Output};
 
@@ -36,7 +36,15 @@ pub(crate) fn run(schema: &RouterConfig, args: &Args) -> Result<()> {
         sub_sequence_number: 0,
     };
     let now = args.now.unwrap_or_else(Utc::now);
-    let routed = router.route(args.event.as_bytes(), &origin, now)?;
+    let routed = router
+        .route(
+            args.event.as_bytes(),
+            &origin,
+            0,
+            now,
+            &mut RouteCache::default(),
+        )?
+        .new;
     // `pk` and `sk` are the values of the configured key attributes,
     // whatever they are named.
     let out = BTreeMap::from([

@@ -1,8 +1,8 @@
 //! `tidemark plan`: table, write-shard, Kinesis-shard and cost sizing.
 
 use anyhow::{Context, Result, bail};
-use tidemark_schema::plan::{PlanInput, Prices, item_bytes_of_sample, plan};
 use tidemark_schema::route::{Router, RouterConfig};
+use tidemark_schema::sizing::{Prices, SizingInput, item_bytes_of_sample, recommend};
 
 use super::render::{self, Output};
 
@@ -61,7 +61,7 @@ pub(crate) fn run(args: &Args) -> Result<()> {
         }
         (None, None) => bail!("give --item-bytes or --sample-event"),
     };
-    let input = PlanInput {
+    let input = SizingInput {
         avg_events_per_sec: args.events_per_sec,
         peak_events_per_sec: args.peak_events_per_sec.unwrap_or(args.events_per_sec),
         peak_key_events_per_sec: args.peak_key_events_per_sec,
@@ -73,7 +73,7 @@ pub(crate) fn run(args: &Args) -> Result<()> {
         table_partitions: args.table_partitions,
         max_partition_skew: args.max_partition_skew,
     };
-    let p = plan(&input)?;
+    let p = recommend(&input)?;
     let output = super::output(if args.json {
         Output::Json
     } else {
@@ -101,7 +101,7 @@ pub(crate) fn run(args: &Args) -> Result<()> {
             "write shards for even partitions",
             match (p.even_write_shards, p.even_usable_fraction) {
                 (Some(n), Some(f)) => format!("{n} ({} usable)", pct(f)),
-                _ => format!("none up to {}", tidemark_schema::plan::MAX_EVEN_SHARDS),
+                _ => format!("none up to {}", tidemark_schema::sizing::MAX_EVEN_SHARDS),
             },
         ),
         (

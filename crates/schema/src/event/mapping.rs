@@ -14,7 +14,8 @@ use chrono::{DateTime, FixedOffset, NaiveDate, NaiveDateTime, NaiveTime, TimeZon
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::value::RawValue;
 
-use crate::event::{EventConfigError, Node, json_kind, string_text};
+use super::error::EventConfigError;
+use crate::raw::{Node, json_kind, string_text};
 
 /// How the timestamp field is written. In TOML a string: one of the names
 /// below, or a strftime pattern (anything containing `%`).

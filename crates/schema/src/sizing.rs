@@ -26,27 +26,27 @@ use sha2::{Digest, Sha256};
 
 use crate::origin::Origin;
 use crate::period::{self, Period};
-use crate::route::{RouteError, Router};
+use crate::route::{RouteCache, RouteError, Router};
 use crate::size::{self, WCU_BYTES};
 
 /// Most WCU one partition serves per second.
-pub const PARTITION_WCU: f64 = 1000.0;
+pub(crate) const PARTITION_WCU: f64 = 1000.0;
 
 /// Data one partition holds: 10 GB, taken as 10^10 bytes (seed 000's
 /// example, 600 events/s of 180 bytes filling it in "26 or 27 hours", uses
 /// this reading: 25.7 h).
-pub const PARTITION_BYTES: f64 = 1e10;
+pub(crate) const PARTITION_BYTES: f64 = 1e10;
 
 /// Storage overhead DynamoDB bills per item, in bytes.
-pub const ITEM_STORAGE_OVERHEAD_BYTES: f64 = 100.0;
+pub(crate) const ITEM_STORAGE_OVERHEAD_BYTES: f64 = 100.0;
 
 /// Kinesis shard write limits: records/s and bytes/s (1 MiB).
-pub const KINESIS_SHARD_RECORDS: f64 = 1000.0;
+pub(crate) const KINESIS_SHARD_RECORDS: f64 = 1000.0;
 /// See [`KINESIS_SHARD_RECORDS`].
-pub const KINESIS_SHARD_BYTES: f64 = 1_048_576.0;
+pub(crate) const KINESIS_SHARD_BYTES: f64 = 1_048_576.0;
 
 /// Hours in a billing month, as AWS prices it.
-pub const HOURS_PER_MONTH: f64 = 730.0;
+pub(crate) const HOURS_PER_MONTH: f64 = 730.0;
 
 /// Prices in USD. Defaults are us-east-1 list prices (standard table class)
 /// after the November 2024 on-demand price cut; override them for another
@@ -103,7 +103,7 @@ pub const MAX_EVEN_SHARDS: u32 = 4096;
 /// What the planner needs to know.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PlanInput {
+pub struct SizingInput {
     /// Average events per second, whole stream.
     pub avg_events_per_sec: f64,
     /// Peak events per second, whole stream.
@@ -140,7 +140,7 @@ pub struct PlanInput {
 
 /// The planner's answer.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Plan {
+pub struct SizingPlan {
     /// WCUs one write of an average item costs.
     pub wcu_per_item: u64,
     /// WCU needed at the stream's peak.
@@ -191,7 +191,7 @@ pub struct Plan {
 
 /// Input that cannot be planned.
 #[derive(Debug, Clone, PartialEq, Error)]
-pub enum PlanError {
+pub enum SizingError {
     /// A rate or size is not positive, or peak is below average.
     #[error("planner input `{field}`: {problem}")]
     Invalid {
@@ -220,9 +220,9 @@ fn ceil_u64(x: f64) -> u64 {
 }
 
 /// Plans capacity for `input`.
-pub fn plan(input: &PlanInput) -> Result<Plan, PlanError> {
+pub fn recommend(input: &SizingInput) -> Result<SizingPlan, SizingError> {
     let invalid = |field, problem: &str| {
-        Err(PlanError::Invalid {
+        Err(SizingError::Invalid {
             field,
             problem: problem.to_owned(),
         })
@@ -384,7 +384,7 @@ pub fn plan(input: &PlanInput) -> Result<Plan, PlanError> {
         input.prices.provisioned_wcu_hour
     ));
 
-    Ok(Plan {
+    Ok(SizingPlan {
         wcu_per_item,
         peak_wcu,
         peak_key_wcu,
@@ -531,8 +531,8 @@ pub fn item_bytes_of_sample(router: &Router, sample: &[u8]) -> Result<u64, Route
     let event = router.extractor().extract(sample, &origin)?;
     // Judge the sample at its own time: it is neither expired nor early.
     let now = DateTime::<Utc>::from_timestamp_millis(event.timestamp_ms).unwrap_or_default();
-    let routed = router.route(sample, &origin, now)?;
-    Ok(routed.item.size() as u64)
+    let routes = router.route(sample, &origin, 0, now, &mut RouteCache::default())?;
+    Ok(routes.new.item.size() as u64)
 }
 
 #[cfg(test)]
@@ -540,8 +540,8 @@ mod tests {
     use super::*;
     use crate::route::RouterConfig;
 
-    fn input(avg: f64, peak: f64, bytes: u64) -> PlanInput {
-        PlanInput {
+    fn input(avg: f64, peak: f64, bytes: u64) -> SizingInput {
+        SizingInput {
             avg_events_per_sec: avg,
             peak_events_per_sec: peak,
             peak_key_events_per_sec: None,
@@ -572,7 +572,7 @@ mod tests {
         let mut i = input(8000.0, 8000.0, 200);
         i.peak_key_events_per_sec = Some(8000.0);
         i.table_partitions = Some(10);
-        let p = plan(&i).unwrap();
+        let p = recommend(&i).unwrap();
         assert_eq!(p.recommended_write_shards, 8);
         assert!(p.recommended_usable_fraction < 0.5);
         let n = p.even_write_shards.unwrap();
@@ -596,7 +596,7 @@ mod tests {
 
     #[test]
     fn seed_000_six_hundred_events_of_180_bytes_need_daily_tables() {
-        let p = plan(&input(600.0, 600.0, 180)).unwrap();
+        let p = recommend(&input(600.0, 600.0, 180)).unwrap();
         assert!(
             (25.0..27.0).contains(&p.partition_fill_hours),
             "{}",
@@ -610,7 +610,7 @@ mod tests {
 
     #[test]
     fn seed_000_five_thousand_average_six_thousand_peak() {
-        let p = plan(&input(5000.0, 6000.0, 1024)).unwrap();
+        let p = recommend(&input(5000.0, 6000.0, 1024)).unwrap();
         assert_eq!(p.wcu_per_item, 1);
         assert_eq!(p.peak_wcu, 6000);
         assert_eq!(p.min_write_shards, 6);
@@ -619,7 +619,7 @@ mod tests {
         // 6000 x 1 KiB = 5.86 MiB/s.
         assert_eq!(p.kinesis_shards_by_bytes, 6);
         // One byte over 1 KB doubles the write cost.
-        let p2 = plan(&input(5000.0, 6000.0, 1025)).unwrap();
+        let p2 = recommend(&input(5000.0, 6000.0, 1025)).unwrap();
         assert_eq!(p2.peak_wcu, 12_000);
         assert_eq!(p2.min_write_shards, 12);
     }
@@ -628,16 +628,16 @@ mod tests {
     fn seed_003_bursting_sensor_needs_two_shards_and_ten_with_head_room() {
         let mut i = input(50_000.0, 50_000.0, 500);
         i.peak_key_events_per_sec = Some(2000.0);
-        let p = plan(&i).unwrap();
+        let p = recommend(&i).unwrap();
         assert_eq!(p.peak_key_wcu, 2000);
         assert_eq!(p.min_write_shards, 2);
         i.safety_factor = 5.0;
-        assert_eq!(plan(&i).unwrap().recommended_write_shards, 10);
+        assert_eq!(recommend(&i).unwrap().recommended_write_shards, 10);
     }
 
     #[test]
     fn costs_follow_the_shown_arithmetic() {
-        let p = plan(&input(1000.0, 2000.0, 200)).unwrap();
+        let p = recommend(&input(1000.0, 2000.0, 200)).unwrap();
         let writes = 1000.0 * 730.0 * 3600.0 / 1e6 * 0.625;
         let storage = 1000.0 * 300.0 * 30.0 * 86_400.0 / 1e9 * 0.25;
         assert!((p.monthly_cost_on_demand_usd - (writes + storage)).abs() < 1e-6);
@@ -649,23 +649,23 @@ mod tests {
             p.arithmetic
         );
         // 20,000 events/s of 1 KB fill 10 GB in 8 minutes: no period fits.
-        let huge = plan(&input(20_000.0, 20_000.0, 1000)).unwrap();
+        let huge = recommend(&input(20_000.0, 20_000.0, 1000)).unwrap();
         assert!(!huge.period_fits);
         assert_eq!(huge.recommended_period, Period::Hour);
         // Slow streams get the longest period.
         assert_eq!(
-            plan(&input(1.0, 1.0, 100)).unwrap().recommended_period,
+            recommend(&input(1.0, 1.0, 100)).unwrap().recommended_period,
             Period::Quarter
         );
     }
 
     #[test]
     fn invalid_input_names_the_field() {
-        let e = plan(&input(100.0, 50.0, 100)).unwrap_err();
+        let e = recommend(&input(100.0, 50.0, 100)).unwrap_err();
         assert!(e.to_string().contains("peak_events_per_sec"));
-        let e = plan(&input(100.0, 100.0, 500_000)).unwrap_err();
+        let e = recommend(&input(100.0, 100.0, 500_000)).unwrap_err();
         assert!(e.to_string().contains("avg_item_bytes"));
-        let e = plan(&input(f64::NAN, 100.0, 100)).unwrap_err();
+        let e = recommend(&input(f64::NAN, 100.0, 100)).unwrap_err();
         assert!(e.to_string().contains("avg_events_per_sec"));
     }
 
@@ -682,7 +682,7 @@ mod tests {
 
     #[test]
     fn input_from_toml() {
-        let i: PlanInput = toml::from_str(
+        let i: SizingInput = toml::from_str(
             "avg_events_per_sec = 600\npeak_events_per_sec = 900\navg_item_bytes = 180\nretention = \"7d\"\n[prices]\nstorage_gb_month = 0.3",
         )
         .unwrap();
