@@ -17,8 +17,6 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tidemark_consumer::config::KinesisConfig;
-use tidemark_consumer::sqs::SqsConfig;
 use tidemark_schema::event::EventConfig;
 use tidemark_schema::period::{Billing, CapacityTiers};
 use tidemark_schema::route::{Router, RouterConfig};
@@ -33,6 +31,9 @@ pub(crate) use check::Effective;
 use check::ValueOrigins;
 pub use check::{Problem, ValueOrigin};
 pub use schema::json_schema;
+/// The `[source]` section: the consumer's own type (each source's keys and
+/// checks live with the source).
+pub use tidemark_consumer::SourceConfig;
 
 /// Prefix of environment overrides; `__` separates the path segments.
 pub const ENV_PREFIX: &str = "TIDEMARK__";
@@ -82,16 +83,6 @@ pub struct Config {
 /// `shutdown_grace` of 20 s for the final checkpoints and releases.
 pub(crate) const fn default_shutdown_timeout() -> Duration {
     Duration::from_secs(30)
-}
-
-/// The source section: `kind = "kinesis"` or `kind = "sqs"` plus its keys.
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum SourceConfig {
-    /// A Kinesis data stream, read with leases in a KCL-format table.
-    Kinesis(KinesisConfig),
-    /// An SQS queue (standard or FIFO).
-    Sqs(SqsConfig),
 }
 
 /// What happens to tables past retention.
@@ -578,36 +569,21 @@ impl Config {
         // The same checks each source runs when it starts, so every command
         // (not only `run`, and before any AWS call) refuses a bad source
         // section, naming the key as it is written in the file.
-        match &self.source {
-            SourceConfig::Kinesis(kinesis) => {
-                if let Err(e) = kinesis.validate() {
-                    out.push((format!("source.{}", e.key), e.problem));
-                }
-                // Each stream's own mapping must make a router too.
-                for (stream, schema) in self.stream_schemas() {
-                    if let Err(e) = Router::new(schema) {
-                        let i = kinesis
-                            .streams
-                            .iter()
-                            .position(|s| s.stream_name() == stream)
-                            .unwrap_or_default();
-                        out.push((
-                            format!("source.streams.{i}.{}", e.key_path()),
-                            format!("stream `{stream}`: {e}"),
-                        ));
-                    }
-                }
-            }
-            SourceConfig::Sqs(sqs) => {
-                if let Err(e) = sqs.validate() {
-                    out.push((format!("source.{}", e.key), e.to_string()));
-                }
+        if let Err(e) = self.source.validate() {
+            out.push((format!("source.{}", e.key), e.problem));
+        }
+        // Each stream's own mapping must make a router too.
+        for (i, stream, event) in self.source.stream_events() {
+            let mut schema = self.schema.clone();
+            schema.event = event.clone();
+            if let Err(e) = Router::new(schema) {
+                out.push((
+                    format!("source.streams.{i}.{}", e.key_path()),
+                    format!("stream `{stream}`: {e}"),
+                ));
             }
         }
-        let grace = match &self.source {
-            SourceConfig::Kinesis(k) => k.shutdown_grace,
-            SourceConfig::Sqs(s) => s.shutdown_grace,
-        };
+        let grace = self.source.shutdown_grace();
         if self.shutdown_timeout <= grace {
             out.push((
                 "shutdown_timeout".into(),
@@ -676,16 +652,13 @@ impl Config {
     /// event mapping (`source.streams[].event`), by stream name; the other
     /// streams use [`Config::schema`].
     pub fn stream_schemas(&self) -> Vec<(String, RouterConfig)> {
-        let SourceConfig::Kinesis(k) = &self.source else {
-            return Vec::new();
-        };
-        k.streams
-            .iter()
-            .filter_map(|s| {
-                let event = s.event.clone()?;
+        self.source
+            .stream_events()
+            .into_iter()
+            .map(|(_, stream, event)| {
                 let mut schema = self.schema.clone();
-                schema.event = event;
-                Some((s.stream_name().to_string(), schema))
+                schema.event = event.clone();
+                (stream.to_string(), schema)
             })
             .collect()
     }
@@ -1064,6 +1037,33 @@ path = "dead-letters.jsonl"
             let m = err(&text, &[]);
             assert!(m.contains(&format!("config key `{key}`")), "{m}");
         }
+    }
+
+    /// `record_format = "json"` meant one event or an array on SQS; it means
+    /// one event on every source now, so the old SQS spelling is refused at
+    /// load, naming the new one, never read the new way silently.
+    #[test]
+    fn the_old_sqs_json_record_format_is_refused_at_load_naming_the_new_one() {
+        let sqs = MINIMAL.replace(
+            "kind = \"kinesis\"\nstream = \"events\"\nlease_table = \"tidemark-leases\"\n",
+            "kind = \"sqs\"\nqueue_url = \"http://127.0.0.1:4566/000000000000/q\"\n",
+        );
+        assert!(sqs.contains("kind = \"sqs\""), "{sqs}");
+        let c = Config::from_toml(&sqs, "t.toml", &env(&[])).unwrap();
+        let SourceConfig::Sqs(s) = &c.source else {
+            panic!("sqs source")
+        };
+        assert_eq!(
+            s.record_format,
+            tidemark_schema::framing::RecordFormat::JsonOrArray
+        );
+        let old = sqs.replace("queue_url =", "record_format = \"json\"\nqueue_url =");
+        let m = err(&old, &[]);
+        assert!(m.contains("config key `source.record_format`"), "{m}");
+        assert!(m.contains("\"json_or_array\""), "{m}");
+        // On Kinesis `json` keeps its meaning: one event per record.
+        let kinesis = MINIMAL.replace("lease_table = ", "record_format = \"json\"\nlease_table = ");
+        Config::from_toml(&kinesis, "t.toml", &env(&[])).unwrap();
     }
 
     #[test]

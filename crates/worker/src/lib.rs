@@ -25,10 +25,11 @@
 //!     error), and the `DataPath` `replay` shares;
 //!   - `pipeline.rs`: source records → route → writer → acknowledgement;
 //!     every record is acknowledged only once stored or durably
-//!     dead-lettered. A record of several events (`record_format` ndjson /
-//!     json_array, gzip detected) is split: each event is stored or
-//!     dead-lettered on its own, and the record acknowledged once all of
-//!     them are. During a shard migration (`schema.migrate_from`) an event
+//!     dead-lettered. The sources hand over one record per event (a source
+//!     record of several, by `record_format`, is split at the source): each
+//!     event is stored or dead-lettered on its own, and its source record
+//!     acknowledged once all of them are. During a shard migration
+//!     (`schema.migrate_from`) an event
 //!     whose old key differs is written under both, and acknowledged once
 //!     both are stored;
 //!   - `telemetry/`: `/metrics` (Prometheus, every metric described),

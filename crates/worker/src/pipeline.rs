@@ -1,7 +1,9 @@
 //! The data path: source records → route (schema) → write (writer) → ack.
 //!
-//! Every record ends in exactly one of two ways, and only then is its source
-//! position acknowledged:
+//! The sources hand over one record per event (they split records holding
+//! several by `record_format`, see `tidemark_schema::framing`). Every record
+//! ends in exactly one of two ways, and only then is its source position
+//! acknowledged:
 //! - stored: DynamoDB confirmed the item (writer completion `Stored`), or
 //!   both items during a shard migration's dual write;
 //! - dead-lettered: a defect the source found, a routing error (bad JSON,
@@ -20,7 +22,6 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use tidemark_consumer::record::{Ack, Record};
 use tidemark_schema::Origin;
-use tidemark_schema::framing::{self, GZIP_MAGIC, RecordFormat};
 use tidemark_schema::route::{RouteCache, Routed, Router, Routes};
 use tidemark_writer::{Complete, Completion, Submission, WriteOutcome, WriterError, WriterHandle};
 use tokio::sync::mpsc;
@@ -38,7 +39,8 @@ pub(crate) fn system_clock() -> Clock {
 /// Counts of what one pipeline run handled.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct PipelineCounts {
-    /// Records received from the source.
+    /// Source records received (the events of one record holding several
+    /// count once).
     pub records: u64,
     /// Items submitted to the writer (a record may hold several events, and
     /// a shard migration's dual write gives an event two items).
@@ -58,7 +60,6 @@ pub(crate) struct Pipeline {
     writer: WriterHandle,
     dead_letters: DeadLetters,
     clock: Clock,
-    format: RecordFormat,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -81,15 +82,7 @@ impl Pipeline {
             writer,
             dead_letters,
             clock,
-            format: RecordFormat::Json,
         }
-    }
-
-    /// Records hold events laid out as `format` (gzip detected in any
-    /// format). Default [`RecordFormat::Json`].
-    pub(crate) fn with_record_format(mut self, format: RecordFormat) -> Self {
-        self.format = format;
-        self
     }
 
     /// Records of these streams (by name) are routed by their own router.
@@ -120,8 +113,8 @@ impl Pipeline {
         let mut cache = RouteCache::default();
         while let Some(batch) = rx.recv().await {
             let now = (self.clock)();
-            metrics::counter!(crate::metrics::RECORDS_READ).increment(batch.len() as u64);
-            let n = batch.len() as u64;
+            let n = batch.iter().filter(|r| r.starts_source_record()).count() as u64;
+            metrics::counter!(crate::metrics::RECORDS_READ).increment(n);
             counts.records += n;
             let mut routed = Vec::with_capacity(batch.len());
             let mut slots = Vec::with_capacity(batch.len());
@@ -158,10 +151,11 @@ impl Pipeline {
         Ok(counts)
     }
 
-    /// Routes one record's events: each routed item is pushed to `routed`
-    /// (its event kept in `slots`, at the same index), each event that
-    /// cannot be routed is dead-lettered (its ack travels with the entry).
-    /// Returns the number dead-lettered.
+    /// Routes one event: its routed item (two during a shard migration's
+    /// dual write) is pushed to `routed` (the event kept in `slots`, at the
+    /// same index); an event that cannot be routed, or that the source knew
+    /// was bad, is dead-lettered (its ack travels with the entry). Returns
+    /// the number dead-lettered.
     fn prepare(
         &self,
         record: Record,
@@ -175,34 +169,16 @@ impl Pipeline {
             data,
             ack,
             defect,
+            inner,
             ..
         } = record;
         if let Some(defect) = defect {
-            let entry = DeadLetter::new(origin, defect.reason, defect.message, &data, now);
+            let entry = DeadLetter::new(origin, defect.reason, defect.message, &data, now)
+                .with_inner(inner);
             self.dead_letters.send(entry, Some(ack));
             return 1;
         }
-        // The usual case, one plain event per record: no splitting.
-        if self.format == RecordFormat::Json && !data.starts_with(&GZIP_MAGIC) {
-            return self.prepare_event(origin, data, None, ack, now, cache, slots, routed);
-        }
-        let events = match framing::split(self.format, &data) {
-            Ok(events) => events,
-            Err(e) => {
-                let entry = DeadLetter::new(origin, e.reason(), e.to_string(), &data, now);
-                self.dead_letters.send(entry, Some(ack));
-                return 1;
-            }
-        };
-        let single = self.format == RecordFormat::Json;
-        let acks = ack.split(events.len());
-        let mut dead = 0;
-        for (i, (event, ack)) in events.into_iter().zip(acks).enumerate() {
-            let inner = (!single).then(|| u32::try_from(i).unwrap_or(u32::MAX));
-            dead +=
-                self.prepare_event(origin.clone(), event, inner, ack, now, cache, slots, routed);
-        }
-        dead
+        self.prepare_event(origin, data, inner, ack, now, cache, slots, routed)
     }
 
     /// Routes one event (`inner`: its place in a record of several).
@@ -316,7 +292,7 @@ mod tests {
     use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
     use futures::future::BoxFuture;
     use std::time::Duration;
-    use tidemark_consumer::checkpoint::{AckTracker, Position};
+    use tidemark_consumer::kinesis::{AckTracker, Position};
     use tidemark_schema::{KeyAttributes, Reason, RouterConfig};
     use tidemark_writer::{RawResponse, Transport, TransportError, Writer, WriterConfig};
 
@@ -428,6 +404,7 @@ mod tests {
                     arrival_ms: 0,
                     ack: Ack::new(tracker.clone(), serial),
                     defect: None,
+                    inner: None,
                 }
             })
             .collect()
@@ -446,12 +423,9 @@ mod tests {
         drop(tx);
         let counts = pipeline.run(rx).await.unwrap();
         writer.flush().await;
-        tokio::time::timeout(
-            Duration::from_secs(10),
-            tracker.wait_for(|w| w.in_flight() == 0),
-        )
-        .await
-        .expect("every record is acked");
+        tokio::time::timeout(Duration::from_secs(10), tracker.drained())
+            .await
+            .expect("every record is acked");
         counts
     }
 
@@ -482,6 +456,7 @@ mod tests {
                 arrival_ms: 0,
                 ack: Ack::new(tracker.clone(), serial),
                 defect: None,
+                inner: None,
             }
         };
         let records = vec![
@@ -531,42 +506,42 @@ mod tests {
         dl_task.await.unwrap().unwrap();
     }
 
-    /// NDJSON records, one of them gzip-compressed: each inner event is
-    /// stored or dead-lettered on its own (the bad one with its position and
-    /// its own bytes), and each record is acknowledged once all its events
-    /// are.
+    /// Records holding several events (NDJSON), as the source hands them
+    /// over: one record per event, each naming its position (`inner`) and
+    /// holding a share of its record's acknowledgement. Each event is stored
+    /// or dead-lettered on its own (the bad one with its position and its
+    /// own bytes), and each record is acknowledged once all its events are.
     #[tokio::test]
     async fn inner_events_are_routed_alone_and_their_record_acked_after_all() {
-        use std::io::Write;
         let (pipeline, writer, memory, task, dl_task) = setup();
-        let pipeline = pipeline.with_record_format(RecordFormat::Ndjson);
         let tracker = Arc::new(AckTracker::new());
         let ev = |i: u32| format!(r#"{{"deviceId":"d{i}","timestamp":"2026-11-22T09:59:00Z"}}"#);
-        let plain = format!("{}\n{{\"deviceId\":\"bad\"}}\n{}\n", ev(0), ev(2));
-        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        gz.write_all(format!("{}\r\n{}", ev(3), ev(4)).as_bytes())
-            .unwrap();
-        let records: Vec<Record> = [plain.into_bytes(), gz.finish().unwrap()]
+        let bad = r#"{"deviceId":"bad"}"#.to_string();
+        let mut records = Vec::new();
+        for (i, events) in [vec![ev(0), bad, ev(2)], vec![ev(3), ev(4)]]
             .into_iter()
             .enumerate()
-            .map(|(i, data)| {
-                let seq = format!("{}", 1000 + i);
-                let serial = tracker.push(Position::new(seq.as_str(), 0)).unwrap();
-                Record {
+        {
+            let seq = format!("{}", 1000 + i);
+            let serial = tracker.push(Position::new(seq.as_str(), 0)).unwrap();
+            let acks = Ack::new(tracker.clone(), serial).split(events.len());
+            for (inner, (event, ack)) in events.into_iter().zip(acks).enumerate() {
+                records.push(Record {
                     origin: Origin::Kinesis {
                         stream: "s".into(),
                         shard_id: "shardId-0".into(),
-                        sequence_number: seq.into(),
+                        sequence_number: seq.as_str().into(),
                         sub_sequence_number: 0,
                     },
                     partition_key: "p".into(),
-                    data: Bytes::from(data),
+                    data: Bytes::from(event),
                     arrival_ms: 0,
-                    ack: Ack::new(tracker.clone(), serial),
+                    ack,
                     defect: None,
-                }
-            })
-            .collect();
+                    inner: Some(inner as u32),
+                });
+            }
+        }
         let (tx, rx) = mpsc::channel(1);
         tx.send(records).await.unwrap();
         drop(tx);
@@ -576,12 +551,9 @@ mod tests {
             (2, 4, 1)
         );
         writer.flush().await;
-        tokio::time::timeout(
-            Duration::from_secs(10),
-            tracker.wait_for(|w| w.in_flight() == 0),
-        )
-        .await
-        .expect("both records are acked");
+        tokio::time::timeout(Duration::from_secs(10), tracker.drained())
+            .await
+            .expect("both records are acked");
         assert_eq!(tracker.checkpoint(), Some(Position::new("1001", 0)));
         assert_eq!(writer.stats().stored, 4);
         let dead = memory.0.lock().unwrap().clone();

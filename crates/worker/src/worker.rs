@@ -2,8 +2,9 @@
 //!
 //! [`Worker::build`] wires the data path (router, writer that creates
 //! missing tables, dead letters, pipeline) and binds the telemetry listener;
-//! [`Worker::run`] reads the configured source (Kinesis or SQS) until the
-//! shutdown future completes, then drains: the pipeline finishes, the
+//! [`Worker::run`] starts the source `tidemark_consumer::build` makes of the
+//! `[source]` section (whatever its kind) and reads it until the shutdown
+//! future completes, then drains: the pipeline finishes, the
 //! writer stores or dead-letters everything submitted, the dead letters are
 //! written, the sources checkpoint (Kinesis) or release (SQS) what was
 //! acknowledged, and the maintenance lease is released. Signal handling is
@@ -28,13 +29,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use tidemark_consumer::kinesis::Governors;
 use tidemark_governor::{Governor, Params as GovernorParams};
 
 use aws_config::SdkConfig;
 use chrono::Utc;
-use tidemark_consumer::sqs::{SqsError, SqsSource};
-use tidemark_consumer::{ConsumerError, KinesisSource, Record};
+use tidemark_consumer::{ConsumerError, Governors, Record, SourceContext};
 use tidemark_schema::route::Router;
 use tidemark_writer::{Writer, WriterError, WriterHandle, WriterStats};
 use tokio::net::TcpListener;
@@ -43,7 +42,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 use tracing::{error, info, warn};
 
-use crate::config::{Config, SourceConfig, default_worker_id, process_env};
+use crate::config::{Config, default_worker_id, process_env};
 use crate::deadletter::{
     DeadLetterConfig, DeadLetterError, DeadLetterSink, DeadLetters, DynamoDbSink, FileSink,
     SqsSink, check_dead_letter_table,
@@ -88,12 +87,9 @@ pub enum WorkerError {
     /// The metrics recorder could not be installed.
     #[error("installing the metrics recorder: {0}")]
     Recorder(#[from] metrics_exporter_prometheus::BuildError),
-    /// The Kinesis source stopped with an error.
+    /// The source could not start, or stopped with an error.
     #[error(transparent)]
-    Kinesis(#[from] ConsumerError),
-    /// The SQS source stopped with an error.
-    #[error(transparent)]
-    Sqs(#[from] SqsError),
+    Source(#[from] ConsumerError),
     /// The writer stopped for good (records not submitted stay unacknowledged).
     #[error(transparent)]
     Writer(#[from] WriterError),
@@ -247,16 +243,11 @@ impl DataPath {
             ),
         };
         let (dead_letters, dead_task) = DeadLetters::start(sink, config.dead_letters.fallback());
-        let format = match &config.source {
-            SourceConfig::Kinesis(k) => k.record_format,
-            SourceConfig::Sqs(_) => tidemark_schema::framing::RecordFormat::Json,
-        };
         let mut stream_routers = std::collections::HashMap::new();
         for (stream, schema) in config.stream_schemas() {
             stream_routers.insert(stream, Arc::new(Router::new(schema)?));
         }
         let pipeline = Pipeline::new(router, writer.clone(), dead_letters, system_clock())
-            .with_record_format(format)
             .with_stream_routers(stream_routers);
         Ok(DataPath {
             manager,
@@ -365,9 +356,9 @@ impl Worker {
         // Boxed: these futures are large, and callers (tests, the binary's
         // main) hold `build` on their own stack.
         let data = Box::pin(DataPath::start(config, sdk)).await?;
-        let worker_id = match &config.source {
-            SourceConfig::Kinesis(k) => k.worker_id.clone(),
-            SourceConfig::Sqs(_) => default_worker_id(&process_env()),
+        let worker_id = match config.source.worker_id() {
+            Some(id) => id.to_string(),
+            None => default_worker_id(&process_env()),
         };
         let maintenance = if config.maintenance.enabled {
             let lease = MaintenanceLease::new(
@@ -510,32 +501,19 @@ impl Worker {
         let mut pipe = AbortOnDropHandle::new(tokio::spawn(data.run(rx)));
         info!(listen = %telemetry_addr, "tidemark running");
         readiness.source_running.store(true, Ordering::Relaxed);
-        let source = async {
-            match config.source.clone() {
-                SourceConfig::Kinesis(k) => {
-                    // Leader mode keeps its lock and heartbeats in the
-                    // coordinator table (see tidemark_consumer::coord_store).
-                    let coord = tidemark_consumer::coord_store::DynamoCoord::new(
-                        dynamodb.clone(),
-                        config.maintenance.coordinator_table.clone(),
-                        &k.lease_table,
-                    );
-                    KinesisSource::new(k, aws_sdk_kinesis::Client::new(&sdk), dynamodb.clone())
-                        .with_governors(governors)
-                        .with_coordination(Arc::new(coord))
-                        .run(tx, shutdown.clone())
-                        .await
-                        .map_err(WorkerError::from)
-                }
-                SourceConfig::Sqs(s) => SqsSource::new(s, aws_sdk_sqs::Client::new(&sdk))
-                    .run(tx, shutdown.clone())
-                    .await
-                    .map_err(WorkerError::from),
-            }
-        };
+        let source = tidemark_consumer::build(
+            &config.source,
+            &SourceContext {
+                sdk: sdk.clone(),
+                governors,
+                coordinator_table: config.maintenance.coordinator_table.clone(),
+            },
+        );
+        info!(source = source.kind(), "source starting");
+        let source = source.run(tx, shutdown.clone());
         tokio::pin!(source);
         let source_result = tokio::select! {
-            r = &mut source => r,
+            r = &mut source => r.map_err(WorkerError::from),
             // The source holds the channel open: a data path that ends first
             // failed (or panicked). No zombie: stop everything, say why.
             ended = &mut pipe => {

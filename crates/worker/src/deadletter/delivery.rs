@@ -234,7 +234,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn entries_that_fail_for_good_go_to_the_fallback_file_and_are_acked() {
-        use tidemark_consumer::checkpoint::{AckTracker, Position};
+        use tidemark_consumer::kinesis::{AckTracker, Position};
         let dir = std::env::temp_dir().join(format!("tidemark-dlf-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("fallback.jsonl");

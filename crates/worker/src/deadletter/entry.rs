@@ -36,8 +36,8 @@ pub struct DeadLetter {
     /// because the whole did not fit the destination's size limit.
     #[serde(default)]
     pub payload_truncated: bool,
-    /// Position of the event inside its record, for records holding several
-    /// (`record_format = "ndjson"` or `"json_array"`); the payload is then
+    /// Position of the event inside its record, for Kinesis records holding
+    /// several (`record_format` other than `json`); the payload is then
     /// that event alone. Absent for a record of one event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inner: Option<u32>,

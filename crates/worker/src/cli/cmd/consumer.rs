@@ -80,7 +80,7 @@ pub(crate) async fn deregister(
     kinesis: &aws_sdk_kinesis::Client,
     config: &KinesisConfig,
 ) -> Result<bool> {
-    let stream = tidemark_consumer::kinesis::fanout::stream_arn(kinesis, config).await?;
+    let stream = tidemark_consumer::kinesis::stream_arn(kinesis, config).await?;
     match kinesis
         .deregister_stream_consumer()
         .stream_arn(&stream)

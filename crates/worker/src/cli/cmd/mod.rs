@@ -259,7 +259,7 @@ mod tests {
             "arn:aws:kinesis:us-east-1:123456789012:stream/clicks",
         ]
         .iter()
-        .map(|s| tidemark_consumer::config::StreamEntry {
+        .map(|s| tidemark_consumer::kinesis::StreamEntry {
             stream: s.to_string(),
             account_id: None,
             creation_epoch: None,

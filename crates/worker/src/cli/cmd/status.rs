@@ -284,7 +284,7 @@ async fn shards(
             (Err(_), _) | (Ok(_), None) => {}
             (Ok(reports), Some(owner)) => {
                 // Multi-stream reports key lags `stream/shard`.
-                let key = match tidemark_consumer::lease_key::parse_lease_key(&r.shard) {
+                let key = match tidemark_consumer::lease::parse_lease_key(&r.shard) {
                     Some((id, shard)) => format!("{}/{shard}", id.name),
                     None => r.shard.clone(),
                 };
@@ -302,7 +302,7 @@ async fn shards(
         let probes = rows.iter().map(|r| {
             let kinesis = &kinesis;
             // A multi-stream lease key names its stream and shard.
-            let (stream, shard) = match tidemark_consumer::lease_key::parse_lease_key(&r.shard) {
+            let (stream, shard) = match tidemark_consumer::lease::parse_lease_key(&r.shard) {
                 Some((id, shard)) => (id.name, shard.to_string()),
                 None => (stream.to_string(), r.shard.clone()),
             };

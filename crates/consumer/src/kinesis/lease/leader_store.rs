@@ -1,5 +1,5 @@
 //! Where `lease_assignment = "leader"` keeps its leader lock and worker
-//! heartbeats: the [`CoordStore`] trait, and [`DynamoCoord`], its
+//! heartbeats: the [`LeaderStore`] trait, and [`DynamoLeaderStore`], its
 //! implementation over Tidemark's coordinator table.
 //!
 //! Why the coordinator table and not the lease table: every item of a lease
@@ -35,8 +35,9 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use futures::future::BoxFuture;
 
+use super::table::LeaseTable;
+use super::timing::LeaseTiming;
 use crate::error::{AwsError, ConsumerError};
-use crate::lease::{LeaseTable, LeaseTiming};
 
 /// One worker's heartbeat.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,7 +61,7 @@ pub struct LeaderLock {
 
 /// The calls leader mode makes on its coordination items, one attempt each
 /// (a pass that fails one simply tries again at the next pass).
-pub trait CoordStore: Send + Sync + std::fmt::Debug {
+pub trait LeaderStore: Send + Sync + std::fmt::Debug {
     /// Creates the table unless it exists, and waits until it is usable.
     fn ensure(&self, timeout: Duration) -> BoxFuture<'_, Result<(), ConsumerError>>;
 
@@ -97,13 +98,13 @@ pub trait CoordStore: Send + Sync + std::fmt::Debug {
     /// The items of one stream of a multi-stream application (`source.streams`
     /// runs a coordinator per stream, each electing its own leader), `None`
     /// when this store cannot keep them apart.
-    fn scoped(&self, _scope: &str) -> Option<Arc<dyn CoordStore>> {
+    fn scoped(&self, _scope: &str) -> Option<Arc<dyn LeaderStore>> {
         None
     }
 }
 
 /// Wall-clock milliseconds since the epoch.
-pub fn system_now_ms() -> u64 {
+pub(crate) fn system_now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -112,7 +113,7 @@ pub fn system_now_ms() -> u64 {
 
 /// The lock and heartbeats in a DynamoDB coordinator table.
 #[derive(Debug, Clone)]
-pub struct DynamoCoord {
+pub struct DynamoLeaderStore {
     client: Client,
     table: String,
     lock_key: String,
@@ -134,7 +135,7 @@ fn num(item: &HashMap<String, AttributeValue>, k: &str) -> u64 {
         .unwrap_or(0)
 }
 
-impl DynamoCoord {
+impl DynamoLeaderStore {
     /// The items of the application whose lease table is `lease_table`, in
     /// coordinator table `table`.
     pub fn new(client: Client, table: impl Into<String>, lease_table: &str) -> Self {
@@ -261,8 +262,8 @@ impl DynamoCoord {
     }
 }
 
-impl CoordStore for DynamoCoord {
-    fn scoped(&self, scope: &str) -> Option<Arc<dyn CoordStore>> {
+impl LeaderStore for DynamoLeaderStore {
+    fn scoped(&self, scope: &str) -> Option<Arc<dyn LeaderStore>> {
         Some(Arc::new(Self {
             client: self.client.clone(),
             table: self.table.clone(),

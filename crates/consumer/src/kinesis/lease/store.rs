@@ -1,11 +1,11 @@
 //! Where lease items live: the [`LeaseStore`] trait under
-//! [`LeaseTable`](crate::lease::LeaseTable), and its DynamoDB implementation
+//! [`LeaseTable`](super::table::LeaseTable), and its DynamoDB implementation
 //! [`DynamoStore`].
 //!
 //! A store sends one attempt of one call and reports its outcome; retries,
 //! deadlines, fencing and the re-read after an unanswered write stay in
-//! [`LeaseTable`](crate::lease::LeaseTable) and
-//! [`write_once`](crate::lease::write_once), so every store gets the same
+//! [`LeaseTable`](super::table::LeaseTable) and
+//! [`write_once`](super::write::write_once), so every store gets the same
 //! lease protocol. The trait exists so that the fleet simulator
 //! (`tools/fleet-sim`) runs the real lease code against an in-memory table
 //! with DynamoDB's conditional-write semantics and capacity accounting.
@@ -27,8 +27,8 @@ use aws_sdk_dynamodb::types::{
 use futures::future::BoxFuture;
 use tokio::time::Instant;
 
+use super::item::{Checkpoint, Lease};
 use crate::error::{AwsError, ConsumerError, ErrorClass};
-use crate::lease::{Checkpoint, Lease};
 
 /// One page of a listing.
 #[derive(Debug, Clone, Default)]
@@ -116,7 +116,7 @@ impl LeaseWrite {
     /// Applies the write to `item` (the current item, `None` when absent)
     /// as DynamoDB would: `Err` with [`ErrorClass::ConditionFailed`] when the
     /// condition does not hold, else the new item. The reference semantics
-    /// for in-memory stores; [`DynamoStore`] sends the same condition.
+    /// for in-memory stores; the DynamoDB store sends the same condition.
     pub fn apply(&self, item: Option<&Lease>) -> Result<Lease, AwsError> {
         let refused = || AwsError {
             op: self.op(),
@@ -254,10 +254,10 @@ pub const OWNER_INDEX: &str = "LeaseOwnerToLeaseKeyIndex";
 ///
 /// Conditional writes and their re-reads use a copy of the client with SDK
 /// retries off and the attempt timeout given, since
-/// [`write_once`](crate::lease::write_once) decides on retries. Table set-up
+/// [`write_once`](super::write::write_once) decides on retries. Table set-up
 /// and the Scan keep the client as given.
 #[derive(Debug, Clone)]
-pub struct DynamoStore {
+pub(crate) struct DynamoStore {
     client: Client,
     writes: Client,
     table: String,
@@ -269,7 +269,7 @@ fn n(v: u64) -> AttributeValue {
 
 impl DynamoStore {
     /// The table `table`; single write attempts end after `attempt`.
-    pub fn new(client: Client, table: impl Into<String>, attempt: Duration) -> Self {
+    pub(crate) fn new(client: Client, table: impl Into<String>, attempt: Duration) -> Self {
         let conf = client.config();
         let connect = conf.timeout_config().and_then(|t| t.connect_timeout());
         let mut timeouts = aws_sdk_dynamodb::config::timeout::TimeoutConfig::builder()
@@ -310,7 +310,7 @@ impl DynamoStore {
                     let Some(t) = out.table() else {
                         return Err(self.bad("DescribeTable returned no table"));
                     };
-                    crate::lease::lease_key_spec()
+                    super::item::lease_key_spec()
                         .check(&self.table, "lease table", t)
                         .map_err(ConsumerError::KeySchema)?;
                     if t.table_status() == Some(&TableStatus::Active) {

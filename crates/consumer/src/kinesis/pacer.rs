@@ -15,13 +15,13 @@ use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use tokio::time::Instant;
 
 /// At most 5 calls/s per shard.
-pub const MIN_CALL_SPACING: Duration = Duration::from_millis(200);
+pub(super) const MIN_CALL_SPACING: Duration = Duration::from_millis(200);
 /// 2 MiB/s per shard.
-pub const BYTES_PER_SECOND: f64 = 2.0 * 1024.0 * 1024.0;
+pub(super) const BYTES_PER_SECOND: f64 = 2.0 * 1024.0 * 1024.0;
 
 /// Pacing state of one shard.
 #[derive(Debug)]
-pub struct Pacer {
+pub(super) struct Pacer {
     idle_poll: Duration,
     next_allowed: Option<Instant>,
     throttle: Option<ExponentialBackoff>,
@@ -38,7 +38,7 @@ fn throttle_backoff() -> ExponentialBackoff {
 
 impl Pacer {
     /// A pacer polling a caught-up shard every `idle_poll`.
-    pub fn new(idle_poll: Duration) -> Self {
+    pub(super) fn new(idle_poll: Duration) -> Self {
         Self {
             idle_poll,
             next_allowed: None,
@@ -47,12 +47,13 @@ impl Pacer {
     }
 
     /// The earliest start of the next call (`None`: now).
-    pub fn ready_at(&self) -> Option<Instant> {
+    #[cfg(test)]
+    pub(super) fn ready_at(&self) -> Option<Instant> {
         self.next_allowed
     }
 
     /// Waits until the next call may start.
-    pub async fn ready(&self) {
+    pub(super) async fn ready(&self) {
         if let Some(t) = self.next_allowed {
             tokio::time::sleep_until(t).await;
         }
@@ -60,7 +61,13 @@ impl Pacer {
 
     /// A call that started at `started` returned `bytes` in `records`
     /// records, `caught_up` when MillisBehindLatest was 0.
-    pub fn on_success(&mut self, started: Instant, bytes: usize, records: usize, caught_up: bool) {
+    pub(super) fn on_success(
+        &mut self,
+        started: Instant,
+        bytes: usize,
+        records: usize,
+        caught_up: bool,
+    ) {
         self.throttle = None;
         let mut next = started + MIN_CALL_SPACING;
         next = next.max(started + Duration::from_secs_f64(bytes as f64 / BYTES_PER_SECOND));
@@ -71,7 +78,7 @@ impl Pacer {
     }
 
     /// The call starting at `started` was throttled; returns the delay chosen.
-    pub fn on_throttled(&mut self, started: Instant) -> Duration {
+    pub(super) fn on_throttled(&mut self, started: Instant) -> Duration {
         let delay = self
             .throttle
             .get_or_insert_with(throttle_backoff)
@@ -82,7 +89,7 @@ impl Pacer {
     }
 
     /// Any other failed call: keep the call spacing.
-    pub fn on_error(&mut self, started: Instant) {
+    pub(super) fn on_error(&mut self, started: Instant) {
         self.next_allowed = Some(started + MIN_CALL_SPACING);
     }
 }

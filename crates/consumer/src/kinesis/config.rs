@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::SourceConfigError;
+
 /// Where a shard with no checkpoint starts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case", tag = "type", deny_unknown_fields)]
@@ -55,7 +57,7 @@ pub enum LeaseAssignment {
     Leader,
 }
 
-/// Configuration of [`KinesisSource`](crate::KinesisSource).
+/// Configuration of [`KinesisSource`](crate::kinesis::KinesisSource).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KinesisConfig {
@@ -84,8 +86,10 @@ pub struct KinesisConfig {
     /// Where shards without a checkpoint start.
     #[serde(default)]
     pub initial_position: InitialPosition,
-    /// How events are laid out in one record: `json` (one event), `ndjson`
-    /// (one event per line) or `json_array` (a JSON array of events).
+    /// How events are laid out in one record: `json` (one event),
+    /// `json_or_array` (one event, or a JSON array of events), `ndjson` (one
+    /// event per line) or `json_array` (a JSON array of events); the same
+    /// names mean the same on every source (docs/event-mapping.md).
     /// Gzip-compressed records are detected by their magic bytes whatever
     /// the format. Each inner event is routed, stored or dead-lettered on
     /// its own; the record is checkpointed once all of them are. Default
@@ -215,14 +219,17 @@ pub struct LeaseTuning {
     /// listing instead of a Scan of its own; a shard end still triggers it
     /// on the worker that saw it.
     pub leader_shard_sync: bool,
-    /// Periodic checkpoints ride on renewals: the reader hands its position
-    /// to the renewer, which writes it instead of a bare renewal, and a
-    /// lease is written at most once per renewal interval (final and
-    /// shard-end checkpoints are still written at once).
+    /// Periodic checkpoints (the renewer's, from the shard's
+    /// acknowledgements) ride on renewals: a checkpoint write takes a bare
+    /// renewal's place, and a lease is written at most once per renewal
+    /// interval. Off, a checkpoint is written apart as soon as
+    /// `checkpoint_interval` passed. Final and shard-end checkpoints are
+    /// the reader's, written at once either way.
     pub fold_checkpoints: bool,
     /// A worker two or more below the target takes one lease from each of
     /// some workers at the target (never past target - 1), as the KCL does;
-    /// without it a join can leave newcomers empty (see `lease::plan`).
+    /// without it a join can leave newcomers empty (see
+    /// `lease::balance::takes_and_steals`).
     pub steal_at_target: bool,
     /// A steal is carried out only when two passes in a row planned one, so
     /// leases released meanwhile (a rolling deploy's old worker shutting
@@ -280,50 +287,40 @@ impl Default for LeaseTuning {
 }
 
 /// NTP-synchronised hosts (ECS, EC2) stay well within this.
-pub const fn default_max_clock_skew() -> Duration {
+pub(crate) const fn default_max_clock_skew() -> Duration {
     Duration::from_secs(2)
 }
 /// A minute before Kinesis' own 5-minute end.
-pub const fn default_subscription_renewal() -> Duration {
+pub(crate) const fn default_subscription_renewal() -> Duration {
     Duration::from_secs(240)
 }
 /// KCL 2.x `failoverTimeMillis`.
-pub const fn default_failover_time() -> Duration {
+pub(crate) const fn default_failover_time() -> Duration {
     Duration::from_secs(10)
 }
 /// KCL 2.x `shardSyncIntervalMillis`.
-pub const fn default_shard_sync_interval() -> Duration {
+pub(crate) const fn default_shard_sync_interval() -> Duration {
     Duration::from_secs(60)
 }
 /// Bounds lease-table writes to 0.2/s per shard.
-pub const fn default_checkpoint_interval() -> Duration {
+pub(crate) const fn default_checkpoint_interval() -> Duration {
     Duration::from_secs(5)
 }
 /// About 10 s of a shard's 1,000 records/s write limit.
-pub const fn default_max_unacked_per_shard() -> usize {
+pub(crate) const fn default_max_unacked_per_shard() -> usize {
     10_000
 }
 /// Four polls a second stays under the 5 calls/s per shard read limit.
-pub const fn default_idle_poll() -> Duration {
+pub(crate) const fn default_idle_poll() -> Duration {
     Duration::from_millis(250)
 }
 /// The GetRecords maximum.
-pub const fn default_max_records_per_call() -> i32 {
+pub(crate) const fn default_max_records_per_call() -> i32 {
     10_000
 }
 /// Fits in ECS's default 30 s stop timeout with room for the final writes.
-pub const fn default_shutdown_grace() -> Duration {
+pub(crate) const fn default_shutdown_grace() -> Duration {
     Duration::from_secs(20)
-}
-
-/// A configuration that cannot work, naming the key and the fix.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("kinesis.{key}: {problem}")]
-pub struct ConfigError {
-    /// The offending key.
-    pub key: &'static str,
-    /// What is wrong and how to fix it.
-    pub problem: String,
 }
 
 impl KinesisConfig {
@@ -358,9 +355,9 @@ impl KinesisConfig {
     }
 
     /// Checks values the types cannot.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), SourceConfigError> {
         let err = |key, problem: &str| {
-            Err(ConfigError {
+            Err(SourceConfigError {
                 key,
                 problem: problem.to_string(),
             })
@@ -470,7 +467,7 @@ impl KinesisConfig {
     }
 
     /// True when `stream` is an ARN.
-    pub fn stream_is_arn(&self) -> bool {
+    pub(crate) fn stream_is_arn(&self) -> bool {
         self.stream.starts_with("arn:")
     }
 }

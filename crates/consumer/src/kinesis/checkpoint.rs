@@ -94,7 +94,7 @@ pub struct OutOfOrder {
 
 /// The pure watermark tracker of one shard.
 #[derive(Debug, Default, Clone)]
-pub struct Watermark {
+pub(crate) struct Watermark {
     /// Serial of `entries[0]`.
     front_serial: u64,
     /// In-flight positions in registration order, with their acked flag.
@@ -107,13 +107,14 @@ pub struct Watermark {
 
 impl Watermark {
     /// An empty tracker.
-    pub fn new() -> Self {
+    #[cfg(test)]
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Registers the next record (positions must strictly increase) and
     /// returns its serial.
-    pub fn push(&mut self, position: Position) -> Result<u64, OutOfOrder> {
+    pub(crate) fn push(&mut self, position: Position) -> Result<u64, OutOfOrder> {
         if let Some(last) = &self.last
             && position <= *last
         {
@@ -130,7 +131,7 @@ impl Watermark {
 
     /// Marks `serial` acknowledged. Returns true when this moved the
     /// checkpoint. Unknown or repeated serials are ignored.
-    pub fn ack(&mut self, serial: u64) -> bool {
+    pub(crate) fn ack(&mut self, serial: u64) -> bool {
         let Some(idx) = serial.checked_sub(self.front_serial) else {
             return false;
         };
@@ -153,28 +154,24 @@ impl Watermark {
     }
 
     /// The position a checkpoint may be written at, if any record is done.
-    pub fn checkpoint(&self) -> Option<&Position> {
+    pub(crate) fn checkpoint(&self) -> Option<&Position> {
         self.checkpoint.as_ref()
     }
 
     /// Records registered and not yet covered by the checkpoint.
-    pub fn in_flight(&self) -> usize {
+    pub(crate) fn in_flight(&self) -> usize {
         self.entries.len()
     }
 
     /// How many records, counted from the first registered, are
     /// acknowledged without a gap (every serial below it is done).
-    pub fn acked_prefix(&self) -> u64 {
+    pub(crate) fn acked_prefix(&self) -> u64 {
         self.front_serial
-    }
-
-    /// The last registered position.
-    pub fn last_registered(&self) -> Option<&Position> {
-        self.last.as_ref()
     }
 }
 
-/// A [`Watermark`] shared between a reader and the `Ack`s it handed out.
+/// The shard's watermark, shared between a reader and the `Ack`s it
+/// handed out.
 #[derive(Debug, Default)]
 pub struct AckTracker {
     inner: Mutex<Watermark>,
@@ -193,7 +190,8 @@ impl AckTracker {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Registers the next record; see [`Watermark::push`].
+    /// Registers the next record (positions must strictly increase) and
+    /// returns its serial.
     pub fn push(&self, position: Position) -> Result<u64, OutOfOrder> {
         self.lock().push(position)
     }
@@ -208,8 +206,13 @@ impl AckTracker {
         self.lock().in_flight()
     }
 
+    /// Waits until every registered record is acknowledged.
+    pub async fn drained(&self) {
+        self.wait_for(|w| w.in_flight() == 0).await;
+    }
+
     /// Waits until `pred` holds for the watermark.
-    pub async fn wait_for(&self, pred: impl Fn(&Watermark) -> bool) {
+    pub(crate) async fn wait_for(&self, pred: impl Fn(&Watermark) -> bool) {
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
