@@ -17,34 +17,32 @@
 //! ```
 //!
 //! Modules, by subsystem:
-//! - The running worker (crate-private but for [`Worker`] and its
-//!   [`Report`]):
-//!   - `worker.rs`: [`Worker::build`] / [`Worker::run`], everything `run`
-//!     does (data path, sources, maintenance loop, telemetry, readiness;
-//!     drains on shutdown within `shutdown_timeout`; stops on a fatal
-//!     error), and the `DataPath` `replay` shares;
-//!   - `pipeline.rs`: source records → route → writer → acknowledgement;
-//!     every record is acknowledged only once stored or durably
-//!     dead-lettered. The sources hand over one record per event (a source
-//!     record of several, by `record_format`, is split at the source): each
-//!     event is stored or dead-lettered on its own, and its source record
-//!     acknowledged once all of them are. During a shard migration
-//!     (`schema.migrate_from`) an event
-//!     whose old key differs is written under both, and acknowledged once
-//!     both are stored;
-//!   - `telemetry/`: `/metrics` (Prometheus, every metric described),
-//!     `/healthz` (503 with the cause while a fatal error stops the
-//!     worker), `/readyz`, the `healthcheck` client, and the process's
-//!     recorder with its typed `MetricsSnapshot`, which `emf.rs` (CloudWatch
-//!     Embedded Metric Format lines on stdout every `telemetry.emf_interval`
-//!     when `telemetry.emf` is on) and `report.rs` (each worker's report in
-//!     the coordinator table: lag per shard, SQS receive age, which
-//!     `status` shows instead of reading the stream) read;
-//!   - `metrics.rs`: this crate's metric names and help texts;
-//!   - `sdk.rs`, `credentials.rs`: the AWS SDK configuration (standard
-//!     chain plus timeouts, the command line's profile, region and
-//!     endpoint), with credentials that keep serving while still valid
-//!     when a refresh fails.
+//! - `run/` (crate-private but for [`Worker`], [`WorkerError`], [`Report`]
+//!   and [`Progress`]): the running worker. `worker.rs`: [`Worker::build`]
+//!   / [`Worker::run`], the named tasks of a run (`supervisor.rs`) and how
+//!   it stops (drains on shutdown within `shutdown_timeout`; stops at once
+//!   on a fatal error); `data_path.rs`: the `DataPath` `replay` shares;
+//!   `pipeline.rs`: source records → route → writer → acknowledgement,
+//!   every record acknowledged only once stored or durably dead-lettered
+//!   (the sources hand over one record per event, a source record of
+//!   several, by `record_format`, split at the source; each event is stored
+//!   or dead-lettered on its own, and its source record acknowledged once
+//!   all of them are; during a shard migration, `schema.migrate_from`, an
+//!   event whose old key differs is written under both, and acknowledged
+//!   once both are stored); `telemetry/`: `/metrics` (Prometheus, every
+//!   metric described), `/healthz` (503 with the cause while a fatal error
+//!   stops the worker), `/readyz`, the `healthcheck` client, and the
+//!   process's recorder with its typed `MetricsSnapshot`, which `emf.rs`
+//!   (CloudWatch Embedded Metric Format lines on stdout every
+//!   `telemetry.emf_interval` when `telemetry.emf` is on) and `report.rs`
+//!   (each worker's report in the coordinator table: lag per shard, SQS
+//!   receive age, which `status` shows instead of reading the stream) read.
+//! - `sdk/`: the AWS SDK configuration every command uses (standard chain
+//!   plus timeouts, the command line's profile, region and endpoint), with
+//!   credentials that keep serving while still valid when a refresh fails
+//!   (`sdk/credentials.rs`).
+//! - `metrics.rs`: this crate's metric names and help texts (the running
+//!   worker's, the dead letters' and maintenance's).
 //! - [`config`]: the TOML config with `TIDEMARK__SECTION__KEY` overrides;
 //!   every key used or refused (checked against the schema generated from
 //!   the types), every problem reported at once with its key, value, source
@@ -81,19 +79,14 @@
 
 pub mod cli;
 pub mod config;
-mod credentials;
 pub mod deadletter;
-mod emf;
 pub mod maintenance;
 mod metrics;
-mod pipeline;
-mod report;
+mod run;
 mod sdk;
-mod telemetry;
 pub mod tools;
-mod worker;
 
 /// Time between a running worker's reports (what `status` shows): a test
 /// waits this long for one.
-pub use report::REPORT_INTERVAL;
-pub use worker::{Progress, Report, Worker, WorkerError};
+pub use run::report::REPORT_INTERVAL;
+pub use run::{Progress, Report, Worker, WorkerError};

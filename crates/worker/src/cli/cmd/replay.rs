@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use crate::config::Config;
-use crate::worker::DataPath;
+use crate::run::DataPath;
 use anyhow::{Context, Result};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;

@@ -2,7 +2,7 @@
 //! an SQS source's queue depth and the age of the oldest message the workers
 //! received; per table period, state and capacity. Cheap: one lease-table
 //! scan, one coordinator-table scan (the workers' reports: lag as each
-//! worker last measured it, see `crate::report`), one
+//! worker last measured it, see `crate::run::report`), one
 //! DescribeTable per period table, one GetQueueAttributes; no GetRecords
 //! (those compete with the workers for a shard's 5 reads per second) unless
 //! `--probe-lag`.
@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::config::{Config, SourceConfig};
 use crate::maintenance::TableInfo;
 use crate::maintenance::TableManager;
-use crate::report::{self, WorkerReport};
+use crate::run::report::{self, WorkerReport};
 use anyhow::Result;
 use chrono::Utc;
 use futures::StreamExt as _;

@@ -7,6 +7,8 @@
 //! stall the renewals that fence a lost lease. With an attempt timeout, such
 //! an attempt fails and is retried like a 5xx.
 
+mod credentials;
+
 use std::time::Duration;
 
 use aws_config::timeout::TimeoutConfig;
@@ -42,7 +44,7 @@ pub(crate) struct AwsOverrides {
 
 /// The SDK configuration: the standard chain with [`ATTEMPT_TIMEOUT`] and
 /// `overrides` applied, its credentials kept in use while valid when a
-/// refresh fails ([`crate::credentials::KeepValid`]).
+/// refresh fails ([`credentials::KeepValid`]).
 pub(crate) async fn load_with(overrides: &AwsOverrides) -> SdkConfig {
     let mut loader =
         aws_config::defaults(BehaviorVersion::latest()).timeout_config(timeouts(ATTEMPT_TIMEOUT));
@@ -55,7 +57,7 @@ pub(crate) async fn load_with(overrides: &AwsOverrides) -> SdkConfig {
     if let Some(e) = &overrides.endpoint_url {
         loader = loader.endpoint_url(e);
     }
-    crate::credentials::keep_valid(loader.load().await)
+    credentials::keep_valid(loader.load().await)
 }
 
 /// `sdk` with one attempt per call, of at most `attempt`: for callers that

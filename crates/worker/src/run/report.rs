@@ -24,7 +24,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::telemetry::{Last, TypedMetrics};
+use super::telemetry::{Last, TypedMetrics};
 
 /// Time between a worker's reports.
 pub const REPORT_INTERVAL: Duration = Duration::from_secs(30);
@@ -218,7 +218,7 @@ mod tests {
     fn a_worker_reports_the_lag_of_shards_it_read_and_the_queue_age() {
         use metrics_exporter_prometheus::PrometheusBuilder;
         let recorder =
-            crate::telemetry::TypedRecorder::new(PrometheusBuilder::new().build_recorder());
+            super::super::telemetry::TypedRecorder::new(PrometheusBuilder::new().build_recorder());
         let typed = recorder.metrics();
         let k = &tidemark_consumer::metrics::kinesis::GET_RECORDS;
         metrics::with_local_recorder(&recorder, || {
