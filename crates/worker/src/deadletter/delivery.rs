@@ -12,7 +12,9 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{error, warn};
 
-use super::{DeadLetter, DeadLetterError, DeadLetterSink, FileSink};
+use super::entry::DeadLetter;
+use super::file::FileSink;
+use super::sink::{DeadLetterError, DeadLetterSink};
 
 /// How long one batch of dead letters may take, retries and splits
 /// included, before what is left goes to the fallback file.
