@@ -7,7 +7,7 @@ use anyhow::{Result, bail};
 use tidemark_consumer::KinesisConfig;
 use tidemark_consumer::error::AwsError;
 
-use super::kinesis_source;
+use super::source::kinesis_source;
 
 /// Arguments of `consumer`.
 #[derive(Debug, clap::Args)]

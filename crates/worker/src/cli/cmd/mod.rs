@@ -13,6 +13,7 @@ pub(crate) mod record;
 pub(crate) mod render;
 pub(crate) mod replay;
 pub(crate) mod run;
+pub(crate) mod source;
 pub(crate) mod status;
 pub(crate) mod tables;
 pub(crate) mod verify;
@@ -20,7 +21,7 @@ pub(crate) mod verify;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use crate::config::{Config, LoadError, SourceConfig, env_warnings, process_env};
+use crate::config::{Config, LoadError, env_warnings, process_env};
 use crate::sdk::AwsOverrides;
 use crate::tools::verify::VerifyError;
 use anyhow::{Result, bail};
@@ -178,16 +179,6 @@ pub(crate) fn stream_name(stream: &str) -> String {
         .rsplit_once(":stream/")
         .map_or(stream, |(_, n)| n)
         .to_string()
-}
-
-/// The Kinesis source of a config, or an error naming the command's need.
-pub(crate) fn kinesis_source(config: &Config) -> Result<&tidemark_consumer::KinesisConfig> {
-    match &config.source {
-        SourceConfig::Kinesis(k) => Ok(k),
-        SourceConfig::Sqs(_) => {
-            bail!("this command needs a Kinesis source (source.kind = \"kinesis\")")
-        }
-    }
 }
 
 /// The one stream a command works on, as a single-stream config:

@@ -24,7 +24,8 @@ pub(crate) struct Args {
 pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
     // Scanned and checked up front; replayed from the file shard by shard.
     // Records of a recorded stream hold events as that stream's do.
-    let format = super::kinesis_source(config).map_or(Default::default(), |k| k.record_format);
+    let format =
+        super::source::kinesis_source(config).map_or(Default::default(), |k| k.record_format);
     let replay =
         tidemark_consumer::fixture::ReplaySource::open(&args.fixture)?.with_record_format(format);
     let total = replay.record_count() as u64;
