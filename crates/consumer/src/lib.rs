@@ -64,6 +64,8 @@ mod registry;
 pub mod sim;
 pub mod source;
 pub mod sqs;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use error::{AwsError, ConsumerError, SourceConfigError};
 pub use kinesis::lease;

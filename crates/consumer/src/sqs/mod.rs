@@ -40,7 +40,9 @@
 //!
 //! [`Ack`]: crate::record::Ack
 
-pub mod body;
+// `pub` items for the `testing` module (the fuzz target).
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
+pub(crate) mod body;
 mod config;
 mod delete;
 mod ledger;

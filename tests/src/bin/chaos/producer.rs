@@ -96,7 +96,7 @@ pub(crate) async fn produce(
             let key = users[0].0.clone();
             recs.push(Rec {
                 key,
-                data: tidemark_consumer::kinesis::kpl::aggregate(users),
+                data: tidemark_consumer::kinesis::kpl_aggregate(users),
                 last_sub: users.len() as u64 - 1,
             });
             users.clear();
