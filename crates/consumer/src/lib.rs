@@ -23,6 +23,8 @@
 //! - [`error`]: [`ConsumerError`], [`AwsError`], [`SourceConfigError`]; AWS
 //!   errors are classified by `tidemark-aws-errors` (re-exported as
 //!   [`error::ErrorClass`]).
+//! - `testing` (feature `testing`, for the tests crate and the fuzz
+//!   targets): the KPL de-aggregation and the SQS body decoding.
 //! - [`keyschema`]: the key schema a table must have before it is adopted
 //!   ([`keyschema::KeySpec::check`]: a mismatch names table, found,
 //!   expected); shared with the worker's own tables.

@@ -1,19 +1,20 @@
 //! The `tidemark` worker: wiring of schema, consumer and writer into a
 //! runnable [`Worker`], plus the command line and the tools it uses.
 //!
-//! Data flow of `tidemark run` (one box per module; crate in brackets):
+//! Data flow of `tidemark run` (one box per module; crate in brackets; the
+//! function by function path is the code map in `docs/architecture.md`):
 //!
 //! ```text
-//!  source [consumer: kinesis | sqs]
-//!     │ Vec<Record> (each with an Ack)
+//!  source [consumer: whatever `build` makes of [source]]
+//!     │ Vec<Record> (one per event, each with an Ack)
 //!     ▼
-//!  pipeline ──route──▶ [schema: route]      unroutable ──▶ deadletter
+//!  run/pipeline ──route──▶ [schema: route]      unroutable ──▶ deadletter
 //!     │ Submission
 //!     ▼
 //!  writer [writer] ──missing table──▶ maintenance (CreateMissingTables)
 //!     │ WriteOutcome: Stored ──▶ Ack.done()   Rejected ──▶ deadletter ──▶ Ack.done()
 //!     ▼
-//!  checkpoint [consumer: lease/checkpoint (Kinesis) | delete (SQS)]
+//!  checkpoint [consumer: kinesis/renewer, kinesis/drain (Kinesis) | sqs/delete (SQS)]
 //! ```
 //!
 //! Modules, by subsystem:
@@ -47,6 +48,8 @@
 //!   every key used or refused (checked against the schema generated from
 //!   the types), every problem reported at once with its key, value, source
 //!   (file:line or variable) and fix; the effective config with sources.
+//!   Files: `load.rs`, `validate.rs`, `check.rs`, `schema.rs`, `error.rs`,
+//!   `sections.rs`, `env.rs`.
 //! - [`deadletter`]: dead-letter entries and their destinations (SQS,
 //!   DynamoDB, JSON-lines file, one file each), sized to fit them; written
 //!   before the ack, with bounded retries, then to a local fallback file.
@@ -64,7 +67,12 @@
 //!   `cli/cmd/<command>.rs` (each owning its clap arguments) and maps errors
 //!   to the documented exit codes (78 config, 69 AWS unavailable, 2 usage,
 //!   1 otherwise); `cli/cmd/render.rs` is the one place output is formatted
-//!   (tables, CSV, JSON lines). The only module that uses `anyhow`.
+//!   (tables, CSV, JSON lines), `cli/cmd/source.rs` the one place the
+//!   command line tells source kinds apart. The only module that uses
+//!   `anyhow`.
+//!
+//! No two modules import each other (`scripts/module-pairs`): a folder's
+//! `mod.rs` declares and re-exports, its files import each other directly.
 //!
 //! AWS errors are told apart by the SDK's typed methods
 //! (`is_resource_not_found_exception()`, ...) or, where no typed error
