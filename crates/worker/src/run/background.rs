@@ -56,7 +56,13 @@ pub(super) async fn probe_dynamodb(
             () = shutdown.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let ok = match transport.probe().await {
+        // A probe in flight is dropped at the stop: the stop never waits on
+        // a DynamoDB that does not answer.
+        let probed = tokio::select! {
+            () = shutdown.cancelled() => return,
+            probed = transport.probe() => probed,
+        };
+        let ok = match probed {
             Ok(()) => true,
             Err(e) => {
                 warn!(error = %e, "readiness: DynamoDB unreachable on the write path");
