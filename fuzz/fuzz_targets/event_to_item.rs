@@ -26,7 +26,7 @@ use chrono::{DateTime, Utc};
 use libfuzzer_sys::fuzz_target;
 use tidemark_schema::event::TimestampFormat;
 use tidemark_schema::period::Period;
-use tidemark_schema::route::{Routed, Router, RouterConfig};
+use tidemark_schema::route::{RouteCache, Routed, Router, RouterConfig};
 use tidemark_schema::size::{self, Item};
 use tidemark_schema::strategy::{self, Bucket, KeyStrategy};
 use tidemark_schema::{Origin, Reason, timefmt};
@@ -158,10 +158,10 @@ fn check_ok(router: &Router, r: &Routed) -> Item {
 
     let ka = &cfg.key_attributes;
     let ia = &cfg.attributes;
-    assert_eq!(s(&item, &ka.pk), r.key.pk);
-    assert_eq!(s(&item, &ka.sk), r.key.sk);
-    assert!(!r.key.pk.is_empty() && r.key.pk.len() <= strategy::MAX_PARTITION_KEY_BYTES);
-    assert!(!r.key.sk.is_empty() && r.key.sk.len() <= strategy::MAX_SORT_KEY_BYTES);
+    assert_eq!(s(&item, &ka.pk), r.key.pk());
+    assert_eq!(s(&item, &ka.sk), r.key.sk());
+    assert!(!r.key.pk().is_empty() && r.key.pk().len() <= strategy::MAX_PARTITION_KEY_BYTES);
+    assert!(!r.key.sk().is_empty() && r.key.sk().len() <= strategy::MAX_SORT_KEY_BYTES);
     let entity = s(&item, &ia.entity);
     let event_id = s(&item, &ia.event_id);
     assert!(!entity.is_empty());
@@ -212,8 +212,12 @@ fuzz_target!(|data: &[u8]| {
     let lax_object = serde_json::from_slice::<&serde_json::value::RawValue>(data).is_ok()
         && data.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
     for router in ROUTERS.iter() {
-        let first = router.route(data, &origin, *NOW);
-        let second = router.route(data, &origin, *NOW);
+        let first = router
+            .route(data, &origin, 0, *NOW, &mut RouteCache::default())
+            .map(|r| r.new);
+        let second = router
+            .route(data, &origin, 0, *NOW, &mut RouteCache::default())
+            .map(|r| r.new);
         assert_eq!(first, second, "routing is not deterministic");
         match &first {
             Ok(r) => {

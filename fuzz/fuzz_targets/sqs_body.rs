@@ -20,7 +20,7 @@ use std::collections::HashMap;
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::value::RawValue;
-use tidemark_consumer::sqs::body::{self, Format, RecordFormat};
+use tidemark_consumer::testing::sqs_body::{self as body, Format, RecordFormat};
 
 fn first_byte(text: &str) -> Option<u8> {
     text.bytes().find(|b| !b.is_ascii_whitespace())

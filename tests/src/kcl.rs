@@ -120,7 +120,7 @@ impl Fixture {
             .filter(|l| !l.trim().is_empty())
             .map(|l| {
                 let line = fill(l, &seqs, "orders", "000000000000:orders:1764000000", "app");
-                tidemark_schema::wire::decode_item(line.as_bytes()).expect("DynamoDB JSON")
+                decode_item(&line).expect("DynamoDB JSON")
             })
             .collect()
     }
@@ -188,8 +188,7 @@ impl Fixture {
             let text = std::fs::read_to_string(dir().join(file)).expect("fixture file");
             let mut items = Vec::new();
             for line in text.lines().filter(|l| !l.trim().is_empty()) {
-                let item = tidemark_schema::wire::decode_item(fill(line).as_bytes())
-                    .unwrap_or_else(|e| panic!("{file}: {e}"));
+                let item = decode_item(&fill(line)).unwrap_or_else(|e| panic!("{file}: {e}"));
                 ddb.put_item()
                     .table_name(&name)
                     .set_item(Some(item.clone()))
@@ -738,4 +737,10 @@ fn lease_problems(key: &str, item: &Item) -> Vec<String> {
         out.push(format!("{key}: checkpointOwner without a leaseOwner"));
     }
     out
+}
+
+/// One item of DynamoDB JSON (a fixture line).
+fn decode_item(line: &str) -> Result<Item, String> {
+    let v: serde_json::Value = serde_json::from_str(line).map_err(|e| e.to_string())?;
+    tidemark_schema::wire::decode_map(&v).map_err(|e| e.0)
 }

@@ -11,7 +11,7 @@ use std::path::Path;
 use aws_config::SdkConfig;
 use aws_types::service_config::{LoadServiceConfig, ServiceConfigKey};
 use tidemark_worker::config::Config;
-use tidemark_worker::worker::{Progress, Report, Worker, WorkerError};
+use tidemark_worker::{Progress, Report, Worker, WorkerError};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -115,8 +115,8 @@ impl Running {
 /// Sends `count` events of `spec` to `target`, paced at about `per_sec`,
 /// stamped now; returns them as the JSON the source carries (a manifest).
 pub async fn produce(
-    target: &tidemark_worker::produce::Target,
-    spec: &tidemark_worker::produce::ProduceSpec,
+    target: &tidemark_worker::tools::produce::Target,
+    spec: &tidemark_worker::tools::produce::ProduceSpec,
     count: u64,
     per_sec: u64,
 ) -> Vec<Vec<u8>> {

@@ -85,32 +85,32 @@ const IAM_ACTION_OF: &[(&str, &[&str])] = &[
 /// operator commands.
 const OPERATOR_ONLY: &[(&str, &str, &str)] = &[
     (
-        "crates/worker/src/produce.rs",
+        "crates/worker/src/tools/produce.rs",
         "kinesis:PutRecords",
         "`tidemark produce` writes synthetic load from an operator's shell",
     ),
     (
-        "crates/worker/src/produce.rs",
+        "crates/worker/src/tools/produce.rs",
         "sqs:SendMessage",
         "`tidemark produce` into an SQS source (dead letters still need it)",
     ),
     (
-        "crates/worker/src/query.rs",
+        "crates/worker/src/tools/query.rs",
         "dynamodb:Query",
         "`tidemark query` reads for an operator",
     ),
     (
-        "crates/worker/src/verify.rs",
+        "crates/worker/src/tools/verify.rs",
         "dynamodb:BatchGetItem",
         "`tidemark verify` proves a produced manifest was stored",
     ),
     (
-        "crates/worker/src/cmd/consumer.rs",
+        "crates/worker/src/cli/cmd/consumer.rs",
         "kinesis:DeregisterStreamConsumer",
         "`tidemark consumer deregister`: workers never deregister the fan-out consumer",
     ),
     (
-        "crates/worker/src/cmd/status.rs",
+        "crates/worker/src/cli/cmd/status.rs",
         "sqs:GetQueueAttributes",
         "`tidemark status` shows an SQS source's queue depth to an operator",
     ),

@@ -14,7 +14,7 @@ use base64::engine::general_purpose::STANDARD;
 use tidemark_consumer::Record;
 use tidemark_consumer::fixture::{ReplaySource, ReplaySummary, read_fixture};
 use tidemark_consumer::kinesis::Position;
-use tidemark_consumer::kinesis::kpl::{self, KplError};
+use tidemark_consumer::testing::kpl::{self, KplError};
 use tidemark_schema::{Origin, Reason};
 use tidemark_tests::repo_root;
 use tokio::sync::mpsc;

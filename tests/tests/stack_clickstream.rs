@@ -13,7 +13,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::PutRecordsRequestEntry;
-use tidemark_schema::route::Router;
+use tidemark_schema::route::{RouteCache, Router};
 use tidemark_tests::worker::{Running, config, kinesis_source, sdk, test_toml};
 use tidemark_tests::{repo_root, routed_item, unique_name, wait_until};
 
@@ -113,9 +113,10 @@ async fn clickstream_fixture_replays_with_its_mapping_and_verifies() {
     let router = Router::new(config.schema.clone()).unwrap();
     let ddb = stack.dynamodb();
     let manifest: Vec<Vec<u8>> = events.iter().map(|e| e.as_bytes().to_vec()).collect();
-    let verified = tidemark_worker::verify::verify(&ddb, &router, &manifest, &Default::default())
-        .await
-        .unwrap();
+    let verified =
+        tidemark_worker::tools::verify::verify(&ddb, &router, &manifest, &Default::default())
+            .await
+            .unwrap();
     assert_eq!(verified.found, total, "{verified:?}");
     assert_eq!(verified.unroutable, 0, "{verified:?}");
 
@@ -128,9 +129,12 @@ async fn clickstream_fixture_replays_with_its_mapping_and_verifies() {
                 message_id: "m".into(),
                 index: 0,
             },
+            0,
             chrono::Utc::now(),
+            &mut RouteCache::default(),
         )
-        .unwrap();
+        .unwrap()
+        .new;
     let item = routed_item(&ddb, &routed)
         .await
         .expect("the first event is stored");

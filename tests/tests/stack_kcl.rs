@@ -630,7 +630,7 @@ async fn aggregated_sub_records_hashing_outside_their_shard_are_kept() {
         .iter()
         .map(|(k, h, d)| (*k, *h, d.as_slice()))
         .collect();
-    let aggregate = tidemark_consumer::kinesis::kpl::aggregate_with_hash_keys(&refs);
+    let aggregate = tidemark_consumer::testing::kpl::aggregate_with_hash_keys(&refs);
     let put = kinesis
         .put_record()
         .stream_name(&stream)

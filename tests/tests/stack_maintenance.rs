@@ -1,4 +1,4 @@
-//! The fenced maintenance lease (`tidemark_worker::coordinator`) against the
+//! The fenced maintenance lease (`tidemark_worker::maintenance`) against the
 //! local DynamoDB: two workers, exactly one maintains; a dead holder is
 //! replaced within the documented time (failover + interval after its last
 //! renewal); a stale holder's actions are refused, and its round creates no
@@ -13,8 +13,7 @@ use std::time::Duration;
 use chrono::Utc;
 use futures::future::BoxFuture;
 use tidemark_tests::{LocalStack, stack, unique_name, wait_until};
-use tidemark_worker::coordinator::{MaintenanceLease, maintain};
-use tidemark_worker::tables::{RoundKind, TablesError};
+use tidemark_worker::maintenance::{MaintenanceLease, RoundKind, TablesError, maintain};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -205,7 +204,8 @@ async fn a_stale_holders_actions_are_refused() {
         "127.0.0.1:0",
     );
     let config = tidemark_tests::worker::config(&dir, &toml);
-    let manager = tidemark_worker::worker::table_manager(&config, stack.dynamodb());
+    let manager =
+        tidemark_worker::maintenance::TableManager::from_config(&config, stack.dynamodb());
     match manager
         .round_guarded(Utc::now(), RoundKind::Rotate, false, &a)
         .await

@@ -31,8 +31,8 @@ use tidemark_schema::strategy::{Bucket, KeyStrategy, shard_of};
 use tidemark_tests::worker::{Running, config, sdk, test_toml};
 use tidemark_tests::{send_messages, unique_name, wait_until};
 use tidemark_worker::config::Config;
-use tidemark_worker::migrate::{self, BackfillOptions, MigrationState};
-use tidemark_worker::worker::{Worker, WorkerError};
+use tidemark_worker::maintenance::migrate::{self, BackfillOptions, MigrationState};
+use tidemark_worker::{Worker, WorkerError};
 
 const ENTITIES: usize = 8;
 
@@ -88,7 +88,7 @@ async fn assert_reads(
     range: TimeRange,
 ) {
     for (entity, want) in &sent.by_entity {
-        let items = tidemark_worker::query::range(ddb, &config.schema, entity, range)
+        let items = tidemark_worker::tools::query::range(ddb, &config.schema, entity, range)
             .await
             .unwrap();
         let ids: Vec<String> = items
@@ -98,7 +98,7 @@ async fn assert_reads(
         let unique: BTreeSet<String> = ids.iter().cloned().collect();
         assert_eq!(ids.len(), unique.len(), "{stage}: {entity} read once each");
         assert_eq!(&unique, want, "{stage}: {entity}'s events");
-        let latest = tidemark_worker::query::latest(ddb, &config.schema, entity, range)
+        let latest = tidemark_worker::tools::query::latest(ddb, &config.schema, entity, range)
             .await
             .unwrap()
             .unwrap();
@@ -193,7 +193,7 @@ async fn shards_grow_from_4_to_8_with_dual_writes_backfill_and_cutover_losing_no
     assert!(
         matches!(
             err,
-            WorkerError::Tables(tidemark_worker::tables::TablesError::LayoutChanged { .. })
+            WorkerError::Tables(tidemark_worker::maintenance::TablesError::LayoutChanged { .. })
         ),
         "{text}"
     );

@@ -24,13 +24,12 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use tidemark_schema::route::RouterConfig;
 use tidemark_schema::strategy::{Bucket, KeyStrategy};
-use tidemark_schema::{Item, ItemKey, WireItem};
+use tidemark_schema::{Item, ItemKey, KeyAttributes, WireItem};
 use tidemark_tests::TableCapacity;
-use tidemark_worker::migrate::{self, BackfillOptions};
-use tidemark_worker::tables::{LAYOUT_FROM_TAG, LAYOUT_TAG, MIGRATION_TAG, layout_of};
+use tidemark_worker::maintenance::migrate::{self, BackfillOptions};
+use tidemark_worker::maintenance::{LAYOUT_FROM_TAG, LAYOUT_TAG, MIGRATION_TAG, layout_of};
 use tidemark_writer::{
-    Completion, RawResponse, RejectMissing, Submission, Transport, TransportError, Writer,
-    WriterConfig,
+    Completion, RawResponse, Submission, Transport, TransportError, Writer, WriterConfig,
 };
 
 const OLD_ITEMS: usize = 300;
@@ -183,12 +182,9 @@ async fn scenario(
         items: items.clone(),
         throttled: throttled.clone(),
     });
-    let (live, task) = Writer::start(
-        via_proxy.clone(),
-        transport,
-        WriterConfig::default(),
-        Arc::new(RejectMissing),
-    );
+    let (live, task) = Writer::builder(via_proxy.clone(), transport, KeyAttributes::default())
+        .config(WriterConfig::default())
+        .start();
     let stop = Arc::new(AtomicBool::new(false));
     let stored = Arc::new(AtomicU64::new(0));
     let producer = {

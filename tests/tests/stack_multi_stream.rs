@@ -32,7 +32,7 @@ use tidemark_consumer::lease::parse_lease_key;
 use tidemark_schema::route::Router;
 use tidemark_tests::worker::{Running, config, item_count, sdk, test_toml};
 use tidemark_tests::{put_records, unique_name, wait_until};
-use tidemark_worker::produce::ProduceSpec;
+use tidemark_worker::tools::produce::ProduceSpec;
 
 /// A `[source]` reading `streams` (TOML inline tables, one per line).
 fn multi_source(name: &str, worker: &str, streams: &[String]) -> String {
@@ -138,9 +138,14 @@ async fn verify_both(
         .unwrap();
     let router_b = Router::new(schema_b).unwrap();
     for (router, recs) in [(&router_a, recs_a), (&router_b, recs_b)] {
-        let v = tidemark_worker::verify::verify(ddb, router, &manifest(recs), &Default::default())
-            .await
-            .unwrap();
+        let v = tidemark_worker::tools::verify::verify(
+            ddb,
+            router,
+            &manifest(recs),
+            &Default::default(),
+        )
+        .await
+        .unwrap();
         assert_eq!(v.found, recs.len() as u64, "{v:?}");
     }
     let first: Value = serde_json::from_slice(&recs_a[0].1).unwrap();
@@ -468,9 +473,7 @@ async fn a_kcl_multi_stream_lease_table_resumes_without_re_reading() {
             "127.0.0.1:0",
         ),
     );
-    let worker = tidemark_worker::worker::Worker::build(&single, &sdk)
-        .await
-        .unwrap();
+    let worker = tidemark_worker::Worker::build(&single, &sdk).await.unwrap();
     let run = Box::pin(worker.run(std::future::pending::<()>()));
     let e = tokio::time::timeout(Duration::from_secs(30), run)
         .await

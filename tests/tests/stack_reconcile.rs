@@ -20,10 +20,10 @@ use tidemark_schema::route::RouterConfig;
 use tidemark_tests::unique_name;
 use tidemark_tests::worker::{config, kinesis_source, sdk, test_toml};
 use tidemark_worker::config::ExpiryAction;
-use tidemark_worker::tables::{
+use tidemark_worker::maintenance::{
     Action, PREFIX_TAG, RoundKind, TableManager, TablePolicy, TablesError,
 };
-use tidemark_worker::worker::{Worker, WorkerError};
+use tidemark_worker::{Worker, WorkerError};
 
 async fn ttl_of(ddb: &aws_sdk_dynamodb::Client, table: &str) -> Option<String> {
     let out = ddb
@@ -266,7 +266,7 @@ async fn the_worker_refuses_to_start_on_a_coordinator_or_lease_table_keyed_pk() 
     let coordinator = format!("{name}-coordinator");
     tidemark_tests::create_hash_only(&ddb, &coordinator, "pk").await;
     let err = Box::pin(Worker::build(&config, &sdk)).await.unwrap_err();
-    assert!(matches!(err, WorkerError::Coordinator(_)), "{err}");
+    assert!(matches!(err, WorkerError::MaintenanceLease(_)), "{err}");
     let text = err.to_string();
     assert!(text.contains(&coordinator), "{text}");
     assert!(text.contains("hash key pk (S), no sort key"), "{text}");

@@ -17,7 +17,7 @@ use tidemark_tests::worker::{
     Running, config, item_count, kinesis_source, produce, sdk, test_toml,
 };
 use tidemark_tests::{repo_root, unique_name, wait_until};
-use tidemark_worker::produce::{ProduceSpec, Target};
+use tidemark_worker::tools::produce::{ProduceSpec, Target};
 
 fn toml(name: &str, dead: &std::path::Path) -> String {
     test_toml(&kinesis_source(name), name, dead, "127.0.0.1:0")
@@ -86,9 +86,10 @@ async fn run_stopped_mid_stream_then_restarted_loses_and_duplicates_nothing() {
     // Nothing lost: every event is there, with its content.
     let router = Router::new(config.schema.clone()).unwrap();
     let ddb = stack.dynamodb();
-    let verified = tidemark_worker::verify::verify(&ddb, &router, &manifest, &Default::default())
-        .await
-        .unwrap();
+    let verified =
+        tidemark_worker::tools::verify::verify(&ddb, &router, &manifest, &Default::default())
+            .await
+            .unwrap();
     assert_eq!(verified.found, EVENTS, "{verified:?}");
     // And nothing else: the table holds exactly the events.
     let first: Value = serde_json::from_slice(&manifest[0]).unwrap();
@@ -127,11 +128,11 @@ async fn run_stopped_mid_stream_then_restarted_loses_and_duplicates_nothing() {
         end_ms: to.timestamp_millis(),
     };
     let got: Vec<(i64, String)> =
-        tidemark_worker::query::range(&ddb, &config.schema, "device-0000", range)
+        tidemark_worker::tools::query::range(&ddb, &config.schema, "device-0000", range)
             .await
             .unwrap()
             .iter()
-            .map(tidemark_worker::query::to_json)
+            .map(tidemark_worker::tools::query::to_json)
             .map(|v| {
                 let t: chrono::DateTime<chrono::Utc> = v["ts"].as_str().unwrap().parse().unwrap();
                 (

@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use chrono::Utc;
 use tidemark_schema::period::{Billing, CapacityTiers};
-use tidemark_schema::route::{Router, RouterConfig};
+use tidemark_schema::route::{RouteCache, Router, RouterConfig};
 use tidemark_schema::{ItemKey, Origin, Reason};
 use tidemark_tests::unique_name;
 use tidemark_worker::config::ExpiryAction;
-use tidemark_worker::tables::{CreateMissingTables, TableManager, TablePolicy};
+use tidemark_worker::maintenance::{CreateMissingTables, TableManager, TablePolicy};
 use tidemark_writer::{Completion, Submission, WriteOutcome, Writer, WriterConfig};
 use tokio::sync::oneshot;
 
@@ -34,12 +34,14 @@ async fn a_write_to_a_missing_period_table_creates_it() {
         ExpiryAction::Delete,
     );
     let manager = TableManager::new(ddb.clone(), policy);
-    let (writer, task) = Writer::start(
+    let (writer, task) = Writer::builder(
         ddb.clone(),
         stack.dynamodb_transport_at(&stack.dynamodb_url),
-        WriterConfig::default(),
-        Arc::new(CreateMissingTables::new(manager)),
-    );
+        config.key_attributes.clone(),
+    )
+    .config(WriterConfig::default())
+    .missing_tables(Arc::new(CreateMissingTables::new(manager)))
+    .start();
 
     // Three days ago: its table was never created.
     let when = Utc::now() - chrono::Duration::days(3);
@@ -52,7 +54,16 @@ async fn a_write_to_a_missing_period_table_creates_it() {
         message_id: "m".into(),
         index: 0,
     };
-    let routed = router.route(event.as_bytes(), &origin, Utc::now()).unwrap();
+    let routed = router
+        .route(
+            event.as_bytes(),
+            &origin,
+            0,
+            Utc::now(),
+            &mut RouteCache::default(),
+        )
+        .unwrap()
+        .new;
     let item = routed.item.to_item().unwrap();
     assert!(
         ddb.describe_table()

@@ -7,10 +7,10 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use tidemark_schema::route::Router;
+use tidemark_schema::route::{RouteCache, Router};
 use tidemark_tests::worker::{Running, config, item_count, produce, queue_depth, sdk, test_toml};
 use tidemark_tests::{create_queue, routed_item, unique_name, wait_until};
-use tidemark_worker::produce::{ProduceSpec, Target};
+use tidemark_worker::tools::produce::{ProduceSpec, Target};
 
 fn toml(name: &str, queue_url: &str, dead: &std::path::Path) -> String {
     let source =
@@ -86,9 +86,10 @@ async fn sqs_run_stores_every_event_deletes_every_message_and_restarts_without_l
     assert_eq!(report1.dead_lettered() + report2.dead_lettered(), 0);
     let router = Router::new(config.schema.clone()).unwrap();
     let ddb = stack.dynamodb();
-    let verified = tidemark_worker::verify::verify(&ddb, &router, &manifest, &Default::default())
-        .await
-        .unwrap();
+    let verified =
+        tidemark_worker::tools::verify::verify(&ddb, &router, &manifest, &Default::default())
+            .await
+            .unwrap();
     assert_eq!(verified.found, EVENTS, "{verified:?}");
     let first: Value = serde_json::from_slice(&manifest[0]).unwrap();
     let table = format!("{name}_{}", &first["timestamp"].as_str().unwrap()[..10]);
@@ -235,8 +236,15 @@ async fn sqs_ndjson_gzip_and_sns_bodies_store_each_inner_event_and_delete_after_
     };
     let third = r#"{"deviceId":"d3","timestamp":"TS","seq":3}"#.replace("TS", &ts);
     let routed = router
-        .route(third.as_bytes(), &origin, chrono::Utc::now())
-        .unwrap();
+        .route(
+            third.as_bytes(),
+            &origin,
+            0,
+            chrono::Utc::now(),
+            &mut RouteCache::default(),
+        )
+        .unwrap()
+        .new;
     let item = routed_item(&ddb, &routed)
         .await
         .expect("the first message's third event is stored under its derived id");

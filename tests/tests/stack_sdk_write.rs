@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tidemark_tests::worker::{Running, config, item_count, produce, sdk, test_toml};
 use tidemark_tests::{start_limits_proxy, unique_name, wait_until};
-use tidemark_worker::produce::{ProduceSpec, Target};
+use tidemark_worker::tools::produce::{ProduceSpec, Target};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[cfg_attr(

@@ -27,13 +27,11 @@ use bytes::Bytes;
 use serde_json::json;
 use tidemark_consumer::Record;
 use tidemark_consumer::sqs::{SqsConfig, SqsSource};
-use tidemark_schema::{Origin, Reason, Router, RouterConfig};
+use tidemark_schema::{KeyAttributes, Origin, Reason, RouteCache, Router, RouterConfig};
 use tidemark_tests::{
     TableCapacity, count_items, create_queue, queue_counts, send_messages, unique_name, wait_until,
 };
-use tidemark_writer::{
-    Completion, RejectMissing, Submission, WriteOutcome, Writer, WriterConfig, WriterHandle,
-};
+use tidemark_writer::{Completion, Submission, WriteOutcome, Writer, WriterConfig, WriterHandle};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -81,8 +79,14 @@ async fn glue(
                 record.ack.done();
                 continue;
             }
-            let routed = match router.route(&record.data, &record.origin, chrono::Utc::now()) {
-                Ok(r) => r,
+            let routed = match router.route(
+                &record.data,
+                &record.origin,
+                0,
+                chrono::Utc::now(),
+                &mut RouteCache::default(),
+            ) {
+                Ok(r) => r.new,
                 Err(e) => {
                     seen.lock()
                         .unwrap()
@@ -183,8 +187,9 @@ impl Harness {
             linger: Duration::from_millis(10),
             ..WriterConfig::default()
         };
-        let (writer, _writer_task) =
-            Writer::start(ddb, writes, writer_cfg, Arc::new(RejectMissing));
+        let (writer, _writer_task) = Writer::builder(ddb, writes, KeyAttributes::default())
+            .config(writer_cfg)
+            .start();
         let (tx, rx) = mpsc::channel(16);
         let seen = Shared::default();
         let shutdown = CancellationToken::new();

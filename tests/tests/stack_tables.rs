@@ -12,7 +12,7 @@ use tidemark_schema::period::{Billing, Capacity, CapacityTiers, LifecycleState, 
 use tidemark_schema::route::RouterConfig;
 use tidemark_tests::unique_name;
 use tidemark_worker::config::ExpiryAction;
-use tidemark_worker::tables::{Action, RoundKind, TableManager, TablePolicy};
+use tidemark_worker::maintenance::{Action, RoundKind, TableManager, TablePolicy};
 
 fn at(s: &str) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)

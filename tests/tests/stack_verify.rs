@@ -11,10 +11,10 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use chrono::Utc;
 use tidemark_schema::Origin;
-use tidemark_schema::route::{Router, RouterConfig};
+use tidemark_schema::route::{RouteCache, Router, RouterConfig};
 use tidemark_tests::{TableCapacity, create_table, stack, unique_name};
-use tidemark_worker::produce::ProduceSpec;
-use tidemark_worker::verify::{VerifyOptions, verify};
+use tidemark_worker::tools::produce::ProduceSpec;
+use tidemark_worker::tools::verify::{VerifyOptions, verify};
 
 /// Writes `items` to `table`, 25 a call, unprocessed ones resent.
 async fn put_all(
@@ -95,7 +95,10 @@ async fn verify_finds_every_stored_item_and_reports_missing_and_changed_ones() {
     };
     let mut by_table: HashMap<String, Vec<HashMap<String, AttributeValue>>> = HashMap::new();
     for raw in &events[..spec.count as usize] {
-        let routed = router.route(raw, &origin, now).unwrap();
+        let routed = router
+            .route(raw, &origin, 0, now, &mut RouteCache::default())
+            .unwrap()
+            .new;
         by_table
             .entry(routed.table.to_string())
             .or_default()
@@ -113,8 +116,9 @@ async fn verify_finds_every_stored_item_and_reports_missing_and_changed_ones() {
     for raw in &events[spec.count as usize..] {
         missing.insert(key_of(
             &router
-                .route(raw, &origin, old)
+                .route(raw, &origin, 0, old, &mut RouteCache::default())
                 .unwrap()
+                .new
                 .item
                 .to_item()
                 .unwrap(),

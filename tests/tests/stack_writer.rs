@@ -19,9 +19,9 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
-use tidemark_schema::{Item, ItemKey};
+use tidemark_schema::{Item, ItemKey, KeyAttributes};
 use tidemark_tests::TableCapacity;
-use tidemark_writer::{Completion, RejectMissing, Submission, WriteOutcome, Writer, WriterConfig};
+use tidemark_writer::{Completion, Submission, WriteOutcome, Writer, WriterConfig};
 
 const ITEMS: usize = 10_000;
 const TABLES: usize = 3;
@@ -73,12 +73,13 @@ async fn ten_thousand_items_across_three_tables_are_all_stored() {
         create_table(&c, t).await;
     }
 
-    let (h, task) = Writer::start(
+    let (h, task) = Writer::builder(
         c.clone(),
         stack.dynamodb_transport_at(&ep),
-        WriterConfig::default(),
-        Arc::new(RejectMissing),
-    );
+        KeyAttributes::default(),
+    )
+    .config(WriterConfig::default())
+    .start();
     let stored = Arc::new(AtomicU64::new(0));
     let started = std::time::Instant::now();
     let mut expected: Vec<HashSet<(String, String)>> = vec![HashSet::new(); TABLES];

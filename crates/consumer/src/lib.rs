@@ -24,6 +24,8 @@
 //! - [`error`]: [`ConsumerError`], [`AwsError`], [`SourceConfigError`]; AWS
 //!   errors are classified by `tidemark-aws-errors` (re-exported as
 //!   [`error::ErrorClass`]).
+//! - `testing` (feature `testing`, for the tests crate and the fuzz
+//!   targets): the KPL de-aggregation and the SQS body decoding.
 //! - [`keyschema`]: the key schema a table must have before it is adopted
 //!   ([`keyschema::KeySpec::check`]: a mismatch names table, found,
 //!   expected); shared with the worker's own tables.
@@ -69,6 +71,8 @@ mod registry;
 pub mod sim;
 pub mod source;
 pub mod sqs;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use error::{AwsError, ConsumerError, SourceConfigError};
 pub use kinesis::lease;

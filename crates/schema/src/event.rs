@@ -1,159 +1,44 @@
 //! Events: the entity id, timestamp, event id and payload of one JSON record.
 //!
-//! The record is parsed once, keeping every value as its raw JSON text
-//! ([`serde_json::value::RawValue`]); only the configured fields are decoded.
-//! Payload numbers therefore reach DynamoDB with exactly the digits the
-//! producer wrote, which an `f64` round trip cannot promise past 17 digits.
+//! The record is parsed once (`crate::raw`), keeping every value as its raw
+//! JSON text; only the configured fields are decoded. Payload numbers
+//! therefore reach DynamoDB with exactly the digits the producer wrote.
 //!
 //! The entity may be one field or several joined ([`EventConfig::entity_fields`]);
 //! field paths may cross arrays (`items[0].id`: read, never removed). After
 //! the identity fields are taken out, `rename` moves values to top-level
-//! names; include / exclude / types and the clash policy (see
-//! [`crate::mapping`]) apply as the item is written.
+//! names; include / exclude / types and the clash policy (see [`mapping`])
+//! apply as the item is written.
+//!
+//! Files: `config` (the `[event]` table), `error`, [`mapping`] (time
+//! formats and zones, include / exclude / types, clash policy, compiled
+//! once), `path` (field paths, and taking their values out of a record),
+//! `timestamp` (reading the event time). Dependencies run one way: this file
+//! → {`config` → `mapping`, `path`, `timestamp` → `mapping`} → `error`.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
-use std::fmt;
 
-use serde::de::{DeserializeSeed, Deserializer, MapAccess, Visitor};
-use serde::{Deserialize, Serialize};
+use serde::de::DeserializeSeed;
 use serde_json::Value;
 use serde_json::value::RawValue;
-use thiserror::Error;
 
-use crate::mapping::{self, Coerced, Rules, TimeParser};
 use crate::origin::Origin;
-use crate::reason::Reason;
-use crate::timefmt;
+use crate::raw::{Name, Node, Slot, Split, document_kind, json_kind, string_text};
 
-pub use crate::mapping::{ClashPolicy, FieldType, TimestampFormat};
+mod config;
+mod error;
+pub mod mapping;
+mod path;
+mod timestamp;
 
-/// Which record fields hold the event's identity and time.
-///
-/// A field name containing dots is a path into nested objects
-/// (`meta.device.id`), unless the record has a top-level field with exactly
-/// that name, which wins.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct EventConfig {
-    /// Field holding the entity id (device, sensor, user): a non-empty string,
-    /// or a number (kept as its text). Default `deviceId`.
-    #[serde(default = "default_entity_field")]
-    pub entity_field: String,
-    /// Field holding the event time. Default `timestamp`.
-    #[serde(default = "default_timestamp_field")]
-    pub timestamp_field: String,
-    /// Field holding a producer-assigned event id (string or number). When it
-    /// is absent, null or empty in a record, or this option is unset or set to
-    /// `""`, the id is derived from the record's source position instead.
-    /// Default `eventId`.
-    #[serde(default = "default_event_id_field")]
-    pub event_id_field: Option<String>,
-    /// How the timestamp is written: `auto`, `rfc3339`, `epoch_seconds`,
-    /// `epoch_millis`, `epoch_micros`, `epoch_nanos`, or a chrono strftime
-    /// pattern such as `"%Y-%m-%d %H:%M:%S"`. Default `auto`.
-    #[serde(default)]
-    pub timestamp_format: TimestampFormat,
-    /// Time zone of zone-less times: an IANA name (`"Europe/Paris"`) or a
-    /// fixed offset (`"+05:30"`). Used by a strftime `timestamp_format`
-    /// without `%z`, and by `auto` for `"2025-11-22 05:00:00"`-style text.
-    /// Refused with formats whose times carry their zone. Default: none
-    /// (such times are UTC for a pattern, refused for `auto`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timezone: Option<String>,
-    /// Several fields whose values, joined by `entity_separator`, make the
-    /// entity id, e.g. `["tenant", "device"]` gives `acme:d1`. Replaces
-    /// `entity_field` (leave that unset). Each part is a string or number and
-    /// is removed from the payload like `entity_field`. Default: none.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub entity_fields: Vec<String>,
-    /// Joins the parts of `entity_fields`. Default `":"`. Must not be empty;
-    /// with the `time_bucket` key strategy it must not contain `#`.
-    #[serde(default = "default_entity_separator")]
-    pub entity_separator: String,
-    /// Payload fields to move to a top-level attribute of another name:
-    /// `{ "user.name" = "user_name", "items[0].sku" = "first_sku" }`. The
-    /// source is a field path; a path through an array index copies the
-    /// value and leaves the array as it is. A renamed value replaces a field
-    /// already named like its target. Default: none.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub rename: BTreeMap<String, String>,
-    /// When set, only these top-level payload fields are stored (names after
-    /// `rename`), e.g. `["page", "user_name"]`. Default: every field.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub include: Option<Vec<String>>,
-    /// Top-level payload fields not stored (names after `rename`), e.g.
-    /// `["debug"]`. Default: none.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub exclude: Vec<String>,
-    /// Type coercion of top-level payload fields (names after `rename`):
-    /// `{ n = "number", code = "string", ok = "bool" }`. A string becomes a
-    /// number with every digit kept; a value that cannot be coerced
-    /// dead-letters its event (`invalid_field`). Default: none.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub types: BTreeMap<String, FieldType>,
-    /// A payload field named like an attribute every item carries (`ts`,
-    /// `ts_ms`, `entity_id`, `event_id`, the key attributes, the TTL):
-    /// `prefix` stores it as `clash_prefix` + name; `refuse` dead-letters
-    /// the event. Default `prefix`.
-    #[serde(default)]
-    pub on_clash: ClashPolicy,
-    /// Prefix of clashing payload fields. Default `"payload_"`.
-    #[serde(default = "default_clash_prefix")]
-    pub clash_prefix: String,
-}
+pub use config::EventConfig;
+pub use error::{EventConfigError, EventError};
+pub use mapping::{ClashPolicy, FieldType, TimeWriter, TimestampFormat};
 
-fn default_entity_separator() -> String {
-    ":".to_owned()
-}
-
-fn default_clash_prefix() -> String {
-    "payload_".to_owned()
-}
-
-impl EventConfig {
-    /// How errors name the entity: its field, or its fields joined by `+`.
-    pub fn entity_label(&self) -> String {
-        if self.entity_fields.is_empty() {
-            self.entity_field.clone()
-        } else {
-            self.entity_fields.join("+")
-        }
-    }
-}
-
-fn default_entity_field() -> String {
-    "deviceId".to_owned()
-}
-
-fn default_timestamp_field() -> String {
-    "timestamp".to_owned()
-}
-
-#[allow(clippy::unnecessary_wraps)] // serde's default= needs the field's type
-fn default_event_id_field() -> Option<String> {
-    Some("eventId".to_owned())
-}
-
-impl Default for EventConfig {
-    fn default() -> Self {
-        EventConfig {
-            entity_field: default_entity_field(),
-            timestamp_field: default_timestamp_field(),
-            event_id_field: default_event_id_field(),
-            timestamp_format: TimestampFormat::Auto,
-            timezone: None,
-            entity_fields: Vec::new(),
-            entity_separator: default_entity_separator(),
-            rename: BTreeMap::new(),
-            include: None,
-            exclude: Vec::new(),
-            types: BTreeMap::new(),
-            on_clash: ClashPolicy::Prefix,
-            clash_prefix: default_clash_prefix(),
-        }
-    }
-}
+use config::default_entity_field;
+use mapping::{Coerced, Rules, TimeParser};
+use path::{FieldPath, remove_member, split_names, take};
+use timestamp::parse_timestamp;
 
 /// One event, normalized.
 #[derive(Debug, Clone, PartialEq)]
@@ -168,300 +53,6 @@ pub struct Event {
     /// Every field except the three above. Numbers beyond `f64` precision lose
     /// digits here; [`crate::route::Router`] keeps them exact.
     pub payload: serde_json::Map<String, Value>,
-}
-
-/// Why a record is not a valid event. Every variant names the field.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum EventError {
-    /// The bytes are not UTF-8 JSON.
-    #[error("record is not valid JSON: {0}")]
-    InvalidJson(String),
-    /// The record is JSON but not an object.
-    #[error("record is a JSON {0}, expected an object")]
-    NotAnObject(&'static str),
-    /// A required field is absent (or a path crosses a non-object).
-    #[error("field `{field}` is missing")]
-    Missing {
-        /// The configured field name or path.
-        field: String,
-    },
-    /// A field has the wrong JSON type.
-    #[error("field `{field}` is a JSON {found}, expected {expected}")]
-    WrongType {
-        /// The configured field name or path.
-        field: String,
-        /// What the field must be.
-        expected: &'static str,
-        /// What it is.
-        found: &'static str,
-    },
-    /// The entity id is the empty string.
-    #[error("field `{field}` (entity id) is empty")]
-    EmptyEntityId {
-        /// The configured field name or path.
-        field: String,
-    },
-    /// A payload field cannot be coerced to its configured type.
-    #[error("field `{field}` {problem} (`types` coerces it)")]
-    Coercion {
-        /// The field, by its name after renaming.
-        field: String,
-        /// What the value is and why it does not convert.
-        problem: String,
-    },
-    /// The timestamp cannot be read, or is outside 1900-01-01..9999-01-01.
-    #[error("field `{field}` has an unusable timestamp {value:?}: {why}")]
-    BadTimestamp {
-        /// The configured field name or path.
-        field: String,
-        /// The raw value, shortened to 64 bytes.
-        value: String,
-        /// What is wrong with it.
-        why: String,
-    },
-}
-
-impl EventError {
-    /// The dead-letter reason for this error.
-    pub fn reason(&self) -> Reason {
-        match self {
-            EventError::InvalidJson(_) | EventError::NotAnObject(_) => Reason::InvalidJson,
-            EventError::Missing { .. } => Reason::MissingField,
-            EventError::WrongType { .. }
-            | EventError::EmptyEntityId { .. }
-            | EventError::Coercion { .. } => Reason::InvalidField,
-            EventError::BadTimestamp { .. } => Reason::BadTimestamp,
-        }
-    }
-}
-
-/// The configuration cannot be used.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("invalid event config: `{field}` {problem}")]
-pub struct EventConfigError {
-    /// The offending config key.
-    pub field: &'static str,
-    /// What is wrong and how to fix it.
-    pub problem: String,
-}
-
-/// One step of a field path with array indices.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Seg {
-    Key(String),
-    Index(usize),
-}
-
-/// A configured field: its full name and, if dotted, its path segments.
-#[derive(Debug, Clone)]
-pub(crate) struct FieldPath {
-    pub(crate) name: String,
-    parts: Vec<String>,
-    /// The steps of a path with an array index (`items[0].id`). Such a path
-    /// is read, not taken out: removing an element would renumber the rest.
-    indexed: Option<Vec<Seg>>,
-}
-
-impl FieldPath {
-    pub(crate) fn new(key: &'static str, name: &str) -> Result<FieldPath, EventConfigError> {
-        let invalid = || EventConfigError {
-            field: key,
-            problem: format!(
-                "is {name:?}: give a field name, a dotted path like `meta.id`, or a path with array indices like `items[0].id`"
-            ),
-        };
-        let parts: Vec<String> = name.split('.').map(str::to_owned).collect();
-        if name.is_empty() || (parts.len() > 1 && parts.iter().any(String::is_empty)) {
-            return Err(invalid());
-        }
-        if !name.contains('[') {
-            return Ok(FieldPath {
-                name: name.to_owned(),
-                parts,
-                indexed: None,
-            });
-        }
-        let mut segs = Vec::new();
-        for part in &parts {
-            let (key_part, mut rest) = part.split_at(part.find('[').unwrap_or(part.len()));
-            if key_part.is_empty() || key_part.contains(']') {
-                return Err(invalid());
-            }
-            segs.push(Seg::Key(key_part.to_owned()));
-            while !rest.is_empty() {
-                let (index, after) = rest
-                    .strip_prefix('[')
-                    .and_then(|r| r.split_once(']'))
-                    .ok_or_else(invalid)?;
-                if index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) {
-                    return Err(invalid());
-                }
-                segs.push(Seg::Index(index.parse().map_err(|_| invalid())?));
-                rest = after;
-            }
-        }
-        Ok(FieldPath {
-            name: name.to_owned(),
-            parts,
-            indexed: Some(segs),
-        })
-    }
-
-    /// The top-level member a multi-step path goes through.
-    fn first_step(&self) -> Option<&str> {
-        match &self.indexed {
-            Some(segs) => match segs.first() {
-                Some(Seg::Key(k)) => Some(k),
-                _ => None,
-            },
-            None if self.parts.len() > 1 => self.parts.first().map(String::as_str),
-            None => None,
-        }
-    }
-}
-
-/// A JSON value kept as text, or an object opened up because a configured
-/// field was taken out of it.
-#[derive(Debug, Clone)]
-pub(crate) enum Node<'a> {
-    /// Untouched JSON text.
-    Raw(&'a RawValue),
-    /// An object, member by member, in record order.
-    Object(Vec<(Name<'a>, Node<'a>)>),
-}
-
-/// A member name: borrowed from the record unless it had escapes (one
-/// allocation less per payload field).
-pub(crate) type Name<'a> = Cow<'a, str>;
-
-/// A member name as read: borrowed where the text allows.
-pub(crate) struct NameSeed<'a>(pub Name<'a>);
-
-impl<'de> Deserialize<'de> for NameSeed<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = NameSeed<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a member name")
-            }
-            fn visit_borrowed_str<E: serde::de::Error>(
-                self,
-                v: &'de str,
-            ) -> Result<Self::Value, E> {
-                Ok(NameSeed(Cow::Borrowed(v)))
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(NameSeed(Cow::Owned(v.to_owned())))
-            }
-            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Self::Value, E> {
-                Ok(NameSeed(Cow::Owned(v)))
-            }
-        }
-        d.deserialize_str(V)
-    }
-}
-
-/// The JSON type of a raw value, from its first byte. JSON whitespace is
-/// ASCII, so raw values are trimmed bytewise (`trim_ascii`), not by
-/// `str::trim`'s Unicode scan: that cost ~1% of routing, once per member.
-pub(crate) fn json_kind(raw: &RawValue) -> &'static str {
-    match raw.get().trim_ascii_start().as_bytes().first() {
-        Some(b'{') => "object",
-        Some(b'[') => "array",
-        Some(b'"') => "string",
-        Some(b't' | b'f') => "boolean",
-        Some(b'n') => "null",
-        _ => "number",
-    }
-}
-
-/// The kind of a top-level JSON document, for the not-an-object error.
-fn document_kind(data: &[u8]) -> &'static str {
-    match data.iter().find(|b| !b.is_ascii_whitespace()) {
-        Some(b'[') => "array",
-        Some(b'"') => "string",
-        Some(b't' | b'f') => "boolean",
-        Some(b'n') => "null",
-        _ => "number",
-    }
-}
-
-/// The record parse with the configured fields set aside as they are met,
-/// so extraction need not search the members and shift them out after.
-/// Names in the order entity, timestamp, event id; `None` is not set aside.
-/// As with [`remove_member`], a repeated name's last value wins and the
-/// earlier ones are dropped.
-struct Split<'e>([Option<&'e str>; 3]);
-
-/// What the parse set aside for one configured field.
-#[derive(Clone, Copy)]
-enum Slot<'a> {
-    /// Set aside, and the record had it.
-    Found(&'a RawValue),
-    /// Set aside, and the record did not have it.
-    Absent,
-    /// Not set aside: look among the members.
-    NotSplit,
-}
-
-type SplitObject<'a> = (Vec<(Name<'a>, Node<'a>)>, [Slot<'a>; 3]);
-
-impl Split<'_> {
-    /// The names to set aside. A name that begins another field's dotted
-    /// path (`meta` when another field is `meta.id`) stays a member: that
-    /// field's path may need to open it first, as it did before this parse.
-    fn names(fields: [Option<&FieldPath>; 3], others: &[&FieldPath]) -> [Option<String>; 3] {
-        fields.map(|f| {
-            let f = f?;
-            let prefix_of_other = fields
-                .iter()
-                .flatten()
-                .chain(others)
-                .any(|g| g.first_step() == Some(f.name.as_str()));
-            (!prefix_of_other).then(|| f.name.clone())
-        })
-    }
-}
-
-impl<'de> DeserializeSeed<'de> for Split<'_> {
-    type Value = SplitObject<'de>;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        struct V<'e>([Option<&'e str>; 3]);
-        impl<'de> Visitor<'de> for V<'_> {
-            type Value = SplitObject<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut members = Vec::with_capacity(map.size_hint().unwrap_or(8));
-                let mut slots = self.0.map(|n| {
-                    if n.is_some() {
-                        Slot::Absent
-                    } else {
-                        Slot::NotSplit
-                    }
-                });
-                while let Some(k) = map.next_key::<NameSeed<'de>>()? {
-                    let v: &'de RawValue = map.next_value()?;
-                    match self.0.iter().position(|n| *n == Some(k.0.as_ref())) {
-                        Some(i) => slots[i] = Slot::Found(v),
-                        None => members.push((k.0, Node::Raw(v))),
-                    }
-                }
-                Ok((members, slots))
-            }
-        }
-        d.deserialize_map(V(self.0))
-    }
-}
-
-pub(crate) fn open_object(raw: &RawValue) -> Result<Vec<(Name<'_>, Node<'_>)>, serde_json::Error> {
-    let mut de = serde_json::Deserializer::from_str(raw.get());
-    let (members, _) = Split([None; 3]).deserialize(&mut de)?;
-    de.end()?;
-    Ok(members)
 }
 
 /// An event whose payload is still raw JSON text: what the router builds
@@ -588,7 +179,7 @@ impl Extractor {
             .chain(renames.iter().map(|(p, _)| p))
             .collect();
         let single_entity = entity_parts.is_empty().then_some(&entity);
-        let split = Split::names(
+        let split = split_names(
             [single_entity, Some(&timestamp), event_id.as_ref()],
             &others,
         );
@@ -628,7 +219,7 @@ impl Extractor {
 
     /// [`Extractor::extract`] for inner event `inner` of a record holding
     /// several (NDJSON, JSON array): a derived event id names the position.
-    pub fn extract_inner(
+    pub(crate) fn extract_inner(
         &self,
         data: &[u8],
         origin: &Origin,
@@ -774,115 +365,6 @@ pub fn derived_event_id(origin: &Origin, inner: u32) -> String {
     id
 }
 
-/// Removes and returns the value at `path`; `Ok(None)` when absent.
-/// `slot` is what the parse set aside for the field: `Some` if the record
-/// had it (then it is not among `members`).
-fn take<'a>(
-    members: &mut Vec<(Name<'a>, Node<'a>)>,
-    slot: Slot<'a>,
-    path: &FieldPath,
-) -> Result<Option<Node<'a>>, EventError> {
-    // A literal top-level key wins over the dotted interpretation.
-    match slot {
-        Slot::Found(raw) => return Ok(Some(Node::Raw(raw))),
-        Slot::Absent => {}
-        Slot::NotSplit => {
-            if let Some(found) = remove_member(members, &path.name) {
-                return Ok(Some(found));
-            }
-        }
-    }
-    if let Some(segs) = &path.indexed {
-        return read_path(members, segs);
-    }
-    if path.parts.len() < 2 {
-        return Ok(None);
-    }
-    take_path(members, &path.parts)
-}
-
-/// The value at a path with array indices, read without changing the
-/// payload; `Ok(None)` when absent.
-fn read_path<'a>(
-    members: &[(Name<'a>, Node<'a>)],
-    segs: &[Seg],
-) -> Result<Option<Node<'a>>, EventError> {
-    let find = |members: &[(Name<'a>, Node<'a>)], key: &str| {
-        members
-            .iter()
-            .rev()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.clone())
-    };
-    let Some((Seg::Key(first), rest)) = segs.split_first() else {
-        return Ok(None);
-    };
-    let Some(mut node) = find(members, first) else {
-        return Ok(None);
-    };
-    let invalid = |e: serde_json::Error| EventError::InvalidJson(e.to_string());
-    for seg in rest {
-        let next = match (seg, &node) {
-            (Seg::Key(k), Node::Object(inner)) => find(inner, k),
-            (Seg::Key(k), Node::Raw(raw)) if json_kind(raw) == "object" => {
-                let raw: &'a RawValue = raw;
-                find(&open_object(raw).map_err(invalid)?, k)
-            }
-            (Seg::Index(i), Node::Raw(raw)) if json_kind(raw) == "array" => {
-                let raw: &'a RawValue = raw;
-                let elems: Vec<&'a RawValue> = serde_json::from_str(raw.get()).map_err(invalid)?;
-                elems.get(*i).map(|e| Node::Raw(e))
-            }
-            _ => None,
-        };
-        match next {
-            Some(n) => node = n,
-            None => return Ok(None),
-        }
-    }
-    Ok(Some(node))
-}
-
-fn take_path<'a>(
-    members: &mut Vec<(Name<'a>, Node<'a>)>,
-    parts: &[String],
-) -> Result<Option<Node<'a>>, EventError> {
-    let Some((first, rest)) = parts.split_first() else {
-        return Ok(None);
-    };
-    if rest.is_empty() {
-        return Ok(remove_member(members, first));
-    }
-    let Some(idx) = members.iter().rposition(|(k, _)| k == first) else {
-        return Ok(None);
-    };
-    let node = &mut members[idx].1;
-    if let Node::Raw(raw) = node {
-        if json_kind(raw) != "object" {
-            return Ok(None);
-        }
-        let opened = open_object(raw).map_err(|e| EventError::InvalidJson(e.to_string()))?;
-        *node = Node::Object(opened);
-    }
-    match node {
-        Node::Object(inner) => take_path(inner, rest),
-        Node::Raw(_) => Ok(None),
-    }
-}
-
-/// Removes a member; with duplicate keys the last one counts (as in
-/// serde_json's own maps) and the earlier ones are dropped with it.
-fn remove_member<'a>(members: &mut Vec<(Name<'a>, Node<'a>)>, name: &str) -> Option<Node<'a>> {
-    let idx = members.iter().rposition(|(k, _)| k == name)?;
-    let (_, node) = members.remove(idx);
-    // Earlier copies are rare: look for them only before `idx`, so the
-    // usual case is one pass over the members.
-    if members[..idx].iter().any(|(k, _)| k == name) {
-        members.retain(|(k, _)| k != name);
-    }
-    Some(node)
-}
-
 fn node_kind(node: &Node<'_>) -> &'static str {
     match node {
         Node::Raw(r) => json_kind(r),
@@ -912,23 +394,7 @@ fn scalar_text<'a>(
     }
 }
 
-/// A JSON string's contents: borrowed from the record when it has no
-/// escapes (the usual id or timestamp), decoded otherwise.
-pub(crate) fn string_text(raw: &RawValue) -> Result<Cow<'_, str>, serde_json::Error> {
-    let text = raw.get().trim_ascii();
-    // The parser already checked the string, so quotes and no backslash mean
-    // its contents are the text between them.
-    match text
-        .strip_prefix('"')
-        .and_then(|t| t.strip_suffix('"'))
-        .filter(|inner| !inner.contains('\\'))
-    {
-        Some(inner) => Ok(Cow::Borrowed(inner)),
-        None => serde_json::from_str::<String>(text).map(Cow::Owned),
-    }
-}
-
-pub(crate) fn node_to_value(node: &Node<'_>) -> Result<Value, EventError> {
+fn node_to_value(node: &Node<'_>) -> Result<Value, EventError> {
     match node {
         Node::Raw(raw) => {
             serde_json::from_str(raw.get()).map_err(|e| EventError::InvalidJson(e.to_string()))
@@ -943,206 +409,11 @@ pub(crate) fn node_to_value(node: &Node<'_>) -> Result<Value, EventError> {
     }
 }
 
-fn bad_ts(field: &str, value: &str, why: impl Into<String>) -> EventError {
-    let mut v = value.to_owned();
-    if v.len() > 64 {
-        let mut cut = 64;
-        while !v.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        v.truncate(cut);
-    }
-    EventError::BadTimestamp {
-        field: field.to_owned(),
-        value: v,
-        why: why.into(),
-    }
-}
-
-/// The timestamp in epoch milliseconds, and its text if that is already the
-/// canonical rendering.
-fn parse_timestamp<'a>(
-    node: &Node<'a>,
-    field: &str,
-    time: &TimeParser,
-) -> Result<(i64, Option<&'a str>), EventError> {
-    let format = &time.format;
-    let Node::Raw(raw) = node else {
-        return Err(EventError::WrongType {
-            field: field.to_owned(),
-            expected: "a timestamp string or number",
-            found: "object",
-        });
-    };
-    let raw: &'a RawValue = raw;
-    let kind = json_kind(raw);
-    let (text, is_string) = match kind {
-        "string" => (
-            string_text(raw).map_err(|e| bad_ts(field, raw.get(), e.to_string()))?,
-            true,
-        ),
-        "number" => (Cow::Borrowed(raw.get().trim_ascii()), false),
-        found => {
-            return Err(EventError::WrongType {
-                field: field.to_owned(),
-                expected: "a timestamp string or number",
-                found,
-            });
-        }
-    };
-    let canonical = match &text {
-        Cow::Borrowed(t)
-            if is_string && matches!(format, TimestampFormat::Rfc3339 | TimestampFormat::Auto) =>
-        {
-            timefmt::parse_canonical(t).map(|ms| (ms, *t))
-        }
-        _ => None,
-    };
-    if let Some((ms, t)) = canonical {
-        // Parsed to the same instant chrono would give (see the proptests
-        // in timefmt); only the range check is left.
-        if timefmt::in_range(ms) {
-            return Ok((ms, Some(t)));
-        }
-    }
-    let looks_numeric = text
-        .bytes()
-        .next()
-        .is_some_and(|b| b.is_ascii_digit() || b == b'-' || b == b'+')
-        && !text.contains(':');
-    let ms = match format {
-        TimestampFormat::Rfc3339 => {
-            if !is_string {
-                return Err(EventError::WrongType {
-                    field: field.to_owned(),
-                    expected: "an RFC 3339 string",
-                    found: "number",
-                });
-            }
-            parse_rfc3339(&text).map_err(|why| bad_ts(field, &text, why))?
-        }
-        TimestampFormat::Auto if is_string && !looks_numeric => parse_rfc3339(&text)
-            .or_else(|why| match time.parse_local_iso(&text) {
-                Some(local) => local.map(i128::from),
-                None => Err(why),
-            })
-            .map_err(|why| bad_ts(field, &text, why))?,
-        TimestampFormat::Auto => {
-            let whole = scaled_floor(&text, 0).map_err(|why| bad_ts(field, &text, why))?;
-            // Seconds below 1e11, then millis, micros, nanos: see `Auto`.
-            let exp = match whole.unsigned_abs() {
-                0..100_000_000_000 => 3,
-                100_000_000_000..100_000_000_000_000 => 0,
-                100_000_000_000_000..100_000_000_000_000_000 => -3,
-                _ => -6,
-            };
-            scaled_floor(&text, exp).map_err(|why| bad_ts(field, &text, why))?
-        }
-        TimestampFormat::EpochSeconds => {
-            scaled_floor(&text, 3).map_err(|why| bad_ts(field, &text, why))?
-        }
-        TimestampFormat::EpochMillis => {
-            scaled_floor(&text, 0).map_err(|why| bad_ts(field, &text, why))?
-        }
-        TimestampFormat::EpochMicros => {
-            scaled_floor(&text, -3).map_err(|why| bad_ts(field, &text, why))?
-        }
-        TimestampFormat::EpochNanos => {
-            scaled_floor(&text, -6).map_err(|why| bad_ts(field, &text, why))?
-        }
-        TimestampFormat::Pattern(p) => time
-            .parse_pattern(&text, p)
-            .map(i128::from)
-            .map_err(|why| bad_ts(field, &text, why))?,
-    };
-    let ms = i64::try_from(ms).map_err(|_| bad_ts(field, &text, "out of range"))?;
-    if !timefmt::in_range(ms) {
-        return Err(bad_ts(
-            field,
-            &text,
-            "outside the accepted range 1900-01-01 to 9999-01-01",
-        ));
-    }
-    Ok((ms, None))
-}
-
-fn parse_rfc3339(text: &str) -> Result<i128, String> {
-    chrono::DateTime::parse_from_rfc3339(text)
-        .map(|t| i128::from(t.timestamp_millis()))
-        .map_err(|e| format!("not RFC 3339 with a UTC offset ({e})"))
-}
-
-/// `floor(value * 10^exp)` of a decimal number's text, computed exactly (no
-/// float rounding, so `1700000000.123` seconds is exactly ...123 ms).
-fn scaled_floor(text: &str, exp: i32) -> Result<i128, String> {
-    let not_number = || "not a decimal number".to_owned();
-    let (negative, body) = match text.as_bytes().first() {
-        Some(b'-') => (true, &text[1..]),
-        Some(b'+') => (false, &text[1..]),
-        _ => (false, text),
-    };
-    let (mantissa, exponent) = match body.find(['e', 'E']) {
-        Some(i) => (
-            &body[..i],
-            body[i + 1..].parse::<i32>().map_err(|_| not_number())?,
-        ),
-        None => (body, 0),
-    };
-    let (int_part, frac_part) = mantissa.split_once('.').unwrap_or((mantissa, ""));
-    if (int_part.is_empty() && frac_part.is_empty())
-        || !int_part
-            .bytes()
-            .chain(frac_part.bytes())
-            .all(|b| b.is_ascii_digit())
-    {
-        return Err(not_number());
-    }
-    // value = digits * 10^(exponent - frac_len)
-    let digits = format!("{int_part}{frac_part}");
-    let digits = digits.trim_start_matches('0');
-    let frac_len = i32::try_from(frac_part.len()).map_err(|_| not_number())?;
-    let mut e = exponent
-        .checked_sub(frac_len)
-        .and_then(|v| v.checked_add(exp))
-        .ok_or("exponent out of range")?;
-    if digits.is_empty() {
-        return Ok(0);
-    }
-    // Only digits that survive the scaling matter; dropping the rest early
-    // keeps the arithmetic inside i128 for any realistic precision.
-    let keep = if e < 0 {
-        let drop = usize::try_from(-i64::from(e)).unwrap_or(usize::MAX);
-        if drop >= digits.len() {
-            // |value| < 1 after scaling: floor is 0, or -1 for negatives.
-            return Ok(if negative { -1 } else { 0 });
-        }
-        let cut = digits.len() - drop;
-        let remainder_nonzero = digits[cut..].bytes().any(|b| b != b'0');
-        e = 0;
-        (&digits[..cut], remainder_nonzero)
-    } else {
-        (digits, false)
-    };
-    let (kept, remainder_nonzero) = keep;
-    if kept.len() > 36 {
-        return Err("out of range".to_owned());
-    }
-    let mut v: i128 = kept.parse().map_err(|_| not_number())?;
-    for _ in 0..e {
-        v = v.checked_mul(10).ok_or("out of range")?;
-    }
-    if negative {
-        v = -v;
-        if remainder_nonzero {
-            v -= 1;
-        }
-    }
-    Ok(v)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reason::Reason;
+    use crate::timefmt;
 
     fn origin() -> Origin {
         Origin::Kinesis {
@@ -1376,20 +647,5 @@ mod tests {
         assert_eq!(parsed.entity_field, "sensor");
         assert_eq!(parsed.event_id_field.as_deref(), Some("eventId"));
         assert_eq!(parsed.timestamp_format, TimestampFormat::EpochMillis);
-    }
-
-    #[test]
-    fn scaled_floor_is_exact() {
-        assert_eq!(scaled_floor("0.001", 3).unwrap(), 1);
-        assert_eq!(scaled_floor("0.0009", 3).unwrap(), 0);
-        assert_eq!(scaled_floor("-0.0009", 3).unwrap(), -1);
-        assert_eq!(
-            scaled_floor("1700000000.123", 3).unwrap(),
-            1_700_000_000_123
-        );
-        assert_eq!(scaled_floor("17E2", 0).unwrap(), 1_700);
-        assert_eq!(scaled_floor("000", 0).unwrap(), 0);
-        assert!(scaled_floor("1.2.3", 0).is_err());
-        assert!(scaled_floor(".", 0).is_err());
     }
 }

@@ -4,10 +4,14 @@
 //!
 //! Modules:
 //! - [`event`]: JSON record to [`event::Event`] (entity id, UTC millisecond
-//!   timestamp, event id, payload) with typed, field-naming errors.
-//! - [`mapping`]: the rest of the `[event]` mapping, compiled once: time
-//!   formats and zones, include / exclude / rename, type coercion, and the
-//!   policy for payload fields named like Tidemark's attributes.
+//!   timestamp, event id, payload) with typed, field-naming errors. Its
+//!   files: the `[event]` table ([`EventConfig`]), errors, field paths, the
+//!   timestamp reader, and [`mapping`] (also `event::mapping`): the rest of
+//!   the `[event]` table compiled once (time formats and zones, include /
+//!   exclude / rename, type coercion, the policy for payload fields named
+//!   like Tidemark's attributes).
+//! - `raw` (private): the record's one parse, values kept as JSON text
+//!   (shared by `event`, `route` and `wire`).
 //! - [`framing`]: record formats (one JSON event, an object or an array,
 //!   NDJSON, a JSON array, each optionally gzip-compressed) split into inner
 //!   events, the same way for every source.
@@ -17,18 +21,28 @@
 //! - [`period`]: period tables: names, periods, lifecycle states, capacity
 //!   tiers and billing mode.
 //! - [`route`]: the hot path, record bytes to (table, key, item, WCU) or a
-//!   dead-letter [`Reason`].
-//! - [`plan`]: the sizing planner (shards, period, Kinesis shards, cost).
+//!   dead-letter [`Reason`]. [`Router::route`] is its one entry point; its
+//!   files are [`RouterConfig`] and its checks, [`RouteError`], and the item
+//!   encoder.
+//! - [`wire`]: [`WireItem`], an item encoded once as DynamoDB JSON (what the
+//!   writer sends), with its size; encode from and decode to SDK maps (the
+//!   readers take any [`wire::Tree`]: serde_json's `Value`, or the limits
+//!   proxy's borrowed tree); and the payload encoder the router writes items
+//!   with (a record's JSON text to DynamoDB JSON, sized as it goes).
+//! - [`sizing`]: the sizing planner: [`sizing::recommend`] turns rates and
+//!   sizes into a [`sizing::SizingPlan`] (shards, period, Kinesis shards,
+//!   cost).
 //! - [`query`]: query plans for a time range or the latest event, and the
 //!   k-way merge of their results.
-//! - [`origin`], [`key`], [`reason`], [`size`]: shared types: source
-//!   positions (their stream, shard and sequence strings reference-counted:
-//!   [`SharedStr`]), item keys, dead-letter reasons, DynamoDB item sizing.
+//! - `origin`, `key`, `reason` (private, their types re-exported here) and
+//!   [`size`]: shared types: source positions ([`Origin`]; their stream,
+//!   shard and sequence strings reference-counted: [`SharedStr`]), item keys
+//!   ([`ItemKey`]), dead-letter reasons ([`Reason`]), DynamoDB item sizing.
 //! - [`timefmt`]: fixed-width UTC rendering and the accepted time range.
-//! - [`wire`]: [`WireItem`], an item encoded once as DynamoDB JSON (what the
-//!   writer sends), with its size; encode from and decode to SDK maps; the
-//!   readers take any [`wire::Tree`] (serde_json's `Value`, or the limits
-//!   proxy's borrowed tree).
+//!
+//! Imports run one way, and no two modules import each other: `route` →
+//! {`event`, `wire`, `strategy`, `period`} → {`raw`, `timefmt`, `size`,
+//! the shared types}; `sizing` and `query` sit on `route`.
 //!
 //! Guarantees:
 //! - Determinism: every function here is pure. The same record, config and
@@ -47,24 +61,25 @@
 
 pub mod event;
 pub mod framing;
-pub mod key;
-pub mod mapping;
-pub mod origin;
+mod key;
+mod origin;
 pub mod period;
-pub mod plan;
 pub mod query;
-pub mod reason;
+mod raw;
+mod reason;
 pub mod route;
 pub mod size;
+pub mod sizing;
 pub mod strategy;
 pub mod timefmt;
 pub mod wire;
 
+pub use event::mapping;
 pub use event::{Event, EventConfig, EventError, Extractor};
 pub use key::ItemKey;
 pub use origin::{Origin, SharedStr};
 pub use reason::Reason;
-pub use route::{RouteCache, RouteError, Routed, Router, RouterConfig};
+pub use route::{RouteCache, RouteError, Routed, Router, RouterConfig, Routes};
 pub use size::Item;
-pub use strategy::{KeyAttributes, KeyStrategy, ShardCache, shard_of};
+pub use strategy::{KeyAttributes, KeyStrategy, shard_of};
 pub use wire::WireItem;

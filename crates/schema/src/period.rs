@@ -67,7 +67,7 @@ impl Period {
 
     /// The longest span one period can have, in hours (31-day month, 92-day
     /// quarter): what sizing must plan for.
-    pub const fn max_hours(self) -> u64 {
+    pub(crate) const fn max_hours(self) -> u64 {
         match self {
             Period::Hour => 1,
             Period::SixHours => 6,
@@ -224,7 +224,7 @@ impl PeriodRef {
 
     /// Parses a label of `period` back; `None` unless it is exactly the label
     /// of some period (canonical form, aligned start).
-    pub fn parse_label(period: Period, label: &str) -> Option<PeriodRef> {
+    pub(crate) fn parse_label(period: Period, label: &str) -> Option<PeriodRef> {
         let num = |s: &str| -> Option<u32> {
             if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
                 return None;
@@ -316,7 +316,7 @@ pub struct TableNaming {
 impl TableNaming {
     /// True when `prefix` gives valid DynamoDB table names for every label
     /// (names are 3 to 255 characters of `[A-Za-z0-9_.-]`).
-    pub fn prefix_is_valid(prefix: &str) -> bool {
+    pub(crate) fn prefix_is_valid(prefix: &str) -> bool {
         !prefix.is_empty()
             && prefix.len() <= 200
             && prefix
@@ -518,7 +518,7 @@ impl Default for CapacityTiers {
 impl CapacityTiers {
     /// The capacity a table in `state` should have; `None` for states that
     /// have no table to size (future, expired).
-    pub fn for_state(&self, state: LifecycleState) -> Option<Capacity> {
+    pub(crate) fn for_state(&self, state: LifecycleState) -> Option<Capacity> {
         match state {
             LifecycleState::Future | LifecycleState::Expired => None,
             LifecycleState::Prebuild => Some(self.prebuild),

@@ -346,7 +346,7 @@ pub fn item_order_key(item: &Item, attrs: &ItemAttributes) -> (i64, String, Stri
 }
 
 /// K-way merge of streams that are each sorted by `key`, ascending.
-pub fn merge_sorted<T, K, S, F>(
+pub(crate) fn merge_sorted<T, K, S, F>(
     streams: impl IntoIterator<Item = S>,
     key: F,
 ) -> impl Iterator<Item = T>

@@ -27,7 +27,7 @@ pub const MAX_BATCH_ITEMS: usize = 25;
 pub const MAX_NESTING_LEVELS: usize = 32;
 
 /// One WCU writes up to this many bytes of one item per second.
-pub const WCU_BYTES: usize = 1024;
+pub(crate) const WCU_BYTES: usize = 1024;
 
 /// Size of an item in bytes: attribute names plus values.
 pub fn item_size(item: &Item) -> usize {
@@ -51,7 +51,7 @@ pub fn item_wcu(item: &Item) -> u64 {
 /// Containers (M, L) cost 3 bytes plus 1 byte per element on top of their
 /// contents; null and boolean cost 1 byte; numbers about one byte per two
 /// significant digits plus one.
-pub fn value_size(value: &AttributeValue) -> usize {
+pub(crate) fn value_size(value: &AttributeValue) -> usize {
     match value {
         AttributeValue::S(s) => s.len(),
         AttributeValue::N(n) => number_size(n),

@@ -57,7 +57,7 @@ pub fn shard_of(s: &str, n: u32) -> u32 {
 /// (it was 2.5% of a replay's CPU). Owned by one routing loop; bounded: it
 /// starts over when full.
 #[derive(Debug, Default)]
-pub struct ShardCache {
+pub(crate) struct ShardCache {
     shards: u32,
     /// Seeded per process: entity ids come from producers, so collisions
     /// must not be choosable.
@@ -69,7 +69,7 @@ const SHARD_CACHE_ENTITIES: usize = 1 << 16;
 
 impl ShardCache {
     /// [`shard_of`]`(entity_id, shards)`.
-    pub fn shard_of(&mut self, entity_id: &str, shards: u32) -> u32 {
+    pub(crate) fn shard_of(&mut self, entity_id: &str, shards: u32) -> u32 {
         if shards != self.shards {
             self.known.clear();
             self.shards = shards;
@@ -118,7 +118,7 @@ impl SplitMix64 {
 /// The `random_suffix` draw: a generator seeded by the event's identity
 /// (entity id and event id), so the same record always lands on the same
 /// suffix while suffixes stay uniform over `0..shards`.
-pub fn random_suffix_of(entity_id: &str, event_id: &str, shards: u32) -> u32 {
+pub(crate) fn random_suffix_of(entity_id: &str, event_id: &str, shards: u32) -> u32 {
     let mut h = Sha256::new();
     h.update(entity_id.as_bytes());
     // Unit separator: ("ab","c") and ("a","bc") must seed differently.
@@ -144,7 +144,7 @@ pub enum Bucket {
 
 impl Bucket {
     /// Length of one bucket in milliseconds.
-    pub const fn len_ms(self) -> i64 {
+    pub(crate) const fn len_ms(self) -> i64 {
         match self {
             Bucket::Minute => 60_000,
             Bucket::Hour => 3_600_000,
@@ -153,7 +153,7 @@ impl Bucket {
     }
 
     /// Start of the bucket holding `ts_ms`.
-    pub const fn start_of(self, ts_ms: i64) -> i64 {
+    pub(crate) const fn start_of(self, ts_ms: i64) -> i64 {
         ts_ms.div_euclid(self.len_ms()) * self.len_ms()
     }
 
@@ -168,7 +168,7 @@ impl Bucket {
     }
 
     /// Appends the bucket label of `ts_ms`.
-    pub fn push_label(self, buf: &mut String, ts_ms: i64) {
+    pub(crate) fn push_label(self, buf: &mut String, ts_ms: i64) {
         let Some(c) = Civil::from_ms(ts_ms) else {
             return;
         };
@@ -308,7 +308,7 @@ impl KeyStrategy {
 
     /// As [`KeyStrategy::key`], with the ISO rendering of `timestamp_ms`
     /// already at hand (the router needs it for the item too).
-    pub fn key_with_iso(
+    pub(crate) fn key_with_iso(
         &self,
         entity_id: &str,
         timestamp_ms: i64,

@@ -80,7 +80,7 @@ pub(crate) fn push_date(buf: &mut String, c: &Civil) {
 }
 
 /// Appends `YYYY-MM-DDTHH:MM:SS.mmmZ` (always UTC, always milliseconds).
-pub fn push_iso_millis(buf: &mut String, ms: i64) {
+pub(crate) fn push_iso_millis(buf: &mut String, ms: i64) {
     let Some(c) = Civil::from_ms(ms) else {
         // Unreachable for validated timestamps; render something that sorts
         // before every real timestamp rather than panicking.

@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 use proptest::prelude::*;
 use tidemark_schema::period::{Period, TableNaming};
 use tidemark_schema::query::{self, QueryPlan, TimeRange};
-use tidemark_schema::route::{ItemAttributes, Router, RouterConfig};
+use tidemark_schema::route::{ItemAttributes, RouteCache, Router, RouterConfig};
 use tidemark_schema::strategy::{Bucket, KeyStrategy, ShardMigration};
 use tidemark_schema::{Item, Origin};
 
@@ -149,7 +149,10 @@ fn write(
             message_id: format!("m{n}"),
             index: 0,
         };
-        let routed = router.route(rec.as_bytes(), &origin, now).unwrap();
+        let routed = router
+            .route(rec.as_bytes(), &origin, 0, now, &mut RouteCache::default())
+            .unwrap()
+            .new;
         let item = routed.item.to_item().unwrap();
         let attrs = ItemAttributes::default();
         truth

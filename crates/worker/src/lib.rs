@@ -1,78 +1,78 @@
 //! The `tidemark` worker: wiring of schema, consumer and writer into a
-//! runnable [`Worker`](worker::Worker), plus the pieces the CLI commands use.
+//! runnable [`Worker`], plus the command line and the tools it uses.
 //!
-//! Data flow of `tidemark run` (one box per module; crate in brackets):
+//! Data flow of `tidemark run` (one box per module; crate in brackets; the
+//! function by function path is the code map in `docs/architecture.md`):
 //!
 //! ```text
-//!  source [consumer: kinesis | sqs]
-//!     │ Vec<Record> (each with an Ack)
+//!  source [consumer: whatever `build` makes of [source]]
+//!     │ Vec<Record> (one per event, each with an Ack)
 //!     ▼
-//!  pipeline ──route──▶ [schema: route]      unroutable ──▶ deadletter
+//!  run/pipeline ──route──▶ [schema: route]      unroutable ──▶ deadletter
 //!     │ Submission
 //!     ▼
-//!  writer [writer] ──missing table──▶ tables (CreateMissingTables)
+//!  writer [writer] ──missing table──▶ maintenance (CreateMissingTables)
 //!     │ WriteOutcome: Stored ──▶ Ack.done()   Rejected ──▶ deadletter ──▶ Ack.done()
 //!     ▼
-//!  checkpoint [consumer: lease/checkpoint (Kinesis) | delete (SQS)]
+//!  checkpoint [consumer: kinesis/renewer, kinesis/drain (Kinesis) | sqs/delete (SQS)]
 //! ```
 //!
-//! Library modules:
-//! - [`worker`]: [`Worker::build`](worker::Worker::build) /
-//!   [`Worker::run`](worker::Worker::run) (everything `run` does: data path,
-//!   sources, maintenance loop, telemetry, readiness; drains on shutdown
-//!   within `shutdown_timeout`; stops on a fatal error) and the
-//!   [`DataPath`](worker::DataPath) `replay` shares.
+//! Modules, by subsystem:
+//! - `run/` (crate-private but for [`Worker`], [`WorkerError`], [`Report`]
+//!   and [`Progress`]): the running worker. `worker.rs`: [`Worker::build`]
+//!   / [`Worker::run`], the named tasks of a run (`supervisor.rs`) and how
+//!   it stops (drains on shutdown within `shutdown_timeout`; stops at once
+//!   on a fatal error); `data_path.rs`: the `DataPath` `replay` shares;
+//!   `pipeline.rs`: source records → route → writer → acknowledgement,
+//!   every record acknowledged only once stored or durably dead-lettered
+//!   (the sources hand over one record per event, a source record of
+//!   several, by `record_format`, split at the source; each event is stored
+//!   or dead-lettered on its own, and its source record acknowledged once
+//!   all of them are; during a shard migration, `schema.migrate_from`, an
+//!   event whose old key differs is written under both, and acknowledged
+//!   once both are stored); `telemetry/`: `/metrics` (Prometheus, every
+//!   metric described), `/healthz` (503 with the cause while a fatal error
+//!   stops the worker), `/readyz`, the `healthcheck` client, and the
+//!   process's recorder with its typed `MetricsSnapshot`, which `emf.rs`
+//!   (CloudWatch Embedded Metric Format lines on stdout every
+//!   `telemetry.emf_interval` when `telemetry.emf` is on) and `report.rs`
+//!   (each worker's report in the coordinator table: lag per shard, SQS
+//!   receive age, which `status` shows instead of reading the stream) read.
+//! - `sdk/`: the AWS SDK configuration every command uses (standard chain
+//!   plus timeouts, the command line's profile, region and endpoint), with
+//!   credentials that keep serving while still valid when a refresh fails
+//!   (`sdk/credentials.rs`).
+//! - `metrics.rs`: this crate's metric names and help texts (the running
+//!   worker's, the dead letters' and maintenance's).
 //! - [`config`]: the TOML config with `TIDEMARK__SECTION__KEY` overrides;
 //!   every key used or refused (checked against the schema generated from
 //!   the types), every problem reported at once with its key, value, source
 //!   (file:line or variable) and fix; the effective config with sources.
-//! - [`pipeline`]: source records → route → writer → acknowledgement; every
-//!   record is acknowledged only once stored or durably dead-lettered. The
-//!   sources hand over one record per event (a source record of several,
-//!   by `record_format`, is split at the source): each event is stored or
-//!   dead-lettered on its own, and its source record acknowledged once all
-//!   of them are. During a shard
-//!   migration (`schema.migrate_from`) an event whose old key differs is
-//!   written under both, and acknowledged once both are stored.
-//! - [`credentials`]: [`KeepValid`](credentials::KeepValid), credentials
-//!   that keep serving while still valid when a refresh fails.
-//! - [`coordinator`]: the fenced maintenance lease (one maintainer at a
-//!   time; a stale holder's table changes are refused) and the loop that
-//!   runs rounds while holding it.
+//!   Files: `load.rs`, `validate.rs`, `check.rs`, `schema.rs`, `error.rs`,
+//!   `sections.rs`, `env.rs`.
 //! - [`deadletter`]: dead-letter entries and their destinations (SQS,
-//!   DynamoDB, JSON-lines file), sized to fit them; written before the ack,
-//!   with bounded retries, then to a local fallback file.
-//! - [`emf`]: CloudWatch Embedded Metric Format lines on stdout every
-//!   `telemetry.emf_interval` (lag, items stored/throttled per table, dead
-//!   letters by reason, in-flight items, maintenance health) when
-//!   `telemetry.emf` is on.
-//! - [`metrics`]: this crate's metric names and their help texts.
-//! - [`migrate`]: shard-count migrations: each table's recorded layouts and
-//!   migration state (old-only, dual, backfilled, new-only), the layouts a
-//!   reader queries per table, the cutover, and the backfill.
-//! - [`produce`]: deterministic synthetic IoT events (with a hot device).
-//! - [`template`]: events in the user's shape from a template file with
-//!   placeholders (`produce --template`).
-//! - [`query`]: reads an entity's events back through the query plans.
-//! - [`report`]: each worker's report in the coordinator table (lag per
-//!   shard, SQS receive age), which `status` shows instead of reading the
-//!   stream.
-//! - [`sdk`]: the AWS SDK configuration (standard chain plus timeouts, the
-//!   command line's profile, region and endpoint, credentials wrapped in
-//!   `KeepValid`).
-//! - [`tables`]: period table maintenance (create, resize by lifecycle tier,
-//!   delete or tag when expired) and creation of missing tables on demand.
-//! - [`telemetry`]: `/metrics` (Prometheus, every metric described),
-//!   `/healthz` (503 with the cause while a fatal error stops the worker),
-//!   `/readyz`, and the `healthcheck` client.
-//! - [`verify`]: reads produced events back from DynamoDB, content compared,
-//!   under an adaptive limit that cannot overload the backend.
+//!   DynamoDB, JSON-lines file, one file each), sized to fit them; written
+//!   before the ack, with bounded retries, then to a local fallback file.
+//! - [`maintenance`]: period table maintenance (create, resize by lifecycle
+//!   tier, delete, tag or export when expired) planned purely and applied
+//!   by the table manager, creation of missing tables on demand, the
+//!   fenced maintenance lease (one maintainer at a time; a stale holder's
+//!   table changes are refused) and its loop, and shard-count migrations.
+//! - [`tools`]: what only the command line uses besides `run`: synthetic
+//!   events (`produce`, with templates), reading events back (`query`),
+//!   checking a manifest against DynamoDB (`verify`, under an adaptive
+//!   limit that cannot overload the backend).
+//! - [`cli`]: the command line (`cli::main`, which `src/main.rs` calls):
+//!   parses, loads the config, starts logs, dispatches to
+//!   `cli/cmd/<command>.rs` (each owning its clap arguments) and maps errors
+//!   to the documented exit codes (78 config, 69 AWS unavailable, 2 usage,
+//!   1 otherwise); `cli/cmd/render.rs` is the one place output is formatted
+//!   (tables, CSV, JSON lines), `cli/cmd/source.rs` the one place the
+//!   command line tells source kinds apart. The only module that uses
+//!   `anyhow`.
 //!
-//! The binary (`src/main.rs`) only parses, loads the config, starts logs,
-//! dispatches to `src/cmd/<command>.rs` (each owning its clap arguments) and
-//! maps errors to the documented exit codes (`cmd::exit_code`: 78 config,
-//! 69 AWS unavailable, 2 usage, 1 otherwise); `src/cmd/render.rs` is the one place output
-//! is formatted (tables, CSV, JSON lines).
+//! No two modules import each other (`scripts/module-pairs`): a folder's
+//! `mod.rs` declares and re-exports, its files import each other directly.
 //!
 //! AWS errors are told apart by the SDK's typed methods
 //! (`is_resource_not_found_exception()`, ...) or, where no typed error
@@ -85,20 +85,16 @@
 //! acknowledged, and `run` fails). No zombie: a fatal writer, dead-letter or
 //! pipeline error stops the worker with an error naming the cause.
 
+pub mod cli;
 pub mod config;
-pub mod coordinator;
-pub mod credentials;
 pub mod deadletter;
-pub mod emf;
-pub mod metrics;
-pub mod migrate;
-pub mod pipeline;
-pub mod produce;
-pub mod query;
-pub mod report;
-pub mod sdk;
-pub mod tables;
-pub mod telemetry;
-pub mod template;
-pub mod verify;
-pub mod worker;
+pub mod maintenance;
+mod metrics;
+mod run;
+mod sdk;
+pub mod tools;
+
+/// Time between a running worker's reports (what `status` shows): a test
+/// waits this long for one.
+pub use run::report::REPORT_INTERVAL;
+pub use run::{Progress, Report, Worker, WorkerError};

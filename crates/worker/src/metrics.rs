@@ -5,31 +5,33 @@
 //! (through `telemetry::describe_all`) when it installs the recorder.
 
 /// Records received from the sources, before routing.
-pub const RECORDS_READ: &str = "tidemark_records_read_total";
+pub(crate) const RECORDS_READ: &str = "tidemark_records_read_total";
 /// Records dead-lettered, by reason.
-pub const DEAD_LETTERS: &str = "tidemark_dead_letters_total";
+pub(crate) const DEAD_LETTERS: &str = "tidemark_dead_letters_total";
 /// Failed writes to the dead-letter destination (retried, split, then sent
 /// to the fallback file).
-pub const DEAD_LETTER_WRITE_ERRORS: &str = "tidemark_dead_letter_write_errors_total";
+pub(crate) const DEAD_LETTER_WRITE_ERRORS: &str = "tidemark_dead_letter_write_errors_total";
 /// Dead letters written to the local fallback file.
-pub const DEAD_LETTER_FALLBACKS: &str = "tidemark_dead_letter_fallbacks_total";
+pub(crate) const DEAD_LETTER_FALLBACKS: &str = "tidemark_dead_letter_fallbacks_total";
 
 /// Maintenance actions applied, by action and outcome (`ok`, `error`):
 /// each one is drift a round repaired.
-pub const MAINTENANCE_ACTIONS: &str = "tidemark_maintenance_actions_total";
+pub(crate) const MAINTENANCE_ACTIONS: &str = "tidemark_maintenance_actions_total";
 /// DynamoDB quota refusals (LimitExceededException) of table maintenance,
 /// by operation: an operator must act.
-pub const QUOTA_ERRORS: &str = "tidemark_maintenance_quota_errors_total";
+pub(crate) const QUOTA_ERRORS: &str = "tidemark_maintenance_quota_errors_total";
 /// 1 while this worker holds the maintenance lease.
-pub const MAINTENANCE_HELD: &str = "tidemark_maintenance_lease_held";
+pub(crate) const MAINTENANCE_HELD: &str = "tidemark_maintenance_lease_held";
 /// Unix time of this worker's last maintenance round that listed the
 /// tables and whose every action succeeded.
-pub const MAINTENANCE_LAST_SUCCESS: &str = "tidemark_maintenance_last_success_timestamp_seconds";
+pub(crate) const MAINTENANCE_LAST_SUCCESS: &str =
+    "tidemark_maintenance_last_success_timestamp_seconds";
 /// 1 when the next period's table was ACTIVE at the last round.
-pub const NEXT_TABLE_ACTIVE: &str = "tidemark_maintenance_next_table_active";
+pub(crate) const NEXT_TABLE_ACTIVE: &str = "tidemark_maintenance_next_table_active";
 
 /// Every metric of this crate, for tests that check each is described.
-pub const ALL: [&str; 9] = [
+#[cfg(test)]
+pub(crate) const ALL: [&str; 9] = [
     RECORDS_READ,
     DEAD_LETTERS,
     DEAD_LETTER_WRITE_ERRORS,
@@ -42,7 +44,7 @@ pub const ALL: [&str; 9] = [
 ];
 
 /// Describes every metric of this crate to the current recorder.
-pub fn describe() {
+pub(crate) fn describe() {
     metrics::describe_counter!(
         RECORDS_READ,
         metrics::Unit::Count,

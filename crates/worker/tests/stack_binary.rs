@@ -876,8 +876,7 @@ async fn status_shows_the_lag_each_worker_reported_without_reading_the_stream() 
         || -> Value { serde_json::from_str(&env.output(&["status", "-o", "json"])).unwrap() };
     // The first report is written at start (nothing read yet), the next one
     // a report interval later with the lag of each shard read.
-    let deadline =
-        Instant::now() + tidemark_worker::report::REPORT_INTERVAL + Duration::from_secs(30);
+    let deadline = Instant::now() + tidemark_worker::REPORT_INTERVAL + Duration::from_secs(30);
     let snap = loop {
         let snap = status();
         let shards = snap["shards"].as_array().cloned().unwrap_or_default();
@@ -932,8 +931,7 @@ async fn status_of_an_sqs_source_shows_depth_and_the_oldest_message_age_workers_
     tidemark_tests::send_messages(&sqs, &queue, &events).await;
     let log = env.dir.join("run.log");
     let mut run = env.spawn_run(&log);
-    let deadline =
-        Instant::now() + tidemark_worker::report::REPORT_INTERVAL + Duration::from_secs(30);
+    let deadline = Instant::now() + tidemark_worker::REPORT_INTERVAL + Duration::from_secs(30);
     let snap = loop {
         let snap: Value = serde_json::from_str(&env.output(&["status", "-o", "json"])).unwrap();
         if snap["queue"]["oldest_age_ms"].is_i64() {
@@ -1007,7 +1005,16 @@ async fn migrate_status_backfill_cutover_and_query_through_the_binary() {
             r#"{{"deviceId":"dev-{}","timestamp":"{ts}","eventId":"ev-{i}"}}"#,
             i % 6
         );
-        let routed = router.route(event.as_bytes(), &origin, now).unwrap();
+        let routed = router
+            .route(
+                event.as_bytes(),
+                &origin,
+                0,
+                now,
+                &mut tidemark_schema::RouteCache::default(),
+            )
+            .unwrap()
+            .new;
         table = routed.table.to_string();
         ddb.put_item()
             .table_name(&table)
@@ -1136,8 +1143,7 @@ streams = [
         );
     }
     // One lease per stream, by its full key, with the reported lag.
-    let deadline =
-        Instant::now() + tidemark_worker::report::REPORT_INTERVAL + Duration::from_secs(30);
+    let deadline = Instant::now() + tidemark_worker::REPORT_INTERVAL + Duration::from_secs(30);
     let snap = loop {
         let snap: Value = serde_json::from_str(&env.output(&["status", "-o", "json"])).unwrap();
         let shards = snap["shards"].as_array().cloned().unwrap_or_default();

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use tidemark_tests::forward_proxy::{ForwardProxy, start_forward_proxy};
 use tidemark_tests::worker::{item_count, produce, test_toml};
 use tidemark_tests::{LocalStack, unique_name};
-use tidemark_worker::produce::{ProduceSpec, Target};
+use tidemark_worker::tools::produce::{ProduceSpec, Target};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tidemark");
 

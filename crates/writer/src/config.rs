@@ -69,14 +69,6 @@ pub struct WriterConfig {
     /// Most partition keys per table with a pacing state (each about 100
     /// bytes); states expire after 10 s without a throttle. Default 10,000.
     pub max_paced_keys: usize,
-    /// Name of the partition key attribute, used to match UnprocessedItems back
-    /// to submissions. Default `"pk"`. The `tidemark` worker always sets it
-    /// from `schema.key_attributes.pk`; a value written here is replaced.
-    pub pk_attribute: String,
-    /// Name of the sort key attribute. Default `"sk"`. The `tidemark` worker
-    /// always sets it from `schema.key_attributes.sk`; a value written here is
-    /// replaced.
-    pub sk_attribute: String,
 }
 
 const fn default_linger() -> Duration {
@@ -127,8 +119,6 @@ impl Default for WriterConfig {
             key_pacing: true,
             max_key_wcu: 1_000.0,
             max_paced_keys: 10_000,
-            pk_attribute: "pk".to_owned(),
-            sk_attribute: "sk".to_owned(),
         }
     }
 }
@@ -168,9 +158,6 @@ impl WriterConfig {
         }
         if self.max_paced_keys == 0 {
             return Err("writer.max_paced_keys must be at least 1".into());
-        }
-        if self.pk_attribute.is_empty() {
-            return Err("writer.pk_attribute must name the partition key attribute".into());
         }
         Ok(())
     }

@@ -2,38 +2,46 @@
 //! into paced BatchWriteItem calls and tells the caller, per submission,
 //! exactly when its item is stored or why it was rejected.
 //!
-//! Modules:
-//! - [`config`]: [`WriterConfig`], every knob with its default.
-//! - [`writer`]: [`Writer::start`], [`WriterHandle`] (submit, flush, close,
-//!   stats), [`Submission`]; a dispatcher routes to one task per table.
-//! - [`ack`]: acknowledgements ([`Complete`], [`Completion`],
+//! Modules (all private but [`transport`] and [`metrics`]; their public
+//! types are re-exported here):
+//! - `writer`: [`Writer::builder`] and [`WriterBuilder`] (the key attribute
+//!   names are an argument; config, missing-table handler and governor are
+//!   optional), [`WriterHandle`] (submit, flush, close, stats),
+//!   [`Submission`]; a dispatcher routes to one task per table.
+//! - `config`: [`WriterConfig`], every knob with its default.
+//! - `ack`: acknowledgements ([`Complete`], [`Completion`],
 //!   [`WriteOutcome`]) and what a submission carries through batching
 //!   (token, memory permits).
-//! - [`missing`]: writes to a missing table ([`MissingTableHandler`]) and the
-//!   bookkeeping of batches waiting for its answer.
-//! - `table` (private): one table's loop: batching, pacing, retries, bisection.
-//! - `batch` (private): the pure per-table queue (entries in reusable slots,
-//!   one map by key hash): coalescing, 25 items / 16 MB batches.
-//! - `rate` (private): the pure rate control law (token-bucket pacing, AIMD,
-//!   adaptive concurrency), tested by deterministic simulation.
-//! - `keyrate` (private): the pure per-key pacing law for hot partition keys
-//!   (a key DynamoDB throttles gets its own rate and back-off; the others
-//!   flow at the table's rate), tested by simulated scenarios on and off.
-//! - [`error`]: [`WriterError`], and the writer's action per class of
-//!   DynamoDB error (classes from `tidemark-aws-errors`).
+//! - `missing`: writes to a missing table ([`MissingTableHandler`],
+//!   [`RejectMissing`]) and the bookkeeping of batches waiting for its answer.
+//! - `table`: one table's loop: batching, pacing, sending; its files
+//!   `results` (what a call's answer does: completions, requeues, back-off,
+//!   bisection, missing tables) and `describe` (the table's capacity).
+//! - `batch`: the pure per-table queue (entries in reusable slots, one map
+//!   by key hash): coalescing, 25 items / 16 MB batches.
+//! - `rate`: the pure rate control law (token-bucket pacing, AIMD, adaptive
+//!   concurrency), tested by deterministic simulation.
+//! - `keyrate`: the pure per-key pacing law for hot partition keys (a key
+//!   DynamoDB throttles gets its own rate and back-off; the others flow at
+//!   the table's rate), tested by simulated scenarios on and off.
+//! - `error`: [`WriterError`], and the writer's action per class of DynamoDB
+//!   error (classes from `tidemark-aws-errors`).
 //! - [`transport`]: [`Transport`] and [`SdkTransport`]: one pre-encoded
 //!   BatchWriteItem body sent through the AWS SDK's own DynamoDB client
 //!   (endpoint rules, identity cache, SigV4 with clock-skew correction, HTTP
 //!   client with proxy settings, timeouts), SDK retries off;
-//!   `transport::body` (private) builds that body from a batch.
-//! - `response` (private): reads a successful answer (consumed capacity,
-//!   keys of unprocessed items).
-//! - [`stats`]: [`WriterStats`], the counters the worker prints.
+//!   `transport::body` builds that body from a batch.
+//! - `response`: reads a successful answer (consumed capacity, keys of
+//!   unprocessed items, read by the key attribute names the writer was
+//!   built with).
+//! - `stats`: [`WriterStats`], the counters the worker prints.
 //! - [`metrics`]: every metric name, and [`metrics::describe`] for HELP lines.
 //!
-//! Dependencies run one way: `writer` → `table` → {`batch`, `rate`, `keyrate`,
-//! `transport` (→ `batch`), `response`, `error`, `stats`
-//! (→ `metrics`)}; `ack`, `missing` and `config` import no module of the crate.
+//! Dependencies run one way, and no two modules import each other: `writer`
+//! → `table` (and its files) → {`batch`, `rate`, `keyrate`, `transport`
+//! (→ `batch`), `response`, `error` (→ `keyrate`), `stats` (→ `metrics`),
+//! `ack`, `missing`, `config`}; `ack`, `missing` and `config` import no
+//! module of the crate.
 //!
 //! Guarantees:
 //! - **Acknowledge after store**: a completion says `Stored` only after a
@@ -61,19 +69,19 @@
 //!   above hold for them unchanged (they are acknowledged only after store,
 //!   retried without limit, and a key is still never in two calls at once).
 
-pub mod ack;
-pub(crate) mod batch;
-pub mod config;
-pub mod error;
-pub(crate) mod keyrate;
+mod ack;
+mod batch;
+mod config;
+mod error;
+mod keyrate;
 pub mod metrics;
-pub mod missing;
-pub(crate) mod rate;
+mod missing;
+mod rate;
 mod response;
-pub mod stats;
+mod stats;
 mod table;
 pub mod transport;
-pub mod writer;
+mod writer;
 
 /// For the crate's criterion benches only (`benches/batching.rs`): the
 /// private queue and body builder they measure. Not a stable API.
@@ -89,4 +97,4 @@ pub use error::WriterError;
 pub use missing::{MissingTableAction, MissingTableHandler, RejectMissing};
 pub use stats::WriterStats;
 pub use transport::{RawResponse, SdkTransport, Transport, TransportError};
-pub use writer::{Submission, Writer, WriterHandle};
+pub use writer::{Submission, Writer, WriterBuilder, WriterHandle};

@@ -1,5 +1,6 @@
-//! The public face of the writer: [`Writer::start`], [`WriterHandle`], and the
-//! dispatcher task that routes submissions to one task per table.
+//! The public face of the writer: [`Writer::builder`], [`WriterBuilder`],
+//! [`WriterHandle`], and the dispatcher task that routes submissions to one
+//! task per table.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -9,16 +10,16 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
 use tidemark_governor::{Governor, Params as GovernorParams};
 use tidemark_schema::size::MAX_ITEM_BYTES;
-use tidemark_schema::{ItemKey, Reason, SharedStr, WireItem};
+use tidemark_schema::{ItemKey, KeyAttributes, Reason, SharedStr, WireItem};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::ack::{Completion, Permits, Token, WriteOutcome};
 use crate::config::WriterConfig;
 use crate::error::WriterError;
-use crate::missing::MissingTableHandler;
+use crate::missing::{MissingTableHandler, RejectMissing};
 use crate::stats::{SharedStats, WriterStats};
-use crate::table::{Pending, Shared, TableMsg, TableTask};
+use crate::table::{Pending, TableMsg, TableTask, WriterResources};
 use crate::transport::Transport;
 
 /// One item to write, and who to tell when it is written.
@@ -50,41 +51,94 @@ enum Msg {
     Close,
 }
 
-/// Namespace for [`Writer::start`].
+/// The writer's entry point: [`Writer::builder`].
 #[derive(Debug)]
 pub struct Writer;
 
 impl Writer {
-    /// Starts the writer. Writes go through `transport` (in production an
+    /// Builds a writer. Writes go through `transport` (in production an
     /// [`SdkTransport`](crate::SdkTransport)); `client` serves only
-    /// DescribeTable, with its own retries switched off (see below). The
-    /// returned task ends `Ok(())` after [`WriterHandle::close`] (or when
-    /// every handle is dropped) once everything submitted is completed, or
-    /// `Err` on a fatal error.
+    /// DescribeTable, with the SDK's own retries switched off (the writer
+    /// decides every retry). `key_attributes` are the tables' key attribute
+    /// names: the writer reads them in the items DynamoDB returns
+    /// unprocessed, to match each to its submission (a worker passes its
+    /// schema's `key_attributes`).
     ///
-    /// The writer gets a DynamoDB [`Governor`] of its own; a worker that
-    /// shares one with its other DynamoDB callers uses
-    /// [`Writer::start_governed`].
-    pub fn start(
+    /// Defaults: [`WriterConfig::default`], writes to a missing table
+    /// rejected ([`RejectMissing`]), and a DynamoDB [`Governor`] of the
+    /// writer's own.
+    pub fn builder(
         client: Client,
         transport: Arc<dyn Transport>,
-        config: WriterConfig,
-        missing: Arc<dyn MissingTableHandler>,
-    ) -> (WriterHandle, JoinHandle<Result<(), WriterError>>) {
-        let gov = Governor::new("dynamodb", GovernorParams::default());
-        Self::start_governed(client, transport, config, missing, gov)
+        key_attributes: KeyAttributes,
+    ) -> WriterBuilder {
+        WriterBuilder {
+            client,
+            transport,
+            key_attributes,
+            config: WriterConfig::default(),
+            missing: Arc::new(RejectMissing),
+            gov: None,
+        }
+    }
+}
+
+/// A writer being set up; [`WriterBuilder::start`] starts it.
+pub struct WriterBuilder {
+    client: Client,
+    transport: Arc<dyn Transport>,
+    key_attributes: KeyAttributes,
+    config: WriterConfig,
+    missing: Arc<dyn MissingTableHandler>,
+    gov: Option<Governor>,
+}
+
+impl fmt::Debug for WriterBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WriterBuilder")
+            .field("key_attributes", &self.key_attributes)
+            .field("config", &self.config)
+            .field("gov", &self.gov)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WriterBuilder {
+    /// How the writer batches, paces and retries.
+    pub fn config(mut self, config: WriterConfig) -> WriterBuilder {
+        self.config = config;
+        self
     }
 
-    /// [`Writer::start`] with the endpoint's shared [`Governor`]: every
-    /// BatchWriteItem and DescribeTable call is admitted by it, and calls
-    /// that timed out or failed with a 5xx are retried within its budget.
-    pub fn start_governed(
-        client: Client,
-        transport: Arc<dyn Transport>,
-        config: WriterConfig,
-        missing: Arc<dyn MissingTableHandler>,
-        gov: Governor,
-    ) -> (WriterHandle, JoinHandle<Result<(), WriterError>>) {
+    /// What happens to writes that find their table missing.
+    pub fn missing_tables(mut self, handler: Arc<dyn MissingTableHandler>) -> WriterBuilder {
+        self.missing = handler;
+        self
+    }
+
+    /// The endpoint's shared [`Governor`]: every BatchWriteItem and
+    /// DescribeTable call is admitted by it, and calls that timed out or
+    /// failed with a 5xx are retried within its budget. A worker shares one
+    /// with its other DynamoDB callers.
+    pub fn governor(mut self, gov: Governor) -> WriterBuilder {
+        self.gov = Some(gov);
+        self
+    }
+
+    /// Starts the writer. The returned task ends `Ok(())` after
+    /// [`WriterHandle::close`] (or when every handle is dropped) once
+    /// everything submitted is completed, or `Err` on a fatal error (an
+    /// unusable configuration included).
+    pub fn start(self) -> (WriterHandle, JoinHandle<Result<(), WriterError>>) {
+        let WriterBuilder {
+            client,
+            transport,
+            key_attributes,
+            config,
+            missing,
+            gov,
+        } = self;
+        let gov = gov.unwrap_or_else(|| Governor::new("dynamodb", GovernorParams::default()));
         // The SDK would retry throttling and 5xx up to 3 times inside one
         // `send()`, on top of the writer's own unlimited retries: 3x the calls
         // during a throttling storm, hidden from the rate controller, with
@@ -114,7 +168,10 @@ impl Writer {
             stats: stats.clone(),
         };
         let task = tokio::spawn(async move {
-            if let Err(msg) = config.validate() {
+            if let Err(msg) = config
+                .validate()
+                .and_then(|()| check_key_attributes(&key_attributes))
+            {
                 items.close();
                 bytes.close();
                 return Err(WriterError::Config(msg));
@@ -124,6 +181,7 @@ impl Writer {
                 client,
                 transport,
                 config: Arc::new(config),
+                key_attributes: Arc::new(key_attributes),
                 missing,
                 stats,
                 items,
@@ -133,6 +191,14 @@ impl Writer {
         });
         (handle, task)
     }
+}
+
+/// The key attribute names the writer reads unprocessed keys by.
+fn check_key_attributes(key_attributes: &KeyAttributes) -> Result<(), String> {
+    if key_attributes.pk.is_empty() {
+        return Err("the writer's key attributes must name the partition key attribute".into());
+    }
+    Ok(())
 }
 
 /// Submits items and waits for flushes. Cheap to clone.
@@ -285,6 +351,7 @@ struct Dispatcher {
     client: Client,
     transport: Arc<dyn Transport>,
     config: Arc<WriterConfig>,
+    key_attributes: Arc<KeyAttributes>,
     missing: Arc<dyn MissingTableHandler>,
     stats: Arc<SharedStats>,
     items: Arc<Semaphore>,
@@ -370,15 +437,16 @@ impl Dispatcher {
             Some(tx) => tx,
             None => {
                 let (tx, trx) = mpsc::unbounded_channel();
-                let shared = Shared {
+                let resources = WriterResources {
                     client: self.client.clone(),
                     transport: self.transport.clone(),
                     cfg: self.config.clone(),
+                    key_attributes: self.key_attributes.clone(),
                     missing: self.missing.clone(),
                     stats: self.stats.clone(),
                     gov: self.gov.clone(),
                 };
-                let task = TableTask::new(table.to_string(), shared, trx);
+                let task = TableTask::new(table.to_string(), resources, trx);
                 tasks.spawn(task.run());
                 tables.entry(table.to_string()).or_insert(tx)
             }

@@ -21,11 +21,10 @@ use aws_smithy_mocks::{RuleMode, mock, mock_client};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use tidemark_schema::wire::decode_map;
-use tidemark_schema::{Item, ItemKey, Reason, WireItem};
+use tidemark_schema::{Item, ItemKey, KeyAttributes, Reason, WireItem};
 use tidemark_writer::{
-    Complete, Completion, MissingTableAction, MissingTableHandler, RawResponse, RejectMissing,
-    Submission, Transport, TransportError, WriteOutcome, Writer, WriterConfig, WriterError,
-    WriterHandle,
+    Complete, Completion, MissingTableAction, MissingTableHandler, RawResponse, Submission,
+    Transport, TransportError, WriteOutcome, Writer, WriterConfig, WriterError, WriterHandle,
 };
 use tokio::sync::mpsc;
 
@@ -83,6 +82,20 @@ fn s(item: &Item, k: &str) -> String {
     }
 }
 
+/// The table and the put requests of a BatchWriteItem body the writer built
+/// (its first table: the writer sends one per call).
+fn requests(body: &[u8]) -> (String, Vec<serde_json::Value>) {
+    let mut req: serde_json::Value = serde_json::from_slice(body).unwrap();
+    assert_eq!(req["ReturnConsumedCapacity"], "TOTAL");
+    let (table, reqs) = req["RequestItems"]
+        .as_object_mut()
+        .unwrap()
+        .iter_mut()
+        .next()
+        .unwrap();
+    (table.clone(), reqs.as_array_mut().unwrap().split_off(0))
+}
+
 /// The fake's BatchWriteItem: reads the JSON body the writer built, and
 /// answers in DynamoDB's JSON.
 impl Transport for Fake {
@@ -105,17 +118,9 @@ impl Transport for Fake {
 
 impl Fake {
     fn write(&self, body: &[u8]) -> RawResponse {
-        let req: serde_json::Value = serde_json::from_slice(body).unwrap();
-        assert_eq!(req["ReturnConsumedCapacity"], "TOTAL");
-        let (table, reqs) = req["RequestItems"]
-            .as_object()
-            .unwrap()
-            .iter()
-            .next()
-            .unwrap();
+        let (table, reqs) = requests(body);
+        let table = &table;
         let items: Vec<Item> = reqs
-            .as_array()
-            .unwrap()
             .iter()
             .map(|r| decode_map(&r["PutRequest"]["Item"]).unwrap())
             .collect();
@@ -289,12 +294,13 @@ fn start(
     WriterHandle,
     tokio::task::JoinHandle<Result<(), WriterError>>,
 ) {
-    Writer::start(
+    Writer::builder(
         fake.client(false),
         Arc::new(fake.clone()),
-        cfg,
-        Arc::new(RejectMissing),
+        KeyAttributes::default(),
     )
+    .config(cfg)
+    .start()
 }
 
 #[tokio::test(start_paused = true)]
@@ -381,6 +387,98 @@ async fn partial_unprocessed_items_are_resent_alone() {
     assert_eq!(h.stats().unprocessed, 3);
     h.close();
     task.await.unwrap().unwrap();
+}
+
+/// Answers the first call with its first item unprocessed (echoed back as
+/// DynamoDB does) and stores everything after; counts each call's items.
+#[derive(Default)]
+struct FirstItemBack(Mutex<Vec<usize>>);
+
+impl Transport for FirstItemBack {
+    fn batch_write_item(
+        &self,
+        body: Bytes,
+    ) -> BoxFuture<'static, Result<RawResponse, TransportError>> {
+        let (table, reqs) = requests(&body);
+        let mut calls = self.0.lock().unwrap();
+        let mut out = serde_json::json!({
+            "UnprocessedItems": {},
+            "ConsumedCapacity": [{"TableName": table, "CapacityUnits": reqs.len()}],
+        });
+        if calls.is_empty() {
+            out["UnprocessedItems"][table] = serde_json::json!([reqs[0]]);
+        }
+        calls.push(reqs.len());
+        let answer = RawResponse {
+            status: 200,
+            body: serde_json::to_vec(&out).unwrap().into(),
+        };
+        Box::pin(async move { Ok(answer) })
+    }
+}
+
+/// The writer reads the keys DynamoDB returns unprocessed by the key
+/// attribute names it is built with: with `id` / `at`, the one item
+/// returned is resent alone, the others are acknowledged (were the names
+/// not the tables', no key could be read and the whole batch would go again).
+#[tokio::test(start_paused = true)]
+async fn unprocessed_keys_are_read_by_the_writers_key_attributes() {
+    let transport = Arc::new(FirstItemBack::default());
+    let (h, task) = Writer::builder(
+        Fake::default().client(false),
+        transport.clone(),
+        KeyAttributes {
+            pk: "id".into(),
+            sk: "at".into(),
+        },
+    )
+    .config(config())
+    .start();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    for i in 0..3 {
+        let mut it = Item::new();
+        it.insert("id".into(), AttributeValue::S(format!("d{i}")));
+        it.insert("at".into(), AttributeValue::S("2026".into()));
+        let tx = tx.clone();
+        h.submit(Submission {
+            table: "t".into(),
+            key: ItemKey::new(&format!("d{i}"), "2026"),
+            item: WireItem::encode(&it),
+            done: Completion::from_fn(move |o| tx.send((format!("d{i}"), o)).unwrap()),
+        })
+        .await
+        .unwrap();
+    }
+    h.flush().await;
+    assert_eq!(*transport.0.lock().unwrap(), vec![3, 1]);
+    let out = drain(&mut rx);
+    assert_eq!(out.len(), 3);
+    assert!(out.values().all(|v| v == &vec![WriteOutcome::Stored]));
+    h.close();
+    task.await.unwrap().unwrap();
+}
+
+/// Without a partition key name the writer could match no unprocessed
+/// item: it refuses to start, naming the problem.
+#[tokio::test(start_paused = true)]
+async fn key_attributes_without_a_partition_key_are_refused() {
+    let fake = Fake::default();
+    let (h, task) = Writer::builder(
+        fake.client(false),
+        Arc::new(fake.clone()),
+        KeyAttributes {
+            pk: String::new(),
+            sk: "sk".into(),
+        },
+    )
+    .start();
+    match task.await.unwrap() {
+        Err(WriterError::Config(msg)) => assert!(msg.contains("partition key"), "{msg}"),
+        other => panic!("the writer started: {other:?}"),
+    }
+    let (tx, _rx) = mpsc::unbounded_channel();
+    let late = submit(&h, &fake, &tx, "t", item("a", "v"), "a").await;
+    assert!(matches!(late, Err(WriterError::Closed)), "{late:?}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -644,12 +742,14 @@ async fn missing_table_handler_can_create_and_retry() {
     let fake = Fake::default();
     fake.0.lock().unwrap().missing.push("period_2025_11".into());
     let asked = Arc::new(AtomicUsize::new(0));
-    let (h, task) = Writer::start(
+    let (h, task) = Writer::builder(
         fake.client(false),
         Arc::new(fake.clone()),
-        config(),
-        Arc::new(CreateOnMissing(fake.clone(), asked.clone())),
-    );
+        KeyAttributes::default(),
+    )
+    .config(config())
+    .missing_tables(Arc::new(CreateOnMissing(fake.clone(), asked.clone())))
+    .start();
     let (tx, mut rx) = mpsc::unbounded_channel();
     for i in 0..30 {
         submit(
@@ -714,12 +814,13 @@ async fn access_denied_is_fatal_and_completes_nothing() {
 #[tokio::test(start_paused = true)]
 async fn close_writes_everything_then_ends_ok() {
     let fake = Fake::default();
-    let (h, task) = Writer::start(
+    let (h, task) = Writer::builder(
         fake.client(true),
         Arc::new(fake.clone()),
-        config(),
-        Arc::new(RejectMissing),
-    );
+        KeyAttributes::default(),
+    )
+    .config(config())
+    .start();
     let (tx, mut rx) = mpsc::unbounded_channel();
     for i in 0..40 {
         submit(

@@ -7,7 +7,7 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a bench helper: panics are its error report
 
-use tidemark_schema::plan::{PlanInput, Prices, plan};
+use tidemark_schema::sizing::{Prices, SizingInput, recommend};
 
 fn main() {
     let a: Vec<String> = std::env::args().collect();
@@ -16,7 +16,7 @@ fn main() {
         "usage: plan_shards EVENTS_PER_SEC ITEM_BYTES PARTITIONS [MAX_SKEW]"
     );
     let eps: f64 = a[1].parse().expect("EVENTS_PER_SEC");
-    let input = PlanInput {
+    let input = SizingInput {
         avg_events_per_sec: eps,
         peak_events_per_sec: eps,
         peak_key_events_per_sec: None,
@@ -28,7 +28,7 @@ fn main() {
         table_partitions: Some(a[3].parse().expect("PARTITIONS")),
         max_partition_skew: a.get(4).map_or(1.25, |s| s.parse().expect("MAX_SKEW")),
     };
-    let p = plan(&input).expect("a valid plan input");
+    let p = recommend(&input).expect("a valid sizing input");
     println!(
         "{}",
         serde_json::json!({

@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 
 use aws_config::BehaviorVersion;
 use aws_sdk_dynamodb::types::AttributeValue;
-use tidemark_schema::{ItemKey, shard_of};
-use tidemark_writer::{Completion, RejectMissing, Submission, WriteOutcome, Writer, WriterConfig};
+use tidemark_schema::{ItemKey, KeyAttributes, shard_of};
+use tidemark_writer::{Completion, Submission, WriteOutcome, Writer, WriterConfig};
 
 /// The hot device's share of the items in `hot_device:H` mode, as every
 /// `1/every`-th item.
@@ -95,7 +95,9 @@ async fn main() {
         cfg.max_in_flight_items = n.parse().expect("BENCH_MAX_IN_FLIGHT");
     }
     let key_pacing = cfg.key_pacing;
-    let (handle, task) = Writer::start(client, Arc::new(transport), cfg, Arc::new(RejectMissing));
+    let (handle, task) = Writer::builder(client, Arc::new(transport), KeyAttributes::default())
+        .config(cfg)
+        .start();
     let stored = Arc::new(AtomicU64::new(0));
     let rejected = Arc::new(AtomicU64::new(0));
     let hot_every = hot_every(&mode, rate);

@@ -113,7 +113,7 @@ pub fn deaggregate(data: &[u8]) -> Result<Option<Vec<UserRecord>>, KplError> {
 }
 
 /// Builds an aggregate from `(partition key, data)` pairs: the inverse of
-/// [`deaggregate`], for tests and fixture tooling.
+/// `deaggregate`, for tests and fixture tooling.
 pub fn aggregate<K: AsRef<str>, D: AsRef<[u8]>>(records: &[(K, D)]) -> Vec<u8> {
     let records: Vec<(&str, Option<&str>, &[u8])> = records
         .iter()

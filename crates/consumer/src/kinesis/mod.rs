@@ -56,7 +56,9 @@ mod discovery;
 mod drain;
 mod fanout;
 mod held;
-pub mod kpl;
+// `pub` items for the `testing` module (tests and fuzz targets).
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
+pub(crate) mod kpl;
 pub mod lease;
 mod listing;
 mod pacer;
@@ -72,6 +74,8 @@ mod streams;
 pub use api::stream_arn;
 pub use checkpoint::{AckTracker, OutOfOrder, Position, SequenceNumber};
 pub use config::{InitialPosition, KinesisConfig, LeaseAssignment, ReadMode, StreamEntry};
+/// KPL aggregation, as `tidemark produce --aggregate` writes records.
+pub use kpl::aggregate as kpl_aggregate;
 pub use settings::{AccountMode, StreamSettings, WarmThroughput, stream_settings};
 pub use source::KinesisSource;
 pub use status::{ShardState, ShardStatus, StatusHandle};

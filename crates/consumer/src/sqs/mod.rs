@@ -4,7 +4,7 @@
 //! Tasks (all stop on one cancellation token):
 //! - receivers (1 to `max_receivers`, adapted by `scaler::Scaler`) each
 //!   loop: take in-flight permits (backpressure), ReceiveMessage (up to 10,
-//!   long poll), decode each body by `record_format` ([`body`]: one record
+//!   long poll), decode each body by `record_format` (`body`: one record
 //!   per inner event, its position the record's index), admit the messages to the
 //!   `ledger::Ledger` and send their records to the sink as one batch;
 //! - the deleter turns fully acknowledged messages into DeleteMessageBatch
@@ -35,12 +35,14 @@
 //! Files: `receive` (receivers, dispatch, the FIFO releaser), `visibility`
 //! (heartbeat, releases), `delete` (the deleter), `queue` (what the tasks
 //! share), `ledger` (the pure in-flight bookkeeping), `scaler` (the pure
-//! receiver-count law), [`body`] (what SQS wraps around a record),
+//! receiver-count law), `body` (what SQS wraps around a record),
 //! `config`.
 //!
 //! [`Ack`]: crate::record::Ack
 
-pub mod body;
+// `pub` items for the `testing` module (the fuzz target).
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
+pub(crate) mod body;
 mod config;
 mod delete;
 mod ledger;

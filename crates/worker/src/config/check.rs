@@ -7,13 +7,13 @@ use std::fmt;
 
 use serde_json::Value;
 
-use super::ENV_PREFIX;
+use super::env::ENV_PREFIX;
 use super::schema::{body, resolve};
 
 /// Where a value came from.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "from", rename_all = "snake_case")]
-pub enum Origin {
+pub enum ValueOrigin {
     /// A line of the config file.
     File {
         /// The file as given.
@@ -35,26 +35,26 @@ pub enum Origin {
     },
 }
 
-impl fmt::Display for Origin {
+impl fmt::Display for ValueOrigin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Origin::File { path, line } => write!(f, "{path}:{line}"),
-            Origin::Env { var } => write!(f, "environment variable {var}"),
-            Origin::Default => f.write_str("default"),
-            Origin::Derived { what } => write!(f, "default ({what})"),
+            ValueOrigin::File { path, line } => write!(f, "{path}:{line}"),
+            ValueOrigin::Env { var } => write!(f, "environment variable {var}"),
+            ValueOrigin::Default => f.write_str("default"),
+            ValueOrigin::Derived { what } => write!(f, "default ({what})"),
         }
     }
 }
 
 /// The origin of every key set by the file or the environment, by dotted path.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Origins(BTreeMap<String, Origin>);
+pub(crate) struct ValueOrigins(BTreeMap<String, ValueOrigin>);
 
-impl Origins {
+impl ValueOrigins {
     /// The file's keys with their lines (nothing when the text does not parse:
     /// the caller reports the syntax error).
-    pub(crate) fn of_file(text: &str, path: &str) -> Origins {
-        let mut out = Origins::default();
+    pub(crate) fn of_file(text: &str, path: &str) -> ValueOrigins {
+        let mut out = ValueOrigins::default();
         if let Ok(doc) = toml_edit::ImDocument::parse(text) {
             out.walk(doc.as_table(), "", text, path);
         }
@@ -78,7 +78,7 @@ impl Origins {
                     + 1;
                 self.0.insert(
                     dotted.clone(),
-                    Origin::File {
+                    ValueOrigin::File {
                         path: path.to_string(),
                         line,
                     },
@@ -91,14 +91,14 @@ impl Origins {
     }
 
     /// `key` and everything under it now comes from `origin`.
-    pub(crate) fn set(&mut self, key: &str, origin: Origin) {
+    pub(crate) fn set(&mut self, key: &str, origin: ValueOrigin) {
         let under = format!("{key}.");
         self.0.retain(|k, _| !k.starts_with(&under));
         self.0.insert(key.to_string(), origin);
     }
 
     /// The origin of `key`, or of the nearest section above it that has one.
-    pub(crate) fn of(&self, key: &str) -> Option<&Origin> {
+    pub(crate) fn of(&self, key: &str) -> Option<&ValueOrigin> {
         let mut k = key;
         loop {
             if let Some(o) = self.0.get(k) {
@@ -118,7 +118,7 @@ pub struct Problem {
     /// The value as written (TOML), when there is one.
     pub value: Option<String>,
     /// Where the value (or its section) came from.
-    pub origin: Option<Origin>,
+    pub origin: Option<ValueOrigin>,
     /// What is wrong and how to fix it.
     pub message: String,
 }
@@ -384,18 +384,22 @@ pub(crate) fn env_warnings(env: &BTreeMap<String, String>, sections: &[&str]) ->
 
 /// One key of the effective config.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct Effective {
+pub(crate) struct Effective {
     /// Dotted path.
     pub key: String,
     /// The value (TOML).
     pub value: String,
     /// Where it came from.
-    pub origin: Origin,
+    pub origin: ValueOrigin,
 }
 
 /// Every leaf key of the effective config: the merged file and environment,
 /// then the schema's defaults for the keys not set.
-pub(crate) fn effective(root: &toml::Table, origins: &Origins, schema: &Value) -> Vec<Effective> {
+pub(crate) fn effective(
+    root: &toml::Table,
+    origins: &ValueOrigins,
+    schema: &Value,
+) -> Vec<Effective> {
     let mut out = Vec::new();
     walk_effective(
         Some(root),
@@ -413,7 +417,7 @@ fn walk_effective(
     schema: &Value,
     defs: &Value,
     prefix: &str,
-    origins: &Origins,
+    origins: &ValueOrigins,
     out: &mut Vec<Effective>,
 ) {
     let schema = resolve(schema, defs);
@@ -436,7 +440,7 @@ fn walk_effective(
             Some(v) => out.push(Effective {
                 key: path.clone(),
                 value: v.to_string(),
-                origin: origins.of(&path).cloned().unwrap_or(Origin::Default),
+                origin: origins.of(&path).cloned().unwrap_or(ValueOrigin::Default),
             }),
             None => {
                 let default = sub.get("default").or_else(|| sub_resolved.get("default"));
@@ -450,11 +454,11 @@ fn walk_effective(
                             sub,
                             defs,
                             &format!("{path}."),
-                            &Origins::default(),
+                            &ValueOrigins::default(),
                             &mut sub_out,
                         );
                         out.extend(sub_out.into_iter().map(|mut e| {
-                            e.origin = Origin::Default;
+                            e.origin = ValueOrigin::Default;
                             e
                         }));
                     }
@@ -468,7 +472,7 @@ fn walk_effective(
                             out.push(Effective {
                                 key: path,
                                 value: v.to_string(),
-                                origin: Origin::Default,
+                                origin: ValueOrigin::Default,
                             });
                         }
                     }
@@ -490,9 +494,9 @@ mod tests {
     #[test]
     fn lines_of_keys_in_headers_dotted_and_inline_tables() {
         let text = "[source]\nkind = \"kinesis\"\n\n[schema]\nkey = { strategy = \"entity\", shards = 10 }\ntiers.active.write = 0\n";
-        let o = Origins::of_file(text, "t.toml");
+        let o = ValueOrigins::of_file(text, "t.toml");
         let line = |k: &str| match o.of(k) {
-            Some(Origin::File { line, .. }) => *line,
+            Some(ValueOrigin::File { line, .. }) => *line,
             other => panic!("{k}: {other:?}"),
         };
         assert_eq!(line("source.kind"), 2);

@@ -9,7 +9,7 @@
 use serde_json::{Value, json};
 use tidemark_schema::period::{Billing, CapacityTiers};
 
-use super::Config;
+use super::sections::Config;
 
 /// The schema with the places where the file's shape differs from the Rust
 /// types patched in (see [`Config::from_toml`]).
@@ -45,19 +45,16 @@ pub fn json_schema() -> Value {
             "allOf": [{ "$ref": "#/definitions/KeyStrategy" }],
         });
     }
-    // Set elsewhere in the file, so not keys here: the event fields are the
-    // top-level [event], the writer's key attributes are the schema's.
-    for (def, key) in [
-        ("RouterConfig", "event"),
-        ("WriterConfig", "pk_attribute"),
-        ("WriterConfig", "sk_attribute"),
-    ] {
-        if let Some(p) = defs[def]["properties"].as_object_mut() {
-            p.remove(key);
-        }
-        if let Some(d) = defs[def].get_mut("default").and_then(Value::as_object_mut) {
-            d.remove(key);
-        }
+    // Set elsewhere in the file, so not a key here: the event fields are the
+    // top-level [event].
+    if let Some(p) = defs["RouterConfig"]["properties"].as_object_mut() {
+        p.remove("event");
+    }
+    if let Some(d) = defs["RouterConfig"]
+        .get_mut("default")
+        .and_then(Value::as_object_mut)
+    {
+        d.remove("event");
     }
     // The worker fills `source.worker_id` in when it is absent.
     if let Some(variants) = defs["SourceConfig"]["oneOf"].as_array_mut() {

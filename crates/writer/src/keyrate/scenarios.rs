@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 
 use super::{Gate, ItemResult, KeyPacer, KeyParams, Scope};
-use crate::rate::{Admit, CallFeedback, Capacity, RateController, RateParams};
+use crate::rate::{Admit, CallFeedback, RateController, RateParams, WriteCapacity};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -186,7 +186,7 @@ fn run_ordered(sc: &Scenario, key_pacing: bool, release: Release, charge: Charge
     let at = |d: Duration| t0 + d;
     let mut ctl = RateController::new(RateParams::default(), t0);
     if sc.capacity_known {
-        ctl.on_capacity(Capacity::Provisioned { wcu: sc.table_wcu }, t0);
+        ctl.on_capacity(WriteCapacity::Provisioned { wcu: sc.table_wcu }, t0);
     }
     let mut pacer = KeyPacer::new(KeyParams::default(), t0);
     let mut table = SimTable {

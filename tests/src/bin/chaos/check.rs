@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use futures::StreamExt;
 use tidemark_consumer::kinesis::Position;
 use tidemark_consumer::lease::{Checkpoint, LeaseTable};
-use tidemark_schema::{Item, Origin, Reason, Router};
+use tidemark_schema::{Item, Origin, Reason, RouteCache, Router};
 use tidemark_worker::deadletter::DeadLetter;
 
 use crate::events::{PoisonKind, find_marker};
@@ -128,8 +128,9 @@ pub(crate) async fn items(
         let at = chrono::DateTime::from_timestamp_millis(ev.timestamp_ms)
             .context("event time out of range")?;
         let r = router
-            .route(raw, &origin, at)
-            .map_err(|e| anyhow::anyhow!("a produced valid event does not route: {e}"))?;
+            .route(raw, &origin, 0, at, &mut RouteCache::default())
+            .map_err(|e| anyhow::anyhow!("a produced valid event does not route: {e}"))?
+            .new;
         let item = r
             .item
             .to_item()
@@ -174,7 +175,8 @@ pub(crate) async fn items(
     let (pk_name, sk_name) = (ka.pk.as_str(), ka.sk.as_str());
     let results: Vec<_> = futures::stream::iter(jobs)
         .map(|(t, chunk)| async move {
-            let got = tidemark_worker::verify::fetch(client, t, chunk, pk_name, sk_name).await;
+            let got =
+                tidemark_worker::tools::verify::fetch(client, t, chunk, pk_name, sk_name).await;
             (t, chunk, got)
         })
         .buffer_unordered(8)
@@ -251,8 +253,15 @@ pub(crate) async fn sabotage(
         sub_sequence_number: 0,
     };
     let r = router
-        .route(raw, &origin, chrono::Utc::now())
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        .route(
+            raw,
+            &origin,
+            0,
+            chrono::Utc::now(),
+            &mut RouteCache::default(),
+        )
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .new;
     let ka = &router.config().key_attributes;
     client
         .delete_item()
@@ -268,8 +277,15 @@ pub(crate) async fn sabotage(
     // that duplicates an event.
     let copy = valid.get(1).context("no second valid event to copy")?;
     let c = router
-        .route(copy, &origin, chrono::Utc::now())
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        .route(
+            copy,
+            &origin,
+            0,
+            chrono::Utc::now(),
+            &mut RouteCache::default(),
+        )
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .new;
     let mut item = c.item.to_item().map_err(|e| anyhow::anyhow!("{e}"))?;
     item.insert(
         ka.sk.clone(),

@@ -4,7 +4,7 @@
 
 use chrono::{DateTime, Duration as ChronoDuration, SecondsFormat, Utc};
 use tidemark_schema::Reason;
-use tidemark_worker::produce::ProduceSpec;
+use tidemark_worker::tools::produce::ProduceSpec;
 
 /// Marker prefix of poison records, followed by the record's index.
 pub(crate) const POISON_MARKER: &str = "chaos-poison-";
@@ -140,6 +140,7 @@ pub(crate) fn poison(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use tidemark_schema::RouteCache;
     use tidemark_schema::{Origin, Router, RouterConfig};
 
     #[test]
@@ -173,7 +174,9 @@ mod tests {
         let now = Utc::now();
         for (i, kind) in PoisonKind::ALL.into_iter().enumerate() {
             let bytes = poison(i as u64 + 40, kind, now, ChronoDuration::days(7));
-            let err = router.route(&bytes, &origin, now).unwrap_err();
+            let err = router
+                .route(&bytes, &origin, 0, now, &mut RouteCache::default())
+                .unwrap_err();
             assert_eq!(err.reason(), kind.reason(), "{kind:?}");
             assert_eq!(find_marker(&bytes), Some(i as u64 + 40));
         }
@@ -184,7 +187,11 @@ mod tests {
             seed: 1,
         };
         let ok = valid(&spec, 3, now);
-        assert!(router.route(&ok, &origin, now).is_ok());
+        assert!(
+            router
+                .route(&ok, &origin, 0, now, &mut RouteCache::default())
+                .is_ok()
+        );
         assert_eq!(find_marker(&ok), None);
     }
 }

@@ -41,7 +41,7 @@ use tidemark_consumer::lease::LeaseTable;
 use tidemark_schema::Router;
 use tidemark_tests::{LocalStack, TableCapacity, create_table, repo_root};
 use tidemark_worker::config::Config;
-use tidemark_worker::produce::ProduceSpec;
+use tidemark_worker::tools::produce::ProduceSpec;
 use tokio_util::sync::CancellationToken;
 
 use crate::workers::{Ending, Fleet, Launch};

@@ -79,7 +79,8 @@ pub(crate) fn all() -> Vec<Fixture> {
                 .lines()
                 .filter(|l| !l.trim().is_empty())
                 .map(|l| {
-                    tidemark_schema::wire::decode_item(fill(l).as_bytes()).expect("DynamoDB JSON")
+                    let v: serde_json::Value = serde_json::from_str(&fill(l)).expect("JSON");
+                    tidemark_schema::wire::decode_map(&v).expect("DynamoDB JSON")
                 })
                 .collect();
             let not_leases = t["not_leases"]

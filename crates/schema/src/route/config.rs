@@ -1,0 +1,306 @@
+//! The router's configuration (`[schema]` in the worker's file) and its
+//! checks.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::event::{EventConfig, EventConfigError};
+use crate::period::{self, Lifecycle, Period, TableNaming};
+use crate::strategy::{KeyAttributes, KeyStrategy, ShardMigration, StrategyError};
+
+/// Names of the non-key attributes every item carries.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ItemAttributes {
+    /// Entity id (S). Default `entity_id`.
+    #[serde(default = "default_entity_attr")]
+    pub entity: String,
+    /// Event id (S). Default `event_id`.
+    #[serde(default = "default_event_id_attr")]
+    pub event_id: String,
+    /// Event time as `YYYY-MM-DDTHH:MM:SS.mmmZ` (S). Default `ts`.
+    #[serde(default = "default_ts_attr")]
+    pub timestamp: String,
+    /// Event time in epoch milliseconds (N). Default `ts_ms`.
+    #[serde(default = "default_ts_ms_attr")]
+    pub timestamp_ms: String,
+}
+
+fn default_entity_attr() -> String {
+    "entity_id".to_owned()
+}
+fn default_event_id_attr() -> String {
+    "event_id".to_owned()
+}
+fn default_ts_attr() -> String {
+    "ts".to_owned()
+}
+fn default_ts_ms_attr() -> String {
+    "ts_ms".to_owned()
+}
+
+impl Default for ItemAttributes {
+    fn default() -> Self {
+        ItemAttributes {
+            entity: default_entity_attr(),
+            event_id: default_event_id_attr(),
+            timestamp: default_ts_attr(),
+            timestamp_ms: default_ts_ms_attr(),
+        }
+    }
+}
+
+const fn default_future_skew() -> Duration {
+    Duration::from_secs(5 * 60)
+}
+
+/// Everything needed to route an event. In TOML the key strategy is a table:
+/// `[key]` with `strategy = "time_bucket"`, `shards = 10`, `bucket = "hour"`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RouterConfig {
+    /// Which record fields are the entity id, timestamp and event id. In the
+    /// `tidemark` worker's file this is the top-level `[event]` table, which
+    /// replaces any value written here.
+    #[serde(default)]
+    pub event: EventConfig,
+    /// Key strategy. Default `entity`.
+    #[serde(default)]
+    pub key: KeyStrategy,
+    /// The layout tables were written with before a change of `key` (a
+    /// shard-count migration in progress), e.g. `{ strategy = "time_bucket",
+    /// shards = 4, bucket = "hour" }`. While set, every event is written
+    /// under both layouts (once when both give the same key) and `query`
+    /// reads both. See "Changing the shard count" in docs/keys-and-tables.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migrate_from: Option<KeyStrategy>,
+    /// Key attribute names. Default `pk` / `sk`.
+    #[serde(default)]
+    pub key_attributes: KeyAttributes,
+    /// Names of the entity, event id and timestamp attributes.
+    #[serde(default)]
+    pub attributes: ItemAttributes,
+    /// Table name prefix: tables are `{table_prefix}_{period label}`.
+    pub table_prefix: String,
+    /// Period one table covers. Default `day`.
+    #[serde(default)]
+    pub period: Period,
+    /// How long data is kept: a table expires this long after its period
+    /// ends, and the TTL attribute is event time + retention. Default 30d.
+    #[schemars(with = "String")]
+    #[serde(with = "humantime_serde", default = "period::default_retention")]
+    pub retention: Duration,
+    /// TTL attribute name (N, epoch seconds); none when unset.
+    #[serde(default)]
+    pub ttl_attribute: Option<String>,
+    /// How long after its period ends a table keeps write capacity for late
+    /// events. Default 15m. Must not exceed `retention`.
+    #[schemars(with = "String")]
+    #[serde(with = "humantime_serde", default = "period::default_grace")]
+    pub late_arrival_grace: Duration,
+    /// How long before its period starts a table is created. Default 15m.
+    #[schemars(with = "String")]
+    #[serde(with = "humantime_serde", default = "period::default_prebuild_ahead")]
+    pub prebuild_ahead: Duration,
+    /// Events further ahead of now than this are dead-lettered. Default 5m.
+    /// At most `prebuild_ahead`, so an accepted event's table already exists.
+    #[schemars(with = "String")]
+    #[serde(with = "humantime_serde", default = "default_future_skew")]
+    pub max_future_skew: Duration,
+}
+
+impl RouterConfig {
+    /// A config with every default and the given prefix.
+    pub fn with_prefix(prefix: impl Into<String>) -> RouterConfig {
+        RouterConfig {
+            event: EventConfig::default(),
+            key: KeyStrategy::default(),
+            migrate_from: None,
+            key_attributes: KeyAttributes::default(),
+            attributes: ItemAttributes::default(),
+            table_prefix: prefix.into(),
+            period: Period::default(),
+            retention: period::default_retention(),
+            ttl_attribute: None,
+            late_arrival_grace: period::default_grace(),
+            prebuild_ahead: period::default_prebuild_ahead(),
+            max_future_skew: default_future_skew(),
+        }
+    }
+
+    /// The shard migration in progress, if `migrate_from` is set.
+    pub fn migration(&self) -> Option<ShardMigration> {
+        self.migrate_from.as_ref().map(|from| ShardMigration {
+            from: from.clone(),
+            to: self.key.clone(),
+        })
+    }
+
+    /// True when an entity id with `#` cannot be keyed by a layout written.
+    pub(super) fn forbids_hash_in_entity(&self) -> bool {
+        self.key.forbids_hash_in_entity()
+            || self
+                .migrate_from
+                .as_ref()
+                .is_some_and(KeyStrategy::forbids_hash_in_entity)
+    }
+
+    /// The table lifecycle these settings imply.
+    pub fn lifecycle(&self) -> Lifecycle {
+        Lifecycle {
+            prebuild_ahead: self.prebuild_ahead,
+            late_arrival_grace: self.late_arrival_grace,
+            retention: self.retention,
+        }
+    }
+}
+
+/// A router configuration that cannot work; the message names the key.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum RouterConfigError {
+    /// Field names of the event are unusable.
+    #[error(transparent)]
+    Event(#[from] EventConfigError),
+    /// The key strategy is unusable.
+    #[error(transparent)]
+    Strategy(#[from] StrategyError),
+    /// Any other setting.
+    #[error("invalid router config: `{key}` {problem}")]
+    Invalid {
+        /// The offending config key.
+        key: &'static str,
+        /// What is wrong and how to fix it.
+        problem: String,
+    },
+}
+
+impl RouterConfigError {
+    /// The offending key as a dotted path of the configuration file
+    /// (`event.timezone`, `schema.retention`), for errors that point at
+    /// the line to fix.
+    pub fn key_path(&self) -> String {
+        match self {
+            RouterConfigError::Event(e) => format!("event.{}", e.field),
+            RouterConfigError::Invalid { key, .. } if key.starts_with("event.") => {
+                (*key).to_owned()
+            }
+            RouterConfigError::Invalid { key, .. } => format!("schema.{key}"),
+            RouterConfigError::Strategy(_) => "schema.key.shards".to_owned(),
+        }
+    }
+}
+
+impl RouterConfig {
+    /// Every check of [`Router::new`](super::Router::new) after the event
+    /// fields' (which building the [`Extractor`](crate::Extractor) makes):
+    /// the first problem, naming its key.
+    pub(super) fn validate(&self) -> Result<(), RouterConfigError> {
+        let config = self;
+        config.key.validate()?;
+        let invalid = |key, problem: String| Err(RouterConfigError::Invalid { key, problem });
+        if let Some(from) = &config.migrate_from {
+            from.validate()?;
+            if *from == config.key {
+                return invalid(
+                    "migrate_from",
+                    "is the same layout as `key`: remove it (no migration in progress)".into(),
+                );
+            }
+        }
+        if !TableNaming::prefix_is_valid(&config.table_prefix) {
+            return invalid(
+                "table_prefix",
+                format!(
+                    "is {:?}: use 1 to 200 characters of A-Z a-z 0-9 _ . -",
+                    config.table_prefix
+                ),
+            );
+        }
+        let mut names: Vec<(&'static str, &str)> = FIXED_NAME_KEYS
+            .into_iter()
+            .zip(fixed_names(config))
+            .collect();
+        if let Some(ttl) = &config.ttl_attribute {
+            names.push(("ttl_attribute", ttl));
+        }
+        for (i, (key, name)) in names.iter().enumerate() {
+            if name.is_empty() || name.len() > 255 {
+                return invalid(
+                    key,
+                    format!("is {name:?}: attribute names are 1 to 255 bytes"),
+                );
+            }
+            if let Some((other, _)) = names[..i].iter().find(|(_, n)| n == name) {
+                return invalid(
+                    key,
+                    format!("is {name:?}, the same as `{other}`: pick distinct names"),
+                );
+            }
+        }
+        for target in config.event.rename.values() {
+            if let Some((key, _)) = names.iter().find(|(_, n)| n == target) {
+                return invalid(
+                    "event.rename",
+                    format!(
+                        "renames a field to {target:?}, the name of `{key}`: pick another name"
+                    ),
+                );
+            }
+        }
+        if !config.event.entity_fields.is_empty()
+            && config.forbids_hash_in_entity()
+            && config.event.entity_separator.contains('#')
+        {
+            return invalid(
+                "event.entity_separator",
+                "contains `#`, the key separator of the time_bucket strategy".into(),
+            );
+        }
+        if config.retention.is_zero() {
+            return invalid(
+                "retention",
+                "is zero: give how long data is kept, e.g. \"30d\"".into(),
+            );
+        }
+        if config.late_arrival_grace > config.retention {
+            return invalid(
+                "late_arrival_grace",
+                "exceeds `retention`: late events would target an expired table".into(),
+            );
+        }
+        if config.max_future_skew > config.prebuild_ahead {
+            return invalid(
+                "max_future_skew",
+                "exceeds `prebuild_ahead`: an accepted event could target a table not built yet; raise prebuild_ahead or lower the skew".into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The config keys of [`fixed_names`], in the same order.
+pub(super) const FIXED_NAME_KEYS: [&str; 6] = [
+    "key_attributes.pk",
+    "key_attributes.sk",
+    "attributes.entity",
+    "attributes.event_id",
+    "attributes.timestamp",
+    "attributes.timestamp_ms",
+];
+
+/// Names of the attributes every item carries besides the TTL: pk, sk,
+/// entity, event id, timestamp, timestamp_ms.
+pub(super) fn fixed_names(config: &RouterConfig) -> [&str; 6] {
+    let ka = &config.key_attributes;
+    let ia = &config.attributes;
+    [
+        &ka.pk,
+        &ka.sk,
+        &ia.entity,
+        &ia.event_id,
+        &ia.timestamp,
+        &ia.timestamp_ms,
+    ]
+}

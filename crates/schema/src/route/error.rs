@@ -1,0 +1,82 @@
+//! Why a record cannot be routed.
+
+use thiserror::Error;
+
+use crate::event::EventError;
+use crate::reason::Reason;
+use crate::wire::payload::PayloadError;
+
+/// Why a record cannot be routed. [`RouteError::reason`] gives the
+/// dead-letter reason; the message names the field or limit.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum RouteError {
+    /// The record is not a usable event.
+    #[error(transparent)]
+    Event(#[from] EventError),
+    /// The entity id cannot be placed in a key.
+    #[error("field `{field}` (entity id) {problem}")]
+    BadEntity {
+        /// The configured entity field.
+        field: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A payload attribute cannot be stored.
+    #[error("payload field `{field}` {problem}")]
+    BadAttribute {
+        /// Path of the attribute in the record.
+        field: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// The item exceeds DynamoDB's item size limit.
+    #[error("item is {size} bytes, over DynamoDB's {limit}-byte item limit")]
+    ItemTooLarge {
+        /// Computed item size.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The event's period is past retention.
+    #[error("event time {timestamp} falls in table {table}, expired (retention {retention_s} s)")]
+    ExpiredPeriod {
+        /// Event time, ISO.
+        timestamp: String,
+        /// The (expired) table.
+        table: String,
+        /// Configured retention, seconds.
+        retention_s: u64,
+    },
+    /// The event is too far ahead of now.
+    #[error("event time {timestamp} is more than max_future_skew ({skew_s} s) ahead of now {now}")]
+    FutureEvent {
+        /// Event time, ISO.
+        timestamp: String,
+        /// Now, ISO.
+        now: String,
+        /// Configured skew, seconds.
+        skew_s: u64,
+    },
+}
+
+impl RouteError {
+    /// The dead-letter reason.
+    pub fn reason(&self) -> Reason {
+        match self {
+            RouteError::Event(e) => e.reason(),
+            RouteError::BadEntity { .. } | RouteError::BadAttribute { .. } => Reason::InvalidField,
+            RouteError::ItemTooLarge { .. } => Reason::ItemTooLarge,
+            RouteError::ExpiredPeriod { .. } => Reason::ExpiredPeriod,
+            RouteError::FutureEvent { .. } => Reason::FutureEvent,
+        }
+    }
+}
+
+impl From<PayloadError> for RouteError {
+    fn from(e: PayloadError) -> RouteError {
+        RouteError::BadAttribute {
+            field: e.field,
+            problem: e.problem,
+        }
+    }
+}

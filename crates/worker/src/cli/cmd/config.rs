@@ -1,0 +1,85 @@
+//! `tidemark config`: check a config (every problem at once) or show the
+//! effective config with the source of each value.
+
+use std::path::PathBuf;
+
+use crate::config::{Config, LoadError, env_warnings, process_env};
+use anyhow::Result;
+
+use super::render::{self, Output};
+
+/// Arguments of `config`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    #[command(subcommand)]
+    action: Action,
+    #[command(flatten)]
+    config: super::ConfigArg,
+}
+
+#[derive(Debug, Clone, clap::Subcommand)]
+enum Action {
+    /// Load and check the config as `run` would: every problem with its key,
+    /// value, source (file:line or variable) and fix; exit 78 when bad.
+    Check {
+        /// The file (default: --config, TIDEMARK_CONFIG).
+        file: Option<PathBuf>,
+    },
+    /// Every key of the effective config, its value and where it came from
+    /// (file:line, environment variable, default).
+    Show,
+}
+
+pub(crate) fn run(args: &Args) -> Result<()> {
+    let env = process_env();
+    let warnings = env_warnings(&env);
+    match &args.action {
+        Action::Check { file } => {
+            let path = file.as_deref().or(args.config.config.as_deref());
+            let result = Config::load(path, &env);
+            let output = super::output(Output::Table);
+            if matches!(output, Output::Json | Output::Jsonl) {
+                let problems = match &result {
+                    Err(LoadError::Invalid(p)) => serde_json::to_value(p)?,
+                    Err(e) => serde_json::json!([{ "message": e.to_string() }]),
+                    Ok(_) => serde_json::json!([]),
+                };
+                render::print_json(
+                    &serde_json::json!({
+                        "ok": result.is_ok(),
+                        "problems": problems,
+                        "warnings": warnings,
+                    }),
+                    output,
+                )?;
+            } else {
+                for w in &warnings {
+                    eprintln!("warning: {w}");
+                }
+                if result.is_ok() {
+                    let shown = path.map_or("(no file)".into(), |p| p.display().to_string());
+                    println!("ok: {shown} is a valid config");
+                }
+            }
+            result?;
+            Ok(())
+        }
+        Action::Show => {
+            for w in &warnings {
+                eprintln!("warning: {w}");
+            }
+            let all = Config::effective(args.config.config.as_deref(), &env)?;
+            let rows = all
+                .iter()
+                .map(|e| vec![e.key.clone(), e.value.clone(), e.origin.to_string()])
+                .collect();
+            render::print_rows(
+                &["KEY", "VALUE", "SOURCE"],
+                rows,
+                &[],
+                super::output(Output::Table),
+                &all,
+            )
+        }
+    }
+}

@@ -1,0 +1,41 @@
+//! `tidemark run`: the worker until SIGTERM/SIGINT.
+
+use crate::Worker;
+use crate::config::Config;
+use anyhow::Result;
+use tracing::{error, warn};
+
+/// Builds the worker and runs it until the first SIGTERM/SIGINT; a second
+/// signal exits at once.
+pub(crate) async fn run(config: &Config) -> Result<()> {
+    let sdk = super::sdk().await;
+    let worker = Worker::build(config, &sdk).await?;
+    worker.run(signals()).await?;
+    Ok(())
+}
+
+/// Completes at the first SIGTERM/SIGINT, and keeps watching: a second one
+/// exits the process at once.
+async fn signals() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            // No graceful stop then; the run goes on until killed.
+            error!(error = %e, "cannot watch SIGTERM");
+            return std::future::pending().await;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    warn!("shutdown requested: finishing in-flight records (signal again to exit at once)");
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        warn!("second signal: exiting now");
+        std::process::exit(130);
+    });
+}

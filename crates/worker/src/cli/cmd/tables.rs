@@ -1,0 +1,93 @@
+//! `tidemark tables`: one maintenance round, or a listing of the tables.
+
+use crate::config::Config;
+use crate::maintenance::RoundKind;
+use crate::maintenance::TableManager;
+use anyhow::{Result, bail};
+use chrono::{DateTime, Utc};
+
+use super::render::{self, Output};
+
+/// Arguments of `tables`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    #[command(subcommand)]
+    action: Action,
+    #[command(flatten)]
+    pub(crate) config: super::ConfigArg,
+    /// Act as if it were this time (RFC 3339); default: now.
+    #[arg(long, global = true)]
+    now: Option<DateTime<Utc>>,
+    /// Print the actions without taking them.
+    #[arg(long, global = true)]
+    dry_run: bool,
+    /// Former spelling of the global `--output json`.
+    #[arg(long, global = true, hide = true)]
+    json: bool,
+}
+
+#[derive(Debug, Clone, Copy, clap::Subcommand)]
+enum Action {
+    /// Create the current period's table and, when due, the next one.
+    Ensure,
+    /// A full round: create, resize to each state's tier, delete or tag expired.
+    Rotate,
+    /// List the period tables with their period, state and capacity.
+    List,
+}
+
+pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
+    let sdk = super::sdk().await;
+    let manager = TableManager::from_config(config, aws_sdk_dynamodb::Client::new(&sdk));
+    let now = args.now.unwrap_or_else(Utc::now);
+    let output = super::output(if args.json {
+        Output::Json
+    } else {
+        Output::Table
+    });
+    let kind = match args.action {
+        Action::List => {
+            let tables = manager.list(now).await?;
+            match output {
+                Output::Table | Output::Csv => {
+                    let (header, rows) = render::tables_list_rows(&tables)?;
+                    render::print_rows(&header, rows, &[4, 5], output, &tables)?;
+                }
+                Output::Json | Output::Jsonl => render::print_json(&tables, output)?,
+            }
+            return Ok(());
+        }
+        Action::Ensure => RoundKind::Ensure,
+        Action::Rotate => RoundKind::Rotate,
+    };
+    // Creating a table and waiting for ACTIVE takes seconds to minutes.
+    let spinner = super::progress_bar(0, "{spinner} {msg} {elapsed}", false);
+    spinner.set_message("creating and updating tables, waiting until ACTIVE");
+    spinner.enable_steady_tick(std::time::Duration::from_millis(200));
+    let applied = manager.round(now, kind, args.dry_run).await;
+    spinner.finish_and_clear();
+    let applied = applied?;
+    if output != Output::Table {
+        render::print_json(&applied, output)?;
+    } else if applied.is_empty() {
+        println!("nothing to do at {}", now.to_rfc3339());
+    } else {
+        for a in &applied {
+            let what = serde_json::to_string(&a.action)?;
+            match (&a.error, args.dry_run) {
+                (_, true) => println!("would {what}"),
+                (None, false) => println!("done  {what}"),
+                (Some(e), false) => println!("FAILED {what}: {e} (retried next round)"),
+            }
+        }
+    }
+    if applied.iter().any(|a| a.error.is_some()) {
+        if applied.iter().all(|a| a.error.is_none() || a.unreachable) {
+            return Err(
+                super::Unavailable("DynamoDB did not answer the maintenance calls".into()).into(),
+            );
+        }
+        bail!("some maintenance actions failed; they are retried next round");
+    }
+    Ok(())
+}

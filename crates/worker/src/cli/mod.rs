@@ -1,0 +1,247 @@
+//! The `tidemark` command line: parses it, starts logging, loads the config,
+//! dispatches to a command module (`cmd/`, each owning its clap arguments),
+//! and maps errors to the documented exit code (`cmd::exit_code`). `run` is
+//! [`Worker`](crate::Worker). The binary's `main` only calls [`main`].
+//!
+//! The one part of the library that uses `anyhow`: a command's error is
+//! printed and turned into an exit status, never matched on by a caller.
+
+mod cmd;
+
+use crate::config::{Config, LogFormat};
+use anyhow::{Context, Result};
+use clap::{CommandFactory, Parser, Subcommand};
+
+/// Tidemark moves time-series events from Kinesis streams or SQS queues
+/// into per-period DynamoDB tables (one table per day, hour, ...), with
+/// write-sharded keys, at least once, and keeps the tables' capacity and
+/// retention in step with time.
+#[derive(Debug, Parser)]
+#[command(
+    name = "tidemark",
+    version,
+    about = "Move time-series events from Kinesis or SQS into per-period DynamoDB tables.",
+    long_about = "Tidemark moves time-series events from Kinesis streams or SQS queues into \
+per-period DynamoDB tables (one table per day, hour, ...), with write-sharded keys and \
+at-least-once delivery, and keeps the tables' capacity and retention in step with time.\n\n\
+Start with `tidemark config check --config tidemark.toml`, then `tidemark run`.",
+    after_help = cmd::EXIT_CODES
+)]
+struct Cli {
+    #[command(flatten)]
+    global: cmd::Global,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the worker: read the source, write DynamoDB, until SIGTERM/SIGINT.
+    #[command(
+        after_help = "Examples:\n  tidemark run --config localstack/tidemark.toml\n  TIDEMARK__SOURCE__STREAM=events tidemark run --config deploy/tidemark.toml"
+    )]
+    Run(cmd::ConfigArg),
+    /// Size tables, write shards, Kinesis shards and monthly cost.
+    #[command(
+        after_help = "Examples:\n  tidemark plan --events-per-sec 5000 --peak-events-per-sec 6000 --item-bytes 1000\n  tidemark plan --events-per-sec 600 --item-bytes 180 --json\n  tidemark plan --events-per-sec 2000 --sample-event '{\"deviceId\":\"d1\",\"timestamp\":1763790000000,\"t\":21.5}'"
+    )]
+    Plan(cmd::plan::Args),
+    /// Print the table and key one event is written to, as `run` would.
+    #[command(
+        after_help = "Example:\n  tidemark key --config localstack/tidemark.toml --event '{\"deviceId\":\"d1\",\"timestamp\":\"2026-11-22T05:00:00Z\",\"eventId\":\"e1\"}'"
+    )]
+    Key(cmd::key::Args),
+    /// Table maintenance: one round, or a listing of the period tables.
+    #[command(
+        after_help = "Examples:\n  tidemark tables ensure --config localstack/tidemark.toml\n  tidemark tables rotate --config localstack/tidemark.toml --now 2026-11-23T00:20:00Z --dry-run\n  tidemark tables list --config localstack/tidemark.toml"
+    )]
+    Tables(cmd::tables::Args),
+    /// Change the write-shard count of tables with items: status, backfill
+    /// and cutover of a migration started with `schema.migrate_from`.
+    #[command(
+        after_help = "Examples:\n  tidemark migrate status --config tidemark.toml\n  tidemark migrate backfill --config tidemark.toml --period 2026-11-24 --capacity-share 0.25\n  tidemark migrate cutover --config tidemark.toml --period 2026-11-24"
+    )]
+    Migrate(cmd::migrate::Args),
+    /// Send synthetic IoT events (temperature, humidity, pressure) to the
+    /// configured source (Kinesis stream or SQS queue).
+    #[command(
+        after_help = "Examples:\n  tidemark produce --config localstack/tidemark.toml --devices 200 --rate 2000 --count 50000 --hot-factor 20\n  tidemark produce --config localstack/tidemark.toml --count 1000 --manifest produced.jsonl"
+    )]
+    Produce(cmd::produce::Args),
+    /// Check that every event of a manifest (from produce --manifest) is
+    /// stored, with the right content, where `run` writes it.
+    #[command(
+        after_help = "Example:\n  tidemark verify --config localstack/tidemark.toml --manifest produced.jsonl\n\nExit status: 0 every event stored as produced, 1 some missing or different,\n69 DynamoDB unavailable (nothing answered for 120 s)."
+    )]
+    Verify(cmd::verify::Args),
+    /// Read an entity's events back (parallel queries, merged in time order).
+    #[command(
+        after_help = "Examples:\n  tidemark query --config localstack/tidemark.toml --entity device-0000 --latest\n  tidemark query --config localstack/tidemark.toml --entity device-0007 --from 2026-11-22T05:00:00Z --to 2026-11-22T06:00:00Z --format csv"
+    )]
+    Query(cmd::query::Args),
+    /// Per shard: owner, checkpoint and lag; per table: period, state, capacity.
+    #[command(after_help = "Example:\n  tidemark status --config localstack/tidemark.toml")]
+    Status(cmd::status::Args),
+    /// Record a stream's raw records (all shards, from the oldest record to
+    /// the current end) into a fixture file (JSON lines).
+    #[command(
+        after_help = "Example:\n  tidemark record --config localstack/tidemark.toml --out tests/fixtures/my-stream.jsonl"
+    )]
+    Record(cmd::record::Args),
+    /// Replay a fixture through the same pipeline `run` uses (route, write,
+    /// dead letters), with no Kinesis at all.
+    #[command(
+        after_help = "Example:\n  tidemark replay --config localstack/tidemark.toml --fixture tests/fixtures/iot_plain.jsonl"
+    )]
+    Replay(cmd::replay::Args),
+    /// Exit 0 when the local worker's /healthz answers (container health check).
+    #[command(after_help = "Example:\n  tidemark healthcheck --addr 127.0.0.1:9102")]
+    Healthcheck(cmd::healthcheck::Args),
+    /// Check a config (every problem at once, exit 78 when bad) or show the
+    /// effective config with the source of each value.
+    #[command(
+        after_help = "Examples:\n  tidemark config check localstack/tidemark.toml\n  tidemark config show --config localstack/tidemark.toml --output json"
+    )]
+    Config(cmd::config::Args),
+    /// The Kinesis enhanced fan-out stream consumer (`source.read_mode =
+    /// "fan_out"`): deregister it, which workers never do on their own.
+    #[command(
+        after_help = "Example:\n  tidemark consumer deregister --config deploy/tidemark.toml --yes"
+    )]
+    Consumer(cmd::consumer::Args),
+    /// Print shell completions (bash, zsh, fish, elvish, powershell).
+    #[command(
+        after_help = "Example:\n  tidemark completions bash > /etc/bash_completion.d/tidemark"
+    )]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff).
+    #[command(after_help = "Example:\n  tidemark man | man -l -")]
+    Man,
+}
+
+/// Runs the command the process was started with; returns its exit status.
+pub fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    match real_main(cli) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // `{:#}` prints the whole cause chain on one line, without the
+            // backtrace anyhow would add under RUST_BACKTRACE.
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::from(cmd::exit_code(&e))
+        }
+    }
+}
+
+fn real_main(cli: Cli) -> Result<()> {
+    cmd::set_global(&cli.global);
+    let global = &cli.global;
+    // `run` logs as its config says (unless the command line says
+    // otherwise); every other command logs warnings to stderr.
+    if !matches!(cli.command, Command::Run(_)) {
+        init_logs(global, None);
+    }
+    match cli.command {
+        Command::Plan(args) => cmd::plan::run(&args),
+        Command::Key(args) => cmd::key::run(&args.config.load_router()?, &args),
+        Command::Config(args) => cmd::config::run(&args),
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "tidemark",
+                &mut std::io::stdout(),
+            );
+            Ok(())
+        }
+        Command::Man => {
+            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
+            Ok(())
+        }
+        Command::Healthcheck(args) => runtime()?.block_on(cmd::healthcheck::run(&args)),
+        Command::Produce(args) => {
+            let config = args.config.load()?;
+            runtime()?.block_on(cmd::produce::run(&config, &args))
+        }
+        Command::Verify(args) => {
+            let config = args.config.load()?;
+            runtime()?.block_on(cmd::verify::run(&config, &args))
+        }
+        Command::Query(args) => {
+            let schema = args.config.load_router()?;
+            runtime()?.block_on(cmd::query::run(&schema, &args))
+        }
+        Command::Status(args) => {
+            let config = args.config.load()?;
+            runtime()?.block_on(cmd::status::run(&config, &args))
+        }
+        Command::Record(args) => {
+            let config = args.config.load()?;
+            runtime()?.block_on(cmd::record::run(&config, &args))
+        }
+        Command::Replay(args) => {
+            let config = args.config.load()?;
+            runtime()?.block_on(cmd::replay::run(&config, &args))
+        }
+        Command::Consumer(args) => {
+            let config = args.config.load()?;
+            runtime()?.block_on(cmd::consumer::run(&config, &args))
+        }
+        Command::Tables(args) => {
+            let config = args.config.load()?;
+            runtime()?.block_on(cmd::tables::run(&config, &args))
+        }
+        Command::Migrate(args) => {
+            let config = args.config.load()?;
+            runtime()?.block_on(cmd::migrate::run(&config, &args))
+        }
+        Command::Run(args) => {
+            let config = args.load()?;
+            init_logs(global, Some(&config));
+            let rt = runtime()?;
+            let result = rt.block_on(cmd::run::run(&config));
+            // A stop past shutdown_timeout abandons tasks that may be blocked
+            // (file I/O on the blocking pool): do not wait for them again.
+            rt.shutdown_timeout(std::time::Duration::from_secs(1));
+            result
+        }
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+/// Logs to stderr for every command. The filter: `RUST_LOG`, else
+/// `--log-level`, else `-v` (info, debug, trace), else the config's
+/// `telemetry.log_level` for `run` and `warn` for the other commands.
+fn init_logs(global: &cmd::Global, config: Option<&Config>) {
+    use std::io::IsTerminal;
+    let level = global
+        .log_filter()
+        .or_else(|| config.map(|c| c.telemetry.log_level.clone()))
+        .unwrap_or_else(|| "warn".into());
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let format = config.map_or(LogFormat::Text, |c| c.telemetry.log_format);
+    let json = match format {
+        LogFormat::Json => true,
+        LogFormat::Text => false,
+        LogFormat::Auto => !std::io::stderr().is_terminal(),
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    // A second init (none is made) would fail; logs are best effort.
+    if json {
+        let _ = builder.json().try_init();
+    } else {
+        let _ = builder.try_init();
+    }
+}

@@ -1,0 +1,44 @@
+//! Dead letters: every record that cannot be stored, with its source position,
+//! reason, error text, raw payload (base64) and time.
+//!
+//! Guarantees:
+//! - A record's source position is acknowledged only after its dead-letter
+//!   entry is durable: in the configured destination (an SQS queue, a
+//!   DynamoDB table, or a JSON-lines file), or else in the local fallback file.
+//! - Every entry fits its destination: the error text is capped at
+//!   `MAX_ERROR_TEXT` (2 KiB), and the whole entry is sized against the
+//!   destination's limit (SQS: 256 KiB per message and per batch; DynamoDB:
+//!   400 KB per item) before it is sent, by truncating the payload (its full
+//!   size and SHA-256 are kept).
+//! - Retries are bounded: a failing batch is retried a few times, then split
+//!   in halves down to single entries, all within `WRITE_DEADLINE` (30 s); an entry
+//!   that still fails goes to the fallback file (`fallback_path`), so the
+//!   shard moves on. Only when the fallback file cannot be written either is
+//!   the dead-letter task's error fatal (the worker stops; the records stay
+//!   unacknowledged).
+//! - On a FIFO queue the deduplication id is a hash of the source position
+//!   and the reason: two different records with the same bytes are both kept.
+//!
+//! One file per part: [`DeadLetterConfig`] (`config.rs`); [`DeadLetter`]
+//! (the entry, `entry.rs`); the [`DeadLetterSink`] trait and
+//! [`DeadLetterError`] (`sink.rs`); the destinations behind it, each sized
+//! to its limits (`sqs.rs`, `dynamodb.rs`, `file.rs`); `DeadLetters`, the
+//! queue and its task with retries, splitting and the fallback file
+//! (`delivery.rs`). The files import each other, never this one.
+
+mod config;
+mod delivery;
+mod dynamodb;
+mod entry;
+mod file;
+mod sink;
+mod sqs;
+
+pub use config::DeadLetterConfig;
+pub(crate) use delivery::DeadLetters;
+pub use dynamodb::DynamoDbSink;
+pub(crate) use dynamodb::check_dead_letter_table;
+pub use entry::DeadLetter;
+pub(crate) use file::FileSink;
+pub use sink::{DeadLetterError, DeadLetterSink};
+pub use sqs::SqsSink;

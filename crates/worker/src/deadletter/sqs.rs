@@ -1,0 +1,168 @@
+//! The SQS queue destination: one message per entry, in SendMessageBatch
+//! calls sized to SQS's limits.
+
+use futures::future::BoxFuture;
+
+use super::entry::DeadLetter;
+use super::sink::{DeadLetterError, DeadLetterSink};
+
+/// Largest SQS message body (256 KiB). Entries bigger than this keep a
+/// truncated payload plus its full size and SHA-256, so they still say
+/// exactly which record it was.
+pub(crate) const SQS_MAX_BODY: usize = 256 * 1024;
+
+/// Largest SendMessageBatch request: the bodies of its (at most 10)
+/// messages together, like one message.
+pub(crate) const SQS_MAX_BATCH: usize = 256 * 1024;
+
+/// Messages per SendMessageBatch call.
+const SQS_MAX_BATCH_ENTRIES: usize = 10;
+
+/// Room kept under SQS's limits for what a body's length does not count
+/// exactly (message attributes SQS may add, rounding of the estimate).
+const SQS_SLACK: usize = 1024;
+
+/// SQS queue destination.
+#[derive(Debug)]
+pub struct SqsSink {
+    client: aws_sdk_sqs::Client,
+    queue_url: String,
+}
+
+impl SqsSink {
+    /// Sends entries to `queue_url`.
+    pub fn new(client: aws_sdk_sqs::Client, queue_url: String) -> Self {
+        SqsSink { client, queue_url }
+    }
+}
+
+impl DeadLetterSink for SqsSink {
+    fn write<'a>(
+        &'a self,
+        entries: &'a [DeadLetter],
+    ) -> BoxFuture<'a, Result<(), DeadLetterError>> {
+        Box::pin(async move {
+            let fifo = self.queue_url.ends_with(".fifo");
+            let err = |message: String| DeadLetterError::Destination {
+                destination: self.queue_url.clone(),
+                message,
+            };
+            for batch in sqs_batches(entries) {
+                let n = batch.len();
+                let mut request = Vec::with_capacity(n);
+                for (i, (e, body)) in batch.into_iter().enumerate() {
+                    let mut b = aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
+                        .id(i.to_string())
+                        .message_body(body);
+                    if fifo {
+                        b = b
+                            .message_group_id(e.reason.as_str())
+                            .message_deduplication_id(e.dedup_id());
+                    }
+                    request.push(b.build().map_err(|e| err(e.to_string()))?);
+                }
+                let out = self
+                    .client
+                    .send_message_batch()
+                    .queue_url(&self.queue_url)
+                    .set_entries(Some(request))
+                    .send()
+                    .await
+                    .map_err(|e| err(aws_sdk_sqs::error::DisplayErrorContext(e).to_string()))?;
+                if let Some(f) = out.failed().first() {
+                    return Err(err(format!(
+                        "{} of {n} entries failed: {}",
+                        out.failed().len(),
+                        f.message().unwrap_or(f.code())
+                    )));
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Entries as SQS message bodies, grouped into SendMessageBatch calls: at
+/// most 10 messages, each body within [`SQS_MAX_BODY`] and their sum within
+/// [`SQS_MAX_BATCH`] (both less [`SQS_SLACK`]). An entry that would not fit
+/// beside others gets a call of its own.
+fn sqs_batches(entries: &[DeadLetter]) -> Vec<Vec<(&DeadLetter, String)>> {
+    let mut batches: Vec<Vec<(&DeadLetter, String)>> = Vec::new();
+    let mut size = 0;
+    for e in entries {
+        let body = e.to_json_within(SQS_MAX_BODY - SQS_SLACK);
+        let fits = batches.last().is_some_and(|b| {
+            b.len() < SQS_MAX_BATCH_ENTRIES && size + body.len() <= SQS_MAX_BATCH - SQS_SLACK
+        });
+        if !fits {
+            batches.push(Vec::new());
+            size = 0;
+        }
+        size += body.len();
+        if let Some(b) = batches.last_mut() {
+            b.push((e, body));
+        }
+    }
+    batches
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::entry::hex;
+    use super::super::entry::samples::{entry, origin};
+    use super::*;
+    use chrono::Utc;
+    use sha2::{Digest, Sha256};
+    use tidemark_schema::Reason;
+
+    #[test]
+    fn large_entries_are_truncated_to_fit_with_their_digest() {
+        let big = vec![b'x'; 500 * 1024];
+        let e = DeadLetter::new(
+            origin(),
+            Reason::ItemTooLarge,
+            "too big".into(),
+            &big,
+            Utc::now(),
+        );
+        let json = e.to_json_within(SQS_MAX_BODY - 512);
+        assert!(json.len() <= SQS_MAX_BODY - 512, "{} bytes", json.len());
+        let back: DeadLetter = serde_json::from_str(&json).unwrap();
+        assert!(back.payload_truncated);
+        assert_eq!(back.payload_bytes, big.len());
+        assert_eq!(back.payload_sha256, hex(&Sha256::digest(&big)));
+        assert!(big.starts_with(&back.payload().unwrap()));
+    }
+
+    #[test]
+    fn sqs_batches_fit_the_message_and_batch_limits() {
+        // Large entries: each alone near the limit, never two together.
+        let large: Vec<DeadLetter> = (0..3).map(|n| entry(n, &vec![b'x'; 300_000])).collect();
+        // Mid-size ones: several per batch, never over the sum.
+        let mid: Vec<DeadLetter> = (0..12).map(|n| entry(n, &vec![b'y'; 40_000])).collect();
+        // Small ones: 10 per batch.
+        let small: Vec<DeadLetter> = (0..25).map(|n| entry(n, b"{}")).collect();
+        for (entries, batches) in [(&large, Some(3)), (&mid, None), (&small, Some(3))] {
+            let got = sqs_batches(entries);
+            let mut seen = 0;
+            for b in &got {
+                assert!(!b.is_empty() && b.len() <= SQS_MAX_BATCH_ENTRIES);
+                assert!(
+                    b.iter()
+                        .all(|(_, body)| body.len() <= SQS_MAX_BODY - SQS_SLACK)
+                );
+                let sum: usize = b.iter().map(|(_, body)| body.len()).sum();
+                assert!(sum <= SQS_MAX_BATCH - SQS_SLACK, "{sum} bytes in one call");
+                seen += b.len();
+            }
+            assert_eq!(seen, entries.len(), "every entry sent once");
+            if let Some(n) = batches {
+                assert_eq!(got.len(), n);
+            }
+        }
+        assert!(
+            sqs_batches(&mid).len() >= 3,
+            "about 5 mid-size entries per call"
+        );
+    }
+}

@@ -1,0 +1,492 @@
+//! The pure half of table maintenance: the desired state of a period
+//! table in each lifecycle state, the drift of each existing table from
+//! it, and the actions that repair it ([`round_actions`]). No I/O: the
+//! [`TableManager`](super::TableManager) reads the tables and applies the
+//! actions.
+
+use std::collections::BTreeMap;
+
+use aws_sdk_dynamodb::types::TableStatus;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use tidemark_consumer::keyschema::{KeyAttr, KeySpec};
+use tidemark_schema::period::{
+    Billing, Capacity, CapacityTiers, Lifecycle, LifecycleState, PeriodRef, TableNaming,
+};
+use tidemark_schema::route::RouterConfig;
+
+use super::tags::{LAYOUT_TAG, PREFIX_TAG, layout_of};
+use crate::config::{ExpiryAction, ExportConfig};
+
+/// An expired table's export to S3, as DynamoDB reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExportState {
+    /// Started, not finished.
+    InProgress,
+    /// Done: the table may be deleted.
+    Completed,
+    /// Failed (or unknown to DynamoDB): started again.
+    Failed(String),
+}
+
+/// Settings read with calls of their own (not in DescribeTable); `None`
+/// where not read this round.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Details {
+    /// The TTL attribute when TTL is enabled (or being enabled); `Some(None)`
+    /// when disabled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<Option<String>>,
+    /// Point-in-time recovery on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pitr: Option<bool>,
+    /// The table's tags.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tags: Option<BTreeMap<String, String>>,
+    /// The export started for this table, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub export: Option<ExportState>,
+}
+
+/// What maintenance knows about one of our tables.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TableInfo {
+    /// Table name.
+    pub name: String,
+    /// Its period label, e.g. `2026-11-22`.
+    pub period: String,
+    /// Lifecycle state at the round's `now`.
+    pub state: LifecycleState,
+    /// DynamoDB's table status (`ACTIVE`, `CREATING`, `UPDATING`, ...).
+    pub status: String,
+    /// Provisioned capacity; `None` when on demand.
+    pub capacity: Option<Capacity>,
+    /// Already tagged as expired (kept for archiving).
+    pub tagged_expired: bool,
+    /// Warm write throughput DynamoDB reports, units/s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warm_write_units: Option<u64>,
+    /// Deletion protection on.
+    pub deletion_protection: bool,
+    /// Settings read with extra calls.
+    #[serde(skip_serializing_if = "is_default")]
+    pub details: Details,
+    /// Table ARN.
+    #[serde(skip)]
+    pub arn: String,
+    /// Period start, for ordering.
+    #[serde(skip)]
+    pub start_ms: i64,
+}
+
+fn is_default(d: &Details) -> bool {
+    *d == Details::default()
+}
+
+/// One maintenance action: the drift it repairs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Action {
+    /// Create a table for a period that has none.
+    Create {
+        /// Table name.
+        table: String,
+        /// State it is created in (active or prebuild; cold or frozen for a
+        /// backfill, on demand).
+        state: LifecycleState,
+        /// Provisioned capacity; `None` for on demand.
+        capacity: Option<Capacity>,
+        /// Warm write throughput for an on-demand prebuilt table.
+        warm_write_units: Option<u64>,
+    },
+    /// Change provisioned capacity to the tier of the table's state.
+    Resize {
+        /// Table name.
+        table: String,
+        /// Its state.
+        state: LifecycleState,
+        /// Current capacity.
+        from: Capacity,
+        /// Tier capacity.
+        to: Capacity,
+    },
+    /// Raise an on-demand table's warm write throughput.
+    SetWarmThroughput {
+        /// Table name.
+        table: String,
+        /// Current warm write units/s, if reported.
+        from: Option<u64>,
+        /// Wanted.
+        to: u64,
+    },
+    /// Enable TTL on the configured attribute.
+    SetTtl {
+        /// Table name.
+        table: String,
+        /// The attribute TTL is on now (`None`: disabled).
+        from: Option<String>,
+        /// The configured attribute.
+        to: String,
+    },
+    /// Turn point-in-time recovery on or off.
+    SetPitr {
+        /// Table name.
+        table: String,
+        /// Wanted.
+        enabled: bool,
+    },
+    /// Turn deletion protection on or off.
+    SetDeletionProtection {
+        /// Table name.
+        table: String,
+        /// Wanted.
+        enabled: bool,
+    },
+    /// Put the `tidemark:prefix` tag on a table that lacks it.
+    TagPrefix {
+        /// Table name.
+        table: String,
+        /// Table ARN.
+        #[serde(skip)]
+        arn: String,
+    },
+    /// Record the config's key layout on a table that has none.
+    TagLayout {
+        /// Table name.
+        table: String,
+        /// Table ARN.
+        #[serde(skip)]
+        arn: String,
+    },
+    /// Export an expired table to S3 (`on_expiry = "export"`).
+    Export {
+        /// Table name.
+        table: String,
+        /// Table ARN.
+        #[serde(skip)]
+        arn: String,
+    },
+    /// Delete a table past retention.
+    Delete {
+        /// Table name.
+        table: String,
+    },
+    /// Tag a table past retention (kept for archiving).
+    TagExpired {
+        /// Table name.
+        table: String,
+    },
+}
+
+impl Action {
+    /// The action's kind, as in its serialized form.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Action::Create { .. } => "create",
+            Action::Resize { .. } => "resize",
+            Action::SetWarmThroughput { .. } => "set_warm_throughput",
+            Action::SetTtl { .. } => "set_ttl",
+            Action::SetPitr { .. } => "set_pitr",
+            Action::SetDeletionProtection { .. } => "set_deletion_protection",
+            Action::TagPrefix { .. } => "tag_prefix",
+            Action::TagLayout { .. } => "tag_layout",
+            Action::Export { .. } => "export",
+            Action::Delete { .. } => "delete",
+            Action::TagExpired { .. } => "tag_expired",
+        }
+    }
+
+    /// The table the action is about.
+    pub fn table(&self) -> &str {
+        match self {
+            Action::Create { table, .. }
+            | Action::Resize { table, .. }
+            | Action::SetWarmThroughput { table, .. }
+            | Action::SetTtl { table, .. }
+            | Action::SetPitr { table, .. }
+            | Action::SetDeletionProtection { table, .. }
+            | Action::TagPrefix { table, .. }
+            | Action::TagLayout { table, .. }
+            | Action::Export { table, .. }
+            | Action::Delete { table }
+            | Action::TagExpired { table } => table,
+        }
+    }
+}
+
+/// Which actions a round may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoundKind {
+    /// Only create missing current/prebuild tables (`tables ensure`).
+    Ensure,
+    /// Everything: create, reconcile, expire (`tables rotate`, and `run`).
+    Rotate,
+}
+
+/// Settings of table maintenance.
+#[derive(Debug, Clone)]
+pub struct TablePolicy {
+    /// Names of our tables.
+    pub naming: TableNaming,
+    /// Lifecycle timing.
+    pub lifecycle: Lifecycle,
+    /// Capacity per state (provisioned billing).
+    pub tiers: CapacityTiers,
+    /// Provisioned or on demand.
+    pub billing: Billing,
+    /// Delete, tag or export expired tables.
+    pub on_expiry: ExpiryAction,
+    /// Where exports go (`on_expiry = "export"`).
+    pub export: ExportConfig,
+    /// Point-in-time recovery on tables younger than cold (and off once
+    /// cold); `false` leaves it as it is.
+    pub pitr: bool,
+    /// Deletion protection on tables younger than cold (and off once cold);
+    /// `false` leaves it as it is.
+    pub deletion_protection: bool,
+    /// Partition key attribute name.
+    pub pk: String,
+    /// Sort key attribute name.
+    pub sk: String,
+    /// TTL attribute, enabled on every table when set.
+    pub ttl_attribute: Option<String>,
+    /// The key layout new items are written with ([`layout_of`]).
+    pub layout: String,
+    /// During a shard migration (`schema.migrate_from`): the old layout,
+    /// written beside `layout`.
+    pub layout_from: Option<String>,
+}
+
+/// What a table in some state should look like; `None` where the policy
+/// leaves a setting alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Desired {
+    pub(super) capacity: Option<Capacity>,
+    pub(super) warm_write_units: Option<u64>,
+    pub(super) pitr: Option<bool>,
+    pub(super) deletion_protection: Option<bool>,
+}
+
+impl TablePolicy {
+    /// The policy a router config implies, with tiers, billing and expiry;
+    /// no PITR or deletion protection management, no export destination.
+    pub fn new(
+        router: &RouterConfig,
+        tiers: CapacityTiers,
+        billing: Billing,
+        on_expiry: ExpiryAction,
+    ) -> Self {
+        TablePolicy {
+            naming: TableNaming {
+                prefix: router.table_prefix.clone(),
+                period: router.period,
+            },
+            lifecycle: router.lifecycle(),
+            tiers,
+            billing,
+            on_expiry,
+            export: ExportConfig::default(),
+            pitr: false,
+            deletion_protection: false,
+            pk: router.key_attributes.pk.clone(),
+            sk: router.key_attributes.sk.clone(),
+            ttl_attribute: router.ttl_attribute.clone(),
+            layout: layout_of(&router.key),
+            layout_from: router.migrate_from.as_ref().map(layout_of),
+        }
+    }
+
+    /// The key schema every period table must have.
+    pub(crate) fn key_spec(&self) -> KeySpec {
+        KeySpec::hash_range(KeyAttr::string(&self.pk), KeyAttr::string(&self.sk))
+    }
+
+    /// The state and creation settings of a period's table at `now`. A
+    /// period already cold or frozen is a backfill: its table is created
+    /// on demand (no capacity to size, nothing held at the active tier).
+    pub(super) fn creation(
+        &self,
+        p: &PeriodRef,
+        now_ms: i64,
+    ) -> (LifecycleState, Option<Capacity>, Option<u64>) {
+        let state = self.lifecycle.state_at(p, now_ms);
+        if is_backfill(state) {
+            return (state, None, None);
+        }
+        (
+            state,
+            self.billing.capacity(&self.tiers, state),
+            self.billing.warm_write_units(state),
+        )
+    }
+
+    pub(super) fn desired(&self, state: LifecycleState) -> Desired {
+        let young = matches!(
+            state,
+            LifecycleState::Prebuild | LifecycleState::Active | LifecycleState::Cooling
+        );
+        Desired {
+            capacity: self.billing.capacity(&self.tiers, state),
+            warm_write_units: self.billing.warm_write_units(state),
+            pitr: self.pitr.then_some(young),
+            deletion_protection: self.deletion_protection.then_some(young),
+        }
+    }
+}
+
+/// A table for a period already past its grace: created for a backfill.
+fn is_backfill(state: LifecycleState) -> bool {
+    matches!(state, LifecycleState::Cold | LifecycleState::Frozen)
+}
+
+/// The actions of one round: a pure function of the tables that exist and
+/// `now`.
+pub(crate) fn round_actions(
+    policy: &TablePolicy,
+    existing: &[TableInfo],
+    now: DateTime<Utc>,
+    kind: RoundKind,
+) -> Vec<Action> {
+    let now_ms = now.timestamp_millis();
+    let mut actions = Vec::new();
+    let current = policy.naming.period.containing(now_ms);
+    for p in [current, current.next()] {
+        let name = policy.naming.name_of(&p);
+        let (state, capacity, warm_write_units) = policy.creation(&p, now_ms);
+        let wanted = matches!(state, LifecycleState::Active | LifecycleState::Prebuild);
+        if wanted && !existing.iter().any(|t| t.name == name) {
+            actions.push(Action::Create {
+                table: name,
+                state,
+                capacity,
+                warm_write_units,
+            });
+        }
+    }
+    if kind == RoundKind::Ensure {
+        return actions;
+    }
+    for t in existing {
+        // DynamoDB refuses changes to a table that is not ACTIVE (being
+        // created, updated or deleted): next round.
+        if t.status != TableStatus::Active.as_str() {
+            continue;
+        }
+        match t.state {
+            LifecycleState::Expired => expire(policy, t, &mut actions),
+            state => reconcile(policy, t, state, &mut actions),
+        }
+    }
+    actions
+}
+
+/// The actions that bring a live table to its desired state.
+fn reconcile(policy: &TablePolicy, t: &TableInfo, state: LifecycleState, out: &mut Vec<Action>) {
+    let want = policy.desired(state);
+    let table = || t.name.clone();
+    // One UpdateTable per table per round: the table is UPDATING after one,
+    // and DynamoDB refuses the next until it is ACTIVE again.
+    if let (Some(from), Some(to)) = (t.capacity, want.capacity)
+        && from != to
+    {
+        out.push(Action::Resize {
+            table: table(),
+            state,
+            from,
+            to,
+        });
+    } else if let Some(enabled) = want.deletion_protection
+        && t.deletion_protection != enabled
+    {
+        out.push(Action::SetDeletionProtection {
+            table: table(),
+            enabled,
+        });
+    } else if let Some(to) = want.warm_write_units
+        && t.capacity.is_none()
+        && t.warm_write_units.unwrap_or(0) < to
+    {
+        out.push(Action::SetWarmThroughput {
+            table: table(),
+            from: t.warm_write_units,
+            to,
+        });
+    }
+    if let (Some(to), Some(from)) = (&policy.ttl_attribute, &t.details.ttl)
+        && from.as_ref() != Some(to)
+    {
+        out.push(Action::SetTtl {
+            table: table(),
+            from: from.clone(),
+            to: to.clone(),
+        });
+    }
+    if let (Some(enabled), Some(on)) = (want.pitr, t.details.pitr)
+        && enabled != on
+    {
+        out.push(Action::SetPitr {
+            table: table(),
+            enabled,
+        });
+    }
+    if let Some(tags) = &t.details.tags
+        && tags.get(PREFIX_TAG) != Some(&policy.naming.prefix)
+    {
+        out.push(Action::TagPrefix {
+            table: table(),
+            arn: t.arn.clone(),
+        });
+    }
+    // A table from before layouts were recorded is taken to have been
+    // written with the config's layout (the start-up check refuses a
+    // different one on tables that take writes).
+    if let Some(tags) = &t.details.tags
+        && !tags.contains_key(LAYOUT_TAG)
+    {
+        out.push(Action::TagLayout {
+            table: table(),
+            arn: t.arn.clone(),
+        });
+    }
+}
+
+/// What happens to a table past retention.
+fn expire(policy: &TablePolicy, t: &TableInfo, out: &mut Vec<Action>) {
+    let table = || t.name.clone();
+    let delete = |out: &mut Vec<Action>| {
+        // Protection this policy set is lifted first; protection set by
+        // hand is kept, and the delete's refusal reported every round.
+        if policy.deletion_protection && t.deletion_protection {
+            out.push(Action::SetDeletionProtection {
+                table: table(),
+                enabled: false,
+            });
+        } else {
+            out.push(Action::Delete { table: table() });
+        }
+    };
+    match policy.on_expiry {
+        ExpiryAction::Delete => delete(out),
+        ExpiryAction::Tag if !t.tagged_expired => out.push(Action::TagExpired { table: table() }),
+        ExpiryAction::Tag => {}
+        ExpiryAction::Export => match (&t.details.export, t.details.pitr) {
+            (Some(ExportState::Completed), _) => delete(out),
+            (Some(ExportState::InProgress), _) => {}
+            // The export reads the table's point-in-time backup.
+            (_, Some(false)) => out.push(Action::SetPitr {
+                table: table(),
+                enabled: true,
+            }),
+            (None | Some(ExportState::Failed(_)), Some(true)) => out.push(Action::Export {
+                table: table(),
+                arn: t.arn.clone(),
+            }),
+            // Not read this round.
+            (_, None) => {}
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,363 @@
+use super::*;
+use std::time::Duration;
+use tidemark_schema::period::Period;
+
+fn policy(on_expiry: ExpiryAction) -> TablePolicy {
+    let mut router = RouterConfig::with_prefix("iot");
+    router.period = Period::Day;
+    router.retention = Duration::from_secs(3 * 86_400);
+    TablePolicy::new(
+        &router,
+        CapacityTiers::default(),
+        Billing::Provisioned,
+        on_expiry,
+    )
+}
+
+fn at(s: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+}
+
+fn info(p: &TablePolicy, name: &str, now: DateTime<Utc>, capacity: Capacity) -> TableInfo {
+    let period = p.naming.parse(name).unwrap();
+    TableInfo {
+        name: name.into(),
+        period: period.label(),
+        state: p.lifecycle.state(&period, now),
+        status: "ACTIVE".into(),
+        capacity: Some(capacity),
+        tagged_expired: false,
+        warm_write_units: None,
+        deletion_protection: false,
+        details: Details::default(),
+        arn: format!("arn:aws:dynamodb:us-east-1:1:table/{name}"),
+        start_ms: period.start_ms,
+    }
+}
+
+/// The actions of a round about `table` only (the round also creates
+/// the current and next tables these tests leave out).
+fn actions_for(p: &TablePolicy, t: &TableInfo, now: DateTime<Utc>) -> Vec<Action> {
+    round_actions(p, std::slice::from_ref(t), now, RoundKind::Rotate)
+        .into_iter()
+        .filter(|a| a.table() == t.name)
+        .collect()
+}
+
+/// A table whose TTL, PITR and tags were read, all as wanted.
+fn read(p: &TablePolicy, mut t: TableInfo) -> TableInfo {
+    t.details = Details {
+        ttl: Some(p.ttl_attribute.clone()),
+        pitr: Some(false),
+        tags: Some(
+            [
+                (PREFIX_TAG.to_string(), p.naming.prefix.clone()),
+                (LAYOUT_TAG.to_string(), p.layout.clone()),
+            ]
+            .into(),
+        ),
+        export: None,
+    };
+    t
+}
+
+#[test]
+fn ensure_creates_current_and_prebuild_only() {
+    let p = policy(ExpiryAction::Delete);
+    let now = at("2026-11-22T23:50:00Z");
+    let actions = round_actions(&p, &[], now, RoundKind::Ensure);
+    let names: Vec<_> = actions.iter().map(Action::table).collect();
+    assert_eq!(names, ["iot_2026-11-22", "iot_2026-11-23"]);
+    let early = round_actions(&p, &[], at("2026-11-22T12:00:00Z"), RoundKind::Ensure);
+    assert_eq!(
+        early.len(),
+        1,
+        "next table is not due before prebuild_ahead"
+    );
+}
+
+#[test]
+fn rotate_resizes_by_state_and_expires() {
+    let p = policy(ExpiryAction::Delete);
+    let now = at("2026-11-22T01:00:00Z");
+    let active = CapacityTiers::default().active;
+    let existing = vec![
+        info(&p, "iot_2026-11-18", now, Capacity { read: 1, write: 1 }),
+        info(&p, "iot_2026-11-20", now, CapacityTiers::default().cold),
+        info(&p, "iot_2026-11-21", now, active),
+        info(&p, "iot_2026-11-22", now, active),
+    ];
+    let actions = round_actions(&p, &existing, now, RoundKind::Rotate);
+    assert!(actions.contains(&Action::Delete {
+        table: "iot_2026-11-18".into()
+    }));
+    assert!(actions.contains(&Action::Resize {
+        table: "iot_2026-11-20".into(),
+        state: LifecycleState::Frozen,
+        from: CapacityTiers::default().cold,
+        to: CapacityTiers::default().frozen,
+    }));
+    assert!(actions.contains(&Action::Resize {
+        table: "iot_2026-11-21".into(),
+        state: LifecycleState::Cold,
+        from: active,
+        to: CapacityTiers::default().cold,
+    }));
+    assert!(
+        !actions.iter().any(|a| a.table() == "iot_2026-11-22"),
+        "{actions:?}"
+    );
+}
+
+#[test]
+fn tag_mode_tags_once_and_never_deletes() {
+    let p = policy(ExpiryAction::Tag);
+    let now = at("2026-11-22T01:00:00Z");
+    let mut old = info(&p, "iot_2026-11-10", now, Capacity { read: 1, write: 1 });
+    let actions = round_actions(&p, std::slice::from_ref(&old), now, RoundKind::Rotate);
+    assert!(actions.contains(&Action::TagExpired {
+        table: "iot_2026-11-10".into()
+    }));
+    old.tagged_expired = true;
+    let actions = round_actions(&p, &[old], now, RoundKind::Rotate);
+    assert!(
+        !actions
+            .iter()
+            .any(|a| matches!(a, Action::Delete { .. } | Action::TagExpired { .. }))
+    );
+}
+
+#[test]
+fn on_demand_never_resizes() {
+    let mut p = policy(ExpiryAction::Delete);
+    p.billing = Billing::OnDemand {
+        warm_write_units: Some(10_000),
+    };
+    let now = at("2026-11-22T23:50:00Z");
+    let mut t = info(&p, "iot_2026-11-21", now, Capacity { read: 5, write: 5 });
+    t.capacity = None;
+    let actions = round_actions(&p, &[t], now, RoundKind::Rotate);
+    assert!(
+        actions.iter().all(|a| matches!(a, Action::Create { .. })),
+        "{actions:?}"
+    );
+    let prebuild = actions
+        .iter()
+        .find(|a| a.table() == "iot_2026-11-23")
+        .unwrap();
+    assert_eq!(
+        prebuild,
+        &Action::Create {
+            table: "iot_2026-11-23".into(),
+            state: LifecycleState::Prebuild,
+            capacity: None,
+            warm_write_units: Some(10_000),
+        }
+    );
+}
+
+#[test]
+fn drift_behind_the_workers_back_is_repaired() {
+    let mut p = policy(ExpiryAction::Delete);
+    p.ttl_attribute = Some("expires_at".into());
+    let now = at("2026-11-22T01:00:00Z");
+    let active = CapacityTiers::default().active;
+    let clean = read(&p, info(&p, "iot_2026-11-22", now, active));
+    assert_eq!(
+        round_actions(&p, std::slice::from_ref(&clean), now, RoundKind::Rotate),
+        [],
+        "a table in its desired state needs nothing"
+    );
+    let mut drifted = clean.clone();
+    drifted.capacity = Some(Capacity { read: 5, write: 5 });
+    drifted.details.ttl = Some(None);
+    drifted.details.tags.as_mut().unwrap().remove(PREFIX_TAG);
+    let actions = round_actions(&p, &[drifted], now, RoundKind::Rotate);
+    assert_eq!(
+        actions,
+        [
+            Action::Resize {
+                table: "iot_2026-11-22".into(),
+                state: LifecycleState::Active,
+                from: Capacity { read: 5, write: 5 },
+                to: active,
+            },
+            Action::SetTtl {
+                table: "iot_2026-11-22".into(),
+                from: None,
+                to: "expires_at".into(),
+            },
+            Action::TagPrefix {
+                table: "iot_2026-11-22".into(),
+                arn: clean.arn.clone(),
+            },
+        ]
+    );
+}
+
+#[test]
+fn settings_not_read_this_round_are_left_alone_and_busy_tables_wait() {
+    let mut p = policy(ExpiryAction::Delete);
+    p.ttl_attribute = Some("expires_at".into());
+    p.pitr = true;
+    let now = at("2026-11-22T01:00:00Z");
+    let unread = info(&p, "iot_2026-11-22", now, CapacityTiers::default().active);
+    assert_eq!(round_actions(&p, &[unread], now, RoundKind::Rotate), []);
+    let mut busy = info(&p, "iot_2026-11-22", now, Capacity { read: 5, write: 5 });
+    busy.status = "UPDATING".into();
+    assert_eq!(round_actions(&p, &[busy], now, RoundKind::Rotate), []);
+}
+
+#[test]
+fn protection_is_on_while_young_and_lifted_once_cold_then_one_update_per_round() {
+    let mut p = policy(ExpiryAction::Delete);
+    p.pitr = true;
+    p.deletion_protection = true;
+    let now = at("2026-11-22T01:00:00Z");
+    let tiers = CapacityTiers::default();
+    let young = read(&p, info(&p, "iot_2026-11-22", now, tiers.active));
+    let actions = actions_for(&p, &young, now);
+    assert!(actions.contains(&Action::SetPitr {
+        table: "iot_2026-11-22".into(),
+        enabled: true
+    }));
+    assert!(actions.contains(&Action::SetDeletionProtection {
+        table: "iot_2026-11-22".into(),
+        enabled: true
+    }));
+    let mut cold = read(&p, info(&p, "iot_2026-11-21", now, tiers.active));
+    cold.deletion_protection = true;
+    cold.details.pitr = Some(true);
+    let actions = actions_for(&p, &cold, now);
+    // The resize to the cold tier goes first; protection comes off next
+    // round (DynamoDB takes one UpdateTable at a time).
+    assert!(matches!(actions[0], Action::Resize { .. }), "{actions:?}");
+    assert!(
+        !actions
+            .iter()
+            .any(|a| matches!(a, Action::SetDeletionProtection { .. })),
+        "{actions:?}"
+    );
+    assert!(actions.contains(&Action::SetPitr {
+        table: "iot_2026-11-21".into(),
+        enabled: false
+    }));
+    cold.capacity = Some(tiers.cold);
+    let actions = actions_for(&p, &cold, now);
+    assert!(actions.contains(&Action::SetDeletionProtection {
+        table: "iot_2026-11-21".into(),
+        enabled: false
+    }));
+}
+
+#[test]
+fn a_protected_expired_table_is_unprotected_before_its_delete() {
+    let mut p = policy(ExpiryAction::Delete);
+    p.deletion_protection = true;
+    let now = at("2026-11-22T01:00:00Z");
+    let mut old = info(&p, "iot_2026-11-10", now, Capacity { read: 1, write: 1 });
+    old.deletion_protection = true;
+    assert_eq!(
+        actions_for(&p, &old, now),
+        [Action::SetDeletionProtection {
+            table: "iot_2026-11-10".into(),
+            enabled: false
+        }]
+    );
+    old.deletion_protection = false;
+    assert_eq!(
+        actions_for(&p, &old, now),
+        [Action::Delete {
+            table: "iot_2026-11-10".into()
+        }]
+    );
+}
+
+#[test]
+fn export_mode_enables_pitr_exports_waits_and_deletes_only_when_completed() {
+    let p = policy(ExpiryAction::Export);
+    let now = at("2026-11-22T01:00:00Z");
+    let mut old = info(&p, "iot_2026-11-10", now, Capacity { read: 1, write: 1 });
+    let name = || "iot_2026-11-10".to_string();
+    let plan = |t: &TableInfo| actions_for(&p, t, now);
+    assert_eq!(plan(&old), [], "nothing read: nothing done");
+    old.details.pitr = Some(false);
+    assert_eq!(
+        plan(&old),
+        [Action::SetPitr {
+            table: name(),
+            enabled: true
+        }]
+    );
+    old.details.pitr = Some(true);
+    let export = Action::Export {
+        table: name(),
+        arn: old.arn.clone(),
+    };
+    assert_eq!(plan(&old), std::slice::from_ref(&export));
+    old.details.export = Some(ExportState::InProgress);
+    assert_eq!(plan(&old), [], "never deleted while the export runs");
+    old.details.export = Some(ExportState::Failed("S3 access denied".into()));
+    assert_eq!(plan(&old), [export], "a failed export is started again");
+    old.details.export = Some(ExportState::Completed);
+    assert_eq!(plan(&old), [Action::Delete { table: name() }]);
+}
+
+#[test]
+fn backfill_tables_are_created_on_demand_and_prebuilt_ones_at_their_tier() {
+    let p = policy(ExpiryAction::Delete);
+    let now = at("2026-11-22T01:00:00Z").timestamp_millis();
+    let week_ago = p.naming.parse("iot_2026-11-20").unwrap();
+    let (state, capacity, warm) = p.creation(&week_ago, now);
+    assert_eq!(state, LifecycleState::Frozen);
+    assert_eq!((capacity, warm), (None, None));
+    let current = p.naming.parse("iot_2026-11-22").unwrap();
+    assert_eq!(
+        p.creation(&current, now).1,
+        Some(CapacityTiers::default().active)
+    );
+}
+
+#[test]
+fn warm_throughput_is_raised_on_a_prebuilt_on_demand_table() {
+    let mut p = policy(ExpiryAction::Delete);
+    p.billing = Billing::OnDemand {
+        warm_write_units: Some(10_000),
+    };
+    let now = at("2026-11-22T23:50:00Z");
+    let mut t = read(
+        &p,
+        info(&p, "iot_2026-11-23", now, Capacity { read: 1, write: 1 }),
+    );
+    t.capacity = None;
+    t.warm_write_units = Some(4_000);
+    assert_eq!(
+        round_actions(&p, &[t], now, RoundKind::Rotate)
+            .into_iter()
+            .filter(|a| a.table() == "iot_2026-11-23")
+            .collect::<Vec<_>>(),
+        [Action::SetWarmThroughput {
+            table: "iot_2026-11-23".into(),
+            from: Some(4_000),
+            to: 10_000
+        }]
+    );
+}
+
+#[test]
+fn a_table_without_a_recorded_layout_gets_the_configs() {
+    let p = policy(ExpiryAction::Delete);
+    let now = at("2026-11-22T01:00:00Z");
+    let mut t = read(
+        &p,
+        info(&p, "iot_2026-11-22", now, CapacityTiers::default().active),
+    );
+    t.details.tags.as_mut().unwrap().remove(LAYOUT_TAG);
+    assert_eq!(
+        actions_for(&p, &t, now),
+        [Action::TagLayout {
+            table: "iot_2026-11-22".into(),
+            arn: t.arn.clone()
+        }]
+    );
+}

@@ -1,0 +1,854 @@
+//! The I/O half of table maintenance: [`TableManager`] lists the period
+//! tables and what they look like, applies a round's actions (planned by
+//! [`round_actions`]) and refuses a silent key-layout change at start.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use aws_sdk_dynamodb::error::DisplayErrorContext;
+use aws_sdk_dynamodb::operation::create_table::CreateTableError;
+use aws_sdk_dynamodb::operation::delete_table::DeleteTableError;
+use aws_sdk_dynamodb::operation::describe_table::DescribeTableError;
+use aws_sdk_dynamodb::operation::update_table::UpdateTableError;
+use aws_sdk_dynamodb::types::{
+    BillingMode, ExportFormat as SdkExportFormat, ExportStatus as SdkExportStatus,
+    PointInTimeRecoverySpecification, PointInTimeRecoveryStatus, ProvisionedThroughput,
+    TableStatus, Tag, TimeToLiveSpecification, TimeToLiveStatus, WarmThroughput,
+};
+use chrono::{DateTime, Utc};
+use futures::future::BoxFuture;
+use serde::Serialize;
+use tidemark_aws_errors::{ErrorClass, classify};
+use tidemark_governor::Governor;
+use tidemark_schema::period::{Capacity, LifecycleState};
+use tracing::{info, warn};
+
+use super::drift::{
+    Action, Details, ExportState, RoundKind, TableInfo, TablePolicy, round_actions,
+};
+use super::error::TablesError;
+use super::tags::{
+    EXPIRED_TAG, EXPORT_TAG, LAYOUT_FROM_TAG, LAYOUT_TAG, MIGRATION_TAG, PREFIX_TAG, layout_toml,
+};
+use crate::config::{Config, ExpiryAction, ExportFormat};
+use crate::metrics as m;
+
+/// Frozen tables whose TTL, PITR and tags are read per round, in turn.
+const FROZEN_CHECKS_PER_ROUND: usize = 5;
+
+/// A read's answer, or `None` (warned) when it failed: the setting is then
+/// not reconciled this round.
+fn read_or_warn<T, E: std::error::Error>(table: &str, what: &str, r: Result<T, E>) -> Option<T> {
+    r.map_err(|e| warn!(table, error = %DisplayErrorContext(&e), "reading {what} failed"))
+        .ok()
+}
+
+/// A table's name and ARN.
+struct TableRef {
+    name: String,
+    arn: String,
+}
+
+/// Asked before each mutating call of a round (the maintenance lease, see
+/// [`MaintenanceLease`](super::MaintenanceLease)): an error stops the round before the call.
+pub trait ActionGuard: Sync {
+    /// `Ok` when `action` may run now.
+    fn confirm<'a>(&'a self, action: &'a Action) -> BoxFuture<'a, Result<(), String>>;
+}
+
+/// The guard of commands an operator runs by hand (`tables rotate`).
+#[derive(Debug, Clone, Copy)]
+struct Unguarded;
+
+impl ActionGuard for Unguarded {
+    fn confirm<'a>(&'a self, _action: &'a Action) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// The outcome of one applied action.
+#[derive(Debug, Serialize)]
+pub struct Applied {
+    /// The action.
+    #[serde(flatten)]
+    pub action: Action,
+    /// `None` when done; the error text when it failed (retried next round).
+    pub error: Option<String>,
+    /// The failure was DynamoDB not answering at all.
+    #[serde(skip)]
+    pub unreachable: bool,
+}
+
+/// Runs maintenance against DynamoDB.
+#[derive(Debug, Clone)]
+pub struct TableManager {
+    client: aws_sdk_dynamodb::Client,
+    policy: TablePolicy,
+    /// The DynamoDB endpoint's governor: table calls wait while it is open.
+    gov: Option<Governor>,
+    /// Rounds so far: which frozen tables get their details read.
+    rounds: Arc<AtomicUsize>,
+    /// How long a created table may take to become ACTIVE.
+    pub active_timeout: Duration,
+}
+
+impl TableManager {
+    /// A manager for `policy`'s tables.
+    pub fn new(client: aws_sdk_dynamodb::Client, policy: TablePolicy) -> Self {
+        TableManager {
+            client,
+            policy,
+            gov: None,
+            rounds: Arc::new(AtomicUsize::new(0)),
+            active_timeout: Duration::from_secs(300),
+        }
+    }
+
+    /// The manager of the period tables `config` describes: its schema,
+    /// tiers, billing and `[maintenance]` section.
+    pub fn from_config(config: &Config, dynamodb: aws_sdk_dynamodb::Client) -> Self {
+        let mut policy = TablePolicy::new(
+            &config.schema,
+            config.tiers,
+            config.billing,
+            config.maintenance.on_expiry,
+        );
+        policy.export = config.maintenance.export.clone();
+        policy.pitr = config.maintenance.pitr;
+        policy.deletion_protection = config.maintenance.deletion_protection;
+        TableManager::new(dynamodb, policy)
+    }
+
+    /// Table calls (DescribeTable polling included) are admitted by the
+    /// DynamoDB endpoint's shared governor.
+    pub(crate) fn with_governor(mut self, gov: Governor) -> Self {
+        self.gov = Some(gov);
+        self
+    }
+
+    /// One SDK call, through the governor when there is one.
+    async fn call<T, E, R>(
+        &self,
+        fut: impl std::future::Future<Output = Result<T, aws_sdk_dynamodb::error::SdkError<E, R>>>,
+    ) -> Result<T, aws_sdk_dynamodb::error::SdkError<E, R>>
+    where
+        E: aws_sdk_dynamodb::error::ProvideErrorMetadata,
+        R: tidemark_aws_errors::HttpStatus,
+    {
+        Governor::run_opt(self.gov.as_ref(), fut).await
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &TablePolicy {
+        &self.policy
+    }
+
+    /// Our tables, oldest period first, with their state at `now`. A table
+    /// of ours with another key schema is an error naming it.
+    pub async fn list(&self, now: DateTime<Utc>) -> Result<Vec<TableInfo>, TablesError> {
+        self.list_with(now, None).await
+    }
+
+    /// [`list`](Self::list); with `round`, the details (TTL, PITR, tags,
+    /// export) of tables younger than frozen, of expired ones, and of a
+    /// rotating few frozen ones are read too.
+    async fn list_with(
+        &self,
+        now: DateTime<Utc>,
+        round: Option<usize>,
+    ) -> Result<Vec<TableInfo>, TablesError> {
+        let now_ms = now.timestamp_millis();
+        let mut names = Vec::new();
+        let mut pages = self.client.list_tables().into_paginator().send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| TablesError::call("ListTables", "", e))?;
+            names.extend(page.table_names().iter().cloned());
+        }
+        let spec = self.policy.key_spec();
+        let mut out = Vec::new();
+        for name in names {
+            let Some(period) = self.policy.naming.parse(&name) else {
+                continue;
+            };
+            let d = match self
+                .call(self.client.describe_table().table_name(&name).send())
+                .await
+            {
+                Ok(d) => d,
+                // Deleted between the listing and now.
+                Err(e)
+                    if e.as_service_error()
+                        .is_some_and(DescribeTableError::is_resource_not_found_exception) =>
+                {
+                    continue;
+                }
+                Err(e) => return Err(TablesError::call("DescribeTable", &name, e)),
+            };
+            let Some(table) = d.table() else { continue };
+            spec.check(&name, "period table", table)?;
+            let on_demand = table
+                .billing_mode_summary()
+                .and_then(|b| b.billing_mode())
+                .is_some_and(|m| *m == BillingMode::PayPerRequest);
+            let capacity = if on_demand {
+                None
+            } else {
+                table.provisioned_throughput().map(|t| Capacity {
+                    read: t.read_capacity_units().unwrap_or(0).max(0) as u64,
+                    write: t.write_capacity_units().unwrap_or(0).max(0) as u64,
+                })
+            };
+            let state = self.policy.lifecycle.state_at(&period, now_ms);
+            out.push(TableInfo {
+                name: name.clone(),
+                period: period.label(),
+                state,
+                status: table
+                    .table_status()
+                    .map(|s| s.as_str().to_string())
+                    .unwrap_or_default(),
+                capacity,
+                tagged_expired: false,
+                warm_write_units: table
+                    .warm_throughput()
+                    .and_then(|w| w.write_units_per_second())
+                    .map(|w| w.max(0) as u64),
+                deletion_protection: table.deletion_protection_enabled().unwrap_or(false),
+                details: Details::default(),
+                arn: table.table_arn().unwrap_or_default().to_string(),
+                start_ms: period.start_ms,
+            });
+        }
+        out.sort_by_key(|t| t.start_ms);
+        // Frozen tables get their details read a few per round, in turn.
+        let frozen: Vec<usize> = (0..out.len())
+            .filter(|&i| out[i].state == LifecycleState::Frozen)
+            .collect();
+        let checked_frozen: Vec<usize> = match round {
+            Some(r) if !frozen.is_empty() => (0..FROZEN_CHECKS_PER_ROUND.min(frozen.len()))
+                .map(|k| frozen[(r * FROZEN_CHECKS_PER_ROUND + k) % frozen.len()])
+                .collect(),
+            _ => Vec::new(),
+        };
+        for (i, t) in out.iter_mut().enumerate() {
+            // Expired tables: tags always (tagged? exported?), as before.
+            let deep = t.state == LifecycleState::Expired
+                || (round.is_some() && t.state != LifecycleState::Frozen)
+                || checked_frozen.contains(&i);
+            if deep && t.status == TableStatus::Active.as_str() {
+                let details = self.details(t).await;
+                t.tagged_expired = details
+                    .tags
+                    .as_ref()
+                    .is_some_and(|tags| tags.contains_key(EXPIRED_TAG));
+                t.details = details;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The settings of `t` read with calls of their own. A failed read
+    /// leaves its field `None` (not reconciled this round).
+    async fn details(&self, t: &TableInfo) -> Details {
+        let expired = t.state == LifecycleState::Expired;
+        let exporting = expired && self.policy.on_expiry == ExpiryAction::Export;
+        let mut d = Details::default();
+        let tags = self
+            .call(
+                self.client
+                    .list_tags_of_resource()
+                    .resource_arn(&t.arn)
+                    .send(),
+            )
+            .await;
+        d.tags = read_or_warn(&t.name, "tags", tags).map(|out| {
+            out.tags()
+                .iter()
+                .map(|t| (t.key().to_string(), t.value().to_string()))
+                .collect()
+        });
+        if !expired && self.policy.ttl_attribute.is_some() {
+            let ttl = self
+                .call(
+                    self.client
+                        .describe_time_to_live()
+                        .table_name(&t.name)
+                        .send(),
+                )
+                .await;
+            d.ttl = read_or_warn(&t.name, "TTL", ttl).map(|out| {
+                let desc = out.time_to_live_description();
+                let on = desc.and_then(|d| d.time_to_live_status()).is_some_and(|s| {
+                    matches!(s, TimeToLiveStatus::Enabled | TimeToLiveStatus::Enabling)
+                });
+                on.then(|| desc.and_then(|d| d.attribute_name()).map(str::to_string))
+                    .flatten()
+            });
+        }
+        if (!expired && self.policy.pitr) || exporting {
+            let backups = self
+                .call(
+                    self.client
+                        .describe_continuous_backups()
+                        .table_name(&t.name)
+                        .send(),
+                )
+                .await;
+            d.pitr = read_or_warn(&t.name, "PITR", backups).map(|out| {
+                out.continuous_backups_description()
+                    .and_then(|c| c.point_in_time_recovery_description())
+                    .and_then(|p| p.point_in_time_recovery_status())
+                    == Some(&PointInTimeRecoveryStatus::Enabled)
+            });
+        }
+        if exporting && let Some(arn) = d.tags.as_ref().and_then(|t| t.get(EXPORT_TAG)) {
+            d.export = Some(self.export_state(arn).await);
+        }
+        d
+    }
+
+    async fn export_state(&self, arn: &str) -> ExportState {
+        match self
+            .call(self.client.describe_export().export_arn(arn).send())
+            .await
+        {
+            Ok(out) => match out.export_description().and_then(|e| e.export_status()) {
+                Some(SdkExportStatus::Completed) => ExportState::Completed,
+                Some(SdkExportStatus::InProgress) => ExportState::InProgress,
+                other => ExportState::Failed(
+                    out.export_description()
+                        .and_then(|e| e.failure_message())
+                        .map_or_else(|| format!("status {other:?}"), str::to_string),
+                ),
+            },
+            Err(e) => match classify(&e) {
+                // Unknown to DynamoDB: started again.
+                ErrorClass::NotFound | ErrorClass::Invalid => {
+                    ExportState::Failed(DisplayErrorContext(e).to_string())
+                }
+                // Cannot tell: wait (never delete on a guess).
+                _ => ExportState::InProgress,
+            },
+        }
+    }
+
+    /// Refuses a silent key-layout change: every table that takes writes
+    /// at `now` (prebuild, active, cooling) and records another layout than
+    /// the config's is an error when it has items; an empty one is tagged
+    /// with the config's layout instead. Run at start, before any write.
+    pub(crate) async fn check_layouts(&self, now: DateTime<Utc>) -> Result<(), TablesError> {
+        let now_ms = now.timestamp_millis();
+        let current = self.policy.naming.period.containing(now_ms);
+        // Only the previous, current and next periods can take writes.
+        for p in [current.prev(), current, current.next()] {
+            let state = self.policy.lifecycle.state_at(&p, now_ms);
+            if !matches!(
+                state,
+                LifecycleState::Prebuild | LifecycleState::Active | LifecycleState::Cooling
+            ) {
+                continue;
+            }
+            let name = self.policy.naming.name_of(&p);
+            let arn = match self
+                .call(self.client.describe_table().table_name(&name).send())
+                .await
+            {
+                Ok(d) => match d.table() {
+                    Some(t) => {
+                        self.policy.key_spec().check(&name, "period table", t)?;
+                        t.table_arn().unwrap_or_default().to_string()
+                    }
+                    None => continue,
+                },
+                Err(e)
+                    if e.as_service_error()
+                        .is_some_and(DescribeTableError::is_resource_not_found_exception) =>
+                {
+                    continue;
+                }
+                Err(e) => return Err(TablesError::call("DescribeTable", &name, e)),
+            };
+            let t = TableRef { name, arn };
+            let tags = self
+                .call(
+                    self.client
+                        .list_tags_of_resource()
+                        .resource_arn(&t.arn)
+                        .send(),
+                )
+                .await
+                .map_err(|e| TablesError::call("ListTagsOfResource", &t.name, e))?;
+            // The last one: DynamoDB replaces a tag set again, but moto
+            // lists both values, the newer last.
+            let Some(recorded) = tags
+                .tags()
+                .iter()
+                .rfind(|tag| tag.key() == LAYOUT_TAG)
+                .map(|tag| tag.value().to_string())
+            else {
+                continue;
+            };
+            if recorded == self.policy.layout {
+                continue;
+            }
+            // The migration's start on this table: from now on both layouts
+            // are written and read. One TagResource sets all three, so no
+            // reader sees the new layout without the old one.
+            if let Some(from) = &self.policy.layout_from
+                && *from == recorded
+            {
+                info!(
+                    table = t.name,
+                    from = recorded,
+                    to = self.policy.layout,
+                    "shard migration: table now dual-written"
+                );
+                self.tag_many(
+                    &t.name,
+                    &t.arn,
+                    &[
+                        (LAYOUT_TAG, &self.policy.layout),
+                        (LAYOUT_FROM_TAG, from),
+                        (MIGRATION_TAG, "dual"),
+                    ],
+                )
+                .await?;
+                continue;
+            }
+            let items = self
+                .call(
+                    self.client
+                        .scan()
+                        .table_name(&t.name)
+                        .limit(1)
+                        .select(aws_sdk_dynamodb::types::Select::Count)
+                        .send(),
+                )
+                .await
+                .map_err(|e| TablesError::call("Scan", &t.name, e))?;
+            if items.count() == 0 && items.last_evaluated_key().is_none() {
+                warn!(
+                    table = t.name,
+                    from = recorded,
+                    to = self.policy.layout,
+                    "empty table: its recorded key layout follows the config"
+                );
+                self.tag(&t.name, &t.arn, LAYOUT_TAG, &self.policy.layout)
+                    .await?;
+                continue;
+            }
+            return Err(TablesError::LayoutChanged {
+                table: t.name,
+                recorded_toml: layout_toml(&recorded),
+                recorded,
+                configured: self.policy.layout.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// One round at `now`: plan, then apply unless `dry_run`.
+    pub async fn round(
+        &self,
+        now: DateTime<Utc>,
+        kind: RoundKind,
+        dry_run: bool,
+    ) -> Result<Vec<Applied>, TablesError> {
+        self.round_guarded(now, kind, dry_run, &Unguarded).await
+    }
+
+    /// [`round`](Self::round), asking `guard` before each mutating call; a
+    /// refusal stops the round with [`TablesError::Refused`]. Sets the
+    /// `tidemark_maintenance_next_table_active` gauge.
+    pub async fn round_guarded(
+        &self,
+        now: DateTime<Utc>,
+        kind: RoundKind,
+        dry_run: bool,
+        guard: &dyn ActionGuard,
+    ) -> Result<Vec<Applied>, TablesError> {
+        let round = self.rounds.fetch_add(1, Ordering::Relaxed);
+        let existing = self
+            .list_with(now, (kind == RoundKind::Rotate).then_some(round))
+            .await?;
+        let actions = round_actions(&self.policy, &existing, now, kind);
+        let mut applied = Vec::with_capacity(actions.len());
+        for action in actions {
+            let mut unreachable = false;
+            let error = if dry_run {
+                None
+            } else {
+                if let Err(reason) = guard.confirm(&action).await {
+                    return Err(TablesError::Refused {
+                        action: action.kind(),
+                        table: action.table().to_string(),
+                        reason,
+                    });
+                }
+                let result = self.apply(&action).await;
+                let outcome = if result.is_ok() { "ok" } else { "error" };
+                metrics::counter!(m::MAINTENANCE_ACTIONS, "action" => action.kind(), "outcome" => outcome)
+                    .increment(1);
+                unreachable = result.as_ref().is_err_and(TablesError::is_unreachable);
+                result.err().map(|e| {
+                    warn!(table = action.table(), action = action.kind(), error = %e, "maintenance action failed; retried next round");
+                    e.to_string()
+                })
+            };
+            applied.push(Applied {
+                action,
+                error,
+                unreachable,
+            });
+        }
+        if !dry_run {
+            let next = self.policy.naming.name_of(
+                &self
+                    .policy
+                    .naming
+                    .period
+                    .containing(now.timestamp_millis())
+                    .next(),
+            );
+            let ready = existing
+                .iter()
+                .any(|t| t.name == next && t.status == TableStatus::Active.as_str())
+                || applied.iter().any(|a| {
+                    matches!(&a.action, Action::Create { table, .. } if *table == next)
+                        && a.error.is_none()
+                });
+            metrics::gauge!(m::NEXT_TABLE_ACTIVE).set(if ready { 1.0 } else { 0.0 });
+        }
+        Ok(applied)
+    }
+
+    /// Applies one action.
+    pub(crate) async fn apply(&self, action: &Action) -> Result<(), TablesError> {
+        match action {
+            Action::Create {
+                table,
+                capacity,
+                warm_write_units,
+                ..
+            } => self.create(table, *capacity, *warm_write_units).await,
+            Action::Resize { table, to, .. } => {
+                let req = self
+                    .client
+                    .update_table()
+                    .table_name(table)
+                    .provisioned_throughput(throughput(table, *to)?);
+                self.update(table, req.send()).await?;
+                info!(table, read = to.read, write = to.write, "table resized");
+                Ok(())
+            }
+            Action::SetWarmThroughput { table, to, .. } => {
+                let req = self
+                    .client
+                    .update_table()
+                    .table_name(table)
+                    .warm_throughput(
+                        WarmThroughput::builder()
+                            .write_units_per_second(*to as i64)
+                            .build(),
+                    );
+                self.update(table, req.send()).await?;
+                info!(table, write_units = to, "warm throughput set");
+                Ok(())
+            }
+            Action::SetDeletionProtection { table, enabled } => {
+                let req = self
+                    .client
+                    .update_table()
+                    .table_name(table)
+                    .deletion_protection_enabled(*enabled);
+                self.update(table, req.send()).await?;
+                info!(table, enabled, "deletion protection set");
+                Ok(())
+            }
+            Action::SetTtl { table, to, .. } => self.enable_ttl(table, to).await,
+            Action::SetPitr { table, enabled } => {
+                let spec = PointInTimeRecoverySpecification::builder()
+                    .point_in_time_recovery_enabled(*enabled)
+                    .build()
+                    .map_err(|e| TablesError::build("UpdateContinuousBackups", table, e))?;
+                self.call(
+                    self.client
+                        .update_continuous_backups()
+                        .table_name(table)
+                        .point_in_time_recovery_specification(spec)
+                        .send(),
+                )
+                .await
+                .map_err(|e| TablesError::call("UpdateContinuousBackups", table, e))?;
+                info!(table, enabled, "point-in-time recovery set");
+                Ok(())
+            }
+            Action::TagPrefix { table, arn } => {
+                self.tag(table, arn, PREFIX_TAG, &self.policy.naming.prefix)
+                    .await
+            }
+            Action::TagLayout { table, arn } => {
+                self.tag(table, arn, LAYOUT_TAG, &self.policy.layout).await
+            }
+            Action::Export { table, arn } => self.export(table, arn).await,
+            Action::Delete { table } => {
+                match self
+                    .call(self.client.delete_table().table_name(table).send())
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(e)
+                        if e.as_service_error()
+                            .is_some_and(DeleteTableError::is_resource_not_found_exception) => {}
+                    Err(e) => return Err(TablesError::call("DeleteTable", table, e)),
+                }
+                info!(table, "expired table deleted");
+                Ok(())
+            }
+            Action::TagExpired { table } => {
+                let d = self
+                    .call(self.client.describe_table().table_name(table).send())
+                    .await
+                    .map_err(|e| TablesError::call("DescribeTable", table, e))?;
+                let arn = d
+                    .table()
+                    .and_then(|t| t.table_arn())
+                    .unwrap_or_default()
+                    .to_string();
+                self.tag(table, &arn, EXPIRED_TAG, "true").await?;
+                info!(table, "expired table tagged for archiving");
+                Ok(())
+            }
+        }
+    }
+
+    /// One UpdateTable; a quota refusal is reported as such.
+    async fn update<R>(
+        &self,
+        table: &str,
+        fut: impl std::future::Future<
+            Output = Result<R, aws_sdk_dynamodb::error::SdkError<UpdateTableError>>,
+        >,
+    ) -> Result<(), TablesError> {
+        match self.call(fut).await {
+            Ok(_) => Ok(()),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(UpdateTableError::is_limit_exceeded_exception) =>
+            {
+                Err(TablesError::quota("UpdateTable", table, e))
+            }
+            Err(e) => Err(TablesError::call("UpdateTable", table, e)),
+        }
+    }
+
+    async fn tag(&self, table: &str, arn: &str, key: &str, value: &str) -> Result<(), TablesError> {
+        self.tag_many(table, arn, &[(key, value)]).await
+    }
+
+    /// Sets several tags in one TagResource (all or none).
+    async fn tag_many(
+        &self,
+        table: &str,
+        arn: &str,
+        tags: &[(&str, &str)],
+    ) -> Result<(), TablesError> {
+        let mut req = self.client.tag_resource().resource_arn(arn);
+        for (key, value) in tags {
+            let tag = Tag::builder()
+                .key(*key)
+                .value(*value)
+                .build()
+                .map_err(|e| TablesError::build("TagResource", table, e))?;
+            req = req.tags(tag);
+        }
+        self.call(req.send())
+            .await
+            .map_err(|e| TablesError::call("TagResource", table, e))?;
+        Ok(())
+    }
+
+    /// Starts the export of an expired table to S3 and records its ARN in a
+    /// tag, so the next rounds follow it and delete the table once done.
+    async fn export(&self, table: &str, arn: &str) -> Result<(), TablesError> {
+        let e = &self.policy.export;
+        let format = match e.format {
+            ExportFormat::DynamodbJson => SdkExportFormat::DynamodbJson,
+            ExportFormat::Ion => SdkExportFormat::Ion,
+        };
+        let out = self
+            .call(
+                self.client
+                    .export_table_to_point_in_time()
+                    .table_arn(arn)
+                    .s3_bucket(&e.bucket)
+                    .s3_prefix(e.prefix_of(table))
+                    .set_s3_bucket_owner(e.bucket_owner.clone())
+                    .export_format(format)
+                    .send(),
+            )
+            .await
+            .map_err(|err| TablesError::call("ExportTableToPointInTime", table, err))?;
+        let export_arn = out
+            .export_description()
+            .and_then(|d| d.export_arn())
+            .unwrap_or_default()
+            .to_string();
+        self.tag(table, arn, EXPORT_TAG, &export_arn).await?;
+        info!(
+            table,
+            export = export_arn,
+            bucket = e.bucket,
+            "export to S3 started"
+        );
+        Ok(())
+    }
+
+    async fn enable_ttl(&self, table: &str, attribute: &str) -> Result<(), TablesError> {
+        let spec = TimeToLiveSpecification::builder()
+            .enabled(true)
+            .attribute_name(attribute)
+            .build()
+            .map_err(|e| TablesError::build("UpdateTimeToLive", table, e))?;
+        match self
+            .call(
+                self.client
+                    .update_time_to_live()
+                    .table_name(table)
+                    .time_to_live_specification(spec)
+                    .send(),
+            )
+            .await
+        {
+            Ok(_) => {
+                info!(table, attribute, "TTL enabled");
+                Ok(())
+            }
+            Err(e) => Err(TablesError::call("UpdateTimeToLive", table, e)),
+        }
+    }
+
+    /// Creates a table (a concurrent creation by another worker counts as
+    /// success), tagged with its prefix, waits until it is ACTIVE, then
+    /// enables TTL when configured.
+    pub async fn create(
+        &self,
+        table: &str,
+        capacity: Option<Capacity>,
+        warm_write_units: Option<u64>,
+    ) -> Result<(), TablesError> {
+        let p = &self.policy;
+        let spec = p.key_spec();
+        let build_err =
+            |e: aws_sdk_dynamodb::error::BuildError| TablesError::build("CreateTable", table, e);
+        let prefix_tag = Tag::builder()
+            .key(PREFIX_TAG)
+            .value(&p.naming.prefix)
+            .build()
+            .map_err(build_err)?;
+        let layout_tag = Tag::builder()
+            .key(LAYOUT_TAG)
+            .value(&p.layout)
+            .build()
+            .map_err(build_err)?;
+        let mut req = self
+            .client
+            .create_table()
+            .table_name(table)
+            .set_key_schema(Some(spec.elements().map_err(build_err)?))
+            .set_attribute_definitions(Some(spec.definitions().map_err(build_err)?))
+            .tags(prefix_tag)
+            .tags(layout_tag);
+        // Created during a migration: dual-written from its first item.
+        if let Some(from) = &p.layout_from {
+            for (k, v) in [(LAYOUT_FROM_TAG, from.as_str()), (MIGRATION_TAG, "dual")] {
+                req = req.tags(Tag::builder().key(k).value(v).build().map_err(build_err)?);
+            }
+        }
+        req = match capacity {
+            Some(c) => req
+                .billing_mode(BillingMode::Provisioned)
+                .provisioned_throughput(throughput(table, c)?),
+            None => req.billing_mode(BillingMode::PayPerRequest),
+        };
+        if let Some(w) = warm_write_units {
+            req = req.warm_throughput(
+                WarmThroughput::builder()
+                    .write_units_per_second(w as i64)
+                    .build(),
+            );
+        }
+        if p.deletion_protection {
+            let period = p.naming.parse(table);
+            let young = period.is_some_and(|period| {
+                p.desired(p.lifecycle.state_at(&period, Utc::now().timestamp_millis()))
+                    .deletion_protection
+                    == Some(true)
+            });
+            req = req.deletion_protection_enabled(young);
+        }
+        match self.call(req.send()).await {
+            Ok(_) => info!(table, "table created"),
+            // Another worker is creating it; wait for ACTIVE below.
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(CreateTableError::is_resource_in_use_exception) => {}
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(CreateTableError::is_limit_exceeded_exception) =>
+            {
+                return Err(TablesError::quota("CreateTable", table, e));
+            }
+            Err(e) => return Err(TablesError::call("CreateTable", table, e)),
+        }
+        self.wait_active(table).await?;
+        if let Some(ttl) = &p.ttl_attribute {
+            match self.enable_ttl(table, ttl).await {
+                Ok(()) => {}
+                // Already enabled (a concurrent creator got there first).
+                // A failure otherwise is repaired by the next round.
+                Err(e) if e.code() == Some("ValidationException") => {}
+                Err(e) => warn!(table, error = %e, "enabling TTL failed; the next round retries"),
+            }
+        }
+        Ok(())
+    }
+
+    async fn wait_active(&self, table: &str) -> Result<(), TablesError> {
+        let start = Instant::now();
+        loop {
+            let d = self
+                .call(self.client.describe_table().table_name(table).send())
+                .await;
+            match d {
+                Ok(d) if d.table().and_then(|t| t.table_status()) == Some(&TableStatus::Active) => {
+                    if let Some(t) = d.table() {
+                        self.policy.key_spec().check(table, "period table", t)?;
+                    }
+                    return Ok(());
+                }
+                Ok(_) => {}
+                Err(e)
+                    if e.as_service_error()
+                        .is_some_and(DescribeTableError::is_resource_not_found_exception) => {}
+                Err(e) => return Err(TablesError::call("DescribeTable", table, e)),
+            }
+            if start.elapsed() > self.active_timeout {
+                return Err(TablesError::NotActive(
+                    table.to_string(),
+                    self.active_timeout,
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+}
+
+fn throughput(table: &str, c: Capacity) -> Result<ProvisionedThroughput, TablesError> {
+    ProvisionedThroughput::builder()
+        .read_capacity_units(c.read as i64)
+        .write_capacity_units(c.write as i64)
+        .build()
+        .map_err(|e| TablesError::build("UpdateTable", table, e))
+}
