@@ -279,8 +279,9 @@ pub struct SideTableNames {
 
 #[cfg(test)]
 mod tests {
-    use super::super::fixtures;
     use super::*;
+    use crate::kinesis::lease::fixtures;
+    use crate::kinesis::lease::item::Checkpoint;
 
     /// Every line of every fixture is what `states.json` says it is.
     #[test]
@@ -386,11 +387,7 @@ mod tests {
             "{c:?}"
         );
         // Tidemark's own leases.
-        let mine = Lease::new(
-            "shardId-000000000001",
-            super::super::Checkpoint::TrimHorizon,
-            vec![],
-        );
+        let mine = Lease::new("shardId-000000000001", Checkpoint::TrimHorizon, vec![]);
         assert_eq!(classify(&mine.to_item()), Classified::Lease(mine, None));
     }
 }
