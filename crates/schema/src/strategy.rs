@@ -288,6 +288,16 @@ impl KeyStrategy {
         }
     }
 
+    /// True when one entity's events spread over several partition keys
+    /// (the suffix strategies); `entity` and `time_bucket` keep one entity
+    /// on one partition key, which takes at most 1,000 WCU.
+    pub fn spreads_one_entity(&self) -> bool {
+        matches!(
+            self,
+            KeyStrategy::RandomSuffix { .. } | KeyStrategy::CalculatedSuffix { .. }
+        )
+    }
+
     /// True when `#` in an entity id would make keys ambiguous: the
     /// `time_bucket` sort key starts with `{entity}#`, so an id containing
     /// `#` followed by a timestamp could fall inside another entity's range.

@@ -486,6 +486,15 @@ impl Config {
         path: Option<&Path>,
         env: &BTreeMap<String, String>,
     ) -> Result<RouterConfig, LoadError> {
+        Ok(Config::load_routing(path, env)?.0)
+    }
+
+    /// [`Config::load_router`] with `schema.tiers` and `schema.billing`, for
+    /// `plan`, which judges a config's capacity.
+    pub(crate) fn load_routing(
+        path: Option<&Path>,
+        env: &BTreeMap<String, String>,
+    ) -> Result<(RouterConfig, SchemaExtras), LoadError> {
         #[derive(Deserialize)]
         struct Routing {
             #[serde(default)]
@@ -503,10 +512,21 @@ impl Config {
                 routing.insert(section.into(), v);
             }
         }
+        let mut extras = toml::Table::new();
         if let Some(toml::Value::Table(schema)) = routing.get_mut("schema") {
-            schema.remove("tiers");
-            schema.remove("billing");
+            for key in ["tiers", "billing"] {
+                if let Some(v) = schema.remove(key) {
+                    extras.insert(key.to_string(), v);
+                }
+            }
         }
+        let extras: SchemaExtras =
+            strict(toml::Value::Table(extras), "schema.").map_err(|e| match e {
+                LoadError::Key { key, message } => {
+                    LoadError::Invalid(vec![merged.problem(key, message)])
+                }
+                e => e,
+            })?;
         merged.root = routing;
         let r: Routing =
             strict(toml::Value::Table(merged.root.clone()), "").map_err(|e| match e {
@@ -519,7 +539,7 @@ impl Config {
         schema.event = r.event;
         Router::new(schema.clone())
             .map_err(|e| LoadError::Invalid(vec![merged.problem(e.key_path(), e.to_string())]))?;
-        Ok(schema)
+        Ok((schema, extras))
     }
 
     /// The typed config of a merged tree (serde's first error only).
@@ -739,11 +759,13 @@ pub(crate) fn check_log_level(filter: &str) -> Result<(), String> {
 /// Tiers and billing, read from `[schema]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct SchemaExtras {
+pub(crate) struct SchemaExtras {
+    /// `schema.tiers`.
     #[serde(default)]
-    tiers: CapacityTiers,
+    pub(crate) tiers: CapacityTiers,
+    /// `schema.billing`.
     #[serde(default)]
-    billing: Billing,
+    pub(crate) billing: Billing,
 }
 
 /// Deserializes `value`, turning errors into [`LoadError::Key`] with the

@@ -37,6 +37,8 @@ pub(crate) const EXIT_CODES: &str = "Exit status:\n  \
 69  AWS unavailable (no connection or no answer; `verify`: none in --give-up-after)\n  \
 78  bad configuration (`tidemark config check` lists every problem)";
 
+/// Exit status for a usage error (clap's).
+pub(crate) const EXIT_USAGE: u8 = 2;
 /// Exit status for a configuration error (EX_CONFIG of sysexits.h).
 pub(crate) const EXIT_CONFIG: u8 = 78;
 /// Exit status when the backend, not the data, is the problem
@@ -45,6 +47,9 @@ pub(crate) const EXIT_UNAVAILABLE: u8 = 69;
 
 /// The exit status of a failed command (see [`EXIT_CODES`]).
 pub(crate) fn exit_code(e: &anyhow::Error) -> u8 {
+    if e.downcast_ref::<Usage>().is_some() {
+        return EXIT_USAGE;
+    }
     if e.downcast_ref::<LoadError>().is_some() {
         return EXIT_CONFIG;
     }
@@ -67,6 +72,12 @@ pub(crate) fn exit_code(e: &anyhow::Error) -> u8 {
     }
     1
 }
+
+/// The command line asks for something impossible (exit 2, as clap's own
+/// usage errors).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct Usage(pub(crate) String);
 
 /// An AWS service gave no answer to any call of a command (exit 69).
 #[derive(Debug, thiserror::Error)]
@@ -155,6 +166,13 @@ impl ConfigArg {
         let env = process_env();
         warn_env(&env);
         Ok(Config::load(self.config.as_deref(), &env)?)
+    }
+
+    /// `[event]` and `[schema]` with its tiers and billing, for `plan`.
+    pub(crate) fn load_routing(&self) -> Result<(RouterConfig, crate::config::SchemaExtras)> {
+        let env = process_env();
+        warn_env(&env);
+        Ok(Config::load_routing(self.config.as_deref(), &env)?)
     }
 
     /// Only `[event]` and `[schema]`, for the commands that only route.

@@ -66,6 +66,12 @@ pub(crate) fn print_json(value: &impl serde::Serialize, output: Output) -> Resul
     Ok(())
 }
 
+/// Prints text as it is (it ends with its own newline).
+pub(crate) fn print_text(text: &str) -> Result<()> {
+    print!("{text}");
+    Ok(())
+}
+
 /// Prints `rows` under `header` as a table or CSV, or `objects` as JSON.
 pub(crate) fn print_rows(
     header: &[&str],
@@ -254,15 +260,6 @@ pub(crate) fn status_queue(q: &QueueRow) -> String {
         ]],
         &[1, 2, 3, 4],
     )
-}
-
-/// `plan`: name and value, the values right-aligned.
-pub(crate) fn key_values(rows: &[(&str, String)]) -> String {
-    let rows = rows
-        .iter()
-        .map(|(k, v)| vec![(*k).to_string(), v.clone()])
-        .collect();
-    table(None, rows, &[1])
 }
 
 /// The columns of `query` rows: time, entity and event id first, then the
