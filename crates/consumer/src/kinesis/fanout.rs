@@ -366,13 +366,7 @@ impl Reader {
                                 ),
                             )
                         }
-                        other => (
-                            ErrorClass::Retry,
-                            format!(
-                                "{}",
-                                aws_smithy_types::error::display::DisplayErrorContext(other)
-                            ),
-                        ),
+                        other => (ErrorClass::Retry, tidemark_aws_errors::describe(other)),
                     };
                     return Ok(Ended::Failed(AwsError {
                         op: "SubscribeToShard",

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use crate::config::{Config, LoadError, env_warnings, process_env};
 use anyhow::Result;
 
-use super::render::{self, Output};
+use super::render::{self, Output, outln};
 
 /// Arguments of `config`.
 #[derive(Debug, clap::Args)]
@@ -58,7 +58,7 @@ pub(crate) fn run(args: &Args) -> Result<()> {
                 }
                 if result.is_ok() {
                     let shown = path.map_or("(no file)".into(), |p| p.display().to_string());
-                    println!("ok: {shown} is a valid config");
+                    outln!("ok: {shown} is a valid config")?;
                 }
             }
             result?;

@@ -8,6 +8,7 @@ use tidemark_consumer::KinesisConfig;
 use tidemark_consumer::error::AwsError;
 
 use super::kinesis_source;
+use super::render::outln;
 
 /// Arguments of `consumer`.
 #[derive(Debug, clap::Args)]
@@ -56,20 +57,20 @@ async fn deregister_one(k: &KinesisConfig, args: &Args) -> Result<()> {
             k.stream
         );
     }
-    let sdk = super::sdk().await;
+    let sdk = super::sdk().await?;
     let kinesis = aws_sdk_kinesis::Client::new(&sdk);
     if deregister(&kinesis, k).await? {
-        println!(
+        outln!(
             "stream consumer {} of {} deregistered",
             k.consumer_name(),
             k.stream
-        );
+        )?;
     } else {
-        println!(
+        outln!(
             "stream consumer {} of {} was not registered",
             k.consumer_name(),
             k.stream
-        );
+        )?;
     }
     Ok(())
 }
@@ -96,10 +97,11 @@ pub(crate) async fn deregister(
             Ok(false)
         }
         Err(e) if tidemark_aws_errors::error_code(&e) == Some("ResourceInUseException") => {
-            bail!(
+            Err(super::Failed(format!(
                 "stream consumer {} is not ACTIVE (being registered or deregistered); try again shortly",
                 config.consumer_name()
-            )
+            ))
+            .into())
         }
         Err(e) => Err(AwsError::new("DeregisterStreamConsumer", &e).into()),
     }

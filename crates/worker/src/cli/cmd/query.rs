@@ -32,7 +32,7 @@ pub(crate) struct Args {
 
 /// Reads with only the config's `[event]` and `[schema]`.
 pub(crate) async fn run(schema: &RouterConfig, args: &Args) -> Result<()> {
-    let sdk = super::sdk().await;
+    let sdk = super::sdk().await?;
     let client = aws_sdk_dynamodb::Client::new(&sdk);
     let items = if args.latest {
         let now = Utc::now();

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use super::render::outln;
 use crate::config::Config;
 use crate::worker::DataPath;
 use anyhow::{Context, Result};
@@ -16,22 +17,15 @@ pub(crate) struct Args {
     /// Fixture file to replay.
     #[arg(long)]
     fixture: PathBuf,
-    /// Hide the progress bar.
-    #[arg(long)]
-    quiet: bool,
 }
 
 pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
     // Scanned and checked up front; replayed from the file shard by shard.
     let replay = tidemark_consumer::fixture::ReplaySource::open(&args.fixture)?;
     let total = replay.len() as u64;
-    let sdk = super::sdk().await;
+    let sdk = super::sdk().await?;
     let data = DataPath::start(config, &sdk).await?;
-    let bar = super::progress_bar(
-        total,
-        "{bar:40} {pos}/{len} records {per_sec} eta {eta}",
-        args.quiet,
-    );
+    let bar = super::progress_bar(total, "{bar:40} {pos}/{len} records {per_sec} eta {eta}");
     // The replay delivers into a relay that counts what passes, for the bar.
     let (tx, mut relay_rx) = mpsc::channel::<Vec<tidemark_consumer::Record>>(16);
     let (pipe_tx, pipe_rx) = mpsc::channel(16);
@@ -49,13 +43,21 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
     relay.await.context("relay task")?;
     let report = pipe.await.context("pipeline task")??;
     bar.finish_and_clear();
-    println!(
+    outln!(
         "replayed {} records from {} shards: {} stored, {} dead-lettered ({} corrupt aggregates)",
         report.records,
         summary.per_shard.len(),
         report.stored,
         report.dead_lettered(),
         summary.corrupt_aggregates
-    );
+    )?;
+    if report.dead_lettered() > 0 {
+        return Err(super::Failed(format!(
+            "{} of {} records were dead-lettered (their reasons are in the dead-letter destination)",
+            report.dead_lettered(),
+            report.records
+        ))
+        .into());
+    }
     Ok(())
 }
