@@ -28,7 +28,7 @@ fn config(name: &str, schema_extra: &str) -> PathBuf {
     f
 }
 
-fn key(config: &PathBuf, args: &[&str], stdin: Option<&str>) -> Output {
+fn key(config: &std::path::Path, args: &[&str], stdin: Option<&str>) -> Output {
     let mut c = Command::new(BIN);
     c.env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())

@@ -120,14 +120,11 @@ fn logs_off_a_terminal_have_no_colour_and_can_be_json() {
         "http://127.0.0.1:9",
         "--give-up-after",
         "2s",
-        "-v",
+        "-vv",
     ];
     let o = tidemark(&env, &args);
     let err = text(&o.stderr);
-    assert!(
-        err.contains("INFO") || err.contains("WARN"),
-        "no logs: {err}"
-    );
+    assert!(err.contains("DEBUG"), "no logs: {err}");
     assert!(!err.contains('\u{1b}'), "colour codes in a pipe: {err:?}");
     let mut json = args.to_vec();
     json.extend(["--log-format", "json"]);
@@ -199,9 +196,10 @@ fn config_show_json_values_are_json() {
         serde_json::json!(20000)
     );
     assert_eq!(value("maintenance.enabled"), serde_json::json!(true));
+    assert_eq!(value("schema.key.shards"), serde_json::json!(10));
     assert_eq!(
-        value("schema.key"),
-        serde_json::json!({"strategy": "time_bucket", "shards": 10, "bucket": "hour"})
+        value("schema.key.strategy"),
+        serde_json::json!("time_bucket")
     );
 }
 

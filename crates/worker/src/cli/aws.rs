@@ -732,7 +732,8 @@ pub(crate) fn explain(
     let mut lines = Vec::new();
     let chain = || format!("{e:#}");
     let done = |code: u8, mut lines: Vec<String>| {
-        if verbose {
+        // The whole chain, when it says more than the first line did.
+        if verbose && e.chain().count() > 1 {
             lines.push(format!("caused by: {}", chain()));
         }
         Explained { code, lines }

@@ -43,10 +43,10 @@ enum Command {
     #[command(
         after_help = "Examples:\n  tidemark run --config localstack/tidemark.toml\n  TIDEMARK__SOURCE__STREAM=events tidemark run --config deploy/tidemark.toml"
     )]
-    Run(cmd::ConfigArg),
+    Run(cmd::RunArgs),
     /// Size tables, write shards, Kinesis shards and monthly cost.
     #[command(
-        after_help = "Examples:\n  tidemark plan --events-per-sec 5000 --peak-events-per-sec 6000 --item-bytes 1000\n  tidemark plan --events-per-sec 600 --item-bytes 180 --json\n  tidemark plan --events-per-sec 2000 --sample-event '{\"deviceId\":\"d1\",\"timestamp\":1763790000000,\"t\":21.5}'"
+        after_help = "Examples:\n  tidemark plan --events-per-sec 5000 --peak-events-per-sec 6000 --item-bytes 1000\n  tidemark plan --events-per-sec 600 --item-bytes 180 -o json\n  tidemark plan --events-per-sec 2000 --sample-event '{\"deviceId\":\"d1\",\"timestamp\":1763790000000,\"t\":21.5}'"
     )]
     Plan(cmd::plan::Args),
     /// Print the table and key one event is written to, as `run` would.
@@ -79,7 +79,7 @@ enum Command {
     Verify(cmd::verify::Args),
     /// Read an entity's events back (parallel queries, merged in time order).
     #[command(
-        after_help = "Examples:\n  tidemark query --config localstack/tidemark.toml --entity device-0000 --latest\n  tidemark query --config localstack/tidemark.toml --entity device-0007 --from 2026-11-22T05:00:00Z --to 2026-11-22T06:00:00Z --format csv"
+        after_help = "Examples:\n  tidemark query --config localstack/tidemark.toml --entity device-0000 --latest\n  tidemark query --config localstack/tidemark.toml --entity device-0007 --from 2026-11-22T05:00:00Z --to 2026-11-22T06:00:00Z -o csv\n  tidemark query --config localstack/tidemark.toml --entity device-0007 --since 1h"
     )]
     Query(cmd::query::Args),
     /// Per shard: owner, checkpoint and lag; per table: period, state, capacity.
@@ -168,62 +168,62 @@ fn real_main(cli: Cli) -> Result<()> {
         Command::Healthcheck(args) => runtime()?.block_on(cmd::healthcheck::run(&args)),
         Command::Produce(args) => {
             let config = args.config.load()?;
-            aws_command(global, false, async move {
+            aws_command(&args.aws.clone(), false, async move {
                 cmd::produce::run(&config, &args).await
             })
         }
         Command::Verify(args) => {
             let config = args.config.load()?;
-            aws_command(global, false, async move {
+            aws_command(&args.aws.clone(), false, async move {
                 cmd::verify::run(&config, &args).await
             })
         }
         Command::Query(args) => {
             let schema = args.config.load_router()?;
-            aws_command(global, false, async move {
+            aws_command(&args.aws.clone(), false, async move {
                 cmd::query::run(&schema, &args).await
             })
         }
         Command::Status(args) => {
             let config = args.config.load()?;
-            aws_command(global, false, async move {
+            aws_command(&args.aws.clone(), false, async move {
                 cmd::status::run(&config, &args).await
             })
         }
         Command::Record(args) => {
             let config = args.config.load()?;
-            aws_command(global, false, async move {
+            aws_command(&args.aws.clone(), false, async move {
                 cmd::record::run(&config, &args).await
             })
         }
         Command::Replay(args) => {
             let config = args.config.load()?;
-            aws_command(global, false, async move {
+            aws_command(&args.aws.clone(), false, async move {
                 cmd::replay::run(&config, &args).await
             })
         }
         Command::Consumer(args) => {
             let config = args.config.load()?;
-            aws_command(global, false, async move {
+            aws_command(&args.aws.clone(), false, async move {
                 cmd::consumer::run(&config, &args).await
             })
         }
         Command::Tables(args) => {
             let config = args.config.load()?;
-            aws_command(global, false, async move {
+            aws_command(&args.aws.clone(), false, async move {
                 cmd::tables::run(&config, &args).await
             })
         }
         Command::Migrate(args) => {
             let config = args.config.load()?;
-            aws_command(global, false, async move {
+            aws_command(&args.aws.clone(), false, async move {
                 cmd::migrate::run(&config, &args).await
             })
         }
         Command::Run(args) => {
-            let config = args.load()?;
+            let config = args.config.load()?;
             init_logs(global, Some(&config));
-            aws_command(global, true, async move { cmd::run::run(&config).await })
+            aws_command(&args.aws, true, async move { cmd::run::run(&config).await })
         }
     }
 }
@@ -232,13 +232,14 @@ fn real_main(cli: Cli) -> Result<()> {
 /// whole command) and by `--give-up-after` (no answer from AWS; for `run`
 /// only until AWS first answers). Either ends it with exit 69.
 fn aws_command(
-    global: &cmd::Global,
+    aws: &cmd::AwsArgs,
     is_run: bool,
     command: impl std::future::Future<Output = Result<()>>,
 ) -> Result<()> {
+    cmd::set_aws(aws);
     let rt = runtime()?;
-    let give_up = global.give_up_after;
-    let timeout = global.timeout;
+    let give_up = aws.give_up_after;
+    let timeout = aws.timeout;
     let result = rt.block_on(async move {
         let watchdog = async {
             loop {

@@ -17,6 +17,8 @@ pub(crate) struct Args {
     action: Action,
     #[command(flatten)]
     pub(crate) config: super::ConfigArg,
+    #[command(flatten)]
+    pub(crate) aws: super::AwsArgs,
 }
 
 #[derive(Debug, Clone, Copy, clap::Subcommand)]

@@ -93,9 +93,6 @@ pub(crate) struct Global {
     /// warnings); -v also prints an error's whole cause chain.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub(crate) verbose: u8,
-    /// No progress bars or spinners (they show only on a terminal anyway).
-    #[arg(short, long, global = true)]
-    pub(crate) quiet: bool,
     /// Log filter: trace, debug, info, warn, error, or TARGET=LEVEL pairs;
     /// wins over -v and the config; RUST_LOG wins over it.
     #[arg(long, global = true, value_parser = parse_log_level)]
@@ -103,29 +100,37 @@ pub(crate) struct Global {
     /// Log format on stderr.
     #[arg(long, global = true, value_enum, default_value = "auto")]
     pub(crate) log_format: LogFormatArg,
+}
+
+/// Options of every command that calls AWS (not of those that do not).
+#[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "AWS")]
+pub(crate) struct AwsArgs {
+    /// No progress bars or spinners (they show only on a terminal anyway).
+    #[arg(short, long, global = true)]
+    pub(crate) quiet: bool,
     /// AWS profile (shared config and credentials files); default: AWS_PROFILE.
-    #[arg(long, global = true, help_heading = "AWS")]
+    #[arg(long, global = true)]
     profile: Option<String>,
     /// AWS region; default: AWS_REGION, then the profile's.
-    #[arg(long, global = true, help_heading = "AWS")]
+    #[arg(long, global = true)]
     region: Option<String>,
     /// One endpoint for every AWS service (a local emulator); default:
     /// AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_<SERVICE>.
-    #[arg(long, global = true, help_heading = "AWS")]
+    #[arg(long, global = true)]
     endpoint_url: Option<String>,
     /// Longest the whole command may take (e.g. 30s, 5m); exit 69 past it.
     /// Default: no limit (see --give-up-after).
-    #[arg(long, global = true, help_heading = "AWS",
-          value_parser = humantime_serde::re::humantime::parse_duration)]
+    #[arg(long, global = true, value_parser = humantime_serde::re::humantime::parse_duration)]
     pub(crate) timeout: Option<std::time::Duration>,
     /// Longest wait to connect to an AWS endpoint.
-    #[arg(long, global = true, help_heading = "AWS", default_value = "3100ms",
+    #[arg(long, global = true, default_value = "3100ms",
           value_parser = humantime_serde::re::humantime::parse_duration)]
     connect_timeout: std::time::Duration,
     /// Exit 69 when AWS has answered none of the command's calls for this
     /// long (a quarter of it when every connection is refused). `run`: only
     /// until AWS first answers.
-    #[arg(long, global = true, help_heading = "AWS", default_value = "20s",
+    #[arg(long, global = true, default_value = "20s",
           value_parser = humantime_serde::re::humantime::parse_duration)]
     pub(crate) give_up_after: std::time::Duration,
 }
@@ -150,6 +155,9 @@ impl Global {
 /// The global options, set once by `main` before any command runs.
 static GLOBAL: OnceLock<Global> = OnceLock::new();
 
+/// The AWS options of the command running, set once before it runs.
+static AWS: OnceLock<AwsArgs> = OnceLock::new();
+
 /// Every AWS call of this process, and where its settings came from.
 static JOURNAL: OnceLock<Arc<Journal>> = OnceLock::new();
 static ORIGINS: OnceLock<Origins> = OnceLock::new();
@@ -164,16 +172,20 @@ pub(crate) fn output(default: Output) -> Output {
     GLOBAL.get().and_then(|g| g.output).unwrap_or(default)
 }
 
+/// Records the AWS options of the command about to run.
+pub(crate) fn set_aws(aws: &AwsArgs) {
+    let _ = AWS.set(aws.clone());
+}
+
 /// `--quiet`.
 pub(crate) fn quiet() -> bool {
-    GLOBAL.get().is_some_and(|g| g.quiet)
+    AWS.get().is_some_and(|a| a.quiet)
 }
 
 /// `--give-up-after`.
 pub(crate) fn give_up_after() -> std::time::Duration {
-    GLOBAL
-        .get()
-        .map_or(std::time::Duration::from_secs(20), |g| g.give_up_after)
+    AWS.get()
+        .map_or(std::time::Duration::from_secs(20), |a| a.give_up_after)
 }
 
 /// The journal of this process's AWS calls.
@@ -191,13 +203,14 @@ pub(crate) fn origins() -> Option<&'static Origins> {
 /// no region or no credentials fail here, exit 78), every call recorded in
 /// the [`journal`].
 pub(crate) async fn sdk() -> Result<aws_config::SdkConfig> {
-    let g = GLOBAL.get();
-    let overrides = g.map_or_else(AwsOverrides::default, |g| AwsOverrides {
-        profile: g.profile.clone(),
-        region: g.region.clone(),
-        endpoint_url: g.endpoint_url.clone(),
-        connect_timeout: Some(g.connect_timeout),
-    });
+    let overrides = AWS
+        .get()
+        .map_or_else(AwsOverrides::default, |a| AwsOverrides {
+            profile: a.profile.clone(),
+            region: a.region.clone(),
+            endpoint_url: a.endpoint_url.clone(),
+            connect_timeout: Some(a.connect_timeout),
+        });
     let sdk = crate::sdk::load_with(&overrides).await;
     let origins = check_setup(
         &sdk,
@@ -208,6 +221,15 @@ pub(crate) async fn sdk() -> Result<aws_config::SdkConfig> {
     .await?;
     let _ = ORIGINS.set(origins);
     Ok(journal().watch(&sdk))
+}
+
+/// `run`'s arguments: the config and the AWS options.
+#[derive(Debug, clap::Args)]
+pub(crate) struct RunArgs {
+    #[command(flatten)]
+    pub(crate) config: ConfigArg,
+    #[command(flatten)]
+    pub(crate) aws: AwsArgs,
 }
 
 /// The `--config` option every config-reading command takes.

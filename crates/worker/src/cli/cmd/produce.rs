@@ -19,6 +19,8 @@ use super::stream_name;
 pub(crate) struct Args {
     #[command(flatten)]
     pub(crate) config: super::ConfigArg,
+    #[command(flatten)]
+    pub(crate) aws: super::AwsArgs,
     /// With `source.streams`: the stream to write to.
     #[arg(long)]
     stream: Option<String>,

@@ -13,6 +13,8 @@ use super::{kinesis_source, stream_name};
 pub(crate) struct Args {
     #[command(flatten)]
     pub(crate) config: super::ConfigArg,
+    #[command(flatten)]
+    pub(crate) aws: super::AwsArgs,
     /// Fixture file to write.
     #[arg(long)]
     out: PathBuf,

@@ -47,6 +47,9 @@ pub(crate) fn write_out(bytes: &[u8]) -> Result<()> {
 
 /// `println!` to standard output through [`write_out`]: `outln!(...)?`.
 macro_rules! outln {
+    () => {
+        $crate::cli::cmd::render::write_out(b"\n")
+    };
     ($($t:tt)*) => {
         $crate::cli::cmd::render::write_out(format!("{}\n", format_args!($($t)*)).as_bytes())
     };

@@ -14,6 +14,8 @@ use tokio_util::sync::CancellationToken;
 pub(crate) struct Args {
     #[command(flatten)]
     pub(crate) config: super::ConfigArg,
+    #[command(flatten)]
+    pub(crate) aws: super::AwsArgs,
     /// Fixture file to replay.
     #[arg(long)]
     fixture: PathBuf,

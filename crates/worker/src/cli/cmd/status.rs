@@ -27,6 +27,8 @@ use super::stream_name;
 pub(crate) struct Args {
     #[command(flatten)]
     pub(crate) config: super::ConfigArg,
+    #[command(flatten)]
+    pub(crate) aws: super::AwsArgs,
     /// Former spelling of the global `--output json`.
     #[arg(long, hide = true)]
     json: bool,
@@ -91,18 +93,28 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
             _ => Ok(()),
         };
     };
+    // On a terminal each look replaces the last, as watch(1) does; into a
+    // file or pipe they follow each other, each under its time.
+    let terminal = {
+        use std::io::IsTerminal;
+        std::io::stdout().is_terminal()
+    };
     loop {
         let snap = snapshot(config, args).await?;
         if output == Output::Table {
-            // Clear the screen and go home, as watch(1) does.
-            super::render::write_out(b"\x1b[2J\x1b[H")?;
+            if terminal {
+                super::render::write_out(b"\x1b[2J\x1b[H")?;
+            }
             outln!(
                 "every {}  {}",
                 humantime_serde::re::humantime::format_duration(every),
-                Utc::now().format("%H:%M:%S")
+                Utc::now().format("%Y-%m-%dT%H:%M:%SZ")
             )?;
         }
         print(&snap, args, output)?;
+        if output == Output::Table && !terminal {
+            outln!()?;
+        }
         tokio::select! {
             () = tokio::time::sleep(every) => {}
             _ = tokio::signal::ctrl_c() => return Ok(()),

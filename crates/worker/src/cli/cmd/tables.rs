@@ -15,6 +15,8 @@ pub(crate) struct Args {
     action: Action,
     #[command(flatten)]
     pub(crate) config: super::ConfigArg,
+    #[command(flatten)]
+    pub(crate) aws: super::AwsArgs,
     /// Act as if it were this time (RFC 3339); default: now.
     #[arg(long, global = true)]
     now: Option<DateTime<Utc>>,

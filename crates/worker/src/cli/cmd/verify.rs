@@ -14,6 +14,8 @@ use super::render::{self, Output, outln};
 pub(crate) struct Args {
     #[command(flatten)]
     pub(crate) config: super::ConfigArg,
+    #[command(flatten)]
+    pub(crate) aws: super::AwsArgs,
     /// Events to look for, one JSON per line.
     #[arg(long)]
     manifest: PathBuf,

@@ -1,5 +1,9 @@
-//! `tidemark config`: check a config (every problem at once) or show the
-//! effective config with the source of each value.
+//! `tidemark config`: check a config (every problem at once), show the
+//! effective config with the source of each value, write a starter config
+//! (`init`), or explain a key (`explain`, offline).
+
+mod explain;
+mod init;
 
 use std::path::PathBuf;
 
@@ -27,7 +31,19 @@ enum Action {
     },
     /// Every key of the effective config, its value and where it came from
     /// (file:line, environment variable, default).
-    Show,
+    Show {
+        /// The file (default: --config, TIDEMARK_CONFIG).
+        file: Option<PathBuf>,
+    },
+    /// Write a commented starter config from a few flags (asked for on a
+    /// terminal when missing), to stdout or --out.
+    Init(init::Args),
+    /// The reference of a key or section (type, default, allowed values,
+    /// variable), offline.
+    Explain {
+        /// A dotted key or section, e.g. `schema.key`, `source.stream`.
+        key: String,
+    },
 }
 
 pub(crate) fn run(args: &Args) -> Result<()> {
@@ -64,22 +80,47 @@ pub(crate) fn run(args: &Args) -> Result<()> {
             result?;
             Ok(())
         }
-        Action::Show => {
+        Action::Show { file } => {
             for w in &warnings {
                 eprintln!("warning: {w}");
             }
-            let all = Config::effective(args.config.config.as_deref(), &env)?;
+            let path = file.as_deref().or(args.config.config.as_deref());
+            let all = Config::effective(path, &env)?;
             let rows = all
                 .iter()
                 .map(|e| vec![e.key.clone(), e.value.clone(), e.origin.to_string()])
+                .collect();
+            // JSON output carries values as JSON (`"50ms"`, `20000`, a
+            // table as an object), not as TOML text in a string.
+            let objects: Vec<serde_json::Value> = all
+                .iter()
+                .map(|e| {
+                    serde_json::json!({
+                        "key": e.key,
+                        "value": toml_to_json(&e.value),
+                        "origin": e.origin,
+                    })
+                })
                 .collect();
             render::print_rows(
                 &["KEY", "VALUE", "SOURCE"],
                 rows,
                 &[],
                 super::output(Output::Table),
-                &all,
+                &objects,
             )
         }
+        Action::Init(init) => init::run(init),
+        Action::Explain { key } => render::print_text(&explain::explain(key)?),
     }
+}
+
+/// A TOML value's text as JSON (strings stay strings, tables become
+/// objects); text that does not parse stays a string.
+fn toml_to_json(value: &str) -> serde_json::Value {
+    toml::from_str::<toml::Table>(&format!("v = {value}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .and_then(|v| serde_json::to_value(v).ok())
+        .unwrap_or_else(|| serde_json::Value::String(value.to_string()))
 }
