@@ -65,10 +65,13 @@ fn examples(file: &Path) -> Vec<Example> {
     let mut shell = false;
     let mut current: Option<Example> = None;
     let mut pending = String::new();
+    // `export` lines of the block: the commands after them run with them.
+    let mut prelude = String::new();
     for (n, line) in text.lines().enumerate() {
         if let Some(lang) = line.trim_start().strip_prefix("```") {
             if in_block {
                 out.extend(current.take());
+                prelude.clear();
             } else {
                 shell = matches!(lang.trim(), "sh" | "bash" | "console" | "shell");
             }
@@ -99,11 +102,16 @@ fn examples(file: &Path) -> Vec<Example> {
                 if OFFLINE.contains(&sub) {
                     current = Some(Example {
                         place: format!("{name}:{}", n + 1),
-                        command,
+                        command: format!("{prelude}{command}"),
                         exit,
                         shown: Vec::new(),
                     });
                 }
+            }
+            None if command.starts_with("export ") => {
+                out.extend(current.take());
+                prelude.push_str(&command);
+                prelude.push_str("; ");
             }
             None if command.starts_with('#') || command.is_empty() => {}
             None if line.contains("tidemark") || line.starts_with('$') => {
@@ -129,9 +137,9 @@ fn inline(line: &str, place: &str) -> Vec<Example> {
             subcommand(span).is_some_and(|s| OFFLINE.contains(&s))
                 && span.contains(" --")
                 && !span.contains("...")
-                && !span.split_whitespace().any(|w| {
-                    w.len() > 1 && w.chars().all(|c| c.is_ascii_uppercase() || c == '_')
-                })
+                && !span
+                    .split_whitespace()
+                    .any(|w| w.len() > 1 && w.chars().all(|c| c.is_ascii_uppercase() || c == '_'))
         })
         .map(|span| Example {
             place: place.to_string(),
@@ -169,6 +177,19 @@ fn the_docs_offline_examples_run_as_shown() {
         bin_dir.display(),
         std::env::var("PATH").unwrap_or_default()
     );
+    // A home with the usual places examples write to, and a pager that
+    // reads the page (`| man -l -`): the examples' own programs are not
+    // under test.
+    let home = bin_dir.join("home");
+    for d in [
+        ".local/share/bash-completion/completions",
+        ".local/share/man/man1",
+    ] {
+        std::fs::create_dir_all(home.join(d)).unwrap();
+    }
+    let pager = bin_dir.join("man");
+    std::fs::write(&pager, "#!/bin/sh\ncat >/dev/null\n").unwrap();
+    std::fs::set_permissions(&pager, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let all: Vec<Example> = files.iter().flat_map(|f| examples(f)).collect();
     assert!(
         all.len() >= 10,
@@ -182,7 +203,7 @@ fn the_docs_offline_examples_run_as_shown() {
             .current_dir(&root)
             .env_clear()
             .env("PATH", &path)
-            .env("HOME", &bin_dir)
+            .env("HOME", &home)
             .env("HOSTNAME", "docs-host")
             .output()
             .unwrap();

@@ -108,7 +108,10 @@ fn type_words(schema: &Value, defs: &Value) -> String {
         t => t.as_str().unwrap_or("value"),
     };
     match t {
-        "integer" => "whole number".into(),
+        "integer" => match (s["minimum"].as_u64(), s["maximum"].as_u64()) {
+            (Some(lo), Some(hi)) => format!("whole number, {lo} to {hi}"),
+            _ => "whole number".into(),
+        },
         "number" => "number".into(),
         "boolean" => "true or false".into(),
         "array" => "list".into(),
