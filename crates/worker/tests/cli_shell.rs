@@ -101,11 +101,56 @@ fn no_printer_panics_on_a_closed_pipe() {
     }
 }
 
+/// An endpoint that answers every request at once with an AWS error: the
+/// service is reachable, and every call fails.
+fn refusing_endpoint() -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                let mut conn = conn;
+                loop {
+                    let mut length = 0usize;
+                    loop {
+                        let mut line = String::new();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                            length = v.trim().parse().unwrap_or(0);
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    if std::io::Read::read_exact(&mut reader, &mut body).is_err() {
+                        return;
+                    }
+                    let answer = r#"{"__type":"com.amazonaws.dynamodb.v20120810#ResourceNotFoundException","message":"Requested resource not found"}"#;
+                    let reply = format!(
+                        "HTTP/1.1 400 Bad Request\r\ncontent-type: application/x-amz-json-1.0\r\ncontent-length: {}\r\n\r\n{answer}",
+                        answer.len()
+                    );
+                    if conn.write_all(reply.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    url
+}
+
 /// Logs into a file or pipe carry no colour codes, and `--log-format json`
 /// makes every log line JSON, for every command.
 #[test]
 fn logs_off_a_terminal_have_no_colour_and_can_be_json() {
     let config = example_config();
+    let endpoint = refusing_endpoint();
     let env = [
         ("AWS_ACCESS_KEY_ID", "test"),
         ("AWS_SECRET_ACCESS_KEY", "test"),
@@ -117,9 +162,7 @@ fn logs_off_a_terminal_have_no_colour_and_can_be_json() {
         "--config",
         &config,
         "--endpoint-url",
-        "http://127.0.0.1:9",
-        "--give-up-after",
-        "2s",
+        &endpoint,
         "-vv",
     ];
     let o = tidemark(&env, &args);
@@ -142,11 +185,13 @@ fn logs_off_a_terminal_have_no_colour_and_can_be_json() {
     }
 }
 
-/// `status --watch` into a file: no screen-clearing codes.
+/// `status --watch` into a file: no screen-clearing codes. (Stopped after
+/// a few looks: it watches until interrupted.)
 #[test]
 fn status_watch_off_a_terminal_writes_no_screen_codes() {
     let config = example_config();
-    let o = tidemark(
+    let endpoint = refusing_endpoint();
+    let mut child = command(
         &[
             ("AWS_ACCESS_KEY_ID", "test"),
             ("AWS_SECRET_ACCESS_KEY", "test"),
@@ -159,12 +204,24 @@ fn status_watch_off_a_terminal_writes_no_screen_codes() {
             "--config",
             &config,
             "--endpoint-url",
-            "http://127.0.0.1:9",
-            "--give-up-after",
-            "4s",
+            &endpoint,
         ],
-    );
-    let out = text(&o.stdout);
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut { stdout }, &mut s).ok();
+        s
+    });
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    child.kill().ok();
+    child.wait().unwrap();
+    let out = reader.join().unwrap();
+    assert!(out.contains("tables: error"), "no look printed: {out}");
     assert!(!out.contains('\u{1b}'), "screen codes in a file: {out:?}");
 }
 
