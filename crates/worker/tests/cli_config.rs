@@ -7,7 +7,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
@@ -41,7 +41,7 @@ fn file(name: &str, text: &str) -> PathBuf {
     f
 }
 
-fn check(env: &[(&str, &str)], path: &PathBuf, extra: &[&str]) -> Output {
+fn check(env: &[(&str, &str)], path: &Path, extra: &[&str]) -> Output {
     let mut c = Command::new(BIN);
     c.env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -55,8 +55,11 @@ fn check(env: &[(&str, &str)], path: &PathBuf, extra: &[&str]) -> Output {
         .unwrap()
 }
 
-/// The problems of `config check -o json`, as (key, origin text, message).
-fn problems(env: &[(&str, &str)], path: &PathBuf) -> (Vec<(String, String, String)>, Vec<Value>) {
+/// A problem as (key, origin text, message).
+type Found = (String, String, String);
+
+/// The problems of `config check -o json`, and its warnings.
+fn problems(env: &[(&str, &str)], path: &Path) -> (Vec<Found>, Vec<Value>) {
     let o = check(env, path, &["-o", "json"]);
     let v: Value = serde_json::from_slice(&o.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)));
@@ -99,7 +102,9 @@ fn nested_and_tagged_values_keep_their_path_and_true_source() {
         "linger = \"50ms\"",
         "linger = \"50ms\"\nmax_in_flight_items = 0",
     );
-    let cases: Vec<(&str, Vec<(&str, &str)>, String, &str, String)> = vec![
+    // (name, environment, file text, key, where its value came from)
+    type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, String, &'a str, String);
+    let cases: Vec<Case> = vec![
         (
             "env into a tagged table",
             vec![("TIDEMARK__SCHEMA__KEY__SHARDS", "six")],

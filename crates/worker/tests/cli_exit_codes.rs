@@ -300,14 +300,27 @@ fn matrix(kind: Kind, endpoint: &str, s: &Setup) -> Vec<String> {
         args.extend(extra.clone());
         cases.push((name, args, code, limit));
     }
-    for (name, mut args) in offline_commands(s) {
-        args.extend(extra.clone());
+    // Commands that need no AWS take no AWS options: the same broken AWS
+    // reaches them as variables (a shell's AWS_PROFILE, AWS_ENDPOINT_URL).
+    for (name, args) in offline_commands(s) {
         cases.push((name, args, 0, Duration::from_secs(5)));
+    }
+    let mut offline_env = env.clone();
+    for pair in extra.chunks(2) {
+        match pair[0].as_str() {
+            "--endpoint-url" => offline_env.push(("AWS_ENDPOINT_URL", pair[1].clone())),
+            "--profile" => offline_env.push(("AWS_PROFILE", pair[1].clone())),
+            _ => {}
+        }
     }
     let handles: Vec<_> = cases
         .into_iter()
         .map(|(name, args, code, limit)| {
-            let env = env.clone();
+            let env = if code == 0 {
+                offline_env.clone()
+            } else {
+                env.clone()
+            };
             std::thread::spawn(move || {
                 let (out, took) = run(&args, &env);
                 (name, code, limit, out, took)
@@ -381,14 +394,15 @@ fn every_command_holds_the_exit_code_contract() {
 fn timeout_bounds_the_whole_command() {
     let s = setup("timeout");
     let hole = format!("http://127.0.0.1:{}", black_hole());
-    let (env, mut args) = invocation(Kind::BlackHole, &s, &hole);
-    args.extend([
-        "--timeout".into(),
-        "3s".into(),
+    let (env, extra) = invocation(Kind::BlackHole, &s, &hole);
+    let mut args: Vec<String> = vec![
         "status".into(),
         "--config".into(),
         s.config.clone(),
-    ]);
+        "--timeout".into(),
+        "3s".into(),
+    ];
+    args.extend(extra);
     let (out, took) = run(&args, &env);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(69), "{err}");

@@ -463,7 +463,7 @@ fn help_has_no_drift() {
     for cmd in [
         &["plan"][..],
         &["key"],
-        &["config", "check"],
+        &["config", "show"],
         &["completions"],
     ] {
         let mut args = cmd.to_vec();

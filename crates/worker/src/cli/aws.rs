@@ -33,7 +33,7 @@ use aws_smithy_types::body::SdkBody;
 use crate::config::LoadError;
 use crate::tools::verify::VerifyError;
 
-use super::cmd::{EXIT_CONFIG, EXIT_UNAVAILABLE, EXIT_USAGE, Failed, Unavailable, Usage};
+use super::cmd::{EXIT_CONFIG, EXIT_UNAVAILABLE, EXIT_USAGE, Exit, Failed, Unavailable, Usage};
 
 /// Exit status when AWS refused the caller's identity (EX_NOPERM).
 pub(crate) const EXIT_DENIED: u8 = 77;
@@ -746,6 +746,9 @@ pub(crate) fn explain(
     }
     if e.downcast_ref::<Failed>().is_some() {
         return done(1, vec![format!("error: {e}")]);
+    }
+    if let Some(x) = e.downcast_ref::<Exit>() {
+        return done(x.code, vec![format!("error: {e}")]);
     }
     if e.downcast_ref::<LoadError>().is_some() {
         return Explained {

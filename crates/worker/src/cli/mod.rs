@@ -158,7 +158,12 @@ fn real_main(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Plan(args) => cmd::plan::run(&args),
         Command::Key(args) => cmd::key::run(&args.config.load_router()?, &args),
-        Command::Config(args) => cmd::config::run(&args),
+        Command::Config(args) => match cmd::config::environment(&args) {
+            Some(aws) => aws_command(&aws, false, async move {
+                cmd::config::run_environment(&args).await
+            }),
+            None => cmd::config::run(&args),
+        },
         Command::Completions { shell } => {
             let mut out = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "tidemark", &mut out);

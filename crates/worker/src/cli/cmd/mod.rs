@@ -65,6 +65,15 @@ pub(crate) struct Usage(pub(crate) String);
 #[error("{0}")]
 pub(crate) struct Failed(pub(crate) String);
 
+/// A command's own exit status, with its message (`config check
+/// --environment`: the worst check).
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub(crate) struct Exit {
+    pub(crate) code: u8,
+    pub(crate) message: String,
+}
+
 /// An AWS service gave no answer to any call of a command, or the command
 /// ran past `--timeout` (exit 69).
 #[derive(Debug, thiserror::Error)]

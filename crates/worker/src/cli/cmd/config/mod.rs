@@ -1,7 +1,9 @@
-//! `tidemark config`: check a config (every problem at once), show the
-//! effective config with the source of each value, write a starter config
-//! (`init`), or explain a key (`explain`, offline).
+//! `tidemark config`: check a config (every problem at once; with
+//! `--environment` also what `run` needs from AWS), show the effective
+//! config with the source of each value, write a starter config (`init`),
+//! or explain a key (`explain`, offline).
 
+mod environment;
 mod explain;
 mod init;
 
@@ -28,6 +30,13 @@ enum Action {
     Check {
         /// The file (default: --config, TIDEMARK_CONFIG).
         file: Option<PathBuf>,
+        /// Also check what `run` needs from AWS: region, credentials, the
+        /// stream or queue, the tables, the dead-letter destination, the
+        /// calls the worker makes at start (the AWS options below apply).
+        #[arg(long)]
+        environment: bool,
+        #[command(flatten)]
+        aws: super::AwsArgs,
     },
     /// Every key of the effective config, its value and where it came from
     /// (file:line, environment variable, default).
@@ -46,11 +55,107 @@ enum Action {
     },
 }
 
+/// The AWS options of `config check --environment`, when asked for.
+pub(crate) fn environment(args: &Args) -> Option<super::AwsArgs> {
+    match &args.action {
+        Action::Check {
+            environment: true,
+            aws,
+            ..
+        } => Some(aws.clone()),
+        _ => None,
+    }
+}
+
+/// `config check --environment`: the config, then AWS.
+pub(crate) async fn run_environment(args: &Args) -> Result<()> {
+    let Action::Check { file, .. } = &args.action else {
+        return run(args);
+    };
+    let env = process_env();
+    let path = file.as_deref().or(args.config.config.as_deref());
+    let config = match Config::load(path, &env) {
+        Ok(c) => c,
+        // The config's own problems first, as without --environment.
+        Err(_) => return run(args),
+    };
+    let sdk = super::sdk().await?;
+    let mut checks = Vec::new();
+    if let Some(o) = super::origins() {
+        if let Some((region, from)) = &o.region {
+            checks.push(environment::Check {
+                check: "region".into(),
+                ok: true,
+                detail: format!("{region} (from {from})"),
+                fix: String::new(),
+                failure: None,
+            });
+        }
+        checks.push(environment::Check {
+            check: "credentials".into(),
+            ok: true,
+            detail: match &o.profile {
+                Some((p, from)) => format!("loaded (profile {p} from {from})"),
+                None => "loaded (default chain)".into(),
+            },
+            fix: String::new(),
+            failure: None,
+        });
+    }
+    checks.extend(environment::checks(&config, &sdk).await);
+    let output = super::output(Output::Table);
+    if matches!(output, Output::Json | Output::Jsonl) {
+        render::print_json(
+            &serde_json::json!({
+                "ok": checks.iter().all(|c| c.ok),
+                "problems": [],
+                "warnings": env_warnings(&env),
+                "environment": checks,
+            }),
+            output,
+        )?;
+    } else {
+        let shown = path.map_or("(no file)".into(), |p| p.display().to_string());
+        outln!("ok: {shown} is a valid config")?;
+        let rows = checks
+            .iter()
+            .map(|c| {
+                let detail = if c.fix.is_empty() {
+                    c.detail.clone()
+                } else {
+                    format!("{}; fix: {}", c.detail, c.fix)
+                };
+                vec![
+                    c.check.clone(),
+                    if c.ok { "ok" } else { "FAILED" }.to_string(),
+                    detail,
+                ]
+            })
+            .collect();
+        outln!(
+            "{}",
+            render::table(Some(&["CHECK", "", "DETAIL"]), rows, &[])
+        )?;
+    }
+    match environment::exit_code(&checks) {
+        0 => Ok(()),
+        code => Err(super::Exit {
+            code,
+            message: format!(
+                "{} of {} environment checks failed",
+                checks.iter().filter(|c| !c.ok).count(),
+                checks.len()
+            ),
+        }
+        .into()),
+    }
+}
+
 pub(crate) fn run(args: &Args) -> Result<()> {
     let env = process_env();
     let warnings = env_warnings(&env);
     match &args.action {
-        Action::Check { file } => {
+        Action::Check { file, .. } => {
             let path = file.as_deref().or(args.config.config.as_deref());
             let result = Config::load(path, &env);
             let output = super::output(Output::Table);
