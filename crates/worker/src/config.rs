@@ -367,7 +367,10 @@ impl Merged {
                 },
             );
         }
-        for mut p in check::unknown_keys(&mut root, &json_schema()) {
+        for mut p in check::unknown_keys(&mut root, &json_schema())
+            .into_iter()
+            .chain(check::contradictions(&root))
+        {
             p.origin = origins.of(&p.key).cloned();
             problems.push(p);
         }
@@ -402,6 +405,20 @@ impl Merged {
                     break;
                 }
                 Err(LoadError::Key { key, message }) => {
+                    // A value taken out inside a tagged table comes back
+                    // as that table's missing field (`source.type` for the
+                    // `source.initial_position.type` taken out): the same key.
+                    let key = match key.rsplit_once('.') {
+                        Some((table, field)) if !removed.contains(&key) => removed
+                            .iter()
+                            .find(|r| {
+                                r.starts_with(&format!("{table}."))
+                                    && r.ends_with(&format!(".{field}"))
+                            })
+                            .cloned()
+                            .unwrap_or(key),
+                        _ => key,
+                    };
                     // A required value we took out: already reported.
                     if !removed.contains(&key) {
                         let p = self.problem(key.clone(), message);
@@ -428,6 +445,11 @@ impl Merged {
         // read as their defaults), so they report alongside the rest.
         if let Some(config) = &typed {
             for (key, message) in config.problems() {
+                // One problem a key: a contradiction the raw file showed is
+                // not said again by the typed checks.
+                if self.problems.iter().any(|p| p.key == key) {
+                    continue;
+                }
                 if !removed
                     .iter()
                     .any(|r| key == *r || key.starts_with(&format!("{r}.")))
@@ -460,6 +482,33 @@ impl Config {
         env: &BTreeMap<String, String>,
     ) -> Result<Config, LoadError> {
         Merged::new(text, path, env)?.into_config()
+    }
+
+    /// What loads but is likely a mistake, each with its key, value and
+    /// source (a retention shorter than a period, a `time_bucket` bucket
+    /// longer than the period): `config check` prints them. Read from the
+    /// merged file and variables, so they show beside any problem.
+    pub(crate) fn warnings(path: Option<&Path>, env: &BTreeMap<String, String>) -> Vec<Problem> {
+        let Ok((text, shown)) = read(path) else {
+            return Vec::new();
+        };
+        let Ok(merged) = Merged::new(&text, &shown, env) else {
+            return Vec::new();
+        };
+        let schema = merged.root.get("schema").and_then(|v| {
+            let mut t = v.as_table()?.clone();
+            // Read beside the router's settings, not by them.
+            for key in ["tiers", "billing", "event"] {
+                t.remove(key);
+            }
+            toml::Value::Table(t).try_into::<RouterConfig>().ok()
+        });
+        schema
+            .map(|s| s.warnings())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(key, message)| merged.problem(format!("schema.{key}"), message))
+            .collect()
     }
 
     /// Every key of the effective config with its value and where it came
@@ -588,12 +637,19 @@ impl Config {
     /// Every cross-field problem, as (dotted key, what is wrong and the fix).
     fn problems(&self) -> Vec<(String, String)> {
         let mut out = Vec::new();
-        if let Err(e) = Router::new(self.schema.clone()) {
-            // The key itself, so the error points at its line in the file.
-            out.push((e.key_path(), e.to_string()));
+        // The event fields' first problem (the router builds them first),
+        // then every problem of the other router settings; each at its key,
+        // so the error points at its line in the file.
+        if let Err(e @ tidemark_schema::route::RouterConfigError::Event(_)) =
+            Router::new(self.schema.clone())
+        {
+            out.push((e.key_path(), e.problem()));
         }
-        if let Err(message) = self.writer.validate() {
-            out.push(("writer".into(), message));
+        for e in self.schema.problems() {
+            out.push((e.key_path(), e.problem()));
+        }
+        for (key, message) in self.writer.problems() {
+            out.push((format!("writer.{key}"), message));
         }
         // The same checks each source runs when it starts, so every command
         // (not only `run`, and before any AWS call) refuses a bad source
@@ -774,9 +830,14 @@ fn strict<T: serde::de::DeserializeOwned>(
     value: toml::Value,
     prefix: &str,
 ) -> Result<T, LoadError> {
+    // Kept to find the field a complaint is about (see `check::locate`).
+    let searched = value.clone();
     serde_path_to_error::deserialize(value).map_err(|e| {
         let message = e.inner().to_string();
         let mut key = e.path().to_string();
+        if let Some(leaf) = check::locate(&searched, &key, &message) {
+            key = leaf;
+        }
         // Internally tagged sections (source) report the section, not the
         // field: name the field too.
         if let Some(field) = backticked_after(&message, "unknown field ")

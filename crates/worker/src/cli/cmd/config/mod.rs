@@ -158,6 +158,10 @@ pub(crate) fn run(args: &Args) -> Result<()> {
         Action::Check { file, .. } => {
             let path = file.as_deref().or(args.config.config.as_deref());
             let result = Config::load(path, &env);
+            let warnings: Vec<String> = warnings
+                .into_iter()
+                .chain(Config::warnings(path, &env).iter().map(ToString::to_string))
+                .collect();
             let output = super::output(Output::Table);
             if matches!(output, Output::Json | Output::Jsonl) {
                 let problems = match &result {
