@@ -238,3 +238,37 @@ path = "x"
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains(&format!("{} problems", list.len())), "{err}");
 }
+
+/// `run` says what `config check` warns about, in its log, before it
+/// starts (a worker started without a check still tells).
+#[test]
+fn run_logs_the_config_warnings() {
+    let text = GOOD.replace(
+        "table_prefix = \"events\"",
+        "table_prefix = \"events\"\nperiod = \"day\"\nretention = \"2h\"",
+    );
+    let f = file("run-warnings", &text);
+    // Nothing listens there: `run` gives up at once (exit 69), after
+    // loading the config and starting its log.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let o = Command::new(BIN)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOSTNAME", "test-host")
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "x")
+        .env("AWS_SECRET_ACCESS_KEY", "x")
+        .env("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{port}"))
+        .args(["run", "--config", f.to_str().unwrap(), "--timeout", "10s"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("schema.retention") && err.contains("shorter than one period"),
+        "{err}"
+    );
+}
