@@ -263,7 +263,15 @@ fn run_logs_the_config_warnings() {
         .env("AWS_ACCESS_KEY_ID", "x")
         .env("AWS_SECRET_ACCESS_KEY", "x")
         .env("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{port}"))
-        .args(["run", "--config", f.to_str().unwrap(), "--timeout", "10s"])
+        .args([
+            "run",
+            "--config",
+            f.to_str().unwrap(),
+            "--timeout",
+            "10s",
+            "--give-up-after",
+            "2s",
+        ])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);

@@ -228,6 +228,11 @@ fn real_main(cli: Cli) -> Result<()> {
         Command::Run(args) => {
             let config = args.config.load()?;
             init_logs(global, Some(&config));
+            // What `config check` warns about, in the worker's own log.
+            let env = crate::config::process_env();
+            for w in Config::warnings(args.config.config.as_deref(), &env) {
+                tracing::warn!(key = %w.key, "{w}");
+            }
             aws_command(&args.aws, true, async move { cmd::run::run(&config).await })
         }
     }
