@@ -670,6 +670,29 @@ mod tests {
     }
 
     #[test]
+    fn entity_field_with_entity_fields_is_a_contradiction_unless_empty() {
+        let keys = |text: &str| -> Vec<String> {
+            contradictions(&toml::from_str(text).unwrap())
+                .into_iter()
+                .map(|p| p.key)
+                .collect()
+        };
+        assert_eq!(
+            keys("[event]\nentity_field = \"a\"\nentity_fields = [\"b\"]\n"),
+            ["event.entity_fields"]
+        );
+        assert_eq!(
+            keys(
+                "[[source.streams]]\nstream = \"s\"\nevent = { entity_field = \"a\", entity_fields = [\"b\"] }\n"
+            ),
+            ["source.streams.0.event.entity_fields"]
+        );
+        // An empty list sets nothing: `entity_field` is used.
+        assert!(keys("[event]\nentity_field = \"a\"\nentity_fields = []\n").is_empty());
+        assert!(keys("[event]\nentity_fields = [\"b\"]\n").is_empty());
+    }
+
+    #[test]
     fn edit_distance_counts_edits() {
         assert_eq!(edit_distance("lease_tabel", "lease_table"), 2);
         assert_eq!(edit_distance("stream", "stream"), 0);
