@@ -236,7 +236,11 @@ pub(crate) fn contradictions(root: &toml::Table) -> Vec<Problem> {
         }
     }
     for (path, e) in events {
-        if e.contains_key("entity_field") && e.contains_key("entity_fields") {
+        if e.contains_key("entity_field")
+            && e.get("entity_fields")
+                .and_then(toml::Value::as_array)
+                .is_some_and(|a| !a.is_empty())
+        {
             out.push(Problem {
                 key: format!("{path}.entity_fields"),
                 value: value_at_table(e, "entity_fields"),
