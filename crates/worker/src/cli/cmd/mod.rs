@@ -14,6 +14,7 @@ pub(crate) mod record;
 pub(crate) mod render;
 pub(crate) mod replay;
 pub(crate) mod run;
+pub(crate) mod source;
 pub(crate) mod status;
 pub(crate) mod tables;
 pub(crate) mod verify;
@@ -23,7 +24,7 @@ use std::sync::OnceLock;
 
 use std::sync::Arc;
 
-use crate::config::{Config, SourceConfig, env_warnings, process_env};
+use crate::config::{Config, env_warnings, process_env};
 use crate::sdk::AwsOverrides;
 use anyhow::{Result, bail};
 use tidemark_schema::route::RouterConfig;
@@ -288,16 +289,6 @@ pub(crate) fn stream_name(stream: &str) -> String {
         .to_string()
 }
 
-/// The Kinesis source of a config, or an error naming the command's need.
-pub(crate) fn kinesis_source(config: &Config) -> Result<&tidemark_consumer::KinesisConfig> {
-    match &config.source {
-        SourceConfig::Kinesis(k) => Ok(k),
-        SourceConfig::Sqs(_) => {
-            bail!("this command needs a Kinesis source (source.kind = \"kinesis\")")
-        }
-    }
-}
-
 /// The one stream a command works on, as a single-stream config:
 /// `source.stream`, or with `source.streams` the entry `--stream` names.
 pub(crate) fn one_stream(
@@ -367,7 +358,7 @@ mod tests {
             "arn:aws:kinesis:us-east-1:123456789012:stream/clicks",
         ]
         .iter()
-        .map(|s| tidemark_consumer::config::StreamEntry {
+        .map(|s| tidemark_consumer::kinesis::StreamEntry {
             stream: s.to_string(),
             account_id: None,
             creation_epoch: None,

@@ -6,7 +6,8 @@ use crate::config::Config;
 use anyhow::Result;
 
 use super::render::outln;
-use super::{kinesis_source, stream_name};
+use super::source::kinesis_source;
+use super::stream_name;
 
 /// Arguments of `record`.
 #[derive(Debug, clap::Args)]
