@@ -20,6 +20,8 @@
 //!   [`forward_proxy::start_forward_proxy`].
 //! - [`fault_proxy::FaultProxy`]: a TCP proxy that passes, refuses, freezes
 //!   or denies, switched while a worker runs.
+//! - [`kcl`]: KCL lease-table fixtures (2.x to 3.5) on the stack, and the
+//!   KCL's format rules as a checker.
 //! - [`EMF_METRICS`]: the worker's CloudWatch metrics the ECS stack reads.
 //! - [`unique_name`], [`wait_until`] and [`wait_until_or`] (poll a
 //!   condition with a deadline), [`free_port`].
@@ -42,6 +44,7 @@ use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
 
 pub mod fault_proxy;
 pub mod forward_proxy;
+pub mod kcl;
 pub mod worker;
 
 /// The worker's Embedded Metric Format metrics that the ECS stack's alarms

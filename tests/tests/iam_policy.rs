@@ -158,7 +158,7 @@ const ON_BEHALF: &[(&str, &str, &str)] = &[
 ];
 
 /// Actions AWS does not scope to a resource, so `Resource: "*"` is allowed.
-const RESOURCE_STAR_OK: &[&str] = &["dynamodb:ListTables"];
+const RESOURCE_STAR_OK: &[&str] = &["dynamodb:ListTables", "kinesis:DescribeAccountSettings"];
 
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -975,6 +975,43 @@ fn on_behalf_grants_are_granted_only_under_their_condition() {
         );
         assert_eq!(st.resources, ["!Ref KmsKeyArn"], "statement {}", st.sid);
     }
+}
+
+/// A KCL application's side tables are only read, and only when a lease
+/// table is taken over; the stream's settings are readable in both read
+/// modes.
+#[test]
+fn kcl_side_tables_are_read_only_and_stream_settings_readable_in_every_mode() {
+    let statements = task_role_statements(&template_text()).unwrap_or_else(|e| panic!("{e}"));
+    for (table, actions) in [
+        (
+            "${LeaseTableName}-CoordinatorState",
+            ["dynamodb:DescribeTable", "dynamodb:GetItem"],
+        ),
+        (
+            "${LeaseTableName}-WorkerMetricStats",
+            ["dynamodb:DescribeTable", "dynamodb:Scan"],
+        ),
+    ] {
+        let on: Vec<&Statement> = statements
+            .iter()
+            .filter(|s| s.text.contains(table))
+            .collect();
+        assert_eq!(on.len(), 1, "one statement on {table}");
+        assert_eq!(on[0].actions, actions, "{table} is read, never written");
+        assert_eq!(on[0].only_if.as_deref(), Some("TakesOverALeaseTable"));
+    }
+    let describe: Vec<&Statement> = statements
+        .iter()
+        .filter(|s| {
+            s.actions
+                .iter()
+                .any(|a| a == "kinesis:DescribeStreamSummary")
+        })
+        .collect();
+    assert_eq!(describe.len(), 1);
+    assert_eq!(describe[0].sid, "ReadTheOneStream");
+    assert_eq!(describe[0].only_if.as_deref(), Some("IsKinesis"));
 }
 
 /// Another team's table that merely matches `<prefix>_*` is out of reach:

@@ -74,6 +74,17 @@ pub enum ConsumerError {
         /// What is wrong.
         problem: String,
     },
+    /// A KCL application's lease table in a state Tidemark does not take
+    /// over: what to do first is in `problem`.
+    #[error("lease table {table} is {state}: {problem}")]
+    KclState {
+        /// Table name.
+        table: String,
+        /// The state, as `tidemark status` names it.
+        state: String,
+        /// The evidence and the step to take first.
+        problem: String,
+    },
     /// A fixture file could not be read or written.
     #[error("fixture {path}: {problem}")]
     Fixture {

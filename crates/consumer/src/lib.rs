@@ -8,10 +8,11 @@
 //!   ([`SourceConfig`]) and [`build`], which turns it into a source.
 //! - [`record`]: [`Record`], its [`Ack`] handle (and [`Ack::done_all`], one
 //!   report per run of acks to the same tracker) and [`Defect`].
-//! - [`kinesis`]: [`KinesisSource`] (KCL 2.x-format leases, listing or
+//! - [`kinesis`]: [`KinesisSource`] (KCL-format leases, 2.x to 3.5, the
+//!   KCL's own items in the table left as they are; listing or
 //!   leader-mode balancing, shard readers by polling or fan-out, renewals
-//!   and checkpoints, resharding, several streams); its lease table is
-//!   [`lease`] (also the worker's maintenance lease).
+//!   and checkpoints, resharding, several streams; the stream's settings);
+//!   its lease table is [`lease`] (also the worker's maintenance lease).
 //! - [`sqs`]: [`SqsSource`] (long-poll receivers, visibility heartbeats,
 //!   delete after acknowledgement, FIFO group order).
 //! - [`fixture`]: the JSON-lines fixture format, its recorder and the
@@ -44,6 +45,10 @@
 //!   parents reached `SHARD_END`, so per-partition-key order survives
 //!   resharding. Per-group order (SQS FIFO): a message's records reach the
 //!   sink only after every earlier message of its group is acknowledged.
+//! - KCL tables (Kinesis): only leases are taken, balanced, written or
+//!   deleted; a KCL application's other items and side tables are never
+//!   written, and a table the KCL is still migrating or using is refused at
+//!   start.
 //! - Fencing (Kinesis): every lease write is conditional on `leaseCounter`;
 //!   a worker that lost a lease stops reading the shard and cannot
 //!   checkpoint it, and a reader whose lease was not renewed in time stops

@@ -33,6 +33,10 @@ pub mod kinesis {
     pub(crate) const SUBSCRIPTION_FAILURES: &str = "tidemark_consumer_subscription_failures_total";
     /// Counter, label `shard`: KPL aggregates that failed their MD5 or decoding.
     pub(crate) const CORRUPT_AGGREGATES: &str = "tidemark_consumer_corrupt_aggregates_total";
+    /// Gauge, labels `table`, `kind` (`kcl`, `unknown`, `unreadable_lease`):
+    /// items of the lease table that are not leases, at the last listing
+    /// (never taken, balanced, written or deleted).
+    pub(crate) const OTHER_ITEMS: &str = "tidemark_consumer_lease_table_other_items";
 }
 
 /// The SQS source's metrics.
@@ -119,6 +123,11 @@ const HELP: &[(&str, Kind, &str)] = &[
         kinesis::CORRUPT_AGGREGATES,
         Kind::Counter,
         "KPL aggregates that failed their MD5 or decoding (label `shard`).",
+    ),
+    (
+        kinesis::OTHER_ITEMS,
+        Kind::Gauge,
+        "Items of the lease table that are not leases, at the last listing (labels `table`, `kind` (`kcl`, `unknown`, `unreadable_lease`)); never taken, balanced, written or deleted.",
     ),
     (
         sqs::MESSAGES_RECEIVED,

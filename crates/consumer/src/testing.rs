@@ -5,7 +5,9 @@
 
 /// KPL aggregated records (the Kinesis reader de-aggregates them).
 pub mod kpl {
-    pub use crate::kinesis::kpl::{KplError, MAGIC, UserRecord, aggregate, deaggregate};
+    pub use crate::kinesis::kpl::{
+        KplError, MAGIC, UserRecord, aggregate, aggregate_with_hash_keys, deaggregate,
+    };
 }
 
 /// SQS message bodies (SNS envelopes, base64 gzip) split into events.

@@ -1193,3 +1193,87 @@ streams = [
     assert_eq!(report["mismatched"], 100, "{report}");
     assert_eq!(out.status.code(), Some(1));
 }
+
+/// `status` on a KCL 3.5 table with a lease in a graceful hand-off: the
+/// KCL's leader lock, worker metrics and migration state are shown as KCL
+/// items, not as shards; the lease in hand-off names both owners; the
+/// table's state and the way back to the KCL are named; the stream's
+/// settings (DescribeStreamSummary) are shown. Nothing is written.
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn status_shows_kcl_items_as_such_and_the_streams_settings() {
+    let stack = tidemark_tests::stack().await;
+    let loaded = tidemark_tests::kcl::Fixture::get("kcl3x_handoff")
+        .load(&stack)
+        .await;
+    let name = unique_name("e2e-kcl");
+    let source = format!(
+        "[source]\nkind = \"kinesis\"\nstream = \"{}\"\nlease_table = \"{}\"\nworker_id = \"e2e\"\n",
+        loaded.stream, loaded.lease_table
+    );
+    let env = setup_source(stack, &name, "", &source);
+    let text = env.output(&["status", "-o", "json"]);
+    let status: Value = serde_json::from_str(&text).unwrap();
+    let shards: Vec<&str> = status["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["shard"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        shards,
+        loaded.lease().leases,
+        "only leases are shards: {status}"
+    );
+    let kcl = &status["kcl"];
+    assert_eq!(kcl["state"], "kcl35_single_table", "{status}");
+    assert_eq!(kcl["way_back"], "KCL 3.5.0 or later", "{status}");
+    let items: Vec<(String, String)> = kcl["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["key"].as_str().unwrap().to_string(),
+                i["kind"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String)> = loaded
+        .lease()
+        .not_leases
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    assert_eq!(items, want, "{status}");
+    let handoff = &loaded.lease().in_handoff[0];
+    let row = status["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["shard"] == handoff.as_str())
+        .unwrap();
+    assert_eq!(row["owner"], "kcl3-worker-a", "the worker still holding it");
+    assert_eq!(row["handoff_to"], "ip-10-0-1-17.ec2.internal:kcl3-worker-b");
+    assert_eq!(status["summary"]["shards"], 4);
+    let stream = &status["streams"][0];
+    assert_eq!(stream["stream"], loaded.stream.as_str(), "{status}");
+    assert_eq!(stream["capacity_mode"], "PROVISIONED", "{status}");
+    assert_eq!(stream["open_shards"], 4);
+    assert_eq!(stream["fan_out_limit"], 20);
+    // The table view names the state and the items too.
+    let table = env.output(&["status"]);
+    for needle in [
+        "KCL 3.5 single table",
+        "Leader (LEADER)",
+        "hand-off",
+        "PROVISIONED",
+    ] {
+        assert!(table.contains(needle), "{needle} missing from:\n{table}");
+    }
+    loaded.assert_untouched(&env.stack).await;
+    loaded.delete_stream(&env.stack).await;
+}

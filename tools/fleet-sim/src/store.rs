@@ -269,7 +269,11 @@ impl MemTable {
         self.admit(&mut st, "Scan", read_units(bytes, consistent), 0.0)?;
         let sec = self.elapsed().as_secs() as usize;
         st.seconds[sec].scans += 1;
-        Ok(ScanPage { leases, next })
+        Ok(ScanPage {
+            leases,
+            next,
+            ..ScanPage::default()
+        })
     }
 
     async fn get_item(&self, key: &str) -> Result<Option<Lease>, AwsError> {

@@ -9,6 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_sdk_kinesis::Client;
+use aws_sdk_kinesis::operation::describe_stream_summary::{
+    DescribeStreamSummaryError, DescribeStreamSummaryOutput,
+};
 use aws_sdk_kinesis::operation::get_records::{GetRecordsError, GetRecordsOutput};
 use aws_sdk_kinesis::operation::get_shard_iterator::{
     GetShardIteratorError, GetShardIteratorOutput,
@@ -17,6 +20,7 @@ use aws_sdk_kinesis::operation::list_shards::{ListShardsError, ListShardsOutput}
 use aws_sdk_kinesis::types::error::InvalidArgumentException;
 use aws_sdk_kinesis::types::{
     ChildShard, HashKeyRange, Record, SequenceNumberRange, Shard, ShardIteratorType,
+    StreamDescriptionSummary, StreamStatus,
 };
 use aws_smithy_mocks::{MockResponse, MockResponseInterceptor, RuleMode, mock};
 use aws_smithy_types::Blob;
@@ -263,9 +267,34 @@ impl Stream {
         out.build().map_err(|e| invalid(&e.to_string()))
     }
 
+    /// DescribeStreamSummary, which every worker calls once at start (the
+    /// stream's settings): a provisioned stream of the open shards.
+    fn summary(&self) -> DescribeStreamSummaryOutput {
+        let open = self
+            .lock()
+            .shards
+            .values()
+            .filter(|s| s.closed.is_none())
+            .count();
+        let summary = StreamDescriptionSummary::builder()
+            .stream_name("sim")
+            .stream_arn("arn:aws:kinesis:us-east-1:000000000000:stream/sim")
+            .stream_status(StreamStatus::Active)
+            .retention_period_hours(24)
+            .stream_creation_timestamp(aws_smithy_types::DateTime::from_secs(1))
+            .set_enhanced_monitoring(Some(Vec::new()))
+            .open_shard_count(i32::try_from(open).unwrap_or(i32::MAX))
+            .consumer_count(0)
+            .build()
+            .ok();
+        DescribeStreamSummaryOutput::builder()
+            .set_stream_description_summary(summary)
+            .build()
+    }
+
     /// A Kinesis client answered by this stream.
     pub fn client(&self) -> Client {
-        let (a, b, c) = (self.clone(), self.clone(), self.clone());
+        let (a, b, c, d) = (self.clone(), self.clone(), self.clone(), self.clone());
         let list = mock!(Client::list_shards)
             .then_compute_response(move |_| MockResponse::<_, ListShardsError>::Output(a.list()));
         let iter = mock!(Client::get_shard_iterator).then_compute_response(move |req| {
@@ -284,8 +313,12 @@ impl Stream {
                 Err(e) => MockResponse::Error(GetRecordsError::InvalidArgumentException(e)),
             }
         });
+        let describe = mock!(Client::describe_stream_summary).then_compute_response(move |_| {
+            MockResponse::<_, DescribeStreamSummaryError>::Output(d.summary())
+        });
         let interceptor = MockResponseInterceptor::new()
             .rule_mode(RuleMode::MatchAny)
+            .with_rule(&describe)
             .with_rule(&list)
             .with_rule(&iter)
             .with_rule(&get);

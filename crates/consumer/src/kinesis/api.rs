@@ -13,6 +13,7 @@ use tracing::{debug, info, warn};
 use crate::error::{AwsError, ConsumerError, ErrorClass};
 use crate::kinesis::config::{InitialPosition, KinesisConfig};
 use crate::kinesis::lease::item::Checkpoint;
+use crate::kinesis::settings::{StreamSettings, stream_settings};
 
 /// How long registration waits for the consumer to become ACTIVE (AWS
 /// takes a few seconds; a consumer being deleted first has to go).
@@ -235,6 +236,15 @@ pub(crate) async fn describe_stream(
     }
 }
 
+fn consumer_limit(problem: String) -> ConsumerError {
+    AwsError {
+        op: "RegisterStreamConsumer",
+        class: ErrorClass::Fatal,
+        message: problem,
+    }
+    .into()
+}
+
 fn timed_out(op: &'static str, what: String) -> ConsumerError {
     AwsError {
         op,
@@ -253,6 +263,7 @@ fn timed_out(op: &'static str, what: String) -> ConsumerError {
 pub(crate) async fn register_consumer(
     kinesis: &aws_sdk_kinesis::Client,
     config: &KinesisConfig,
+    settings: Option<&StreamSettings>,
 ) -> Result<String, ConsumerError> {
     let stream = stream_arn(kinesis, config).await?;
     let name = config.consumer_name();
@@ -283,6 +294,11 @@ pub(crate) async fn register_consumer(
                 if e.as_service_error()
                     .is_some_and(|s| s.is_resource_not_found_exception()) =>
             {
+                // A new consumer on a stream that has its most already:
+                // say so now rather than retry a refused registration.
+                if let Some(full) = settings.and_then(|s| s.check_room_for_a_consumer().err()) {
+                    return Err(consumer_limit(full));
+                }
                 match kinesis
                     .register_stream_consumer()
                     .stream_arn(&stream)
@@ -301,6 +317,15 @@ pub(crate) async fn register_consumer(
                             .is_some_and(|s| s.is_resource_in_use_exception()) => {}
                     Err(e) => {
                         let err = AwsError::new("RegisterStreamConsumer", &e);
+                        // LimitExceeded is also a rate limit: only a full
+                        // stream stops the start.
+                        if e.as_service_error()
+                            .is_some_and(|s| s.is_limit_exceeded_exception())
+                            && let Ok(now) = stream_settings(kinesis, &stream).await
+                            && let Err(full) = now.check_room_for_a_consumer()
+                        {
+                            return Err(consumer_limit(full));
+                        }
                         if !err.class.is_retryable() {
                             return Err(err.into());
                         }

@@ -291,6 +291,7 @@ impl Assigner {
             match r {
                 Ok(Some(written)) if to == me => {
                     observed.owner = Some(to);
+                    observed.checkpoint_owner = None;
                     reader::spawn(stream, observed, written);
                 }
                 Ok(Some(_)) => debug!(shard = %observed.key, to = %to, "lease assigned"),
@@ -302,7 +303,10 @@ impl Assigner {
         let mine: Vec<String> = leases
             .iter()
             .filter(|l| {
-                l.owner.as_deref() == Some(me) && !l.is_finished() && !stream.held.contains(&l.key)
+                l.owner.as_deref() == Some(me)
+                    && !l.is_finished()
+                    && !l.in_handoff()
+                    && !stream.held.contains(&l.key)
             })
             .map(|l| l.key.clone())
             .collect();
@@ -341,7 +345,14 @@ impl Assigner {
                     return None;
                 }
                 let lease = match stream.table.get(&key).await {
-                    Ok(Some(l)) if l.owner.as_deref() == Some(me) && !l.is_finished() => l,
+                    // A KCL hand-off to this worker: not ours until taken.
+                    Ok(Some(l))
+                        if l.owner.as_deref() == Some(me)
+                            && !l.is_finished()
+                            && !l.in_handoff() =>
+                    {
+                        l
+                    }
                     Ok(_) => return None,
                     Err(e) => {
                         warn!(shard = %key, error = %e, "reading an assigned lease failed");
@@ -543,7 +554,8 @@ pub(super) fn assignments(input: &AssignInput<'_>) -> Vec<(String, String)> {
             .parents
             .iter()
             .all(|p| finished.contains(p.as_str()) || !known.contains(p.as_str()));
-        let free = match l.owner.as_deref() {
+        // During a KCL hand-off the `checkpointOwner` holds the lease.
+        let free = match l.actual_owner() {
             Some(o) if dead.contains(o) => true,
             Some(_) if observations.is_expired(l, now, failover) => true,
             Some(o) => {
@@ -600,10 +612,10 @@ pub(super) fn assignments(input: &AssignInput<'_>) -> Vec<(String, String)> {
         if max_n <= min_n + 1 {
             break;
         }
-        let Some(pos) = load
-            .get(max_w)
-            .and_then(|v| v.iter().rposition(|l| !moved.contains(&l.key)))
-        else {
+        let Some(pos) = load.get(max_w).and_then(|v| {
+            v.iter()
+                .rposition(|l| !moved.contains(&l.key) && !l.in_handoff())
+        }) else {
             break;
         };
         let Some(l) = load.get_mut(max_w).map(|v| v.remove(pos)) else {

@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::SourceConfigError;
+use crate::kinesis::lease::kcl::SideTableNames;
 
 /// Where a shard with no checkpoint starts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema)]
@@ -77,8 +78,10 @@ pub struct KinesisConfig {
     /// docs/read-modes.md#several-streams.
     #[serde(default)]
     pub streams: Vec<StreamEntry>,
-    /// DynamoDB lease table (KCL 2.x format); created on demand when absent.
-    /// A KCL application's table can be reused to resume from its checkpoints.
+    /// DynamoDB lease table (the KCL's format); created on demand when
+    /// absent. A KCL application's table (KCL 2.x to 3.5) can be reused to
+    /// resume from its checkpoints; the KCL's own items in it are left as
+    /// they are (docs/operations.md#move-from-a-kcl-application).
     pub lease_table: String,
     /// This worker's unique id (e.g. the ECS task id). Two live workers must
     /// never share one.
@@ -156,9 +159,25 @@ pub struct KinesisConfig {
     /// leader's clock counts as dead and its leases are reassigned at once;
     /// this is safe because every worker stops reading once its own last
     /// successful heartbeat is older than `failover_time` minus a fifth.
+    /// Also allowed for when judging, at start, whether a KCL worker still
+    /// reports its metrics.
     #[schemars(with = "String")]
     #[serde(default = "default_max_clock_skew", with = "humantime_serde")]
     pub max_clock_skew: Duration,
+    /// Moving from a KCL 3.0-3.4 application: its coordinator-state table,
+    /// where the KCL keeps its migration state. Read (DescribeTable,
+    /// GetItem), never written, at start, to refuse a table whose KCL
+    /// migration is not finished (docs/operations.md#move-from-a-kcl-application).
+    /// Default `<lease_table>-CoordinatorState`, the KCL's own default
+    /// name; `"none"` when the application has none.
+    #[serde(default)]
+    pub kcl_coordinator_state_table: Option<String>,
+    /// Moving from a KCL 3.0-3.4 application: its worker-metrics table.
+    /// Read (DescribeTable, Scan), never written, at start, to refuse while
+    /// a KCL worker still reports. Default `<lease_table>-WorkerMetricStats`;
+    /// `"none"` when the application has none.
+    #[serde(default)]
+    pub kcl_worker_metric_stats_table: Option<String>,
     /// Lease-coordination switches. Not a configuration key: always
     /// [`LeaseTuning::default`] (tuned) when read from a file; the fleet simulator
     /// sets [`LeaseTuning::before`] to measure the earlier behaviour.
@@ -350,7 +369,23 @@ impl KinesisConfig {
             subscription_renewal: default_subscription_renewal(),
             lease_assignment: LeaseAssignment::Listing,
             max_clock_skew: default_max_clock_skew(),
+            kcl_coordinator_state_table: None,
+            kcl_worker_metric_stats_table: None,
             lease_tuning: LeaseTuning::default(),
+        }
+    }
+
+    /// The KCL 3.0-3.4 side tables to look for at start (`None`: not
+    /// looked for, set to `"none"`).
+    pub fn kcl_side_table_names(&self) -> SideTableNames {
+        let name = |set: &Option<String>, suffix: &str| match set.as_deref() {
+            Some("none") => None,
+            Some(n) => Some(n.to_string()),
+            None => Some(format!("{}-{suffix}", self.lease_table)),
+        };
+        SideTableNames {
+            coordinator: name(&self.kcl_coordinator_state_table, "CoordinatorState"),
+            metrics: name(&self.kcl_worker_metric_stats_table, "WorkerMetricStats"),
         }
     }
 

@@ -115,25 +115,43 @@ pub fn deaggregate(data: &[u8]) -> Result<Option<Vec<UserRecord>>, KplError> {
 /// Builds an aggregate from `(partition key, data)` pairs: the inverse of
 /// `deaggregate`, for tests and fixture tooling.
 pub fn aggregate<K: AsRef<str>, D: AsRef<[u8]>>(records: &[(K, D)]) -> Vec<u8> {
-    let mut keys: Vec<&str> = Vec::new();
+    let records: Vec<(&str, Option<&str>, &[u8])> = records
+        .iter()
+        .map(|(k, d)| (k.as_ref(), None, d.as_ref()))
+        .collect();
+    aggregate_with_hash_keys(&records)
+}
+
+/// Builds an aggregate from `(partition key, explicit hash key, data)`
+/// triples (the KPL's `AggregatedRecord`, hash keys in their own table),
+/// for tests and fixture tooling.
+pub fn aggregate_with_hash_keys(records: &[(&str, Option<&str>, &[u8])]) -> Vec<u8> {
+    fn index<'a>(table: &mut Vec<&'a str>, k: &'a str) -> u64 {
+        let i = table.iter().position(|x| *x == k).unwrap_or_else(|| {
+            table.push(k);
+            table.len() - 1
+        });
+        i as u64
+    }
+    let (mut keys, mut hashes) = (Vec::new(), Vec::new());
     let mut body = Vec::new();
     let mut recs = Vec::new();
-    for (k, d) in records {
-        let idx = keys
-            .iter()
-            .position(|x| *x == k.as_ref())
-            .unwrap_or_else(|| {
-                keys.push(k.as_ref());
-                keys.len() - 1
-            });
+    for (k, h, d) in records {
         let mut rec = Vec::new();
         put_varint(&mut rec, 1 << 3);
-        put_varint(&mut rec, idx as u64);
-        put_bytes(&mut rec, 3, d.as_ref());
+        put_varint(&mut rec, index(&mut keys, k));
+        if let Some(h) = h {
+            put_varint(&mut rec, 2 << 3);
+            put_varint(&mut rec, index(&mut hashes, h));
+        }
+        put_bytes(&mut rec, 3, d);
         recs.push(rec);
     }
     for k in keys {
         put_bytes(&mut body, 1, k.as_bytes());
+    }
+    for h in hashes {
+        put_bytes(&mut body, 2, h.as_bytes());
     }
     for rec in recs {
         put_bytes(&mut body, 3, &rec);
@@ -300,5 +318,29 @@ mod tests {
             assert_eq!(&r.data[..], &d[..]);
             assert_eq!(r.sub_sequence_number, i as u64);
         }
+    }
+
+    #[test]
+    fn explicit_hash_keys_round_trip() {
+        let top = (1u128 << 127).to_string();
+        let input: Vec<(&str, Option<&str>, &[u8])> = vec![
+            ("a", Some(top.as_str()), b"1"),
+            ("b", None, b"2"),
+            ("a", Some("0"), b"3"),
+        ];
+        let recs = deaggregate(&aggregate_with_hash_keys(&input))
+            .unwrap()
+            .unwrap();
+        let got: Vec<(&str, Option<&str>, &[u8])> = recs
+            .iter()
+            .map(|r| {
+                (
+                    r.partition_key.as_str(),
+                    r.explicit_hash_key.as_deref(),
+                    &r.data[..],
+                )
+            })
+            .collect();
+        assert_eq!(got, input);
     }
 }

@@ -192,6 +192,7 @@ impl ListingBalancer {
                         metrics::counter!(metric::LEASE_CHANGES, "kind" => kind).increment(1);
                         let mut lease = observed.clone();
                         lease.owner = Some(cfg.worker_id.clone());
+                        lease.checkpoint_owner = None;
                         reader::spawn(stream, lease, written);
                     }
                     Ok(None) => debug!(shard = %key, "lease race lost"),

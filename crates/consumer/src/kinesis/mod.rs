@@ -20,7 +20,9 @@
 //! - `api`: the other Kinesis calls (shards, iterators, description,
 //!   consumer registration); `convert`: raw records to pipeline records
 //!   (KPL, framing, positions); `kpl`, `pacer`, `checkpoint` (the
-//!   watermark), `status`, `config`;
+//!   watermark), `status`, `config`; `settings`: the stream's settings
+//!   (record size, capacity mode, record distribution, fan-out consumers
+//!   and their limit by the account's On-demand mode);
 //! - [`lease`]: the KCL-format lease table and its laws.
 //!
 //! Guarantees:
@@ -63,6 +65,7 @@ mod pacer;
 mod reader;
 mod renewer;
 mod run;
+pub mod settings;
 mod shard;
 mod source;
 pub(crate) mod status;
@@ -73,5 +76,6 @@ pub use checkpoint::{AckTracker, OutOfOrder, Position, SequenceNumber};
 pub use config::{InitialPosition, KinesisConfig, LeaseAssignment, ReadMode, StreamEntry};
 /// KPL aggregation, as `tidemark produce --aggregate` writes records.
 pub use kpl::aggregate as kpl_aggregate;
+pub use settings::{AccountMode, StreamSettings, WarmThroughput, stream_settings};
 pub use source::KinesisSource;
 pub use status::{ShardState, ShardStatus, StatusHandle};

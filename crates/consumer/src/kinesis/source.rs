@@ -13,13 +13,16 @@ use crate::kinesis::balancing;
 use crate::kinesis::config::{KinesisConfig, LeaseAssignment, ReadMode};
 use crate::kinesis::lease::key::KeyFormat;
 use crate::kinesis::lease::leader_store::LeaderStore;
-use crate::kinesis::lease::table::{LeaseTable, refuse_other_format};
+use crate::kinesis::lease::table::LeaseTable;
+use crate::kinesis::lease::takeover;
 use crate::kinesis::lease::timing::LeaseTiming;
 use crate::kinesis::run::{RunParts, StreamRun};
+use crate::kinesis::settings::{StreamSettings, stream_settings};
 use crate::kinesis::status::StatusHandle;
 use crate::kinesis::streams;
 use crate::record::Record;
 use crate::source::{Governors, Source};
+use tracing::{info, warn};
 
 /// The Kinesis source. See the module docs for its guarantees.
 #[derive(Debug)]
@@ -134,7 +137,7 @@ impl KinesisSource {
         self.table.create_if_absent(Duration::from_secs(60)).await?;
         // A stream's scoped view is checked once for the whole table.
         if self.table.scope().is_none() {
-            refuse_other_format(&self.table, KeyFormat::SingleStream).await?;
+            takeover::check(&self.table, KeyFormat::SingleStream, &self.config).await?;
         }
         let leader_store = match (self.config.lease_assignment, self.leader_store) {
             (LeaseAssignment::Leader, None) => {
@@ -154,8 +157,11 @@ impl KinesisSource {
             }
             (LeaseAssignment::Listing, _) => None,
         };
+        let settings = read_settings(&self.kinesis, &self.config.stream).await;
         let consumer_arn = match self.config.read_mode {
-            ReadMode::FanOut => Some(register_consumer(&self.kinesis, &self.config).await?),
+            ReadMode::FanOut => {
+                Some(register_consumer(&self.kinesis, &self.config, settings.as_ref()).await?)
+            }
             ReadMode::Polling => None,
         };
         let stream = Arc::new(StreamRun::new(RunParts {
@@ -179,6 +185,41 @@ impl KinesisSource {
         }
         Err(ConsumerError::DrainIncomplete { shards })
     }
+}
+
+/// The stream's settings, logged once at start (with the per-key order
+/// caveat of an `AUTO` stream); `None`, with a warning, when unreadable:
+/// reading does not depend on them.
+async fn read_settings(kinesis: &aws_sdk_kinesis::Client, stream: &str) -> Option<StreamSettings> {
+    let s = match stream_settings(kinesis, stream).await {
+        Ok(s) => s,
+        Err(e) => {
+            warn!(stream, error = %e, "stream settings unreadable (the role needs kinesis:DescribeStreamSummary); reading without them");
+            return None;
+        }
+    };
+    let opt = |v: Option<i32>| v.map_or_else(|| "not reported".to_string(), |v| v.to_string());
+    info!(
+        stream = %s.stream,
+        capacity_mode = s.capacity_mode.as_deref().unwrap_or("not reported"),
+        record_distribution = s.record_distribution.as_deref().unwrap_or("not reported"),
+        max_record_size_kib = %opt(s.max_record_size_kib),
+        open_shards = s.open_shards,
+        consumers = %opt(s.consumer_count),
+        fan_out_limit = s.fan_out_limit,
+        account_mode = %s.account_mode.describe(),
+        warm_throughput_mibps = %s
+            .warm_throughput
+            .map_or_else(|| "none".to_string(), |w| format!("{} of {}", opt(w.current_mibps), opt(w.target_mibps))),
+        "stream settings"
+    );
+    if s.auto_distribution() {
+        warn!(
+            stream = %s.stream,
+            "record distribution AUTO: Kinesis places records on shards itself, so records of one partition key may be spread over shards and read out of order; order holds per shard only (docs/architecture.md, \"Stream settings\"). KPL aggregates are read whole, sub-records are never dropped"
+        );
+    }
+    Some(s)
 }
 
 impl Source for KinesisSource {

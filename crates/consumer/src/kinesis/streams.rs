@@ -25,7 +25,8 @@ use crate::kinesis::api::describe_stream;
 use crate::kinesis::config::{KinesisConfig, StreamEntry};
 use crate::kinesis::lease::key::{KeyFormat, StreamIdentifier};
 use crate::kinesis::lease::leader_store::LeaderStore;
-use crate::kinesis::lease::table::{LeaseTable, refuse_other_format};
+use crate::kinesis::lease::table::LeaseTable;
+use crate::kinesis::lease::takeover;
 use crate::kinesis::status::StatusHandle;
 
 /// One stream of a multi-stream source, ready to run as a single-stream
@@ -55,7 +56,7 @@ pub(crate) async fn prepare(
 ) -> Result<Vec<OneStream>, ConsumerError> {
     config.validate()?;
     table.create_if_absent(Duration::from_secs(60)).await?;
-    refuse_other_format(table, KeyFormat::MultiStream).await?;
+    takeover::check(table, KeyFormat::MultiStream, config).await?;
     let mut out = Vec::with_capacity(config.streams.len());
     for entry in &config.streams {
         let id = identify(kinesis, entry).await?;

@@ -239,6 +239,18 @@ fn problem_at(text: &str, e: &[(&str, &str)], key: &str) -> Problem {
         .unwrap_or_else(|| panic!("no problem at `{key}` in {all:#?}"))
 }
 
+/// Tidemark's maintenance lease, worker reports and leader-mode lock in
+/// the lease table would be read by every KCL version as leases of shards
+/// that do not exist (and the reports, without a leaseCounter, stop a KCL
+/// 2.x worker's listing): the way back to the KCL.
+#[test]
+fn the_coordinator_table_cannot_be_the_lease_table() {
+    let text = format!("{MINIMAL}\n[maintenance]\ncoordinator_table = \"tidemark-leases\"\n");
+    let p = problem_at(&text, &[], "maintenance.coordinator_table");
+    assert!(p.message.contains("source.lease_table"), "{p}");
+    assert!(p.message.contains("KCL"), "{p}");
+}
+
 #[test]
 fn schema_event_is_refused_not_overwritten() {
     let text = MINIMAL.replace(

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use tidemark_consumer::SourceConfig;
 use tidemark_schema::period::Billing;
 use tidemark_schema::route::Router;
 
@@ -72,6 +73,22 @@ impl Config {
                 format!(
                     "must be above source.shutdown_grace ({grace:?}) so the final \
                      checkpoints and releases have time; raise it or lower the grace"
+                ),
+            ));
+        }
+        // Tidemark's own items there would be read by the KCL as leases of
+        // shards that do not exist: the way back to the KCL.
+        if let SourceConfig::Kinesis(k) = &self.source
+            && k.lease_table == self.maintenance.coordinator_table
+        {
+            out.push((
+                "maintenance.coordinator_table".into(),
+                format!(
+                    "`{}` is also source.lease_table: Tidemark's maintenance lease, worker \
+                     reports and leader lock would sit among the leases, where every KCL \
+                     version reads them as leases of shards that do not exist; name another \
+                     table (default \"tidemark-coordinator\")",
+                    k.lease_table
                 ),
             ));
         }

@@ -49,7 +49,9 @@ impl Observations {
     ) -> Option<Instant> {
         leases
             .iter()
-            .filter(|l| !l.is_finished() && l.owner.as_deref().is_some_and(|o| o != me))
+            .filter(|l| {
+                !l.is_finished() && (l.in_handoff() || l.owner.as_deref().is_some_and(|o| o != me))
+            })
             .filter_map(|l| match self.seen.get(&l.key) {
                 Some((c, since)) if *c == l.counter => Some(*since + failover),
                 _ => None,
@@ -144,6 +146,17 @@ pub(crate) fn takes_and_steals(input: BalanceInput<'_>) -> TakesAndSteals {
         if held.contains(&l.key) {
             continue;
         }
+        // A lease in a KCL graceful hand-off is still renewed by its
+        // `checkpointOwner`: its load, never stolen, taken once expired.
+        if l.in_handoff() {
+            match l.actual_owner() {
+                Some(o) if !observations.is_expired(l, now, failover) => {
+                    per_owner.entry(o).or_default().push(l)
+                }
+                _ => available.push(*l),
+            }
+            continue;
+        }
         match l.owner.as_deref() {
             // A lease in our name we do not hold (a previous run of this worker).
             Some(o) if o == me => available.push(*l),
@@ -193,12 +206,14 @@ pub(crate) fn takes_and_steals(input: BalanceInput<'_>) -> TakesAndSteals {
             .map(|(o, ls)| (*o, ls.clone()))
             .collect();
         victims.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(b.0)));
-        for (_, mut ls) in victims {
+        for (_, ls) in victims {
             if need == 0 {
                 break;
             }
             let n = need.min(ls.len() - target);
+            let mut ls: Vec<&Lease> = ls.into_iter().filter(|l| !l.in_handoff()).collect();
             ls.sort_by_key(|l| rank(l));
+            let n = n.min(ls.len());
             out.steal
                 .extend(ls.into_iter().take(n).map(|l| l.key.clone()));
             need -= n;
@@ -222,7 +237,11 @@ pub(crate) fn takes_and_steals(input: BalanceInput<'_>) -> TakesAndSteals {
             if mine + 2 > target {
                 break;
             }
-            if let Some(l) = ls.iter().min_by_key(|l| rank(l)) {
+            if let Some(l) = ls
+                .iter()
+                .filter(|l| !l.in_handoff())
+                .min_by_key(|l| rank(l))
+            {
                 out.steal.push(l.key.clone());
                 mine += 1;
             }
@@ -247,7 +266,7 @@ pub(crate) fn is_sync_leader(
     failover: Duration,
 ) -> bool {
     !leases.iter().any(|l| {
-        l.owner.as_deref().is_some_and(|o| o < me)
+        l.actual_owner().is_some_and(|o| o < me)
             && !l.is_finished()
             && !obs.is_expired(l, now, failover)
     })
@@ -265,7 +284,7 @@ pub(crate) fn live_workers(
     let owners: HashSet<&str> = leases
         .iter()
         .filter(|l| !l.is_finished() && !obs.is_expired(l, now, failover))
-        .filter_map(|l| l.owner.as_deref())
+        .filter_map(Lease::actual_owner)
         .filter(|o| *o != me)
         .collect();
     owners.len() + 1

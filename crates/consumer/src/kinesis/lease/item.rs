@@ -8,7 +8,12 @@
 //! `checkpoint` (S: a sequence number or `TRIM_HORIZON` / `LATEST` /
 //! `AT_TIMESTAMP` / `SHARD_END`), `checkpointSubSequenceNumber` (N),
 //! `ownerSwitchesSinceCheckpoint` (N), `parentShardId` (SS),
-//! `childShardIds` (SS), `startingHashKey` / `endingHashKey` (S).
+//! `childShardIds` (SS), `startingHashKey` / `endingHashKey` (S). KCL 3.x
+//! adds `checkpointOwner` (S, set while its leader hands the lease from that
+//! worker to `leaseOwner`), `throughputKBps` (N) and, from 3.5, `entityType`
+//! (S, `LEASE`); Tidemark reads `checkpointOwner`, removes it when it takes
+//! the lease, and leaves the other two as they are (only lease creation
+//! writes a whole item; every other write names its attributes).
 
 use std::collections::HashMap;
 
@@ -83,6 +88,10 @@ pub struct Lease {
     pub children: Vec<String>,
     /// (startingHashKey, endingHashKey).
     pub hash_range: Option<(String, String)>,
+    /// KCL 3.x `checkpointOwner`: while set, a KCL leader is handing the
+    /// lease from this worker (which still renews and checkpoints it) to
+    /// `owner`. Tidemark never sets it.
+    pub checkpoint_owner: Option<String>,
 }
 
 impl Lease {
@@ -97,7 +106,20 @@ impl Lease {
             parents,
             children: Vec::new(),
             hash_range: None,
+            checkpoint_owner: None,
         }
+    }
+
+    /// True while a KCL graceful hand-off is under way (`checkpointOwner`).
+    pub fn in_handoff(&self) -> bool {
+        self.checkpoint_owner.is_some()
+    }
+
+    /// The worker that actually holds the lease, for load and display: the
+    /// `checkpointOwner` during a hand-off (as the KCL's `actualOwner`),
+    /// else the owner.
+    pub fn actual_owner(&self) -> Option<&str> {
+        self.checkpoint_owner.as_deref().or(self.owner.as_deref())
     }
 
     /// True when the shard was read to its end.
@@ -145,38 +167,50 @@ impl Lease {
         item
     }
 
-    /// Parses an item; `None` names the first missing or malformed attribute.
+    /// Parses an item; `Err` names the first missing or malformed
+    /// attribute. `leaseCounter` is required (every lease write of every
+    /// KCL and of Tidemark puts it); a missing checkpoint is `TRIM_HORIZON`.
     pub(crate) fn from_item(item: &HashMap<String, AttributeValue>) -> Result<Self, String> {
-        let s = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
-        let num = |k: &str| -> Result<u64, String> {
+        let s = |k: &str| -> Result<Option<String>, String> {
             match item.get(k) {
-                None => Ok(0),
+                None => Ok(None),
+                Some(AttributeValue::S(v)) => Ok(Some(v.clone())),
+                Some(_) => Err(format!("{k} is not a string")),
+            }
+        };
+        let num = |k: &str| -> Result<Option<u64>, String> {
+            match item.get(k) {
+                None => Ok(None),
                 Some(v) => v
                     .as_n()
                     .ok()
                     .and_then(|x| x.parse().ok())
-                    .ok_or_else(|| format!("{k} is not a number")),
+                    .map(Some)
+                    .ok_or_else(|| format!("{k} is not a whole number")),
             }
         };
-        let set = |k: &str| -> Vec<String> {
+        let set = |k: &str| -> Result<Vec<String>, String> {
             match item.get(k) {
-                Some(AttributeValue::Ss(v)) => v.clone(),
+                None => Ok(Vec::new()),
+                Some(AttributeValue::Ss(v)) => Ok(v.clone()),
                 // Some writers store a single parent as a plain string.
-                Some(AttributeValue::S(v)) => vec![v.clone()],
-                _ => Vec::new(),
+                Some(AttributeValue::S(v)) => Ok(vec![v.clone()]),
+                Some(_) => Err(format!("{k} is not a string set")),
             }
         };
-        let key = s("leaseKey").ok_or("leaseKey missing or not a string")?;
-        let checkpoint = s("checkpoint").unwrap_or_else(|| TRIM_HORIZON.to_string());
+        let key = s("leaseKey")?.ok_or("leaseKey missing")?;
+        let checkpoint = s("checkpoint")?.unwrap_or_else(|| TRIM_HORIZON.to_string());
+        let sub = num("checkpointSubSequenceNumber")?.unwrap_or(0);
         Ok(Self {
             key,
-            owner: s("leaseOwner"),
-            counter: num("leaseCounter")?,
-            checkpoint: Checkpoint::from_parts(&checkpoint, num("checkpointSubSequenceNumber")?),
-            owner_switches_since_checkpoint: num("ownerSwitchesSinceCheckpoint")?,
-            parents: set("parentShardId"),
-            children: set("childShardIds"),
-            hash_range: s("startingHashKey").zip(s("endingHashKey")),
+            owner: s("leaseOwner")?,
+            counter: num("leaseCounter")?.ok_or("leaseCounter missing")?,
+            checkpoint: Checkpoint::from_parts(&checkpoint, sub),
+            owner_switches_since_checkpoint: num("ownerSwitchesSinceCheckpoint")?.unwrap_or(0),
+            parents: set("parentShardId")?,
+            children: set("childShardIds")?,
+            hash_range: s("startingHashKey")?.zip(s("endingHashKey")?),
+            checkpoint_owner: s("checkpointOwner")?,
         })
     }
 }

@@ -1,4 +1,4 @@
-//! Shard leases in a DynamoDB table of the KCL 2.x format: the item, the
+//! Shard leases in a DynamoDB table of the KCL format (2.x to 3.5): the item, the
 //! fenced writes, the laws that decide who holds what, and where leader
 //! mode keeps its lock and heartbeats.
 //!
@@ -6,6 +6,8 @@
 //! - `key`: KCL multi-stream lease keys (`account:stream:creationEpoch:shardId`)
 //!   and the two key formats a table can hold (pure);
 //! - `item`: [`Lease`] and [`Checkpoint`], the item format;
+//! - `kcl`: what an item is (a lease, one of the KCL's own items, unknown),
+//!   and what start-up reads of a KCL application's tables (pure);
 //! - `timing`: [`LeaseTiming`], the lease-deadline law ([`LeasePhase`]);
 //! - `write`: `write_once`, the one place lease writes are sent and retried
 //!   (bounded, no blind resends);
@@ -14,6 +16,8 @@
 //!   semantics, and the DynamoDB store;
 //! - `scoped`: one stream's view of a multi-stream table;
 //! - `table`: [`LeaseTable`], fenced writes through a store;
+//! - `takeover`: the state a KCL application left the table in, whether
+//!   Tidemark takes it over ([`inspect`], [`TableState`]);
 //! - `balance`: the listing mode's pure balancing law ([`Observations`]);
 //! - `leader_store`: leader mode's lock and heartbeats (`LeaderStore`).
 //!
@@ -21,25 +25,36 @@
 //! (and owner), so a worker that lost a lease cannot write it; expiry is
 //! judged on the observer's own clock (a counter unchanged for the failover
 //! time), so clock skew between workers does not matter; items stay readable
-//! and writable by KCL 2.x workers.
+//! and writable by KCL 2.x workers; only leases are ever taken, balanced,
+//! written or deleted (the KCL 3.x items of a lease table are left exactly
+//! as they are), and a lease in a KCL graceful hand-off is neither stolen
+//! nor written until it is taken.
 
 pub(crate) mod balance;
 pub(crate) mod item;
+pub(crate) mod kcl;
 pub(crate) mod key;
 pub(crate) mod leader_store;
 mod scoped;
 pub(crate) mod store;
 pub(crate) mod table;
+pub(crate) mod takeover;
 pub(crate) mod timing;
 mod write;
 
+#[cfg(test)]
+mod fixtures;
+#[cfg(test)]
+mod kcl_tests;
 #[cfg(test)]
 mod tests;
 
 pub use balance::Observations;
 pub use item::{Checkpoint, Lease};
+pub use kcl::{Census, KclEntity, OtherItem, OtherKind, Side, SideTableNames, SideTables};
 pub use key::{StreamIdentifier, parse_lease_key};
 pub use leader_store::DynamoLeaderStore;
 pub use store::OWNER_INDEX;
 pub use table::LeaseTable;
+pub use takeover::{Inspection, Judgement, TableState, inspect, items_text};
 pub use timing::{LeasePhase, LeaseTiming, Written};

@@ -10,6 +10,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 
 use super::item::Lease;
+use super::kcl::{SideTableNames, SideTables};
 use super::key::StreamIdentifier;
 use super::store::{LeaseDelete, LeaseStore, LeaseWrite, ScanPage};
 use crate::error::{AwsError, ConsumerError};
@@ -73,12 +74,16 @@ impl LeaseStore for ScopedStore {
     ) -> BoxFuture<'_, Result<ScanPage, ConsumerError>> {
         Box::pin(async move {
             let page = self.inner.scan_page(consistent, start).await?;
+            // The table's other items belong to no stream: passed on as
+            // they are (never written either way).
             Ok(ScanPage {
                 leases: page
                     .leases
                     .into_iter()
                     .filter_map(|l| self.narrow(l))
                     .collect(),
+                others: page.others,
+                kcl3_sign: page.kcl3_sign,
                 next: page.next,
             })
         })
@@ -110,6 +115,13 @@ impl LeaseStore for ScopedStore {
 
     fn ensure_owner_index(&self, timeout: Duration) -> BoxFuture<'_, Result<(), ConsumerError>> {
         self.inner.ensure_owner_index(timeout)
+    }
+
+    fn kcl_side_tables<'a>(
+        &'a self,
+        names: &'a SideTableNames,
+    ) -> BoxFuture<'a, Result<SideTables, ConsumerError>> {
+        self.inner.kcl_side_tables(names)
     }
 
     fn delete<'a>(&'a self, delete: &'a LeaseDelete) -> BoxFuture<'a, Result<(), AwsError>> {

@@ -28,6 +28,10 @@ use futures::future::BoxFuture;
 use tokio::time::Instant;
 
 use super::item::{Checkpoint, Lease};
+use super::kcl::{
+    Classified, CoordinatorItems, MIGRATION_KEY, OtherItem, Side, SideTableNames, SideTables,
+    TABLE_MIGRATION_KEY, classify,
+};
 use crate::error::{AwsError, ConsumerError, ErrorClass};
 
 /// One page of a listing.
@@ -35,6 +39,12 @@ use crate::error::{AwsError, ConsumerError, ErrorClass};
 pub struct ScanPage {
     /// The leases of this page.
     pub leases: Vec<Lease>,
+    /// The items of this page that are not leases (the KCL's own items,
+    /// unknown and unreadable ones): never taken, balanced or written.
+    pub others: Vec<OtherItem>,
+    /// The first KCL 3.x attribute seen on a lease of this page, as
+    /// "lease `k` carries throughputKBps", if any.
+    pub kcl3_sign: Option<String>,
     /// The key to continue after; `None` on the last page.
     pub next: Option<String>,
 }
@@ -45,7 +55,8 @@ pub enum LeaseWrite {
     /// Put `lease` unless an item with its key exists.
     Create(Lease),
     /// Take (or steal) a lease whose counter is still `counter`: owner set
-    /// to `me`, counter bumped, `ownerSwitchesSinceCheckpoint` += `switches`.
+    /// to `me`, counter bumped, `ownerSwitchesSinceCheckpoint` += `switches`,
+    /// a KCL hand-off's `checkpointOwner` removed (as the KCL's own take).
     Acquire {
         /// Lease key.
         key: String,
@@ -75,7 +86,8 @@ pub enum LeaseWrite {
         counter: u64,
     },
     /// Bump the counter and write the checkpoint (and the children at
-    /// shard end) of a lease held by `me`.
+    /// shard end) of a lease held by `me`; a KCL prepared checkpoint
+    /// (`pendingCheckpoint*`) is removed, as the KCL's own checkpoint does.
     Checkpoint {
         /// Lease key.
         key: String,
@@ -123,9 +135,15 @@ impl LeaseWrite {
             class: ErrorClass::ConditionFailed,
             message: "The conditional request failed".into(),
         };
+        // A holder's writes also need no KCL hand-off under way: a KCL
+        // leader starting one does not bump the counter.
         let held = |me: &str, counter: u64| -> Result<Lease, AwsError> {
             match item {
-                Some(l) if l.counter == counter && l.owner.as_deref() == Some(me) => {
+                Some(l)
+                    if l.counter == counter
+                        && l.owner.as_deref() == Some(me)
+                        && l.checkpoint_owner.is_none() =>
+                {
                     let mut l = l.clone();
                     l.counter = counter + 1;
                     Ok(l)
@@ -147,6 +165,7 @@ impl LeaseWrite {
                 Some(l) if l.counter == *counter => {
                     let mut l = l.clone();
                     l.owner = Some(me.clone());
+                    l.checkpoint_owner = None;
                     l.counter = counter + 1;
                     l.owner_switches_since_checkpoint += switches;
                     Ok(l)
@@ -213,6 +232,18 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
 
     /// One attempt of a conditional delete (see [`LeaseDelete::apply`]).
     fn delete<'a>(&'a self, delete: &'a LeaseDelete) -> BoxFuture<'a, Result<(), AwsError>>;
+
+    /// Reads (never writes) the KCL 3.0-3.4 side tables named in `names`:
+    /// `Migration3.0` and `TableMigration3.5` of the coordinator-state
+    /// table, every item of the worker-metrics table. A store without such
+    /// tables (the fleet simulator's) has none.
+    fn kcl_side_tables<'a>(
+        &'a self,
+        names: &'a SideTableNames,
+    ) -> BoxFuture<'a, Result<SideTables, ConsumerError>> {
+        let _ = names;
+        Box::pin(async { Ok(SideTables::default()) })
+    }
 }
 
 /// The conditional delete of a lease item: only while its `leaseCounter`
@@ -525,16 +556,29 @@ impl DynamoStore {
             .send()
             .await
             .map_err(|e| AwsError::new("Scan", &e))?;
-        let mut leases = Vec::with_capacity(page.items().len());
+        let mut out = ScanPage {
+            leases: Vec::with_capacity(page.items().len()),
+            ..ScanPage::default()
+        };
         for item in page.items() {
-            leases.push(Lease::from_item(item).map_err(|p| self.bad(&p))?);
+            match classify(item) {
+                Classified::Lease(lease, sign) => {
+                    if let Some(a) = sign
+                        && out.kcl3_sign.is_none()
+                    {
+                        out.kcl3_sign = Some(format!("lease `{}` carries {a}", lease.key));
+                    }
+                    out.leases.push(lease);
+                }
+                Classified::Other(other) => out.others.push(other),
+            }
         }
-        let next = page
+        out.next = page
             .last_evaluated_key()
             .and_then(|k| k.get("leaseKey"))
             .and_then(|v| v.as_s().ok())
             .cloned();
-        Ok(ScanPage { leases, next })
+        Ok(out)
     }
 
     async fn get_item(&self, key: &str) -> Result<Option<Lease>, AwsError> {
@@ -547,12 +591,17 @@ impl DynamoStore {
             .send()
             .await
             .map_err(|e| AwsError::new("GetItem", &e))?;
-        match out.item() {
+        match out.item().map(classify) {
             None => Ok(None),
-            Some(item) => Lease::from_item(item).map(Some).map_err(|p| AwsError {
+            Some(Classified::Lease(lease, _)) => Ok(Some(lease)),
+            Some(Classified::Other(o)) => Err(AwsError {
                 op: "GetItem",
                 class: ErrorClass::Fatal,
-                message: format!("lease {key} in {}: {p}", self.table),
+                message: format!(
+                    "item {key} in {} is not a lease ({}): Tidemark leaves it alone",
+                    self.table,
+                    o.kind.label()
+                ),
             }),
         }
     }
@@ -567,7 +616,11 @@ impl DynamoStore {
             .update_item()
             .table_name(&self.table)
             .key("leaseKey", AttributeValue::S(key.to_string()))
-            .condition_expression("leaseCounter = :c AND leaseOwner = :me")
+            // No KCL hand-off under way: a KCL leader starting one does
+            // not bump the counter, so the counter alone would not see it.
+            .condition_expression(
+                "leaseCounter = :c AND leaseOwner = :me AND attribute_not_exists(checkpointOwner)",
+            )
             .expression_attribute_values(":c", n(counter))
             .expression_attribute_values(":n", n(counter + 1))
             .expression_attribute_values(":me", AttributeValue::S(me.to_string()))
@@ -599,8 +652,10 @@ impl DynamoStore {
                 .table_name(&self.table)
                 .key("leaseKey", AttributeValue::S(key.clone()))
                 .condition_expression("attribute_exists(leaseKey) AND leaseCounter = :c")
+                // As the KCL's takeLease: a hand-off the KCL left unfinished
+                // ends with the take.
                 .update_expression(
-                    "SET leaseOwner = :me, leaseCounter = :n ADD ownerSwitchesSinceCheckpoint :s",
+                    "SET leaseOwner = :me, leaseCounter = :n ADD ownerSwitchesSinceCheckpoint :s REMOVE checkpointOwner",
                 )
                 .expression_attribute_values(":c", n(*counter))
                 .expression_attribute_values(":n", n(counter + 1))
@@ -626,10 +681,15 @@ impl DynamoStore {
                     .expression_attribute_values(":sub", n(sub))
                     .expression_attribute_values(":zero", n(0));
                 let set = "SET leaseCounter = :n, checkpoint = :cp, checkpointSubSequenceNumber = :sub, ownerSwitchesSinceCheckpoint = :zero";
+                // A KCL prepared checkpoint is behind this one now: the KCL's
+                // own checkpoint removes it too, so a KCL resuming after
+                // Tidemark is not handed a stale one.
+                let remove =
+                    "REMOVE pendingCheckpoint, pendingCheckpointSubSequenceNumber, pendingCheckpointState";
                 if children.is_empty() {
-                    req.update_expression(set)
+                    req.update_expression(format!("{set} {remove}"))
                 } else {
-                    req.update_expression(format!("{set}, childShardIds = :kids"))
+                    req.update_expression(format!("{set}, childShardIds = :kids {remove}"))
                         .expression_attribute_values(":kids", AttributeValue::Ss(children.clone()))
                 }
             }
@@ -658,6 +718,141 @@ impl DynamoStore {
             .map(|_| ())
             .map_err(|e| AwsError::new("DeleteItem", &e))
     }
+}
+
+/// What a read of a KCL side table ended in, besides its items.
+enum SideRead {
+    Absent,
+    Denied(String),
+    NotKcl(String),
+}
+
+impl DynamoStore {
+    /// `name` exists with hash key `hash` (S) alone; else why not.
+    async fn side_table(
+        &self,
+        name: &str,
+        hash: &str,
+    ) -> Result<Result<(), SideRead>, ConsumerError> {
+        match self.client.describe_table().table_name(name).send().await {
+            Ok(out) => {
+                let Some(t) = out.table() else {
+                    return Ok(Err(SideRead::Absent));
+                };
+                let spec =
+                    crate::keyschema::KeySpec::hash_only(crate::keyschema::KeyAttr::string(hash));
+                Ok(match spec.check(name, "KCL table", t) {
+                    Ok(()) => Ok(()),
+                    Err(m) => Err(SideRead::NotKcl(m.to_string())),
+                })
+            }
+            Err(e) => {
+                let err = AwsError::new("DescribeTable", &e);
+                if err.class == ErrorClass::NotFound {
+                    Ok(Err(SideRead::Absent))
+                } else if denied(&err) {
+                    Ok(Err(SideRead::Denied(format!(
+                        "dynamodb:DescribeTable on {name}"
+                    ))))
+                } else {
+                    Err(err.into())
+                }
+            }
+        }
+    }
+
+    async fn coordinator_state(&self, name: &str) -> Result<Side<CoordinatorItems>, ConsumerError> {
+        if let Err(r) = self.side_table(name, "key").await? {
+            return Ok(r.into());
+        }
+        let mut found = CoordinatorItems::default();
+        for (key, slot) in [
+            (MIGRATION_KEY, &mut found.migration),
+            (TABLE_MIGRATION_KEY, &mut found.table_migration),
+        ] {
+            match self
+                .client
+                .get_item()
+                .table_name(name)
+                .key("key", AttributeValue::S(key.to_string()))
+                .consistent_read(true)
+                .send()
+                .await
+            {
+                Ok(out) => *slot = out.item().cloned(),
+                Err(e) => {
+                    let err = AwsError::new("GetItem", &e);
+                    if denied(&err) {
+                        return Ok(Side::Denied(format!("dynamodb:GetItem on {name}")));
+                    }
+                    return Err(err.into());
+                }
+            }
+        }
+        Ok(Side::Found(found))
+    }
+
+    async fn worker_metrics(
+        &self,
+        name: &str,
+    ) -> Result<Side<Vec<HashMap<String, AttributeValue>>>, ConsumerError> {
+        if let Err(r) = self.side_table(name, "wid").await? {
+            return Ok(r.into());
+        }
+        let mut items = Vec::new();
+        let mut start = None;
+        loop {
+            let page = match self
+                .client
+                .scan()
+                .table_name(name)
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+            {
+                Ok(p) => p,
+                Err(e) => {
+                    let err = AwsError::new("Scan", &e);
+                    if denied(&err) {
+                        return Ok(Side::Denied(format!("dynamodb:Scan on {name}")));
+                    }
+                    return Err(err.into());
+                }
+            };
+            items.extend(page.items().iter().cloned());
+            match page.last_evaluated_key() {
+                Some(k) if !k.is_empty() => start = Some(k.clone()),
+                _ => return Ok(Side::Found(items)),
+            }
+        }
+    }
+
+    async fn side_tables(&self, names: &SideTableNames) -> Result<SideTables, ConsumerError> {
+        let mut out = SideTables::default();
+        if let Some(name) = &names.coordinator {
+            out.coordinator = self.coordinator_state(name).await?;
+        }
+        if let Some(name) = &names.metrics {
+            out.metrics = self.worker_metrics(name).await?;
+        }
+        Ok(out)
+    }
+}
+
+impl<T> From<SideRead> for Side<T> {
+    fn from(r: SideRead) -> Self {
+        match r {
+            SideRead::Absent => Side::Absent,
+            SideRead::Denied(p) => Side::Denied(p),
+            SideRead::NotKcl(why) => Side::NotKcl(why),
+        }
+    }
+}
+
+/// The caller's role may not make the call.
+fn denied(err: &AwsError) -> bool {
+    tidemark_aws_errors::is_access_denied(err.message.split(':').next())
 }
 
 impl LeaseStore for DynamoStore {
@@ -695,6 +890,13 @@ impl LeaseStore for DynamoStore {
 
     fn delete<'a>(&'a self, delete: &'a LeaseDelete) -> BoxFuture<'a, Result<(), AwsError>> {
         Box::pin(self.delete_item(delete))
+    }
+
+    fn kcl_side_tables<'a>(
+        &'a self,
+        names: &'a SideTableNames,
+    ) -> BoxFuture<'a, Result<SideTables, ConsumerError>> {
+        Box::pin(self.side_tables(names))
     }
 }
 

@@ -8,12 +8,14 @@ use aws_sdk_dynamodb::Client;
 use tidemark_governor::Governor;
 
 use super::item::{Checkpoint, Lease};
+use super::kcl::{Census, OtherKind, SideTableNames, SideTables};
 use super::key::{KeyFormat, StreamIdentifier};
 use super::scoped::ScopedStore;
 use super::store::{DynamoStore, LeaseDelete, LeaseStore, LeaseWrite};
 use super::timing::{Fenced, LeaseTiming, Written};
 use super::write::write_once;
 use crate::error::{AwsError, ConsumerError};
+use crate::metrics::kinesis::OTHER_ITEMS;
 
 /// The lease table. Every write that touches an owned lease is conditional on
 /// `leaseCounter` (and owner), so a worker that lost a lease cannot write it.
@@ -103,18 +105,56 @@ impl LeaseTable {
     }
 
     /// Every lease; `consistent` false reads eventually consistently (half
-    /// the read capacity; may miss writes of the last second or so).
+    /// the read capacity; may miss writes of the last second or so). The
+    /// table's other items (the KCL's own, unknown or unreadable ones) are
+    /// left out, and counted in a gauge.
     pub(crate) async fn list_with(&self, consistent: bool) -> Result<Vec<Lease>, ConsumerError> {
-        let mut out = Vec::new();
+        let census = self.census(consistent).await?;
+        let mut counts = [0usize; 3];
+        for o in &census.others {
+            counts[match o.kind {
+                OtherKind::Kcl(_) => 0,
+                OtherKind::Unknown(_) => 1,
+                OtherKind::Unreadable(_) => 2,
+            }] += 1;
+        }
+        // A stream's scoped view sees the whole table's other items: every
+        // stream sets the same values.
+        for (kind, n) in ["kcl", "unknown", "unreadable_lease"]
+            .into_iter()
+            .zip(counts)
+        {
+            metrics::gauge!(OTHER_ITEMS, "table" => self.table.clone(), "kind" => kind)
+                .set(n as f64);
+        }
+        Ok(census.leases)
+    }
+
+    /// Every item of the table, classified ([`Census`]).
+    pub async fn census(&self, consistent: bool) -> Result<Census, ConsumerError> {
+        let mut out = Census::default();
         let mut start = None;
         loop {
             let page = self.store.scan_page(consistent, start).await?;
-            out.extend(page.leases);
+            out.leases.extend(page.leases);
+            out.others.extend(page.others);
+            if out.kcl3_sign.is_none() {
+                out.kcl3_sign = page.kcl3_sign;
+            }
             start = page.next;
             if start.is_none() {
                 return Ok(out);
             }
         }
+    }
+
+    /// Reads the KCL 3.0-3.4 side tables named in `names` (never writes
+    /// them).
+    pub(crate) async fn kcl_side_tables(
+        &self,
+        names: &SideTableNames,
+    ) -> Result<SideTables, ConsumerError> {
+        self.store.kcl_side_tables(names).await
     }
 
     /// The keys of the leases `owner` holds, from the owner index (one
@@ -273,16 +313,26 @@ impl LeaseTable {
 }
 
 /// Refuses a lease table holding a key of the other format than `expected`:
-/// one table serves one mode, and keys are never migrated implicitly.
+/// one table serves one mode, and keys are never migrated implicitly. Only
+/// leases are judged (the KCL's own items have keys of their own).
+#[cfg(test)]
 pub(crate) async fn refuse_other_format(
     table: &LeaseTable,
     expected: KeyFormat,
 ) -> Result<(), ConsumerError> {
-    let leases = table.list().await?;
+    other_format(table.name(), &table.list().await?, expected)
+}
+
+/// The error of [`refuse_other_format`] for `leases`, if any.
+pub(crate) fn other_format(
+    table: &str,
+    leases: &[Lease],
+    expected: KeyFormat,
+) -> Result<(), ConsumerError> {
     match leases.iter().find(|l| KeyFormat::of(&l.key) != expected) {
         None => Ok(()),
         Some(l) => Err(ConsumerError::LeaseTable {
-            table: table.name().to_string(),
+            table: table.to_string(),
             problem: format!(
                 "holds lease `{}` with {}, but this worker is configured for {}; \
                  a lease table serves one mode: use another lease_table (a new \

@@ -598,7 +598,12 @@ mod scoped {
             _: Option<String>,
         ) -> BoxFuture<'_, Result<ScanPage, ConsumerError>> {
             let leases = self.0.lock().unwrap().values().cloned().collect();
-            Box::pin(async move { Ok(ScanPage { leases, next: None }) })
+            Box::pin(async move {
+                Ok(ScanPage {
+                    leases,
+                    ..ScanPage::default()
+                })
+            })
         }
         fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Lease>, AwsError>> {
             let l = self.0.lock().unwrap().get(key).cloned();

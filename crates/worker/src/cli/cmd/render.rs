@@ -214,7 +214,12 @@ pub(crate) fn status_tables(tables: &[TableInfo]) -> Result<String> {
 #[derive(Debug, serde::Serialize)]
 pub(crate) struct ShardRow {
     pub(crate) shard: String,
+    /// The worker holding the lease (during a KCL hand-off, the one handing
+    /// it over: it still renews and checkpoints it).
     pub(crate) owner: Option<String>,
+    /// A KCL graceful hand-off under way: the next owner.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) handoff_to: Option<String>,
     pub(crate) checkpoint: String,
     pub(crate) parents: Vec<String>,
     /// MillisBehindLatest: as the owning worker last reported it, or
@@ -274,7 +279,11 @@ pub(crate) fn status_shards(shards: &[ShardRow], wide: bool) -> String {
         .map(|r| {
             vec![
                 r.shard.clone(),
-                r.owner.clone().unwrap_or_else(|| "(none)".into()),
+                match (&r.owner, &r.handoff_to) {
+                    (Some(o), Some(to)) => format!("{o} (hand-off to {to})"),
+                    (Some(o), None) => o.clone(),
+                    (None, _) => "(none)".into(),
+                },
                 match (&r.lag_ms, &r.lag_error) {
                     (Some(ms), _) => lag(*ms),
                     (None, Some(e)) => e.chars().take(40).collect::<String>(),
@@ -426,6 +435,7 @@ mod tests {
                     format!("{seq}.0")
                 },
                 parents: Vec::new(),
+                handoff_to: None,
                 lag_ms: Some(i * 1000),
                 lag_error: None,
             })

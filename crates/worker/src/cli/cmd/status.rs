@@ -1,4 +1,6 @@
 //! `tidemark status`: per shard owner, lag and checkpoint; a summary line;
+//! the lease table's KCL state and the KCL's own items in it (never shown
+//! as shards); the stream's settings (DescribeStreamSummary);
 //! an SQS source's queue depth and the age of the oldest message the workers
 //! received; per table period, state and capacity. Cheap: one lease-table
 //! scan, one coordinator-table scan (the workers' reports: lag as each
@@ -18,7 +20,8 @@ use chrono::Utc;
 use futures::StreamExt as _;
 use futures::future::LocalBoxFuture;
 use std::collections::BTreeMap;
-use tidemark_consumer::lease::{Checkpoint, LeaseTable};
+use tidemark_consumer::kinesis::{StreamSettings, stream_settings};
+use tidemark_consumer::lease::{Checkpoint, Inspection, LeaseTable, OtherItem, OtherKind};
 
 use super::render::{self, Output, ShardRow, outln};
 use super::source::{PerKind, per_kind};
@@ -54,6 +57,15 @@ struct Snapshot {
     shards: Vec<ShardRow>,
     /// Why the shards could not be listed.
     shards_error: Option<String>,
+    /// The lease table's KCL state and the KCL's own items in it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kcl: Option<KclStatus>,
+    /// Each stream's settings (DescribeStreamSummary).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    streams: Vec<StreamSettings>,
+    /// Why a stream's settings could not be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    streams_error: Option<String>,
     /// Why the workers' reports (lag, queue age) could not be read.
     reports_error: Option<String>,
     queue: Option<render::QueueRow>,
@@ -67,6 +79,80 @@ struct Snapshot {
     /// Sections that could be read.
     #[serde(skip)]
     read: usize,
+}
+
+/// What the lease table holds besides leases, and what Tidemark makes of it.
+#[derive(Debug, serde::Serialize)]
+struct KclStatus {
+    /// The table's state (`kcl2x`, `kcl3x_separate_tables`,
+    /// `kcl35_single_table`, ...).
+    state: &'static str,
+    /// The same in words.
+    description: &'static str,
+    /// Why a worker would refuse to start on it, with the step to take.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    refused: Option<String>,
+    /// Which KCL can read the table again.
+    way_back: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    warning: Option<String>,
+    /// Every item that is not a lease, by key.
+    items: Vec<KclItemRow>,
+}
+
+/// One item of the lease table that is not a lease.
+#[derive(Debug, serde::Serialize)]
+struct KclItemRow {
+    key: String,
+    /// The KCL entity type, `unknown` or `unreadable lease`.
+    kind: &'static str,
+    /// What it says (a migration state, a lock owner, a last report), or
+    /// why it is unknown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    detail: Option<String>,
+}
+
+impl KclItemRow {
+    fn of(o: &OtherItem) -> Self {
+        let s = |a: &str| o.item.get(a).and_then(|v| v.as_s().ok()).cloned();
+        let detail = match &o.kind {
+            OtherKind::Unknown(why) | OtherKind::Unreadable(why) => Some(why.clone()),
+            OtherKind::Kcl(e) => match e.as_str() {
+                "CLIENT_VERSION_MIGRATION" => s("cv"),
+                "TABLE_MIGRATION" => s("tm"),
+                "LEADER" => s("ownerName").map(|o| format!("owner {o}")),
+                "WORKER_METRIC_STATS" => o
+                    .item
+                    .get("lut")
+                    .and_then(|v| v.as_n().ok())
+                    .and_then(|n| n.parse::<i64>().ok())
+                    .and_then(|t| chrono::DateTime::from_timestamp(t, 0))
+                    .map(|t| format!("last report {}", t.format("%Y-%m-%dT%H:%M:%SZ"))),
+                _ => None,
+            },
+        };
+        Self {
+            key: o.key.clone(),
+            kind: o.kind.label(),
+            detail,
+        }
+    }
+}
+
+impl KclStatus {
+    fn of(found: &Inspection) -> Self {
+        let j = &found.judgement;
+        let mut items: Vec<KclItemRow> = found.census.others.iter().map(KclItemRow::of).collect();
+        items.sort_by(|a, b| a.key.cmp(&b.key));
+        Self {
+            state: j.state.name(),
+            description: j.state.describe(),
+            refused: j.refusal.clone(),
+            way_back: j.way_back.clone(),
+            warning: j.warning.clone(),
+            items,
+        }
+    }
 }
 
 /// The summary line's numbers.
@@ -133,6 +219,9 @@ async fn snapshot(config: &Config, args: &Args) -> Result<Snapshot> {
         summary: None,
         shards: Vec::new(),
         shards_error: None,
+        kcl: None,
+        streams: Vec::new(),
+        streams_error: None,
         reports_error: None,
         queue: None,
         queue_error: None,
@@ -209,14 +298,34 @@ impl<'a> PerKind<'a> for SourceSection<'a> {
         } = self;
         Box::pin(async move {
             match shards(sdk, dynamodb, k, probe_lag, reports).await {
-                Ok(rows) => {
+                Ok((rows, kcl)) => {
                     snap.read += 1;
                     snap.summary = Some(summary(&rows));
                     snap.shards = rows;
+                    snap.kcl = kcl;
                 }
                 Err(e) => {
                     snap.shards_error = Some(format!("{e:#}"));
                     snap.first_error.get_or_insert(e);
+                }
+            }
+            let kinesis = aws_sdk_kinesis::Client::new(sdk);
+            let names: Vec<&str> = if k.streams.is_empty() {
+                vec![k.stream.as_str()]
+            } else {
+                k.streams.iter().map(|s| s.stream.as_str()).collect()
+            };
+            for name in names {
+                match stream_settings(&kinesis, name).await {
+                    Ok(s) => snap.streams.push(s),
+                    // Every stream's error, not only the last one's.
+                    Err(e) => {
+                        let e = format!("{name}: {e}");
+                        snap.streams_error = Some(match snap.streams_error.take() {
+                            Some(before) => format!("{before}; {e}"),
+                            None => e,
+                        });
+                    }
                 }
             }
         })
@@ -273,6 +382,18 @@ fn print(snap: &Snapshot, args: &Args, output: Output) -> Result<()> {
     if let Some(e) = &snap.reports_error {
         outln!("lag: {e}\n")?;
     }
+    if let Some(k) = &snap.kcl {
+        print_kcl(k);
+    }
+    for st in &snap.streams {
+        println!("{}", stream_line(st));
+    }
+    if let Some(e) = &snap.streams_error {
+        println!("stream settings: error: {e}");
+    }
+    if !snap.streams.is_empty() || snap.streams_error.is_some() {
+        println!();
+    }
     if let Some(e) = &snap.queue_error {
         outln!("queue: error: {e}\n")?;
     }
@@ -284,6 +405,65 @@ fn print(snap: &Snapshot, args: &Args, output: Output) -> Result<()> {
         None => outln!("{}", render::status_tables(&snap.tables)?)?,
     }
     Ok(())
+}
+
+/// The lease table's KCL state, and its KCL items one per line.
+fn print_kcl(k: &KclStatus) {
+    match &k.refused {
+        Some(why) => println!(
+            "lease table: {}: a worker will not start on it: {why}",
+            k.description
+        ),
+        None => println!("lease table: {}; way back: {}", k.description, k.way_back),
+    }
+    if let Some(w) = &k.warning {
+        println!("warning: {w}");
+    }
+    if !k.items.is_empty() {
+        println!("KCL items (not shards, left as they are):");
+        for i in &k.items {
+            match &i.detail {
+                Some(d) => println!("  {} ({}): {d}", i.key, i.kind),
+                None => println!("  {} ({})", i.key, i.kind),
+            }
+        }
+    }
+    println!();
+}
+
+/// One stream's settings on one line.
+fn stream_line(s: &StreamSettings) -> String {
+    let or =
+        |v: Option<i32>, unit: &str| v.map_or("not reported".to_string(), |v| format!("{v}{unit}"));
+    let mut parts = vec![
+        s.capacity_mode
+            .clone()
+            .unwrap_or_else(|| "capacity mode not reported".into()),
+        format!("{} open shards", s.open_shards),
+        format!("retention {} h", s.retention_hours),
+        format!("max record size {}", or(s.max_record_size_kib, " KiB")),
+    ];
+    if let Some(d) = &s.record_distribution {
+        parts.push(if s.auto_distribution() {
+            format!("record distribution {d} (per-key order not guaranteed; per-shard order holds)")
+        } else {
+            format!("record distribution {d}")
+        });
+    }
+    parts.push(format!(
+        "fan-out consumers {} of {} (account mode {})",
+        or(s.consumer_count, ""),
+        s.fan_out_limit,
+        s.account_mode.describe()
+    ));
+    if let Some(w) = &s.warm_throughput {
+        parts.push(format!(
+            "warm throughput {} of {} MiB/s",
+            or(w.current_mibps, ""),
+            or(w.target_mibps, "")
+        ));
+    }
+    format!("stream {}: {}", s.stream, parts.join(", "))
 }
 
 fn summary(rows: &[ShardRow]) -> Summary {
@@ -310,21 +490,36 @@ async fn shards(
     k: &tidemark_consumer::KinesisConfig,
     probe_lag: bool,
     reports: &Result<BTreeMap<String, WorkerReport>, String>,
-) -> Result<Vec<ShardRow>> {
+) -> Result<(Vec<ShardRow>, Option<KclStatus>)> {
     if !table_exists(dynamodb, &k.lease_table).await? {
         // No worker has run yet: no lease table, no shard to report.
         eprintln!(
             "lease table {} does not exist yet (no worker has run)",
             k.lease_table
         );
-        return Ok(Vec::new());
+        return Ok((Vec::new(), None));
     }
-    let leases = LeaseTable::new(dynamodb.clone(), k.lease_table.clone())
-        .list()
-        .await?;
-    let mut rows: Vec<ShardRow> = leases
+    // The same reads and verdict as a worker's start-up: the KCL's items
+    // are listed as such, never as shards.
+    let found = tidemark_consumer::lease::inspect(
+        &LeaseTable::new(dynamodb.clone(), k.lease_table.clone()),
+        &k.kcl_side_table_names(),
+        k.max_clock_skew,
+    )
+    .await?;
+    let kcl = KclStatus::of(&found);
+    let mut rows: Vec<ShardRow> = found
+        .census
+        .leases
         .into_iter()
         .map(|l| ShardRow {
+            // During a KCL hand-off the worker handing over still holds it.
+            handoff_to: l
+                .checkpoint_owner
+                .is_some()
+                .then(|| l.owner.clone())
+                .flatten(),
+            owner: l.actual_owner().map(str::to_string),
             checkpoint: match &l.checkpoint {
                 Checkpoint::At(p) => format!("{}.{}", p.sequence, p.sub_sequence),
                 Checkpoint::ShardEnd => "SHARD_END".into(),
@@ -335,7 +530,6 @@ async fn shards(
             lag_ms: None,
             lag_error: None,
             shard: l.key,
-            owner: l.owner,
             parents: l.parents,
         })
         .collect();
@@ -402,7 +596,7 @@ async fn shards(
             }
         }
     }
-    Ok(rows)
+    Ok((rows, Some(kcl)))
 }
 
 /// An SQS source's queue depth.
