@@ -33,7 +33,7 @@ use aws_smithy_types::body::SdkBody;
 use crate::config::LoadError;
 use crate::tools::verify::VerifyError;
 
-use super::cmd::{EXIT_CONFIG, EXIT_UNAVAILABLE, EXIT_USAGE, Exit, Failed, Unavailable, Usage};
+use super::exit::{EXIT_CONFIG, EXIT_UNAVAILABLE, EXIT_USAGE, Exit, Failed, Unavailable, Usage};
 
 /// Exit status when AWS refused the caller's identity (EX_NOPERM).
 pub(crate) const EXIT_DENIED: u8 = 77;

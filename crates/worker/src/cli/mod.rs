@@ -10,6 +10,7 @@
 
 mod aws;
 mod cmd;
+mod exit;
 
 use crate::config::{Config, LogFormat};
 use anyhow::{Context, Result};
