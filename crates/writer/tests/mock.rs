@@ -727,6 +727,58 @@ async fn a_throttled_table_does_not_hold_back_another() {
     task.await.unwrap().unwrap();
 }
 
+/// A table that throttles for ever (an old period's table scaled down to
+/// 1 WCU, meeting late events) may fill only its share of the in-flight
+/// bound: with a small bound and its items submitted first, a write to the
+/// current period's table still completes within a second.
+#[tokio::test(start_paused = true)]
+async fn a_table_throttled_for_ever_never_takes_the_whole_in_flight_bound() {
+    let fake = Fake::default();
+    fake.0.lock().unwrap().throttle_tables.push("late".into());
+    let cfg = WriterConfig {
+        max_in_flight_items: 10,
+        linger: Duration::from_millis(5),
+        ..WriterConfig::default()
+    };
+    let (h, task) = start(&fake, cfg);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let late = {
+        let (h, fake, tx) = (h.clone(), fake.clone(), tx.clone());
+        tokio::spawn(async move {
+            for i in 0..20 {
+                let tag = format!("late{i}");
+                let _ = submit(&h, &fake, &tx, "late", item(&tag, "v"), &tag).await;
+            }
+        })
+    };
+    // Long enough for the late items to take whatever the writer lets them.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert!(h.stats().throttled_calls > 3, "the late table kept retrying");
+    let sent = tokio::time::timeout(
+        Duration::from_secs(1),
+        submit(&h, &fake, &tx, "now", item("current", "v"), "current"),
+    )
+    .await;
+    assert!(
+        matches!(sent, Ok(Ok(()))),
+        "a write to another table waited on the throttled table's items"
+    );
+    let done = tokio::time::timeout(Duration::from_secs(1), async {
+        loop {
+            let (tag, outcome) = rx.recv().await.unwrap();
+            if tag == "current" {
+                return outcome;
+            }
+        }
+    })
+    .await
+    .expect("the current item completed within a second");
+    assert_eq!(done, WriteOutcome::Stored);
+    late.abort();
+    drop(h);
+    task.abort();
+}
+
 struct CreateOnMissing(Fake, Arc<AtomicUsize>);
 
 impl MissingTableHandler for CreateOnMissing {
