@@ -61,6 +61,8 @@ struct State {
     /// While set, every call hangs (an overloaded endpoint: no answer before
     /// the writer's call timeout).
     hang_all: bool,
+    /// DescribeTable calls answered, per table.
+    describes: HashMap<String, usize>,
 }
 
 #[derive(Clone, Default)]
@@ -185,7 +187,14 @@ impl Fake {
     }
 
     fn client(&self, on_demand: bool) -> Client {
+        let state = self.0.clone();
         let describe = mock!(Client::describe_table).then_compute_output(move |req| {
+            *state
+                .lock()
+                .unwrap()
+                .describes
+                .entry(req.table_name().unwrap().to_string())
+                .or_default() += 1;
             let mut t = TableDescription::builder().table_name(req.table_name().unwrap());
             t = if on_demand {
                 t.billing_mode_summary(
@@ -777,6 +786,43 @@ async fn a_table_throttled_for_ever_never_takes_the_whole_in_flight_bound() {
     late.abort();
     drop(h);
     task.abort();
+}
+
+/// A table written once is not described for ever after: its task retires
+/// once idle, so a worker that has written to many tables (hourly tables,
+/// days of uptime) does not poll every one of them every minute.
+#[tokio::test(start_paused = true)]
+async fn tables_written_once_are_not_described_for_ever() {
+    let fake = Fake::default();
+    let (h, task) = start(&fake, config());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    for t in 0..50 {
+        let table = format!("events_{t:02}");
+        submit(&h, &fake, &tx, &table, item("a", "v"), &table)
+            .await
+            .unwrap();
+    }
+    h.flush().await;
+    assert_eq!(drain(&mut rx).len(), 50);
+    // An hour of uptime with nothing written.
+    tokio::time::sleep(Duration::from_secs(3000)).await;
+    let before: usize = fake.0.lock().unwrap().describes.values().sum();
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    let after: usize = fake.0.lock().unwrap().describes.values().sum();
+    assert_eq!(
+        after - before,
+        0,
+        "DescribeTable calls in 10 idle minutes, 50 tables written an hour ago"
+    );
+    // Written to again: described again, and stored.
+    submit(&h, &fake, &tx, "events_07", item("b", "v"), "again")
+        .await
+        .unwrap();
+    h.flush().await;
+    assert_eq!(drain(&mut rx)["again"], vec![WriteOutcome::Stored]);
+    assert!(fake.0.lock().unwrap().describes["events_07"] >= 2);
+    h.close();
+    task.await.unwrap().unwrap();
 }
 
 struct CreateOnMissing(Fake, Arc<AtomicUsize>);
