@@ -23,8 +23,9 @@ use futures::future::BoxFuture;
 use tidemark_schema::wire::decode_map;
 use tidemark_schema::{Item, ItemKey, KeyAttributes, Reason, WireItem};
 use tidemark_writer::{
-    Complete, Completion, MissingTableAction, MissingTableHandler, RawResponse, Submission,
-    Transport, TransportError, WriteOutcome, Writer, WriterConfig, WriterError, WriterHandle,
+    Complete, Completion, LateTables, MissingTableAction, MissingTableHandler, RawResponse,
+    Submission, Transport, TransportError, WriteOutcome, Writer, WriterConfig, WriterError,
+    WriterHandle,
 };
 use tokio::sync::mpsc;
 
@@ -669,6 +670,8 @@ async fn submit_waits_at_the_in_flight_bound() {
     fake.0.lock().unwrap().throttle_all = true;
     let cfg = WriterConfig {
         max_in_flight_items: 10,
+        // One table may take the whole bound here: the bound is under test.
+        max_table_share: 1.0,
         linger: Duration::from_millis(5),
         ..WriterConfig::default()
     };
@@ -762,7 +765,10 @@ async fn a_table_throttled_for_ever_never_takes_the_whole_in_flight_bound() {
     };
     // Long enough for the late items to take whatever the writer lets them.
     tokio::time::sleep(Duration::from_secs(30)).await;
-    assert!(h.stats().throttled_calls > 3, "the late table kept retrying");
+    assert!(
+        h.stats().throttled_calls > 3,
+        "the late table kept retrying"
+    );
     let sent = tokio::time::timeout(
         Duration::from_secs(1),
         submit(&h, &fake, &tx, "now", item("current", "v"), "current"),
@@ -821,6 +827,88 @@ async fn tables_written_once_are_not_described_for_ever() {
     h.flush().await;
     assert_eq!(drain(&mut rx)["again"], vec![WriteOutcome::Stored]);
     assert!(fake.0.lock().unwrap().describes["events_07"] >= 2);
+    h.close();
+    task.await.unwrap().unwrap();
+}
+
+/// Tables named `old*` take late data.
+struct OldIsLate;
+
+impl LateTables for OldIsLate {
+    fn is_late(&self, table: &str) -> bool {
+        table.starts_with("old")
+    }
+}
+
+/// Late items never wait: past their table's share they are dead-lettered
+/// at once, and past `late_max_wait` in its queue too; the current table's
+/// writes stay prompt throughout, and late items are stored once the table
+/// takes writes again.
+#[tokio::test(start_paused = true)]
+async fn late_items_past_their_share_or_their_wait_are_dead_lettered_not_waited_for() {
+    let fake = Fake::default();
+    fake.0.lock().unwrap().throttle_tables.push("old".into());
+    let cfg = WriterConfig {
+        max_in_flight_items: 10,
+        linger: Duration::from_millis(5),
+        late_max_wait: Duration::from_secs(60),
+        ..WriterConfig::default()
+    };
+    let (h, task) = Writer::builder(
+        fake.client(false),
+        Arc::new(fake.clone()),
+        KeyAttributes::default(),
+    )
+    .config(cfg)
+    .late_tables(Arc::new(OldIsLate))
+    .start();
+    assert_eq!(h.table_share_items(), 5);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let subs: Vec<Submission> = (0..20)
+        .map(|i| {
+            let tag = format!("late{i}");
+            submission(&fake, &tx, "old", item(&tag, "v"), &tag)
+        })
+        .collect();
+    tokio::time::timeout(Duration::from_secs(1), h.submit_all(subs))
+        .await
+        .expect("late items never wait for their table")
+        .unwrap();
+    let refused = drain(&mut rx);
+    assert_eq!(refused.len(), 15, "past the share: refused at once");
+    assert!(refused.values().all(|o| matches!(
+        &o[..],
+        [WriteOutcome::Rejected { reason: Reason::LateBacklog, message }] if message.contains("max_table_share")
+    )));
+    tokio::time::timeout(
+        Duration::from_secs(1),
+        submit(&h, &fake, &tx, "now", item("current", "v"), "current"),
+    )
+    .await
+    .expect("the current table's write is accepted at once")
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(drain(&mut rx)["current"], vec![WriteOutcome::Stored]);
+    let load = h.stats().tables["old"];
+    assert_eq!((load.items, load.late), (5, true));
+    assert!(load.seconds_since_stored >= 1.0, "{load:?}");
+    // The five accepted wait at most late_max_wait.
+    tokio::time::sleep(Duration::from_secs(65)).await;
+    let expired = drain(&mut rx);
+    assert_eq!(expired.len(), 5, "{expired:?}");
+    assert!(expired.values().all(|o| matches!(
+        &o[..],
+        [WriteOutcome::Rejected { reason: Reason::LateBacklog, message }] if message.contains("late_max_wait")
+    )));
+    assert_eq!(h.stats().tables["old"].items, 0);
+    // Capacity back: late items are stored, and counted as such.
+    fake.0.lock().unwrap().throttle_tables.clear();
+    submit(&h, &fake, &tx, "old", item("late-ok", "v"), "late-ok")
+        .await
+        .unwrap();
+    h.flush().await;
+    assert_eq!(drain(&mut rx)["late-ok"], vec![WriteOutcome::Stored]);
+    assert_eq!(h.stats().late_stored, 1);
     h.close();
     task.await.unwrap().unwrap();
 }
