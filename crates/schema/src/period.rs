@@ -694,6 +694,31 @@ mod tests {
         assert_eq!(od.warm_write_units(LifecycleState::Active), None);
     }
 
+    /// A grace longer than a period keeps every table still inside it
+    /// Cooling (at the active tier), not only the previous one; the table
+    /// just past it is Cold.
+    #[test]
+    fn a_grace_longer_than_a_period_keeps_every_table_inside_it_cooling() {
+        let lc = Lifecycle {
+            late_arrival_grace: Duration::from_secs(3 * 3600),
+            ..Lifecycle::default()
+        };
+        let now = ms("2026-11-22T10:30:00Z");
+        let hour = |s: &str| Period::Hour.containing(ms(s));
+        for (table, want) in [
+            ("2026-11-22T10:00:00Z", LifecycleState::Active),
+            ("2026-11-22T09:00:00Z", LifecycleState::Cooling),
+            ("2026-11-22T08:00:00Z", LifecycleState::Cooling),
+            ("2026-11-22T07:00:00Z", LifecycleState::Cooling),
+            // Ended 07:00, + 3 h = 10:00 <= now: past its grace, the most
+            // recent such table.
+            ("2026-11-22T06:00:00Z", LifecycleState::Cold),
+            ("2026-11-22T05:00:00Z", LifecycleState::Frozen),
+        ] {
+            assert_eq!(lc.state_at(&hour(table), now), want, "{table}");
+        }
+    }
+
     #[test]
     fn config_serde() {
         let lc: Lifecycle =

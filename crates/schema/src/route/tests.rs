@@ -321,6 +321,25 @@ fn expired_and_future_events_get_their_reasons() {
     assert!(e.to_string().contains("max_future_skew"), "{e}");
 }
 
+/// An event whose table expires within the expiry guard is refused: a
+/// write accepted a second before expiry, throttled at the frozen tier,
+/// could land after the table's export (or deletion).
+#[test]
+fn an_event_whose_table_expires_within_the_guard_is_refused() {
+    let r = router(|_| {});
+    let rec = r#"{"deviceId":"d","timestamp":"2026-10-23T12:00:00Z"}"#.as_bytes();
+    // tm_2026-10-23 expires at 2026-11-23T00:00Z (30 days after its end).
+    let e = r
+        .route_alone(rec, &origin(), at("2026-11-22T23:59:59Z"))
+        .unwrap_err();
+    assert_eq!(e.reason(), Reason::ExpiredPeriod);
+    assert!(
+        r.route_alone(rec, &origin(), at("2026-11-22T23:49:59Z"))
+            .is_ok(),
+        "ten minutes and a second before expiry: outside the default guard"
+    );
+}
+
 #[test]
 fn field_errors_are_invalid_field() {
     let now = at("2026-11-22T05:00:00Z");
