@@ -91,7 +91,7 @@ pub struct Router {
     config: RouterConfig,
     extractor: Extractor,
     naming: TableNaming,
-    retention_ms: i64,
+    lifecycle: period::Lifecycle,
     skew_ms: i64,
     /// The attributes every item carries, ready to write.
     layout: ItemLayout,
@@ -109,7 +109,7 @@ impl Router {
                 prefix: config.table_prefix.clone(),
                 period: config.period,
             },
-            retention_ms: period::duration_ms(config.retention),
+            lifecycle: config.lifecycle(),
             skew_ms: period::duration_ms(config.max_future_skew),
             config,
         })
@@ -128,6 +128,15 @@ impl Router {
     /// The event extractor.
     pub fn extractor(&self) -> &Extractor {
         &self.extractor
+    }
+
+    /// True when writes to `table` (one of this config's period tables) are
+    /// late at `now`: its period is past the late-arrival grace. `false`
+    /// for a name that is not a period table of this config.
+    pub fn takes_late_data(&self, table: &str, now: DateTime<Utc>) -> bool {
+        self.naming
+            .parse(table)
+            .is_some_and(|p| self.lifecycle.takes_late_data(&p, now.timestamp_millis()))
     }
 
     /// Routes event `inner` of a record (0 for a record of one event; see
@@ -230,7 +239,9 @@ impl Router {
             });
         }
         let period = cfg.period.containing(ts);
-        if period.end_ms().saturating_add(self.retention_ms) <= now_ms {
+        // Refused from `expiry_guard` before the table's expiry: a write
+        // accepted later could land after its export or deletion.
+        if self.lifecycle.refuses_writes(&period, now_ms) {
             return Err(RouteError::ExpiredPeriod {
                 timestamp: timefmt::iso_millis(ts),
                 table: self.naming.name_of(&period),
