@@ -361,3 +361,23 @@ fn a_table_without_a_recorded_layout_gets_the_configs() {
         }]
     );
 }
+
+/// An expired table is deleted (or exported) only once the expiry guard has
+/// passed: writes accepted until the guard before expiry have landed.
+#[test]
+fn an_expired_table_is_left_alone_until_the_guard_has_passed() {
+    let frozen = Capacity { read: 1, write: 1 };
+    for action in [ExpiryAction::Delete, ExpiryAction::Export] {
+        let p = policy(action);
+        // iot_2026-11-18 expires at 2026-11-22T00:00Z (3 days after its end).
+        let early = at("2026-11-22T00:05:00Z");
+        let t = read(&p, info(&p, "iot_2026-11-18", early, frozen));
+        let mut t2 = t.clone();
+        t2.details.pitr = Some(true);
+        assert_eq!(t.state, LifecycleState::Expired);
+        assert_eq!(actions_for(&p, &t, early), vec![], "{action:?}");
+        assert_eq!(actions_for(&p, &t2, early), vec![], "{action:?}");
+        let past = at("2026-11-22T00:10:00Z");
+        assert!(!actions_for(&p, &t2, past).is_empty(), "{action:?}");
+    }
+}
