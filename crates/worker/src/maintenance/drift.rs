@@ -374,7 +374,18 @@ pub(crate) fn round_actions(
             continue;
         }
         match t.state {
-            LifecycleState::Expired => expire(policy, t, &mut actions),
+            // Exported or deleted only once the expiry guard has passed:
+            // every write accepted (until the guard before expiry) has
+            // landed by then.
+            LifecycleState::Expired => {
+                if policy
+                    .naming
+                    .parse(&t.name)
+                    .is_some_and(|p| policy.lifecycle.past_expiry_guard(&p, now_ms))
+                {
+                    expire(policy, t, &mut actions);
+                }
+            }
             state => reconcile(policy, t, state, &mut actions),
         }
     }
