@@ -615,7 +615,13 @@ fn rotate_round(
         let manager = manager.clone();
         Box::pin(async move {
             match manager
-                .round_guarded(Utc::now(), RoundKind::Rotate, false, lease)
+                .round_guarded(
+                    Utc::now(),
+                    RoundKind::Rotate,
+                    false,
+                    lease,
+                    &Default::default(),
+                )
                 .await
             {
                 Ok(applied) => {

@@ -2,6 +2,7 @@
 //! tables and what they look like, applies a round's actions (planned by
 //! [`round_actions`]) and refuses a silent key-layout change at start.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -25,9 +26,11 @@ use tidemark_schema::period::{Capacity, LifecycleState};
 use tracing::{info, warn};
 
 use super::TablesError;
+use super::clock::{ServerClock, skew_refusal};
 use super::drift::{
     Action, Details, ExportState, RoundKind, TableInfo, TablePolicy, round_actions,
 };
+use super::lift::{self, Backlog, Lift};
 use super::tags::{
     EXPIRED_TAG, EXPORT_TAG, LAYOUT_FROM_TAG, LAYOUT_TAG, MIGRATION_TAG, PREFIX_TAG, layout_toml,
 };
@@ -36,6 +39,8 @@ use crate::metrics as m;
 
 /// Frozen tables whose TTL, PITR and tags are read per round, in turn.
 const FROZEN_CHECKS_PER_ROUND: usize = 5;
+/// DynamoDB's clock is judged from answers at most this old.
+const CLOCK_FRESH: Duration = Duration::from_secs(300);
 
 /// A read's answer, or `None` (warned) when it failed: the setting is then
 /// not reconciled this round.
@@ -91,18 +96,67 @@ pub struct TableManager {
     rounds: Arc<AtomicUsize>,
     /// How long a created table may take to become ACTIVE.
     pub active_timeout: Duration,
+    /// The coordinator table, where capacity lifts are recorded.
+    coordinator: Option<String>,
+    /// DynamoDB's clock, from the `Date` of this client's answers.
+    clock: ServerClock,
+    /// Largest clock difference at which actions that trust this host's
+    /// clock run.
+    max_clock_skew: Duration,
 }
 
 impl TableManager {
-    /// A manager for `policy`'s tables.
+    /// A manager for `policy`'s tables. Its client reads DynamoDB's clock
+    /// from every answer (see [`clock`](super::clock)).
     pub fn new(client: aws_sdk_dynamodb::Client, policy: TablePolicy) -> Self {
+        let clock = ServerClock::default();
+        let client = aws_sdk_dynamodb::Client::from_conf(
+            client
+                .config()
+                .to_builder()
+                .interceptor(clock.interceptor())
+                .build(),
+        );
         TableManager {
             client,
+            max_clock_skew: policy.lifecycle.late_arrival_grace / 4,
             policy,
             gov: None,
             rounds: Arc::new(AtomicUsize::new(0)),
             active_timeout: Duration::from_secs(300),
+            coordinator: None,
+            clock,
         }
+    }
+
+    /// Capacity lifts are recorded in (and read from) `table`, the
+    /// coordinator table.
+    pub fn with_coordinator(mut self, table: impl Into<String>) -> Self {
+        self.coordinator = Some(table.into());
+        self
+    }
+
+    /// Actions that trust this host's clock run only while it is within
+    /// `skew` of DynamoDB's.
+    pub fn with_max_clock_skew(mut self, skew: Duration) -> Self {
+        self.max_clock_skew = skew;
+        self
+    }
+
+    /// DynamoDB's time now, as its answers tell (asking it once when none
+    /// told lately; this host's time when it does not say).
+    pub(crate) async fn server_now_checked(&self) -> DateTime<Utc> {
+        if self.clock.offset(CLOCK_FRESH).is_none() {
+            let _ = self.call(self.client.list_tables().limit(1).send()).await;
+        }
+        self.clock.server_now(CLOCK_FRESH)
+    }
+
+    /// Why actions that trust this host's clock may not run now, if they
+    /// may not (asks DynamoDB once when no answer told its clock lately).
+    pub(crate) async fn clock_refusal(&self) -> Option<String> {
+        self.server_now_checked().await;
+        skew_refusal(self.clock.offset(CLOCK_FRESH), self.max_clock_skew)
     }
 
     /// The manager of the period tables `config` describes: its schema,
@@ -117,7 +171,16 @@ impl TableManager {
         policy.export = config.maintenance.export.clone();
         policy.pitr = config.maintenance.pitr;
         policy.deletion_protection = config.maintenance.deletion_protection;
-        TableManager::new(dynamodb, policy)
+        policy.late_lift = lift::LiftPolicy {
+            max_wcu: config.maintenance.late_lift_max_wcu,
+            hold: (config.maintenance.interval * 2).max(Duration::from_secs(60)),
+        };
+        let mut m = TableManager::new(dynamodb, policy)
+            .with_coordinator(config.maintenance.coordinator_table.clone());
+        if let Some(skew) = config.maintenance.max_clock_skew {
+            m = m.with_max_clock_skew(skew);
+        }
+        m
     }
 
     /// Table calls (DescribeTable polling included) are admitted by the
@@ -216,6 +279,8 @@ impl TableManager {
                     .map(|w| w.max(0) as u64),
                 deletion_protection: table.deletion_protection_enabled().unwrap_or(false),
                 details: Details::default(),
+                lift: None,
+                backlog: None,
                 arn: table.table_arn().unwrap_or_default().to_string(),
                 start_ms: period.start_ms,
             });
@@ -448,18 +513,22 @@ impl TableManager {
         Ok(())
     }
 
-    /// One round at `now`: plan, then apply unless `dry_run`.
+    /// One round at `now`: plan, then apply unless `dry_run`. Lifts
+    /// recorded are kept (no backlog reports are read: none is made).
     pub async fn round(
         &self,
         now: DateTime<Utc>,
         kind: RoundKind,
         dry_run: bool,
     ) -> Result<Vec<Applied>, TablesError> {
-        self.round_guarded(now, kind, dry_run, &Unguarded).await
+        self.round_guarded(now, kind, dry_run, &Unguarded, &BTreeMap::new())
+            .await
     }
 
     /// [`round`](Self::round), asking `guard` before each mutating call; a
-    /// refusal stops the round with [`TablesError::Refused`]. Sets the
+    /// refusal stops the round with [`TablesError::Refused`]. `backlogs`
+    /// are the late backlogs the workers report, by table: a table below the
+    /// active tier with one is lifted (see [`lift`](super::lift)). Sets the
     /// `tidemark_maintenance_next_table_active` gauge.
     pub async fn round_guarded(
         &self,
@@ -467,18 +536,64 @@ impl TableManager {
         kind: RoundKind,
         dry_run: bool,
         guard: &dyn ActionGuard,
+        backlogs: &BTreeMap<String, Backlog>,
     ) -> Result<Vec<Applied>, TablesError> {
         let round = self.rounds.fetch_add(1, Ordering::Relaxed);
-        let existing = self
+        let mut existing = self
             .list_with(now, (kind == RoundKind::Rotate).then_some(round))
             .await?;
-        let actions = round_actions(&self.policy, &existing, now, kind);
+        let lifts = if kind == RoundKind::Rotate {
+            self.lifts().await
+        } else {
+            Some(BTreeMap::new())
+        };
+        for t in &mut existing {
+            t.lift = lifts.as_ref().and_then(|l| l.get(&t.name).cloned());
+            t.backlog = backlogs.get(&t.name).copied();
+        }
+        let mut actions = round_actions(&self.policy, &existing, now, kind);
+        match &lifts {
+            // Records of tables gone (expired, deleted) go too.
+            Some(lifts) => {
+                for name in lifts.keys() {
+                    if !existing.iter().any(|t| &t.name == name) {
+                        actions.push(Action::EndLift {
+                            table: name.clone(),
+                            state: LifecycleState::Expired,
+                            from: Capacity { read: 0, write: 0 },
+                            to: Capacity { read: 0, write: 0 },
+                        });
+                    }
+                }
+            }
+            // Lifts unknown: nothing is lowered this round (it could revert
+            // a lift).
+            None => actions
+                .retain(|a| !matches!(a, Action::Resize { from, to, .. } if to.write < from.write)),
+        }
         let mut applied = Vec::with_capacity(actions.len());
+        // Asked once per round, before the first action that needs it.
+        let mut clock: Option<Option<String>> = None;
         for action in actions {
             let mut unreachable = false;
             let error = if dry_run {
                 None
             } else {
+                if action.trusts_the_clock() {
+                    if clock.is_none() {
+                        clock = Some(self.clock_refusal().await);
+                    }
+                    if let Some(Some(why)) = &clock {
+                        warn!(table = action.table(), action = action.kind(), reason = %why, "maintenance action skipped: this host's clock disagrees with DynamoDB's");
+                        metrics::counter!(m::CLOCK_SKIPS, "action" => action.kind()).increment(1);
+                        applied.push(Applied {
+                            error: Some(format!("skipped: {why}")),
+                            action,
+                            unreachable: false,
+                        });
+                        continue;
+                    }
+                }
                 if let Err(reason) = guard.confirm(&action).await {
                     return Err(TablesError::Refused {
                         action: action.kind(),
@@ -521,6 +636,41 @@ impl TableManager {
             metrics::gauge!(m::NEXT_TABLE_ACTIVE).set(if ready { 1.0 } else { 0.0 });
         }
         Ok(applied)
+    }
+
+    /// The capacity lifts recorded in the coordinator table (none without
+    /// one, or while it does not exist); `None` when they cannot be read.
+    pub async fn lifts(&self) -> Option<BTreeMap<String, Lift>> {
+        let Some(table) = &self.coordinator else {
+            return Some(BTreeMap::new());
+        };
+        match lift::read(&self.client, table).await {
+            Ok(l) => Some(l),
+            Err(e) if matches!(e, aws_sdk_dynamodb::Error::ResourceNotFoundException(_)) => {
+                Some(BTreeMap::new())
+            }
+            Err(e) => {
+                warn!(table, error = %e, "reading the capacity lifts failed: nothing is lowered this round");
+                None
+            }
+        }
+    }
+
+    /// Records `lift` for `table` in the coordinator table.
+    async fn put_lift(&self, table: &str, lift: &Lift) -> Result<(), TablesError> {
+        let Some(coordinator) = &self.coordinator else {
+            return Ok(());
+        };
+        self.call(
+            self.client
+                .put_item()
+                .table_name(coordinator)
+                .set_item(Some(lift::item(table, lift)))
+                .send(),
+        )
+        .await
+        .map_err(|e| TablesError::call("PutItem", coordinator, e))?;
+        Ok(())
     }
 
     /// Applies one action.
@@ -604,6 +754,64 @@ impl TableManager {
                     Err(e) => return Err(TablesError::call("DeleteTable", table, e)),
                 }
                 info!(table, "expired table deleted");
+                Ok(())
+            }
+            Action::Lift {
+                table,
+                from,
+                to,
+                record,
+                ..
+            } => {
+                // Recorded first: a lift whose UpdateTable fails is applied
+                // again next round, never taken for drift and reverted.
+                self.put_lift(table, record).await?;
+                if from != to {
+                    let req = self
+                        .client
+                        .update_table()
+                        .table_name(table)
+                        .provisioned_throughput(throughput(table, *to)?);
+                    self.update(table, req.send()).await?;
+                }
+                info!(
+                    table,
+                    write = to.write,
+                    backlog_items = record.backlog_items,
+                    "table lifted for a late backlog"
+                );
+                Ok(())
+            }
+            Action::RenewLift { table, lift } => self.put_lift(table, lift).await,
+            Action::EndLift {
+                table, from, to, ..
+            } => {
+                if from != to {
+                    let req = self
+                        .client
+                        .update_table()
+                        .table_name(table)
+                        .provisioned_throughput(throughput(table, *to)?);
+                    self.update(table, req.send()).await?;
+                }
+                if let Some(coordinator) = &self.coordinator {
+                    self.call(
+                        self.client
+                            .delete_item()
+                            .table_name(coordinator)
+                            .key(
+                                "leaseKey",
+                                aws_sdk_dynamodb::types::AttributeValue::S(format!(
+                                    "{}{table}",
+                                    lift::KEY_PREFIX
+                                )),
+                            )
+                            .send(),
+                    )
+                    .await
+                    .map_err(|e| TablesError::call("DeleteItem", coordinator, e))?;
+                }
+                info!(table, write = to.write, "late backlog gone: lift ended");
                 Ok(())
             }
             Action::TagExpired { table } => {
