@@ -637,6 +637,7 @@ impl Config {
         if self.maintenance.interval < Duration::from_secs(1) {
             out.push(("maintenance.interval".into(), "must be at least 1s".into()));
         }
+        out.extend(self.expiry_guard_problem());
         if self.maintenance.on_expiry == ExpiryAction::Export
             && self.maintenance.export.bucket.trim().is_empty()
         {
@@ -689,6 +690,32 @@ impl Config {
 }
 
 impl Config {
+    /// `schema.expiry_guard` must cover what may happen between the last
+    /// write accepted for a table and its export or deletion: two
+    /// maintenance rounds, and a late write's wait in the writer.
+    fn expiry_guard_problem(&self) -> Option<(String, String)> {
+        let guard = self.schema.expiry_guard;
+        let rounds = self.maintenance.interval * 2;
+        let late = self.writer.late_max_wait + self.writer.call_timeout;
+        if guard < rounds {
+            return Some((
+                "schema.expiry_guard".into(),
+                format!(
+                    "is {guard:?}, less than two maintenance intervals ({rounds:?}): raise it or lower maintenance.interval"
+                ),
+            ));
+        }
+        if guard * 2 < late {
+            return Some((
+                "schema.expiry_guard".into(),
+                format!(
+                    "is {guard:?}: twice it must cover writer.late_max_wait plus writer.call_timeout ({late:?}), the longest a write accepted before the guard can take; raise it or lower writer.late_max_wait"
+                ),
+            ));
+        }
+        None
+    }
+
     /// Multi-stream mode: the router settings of each stream with its own
     /// event mapping (`source.streams[].event`), by stream name; the other
     /// streams use [`Config::schema`].
@@ -1387,6 +1414,39 @@ path = "dead-letters.jsonl"
         )
         .unwrap();
         assert_eq!(c.shutdown_timeout, Duration::from_secs(8));
+    }
+
+    #[test]
+    fn the_expiry_guard_must_cover_two_rounds_and_a_late_write() {
+        let c = Config::from_toml(MINIMAL, "t.toml", &env(&[])).unwrap();
+        assert_eq!(c.schema.expiry_guard, Duration::from_secs(600));
+        for (vars, want) in [
+            (
+                [("TIDEMARK__MAINTENANCE__INTERVAL", "6m")],
+                "two maintenance intervals",
+            ),
+            (
+                [("TIDEMARK__WRITER__LATE_MAX_WAIT", "1h")],
+                "writer.late_max_wait",
+            ),
+        ] {
+            let e = Config::from_toml(MINIMAL, "t.toml", &env(&vars))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("schema.expiry_guard"), "{e}");
+            assert!(e.contains(want), "{e}");
+        }
+        let e = Config::from_toml(
+            MINIMAL,
+            "t.toml",
+            &env(&[
+                ("TIDEMARK__SCHEMA__RETENTION", "9m"),
+                ("TIDEMARK__SCHEMA__LATE_ARRIVAL_GRACE", "1m"),
+            ]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("expiry_guard"), "{e}");
     }
 
     #[test]
