@@ -477,6 +477,10 @@ pub(crate) fn shard_ends(
         let cp = checkpoints.get(&s.id);
         let at_end = match (cp, s.closed, last.get(&s.id)) {
             (Some(Checkpoint::ShardEnd), true, _) => true,
+            // The workers delete a finished lease once every child lease
+            // has started (as the KCL does): a closed shard without a lease
+            // whose children all started was read to its end.
+            (None, true, _) => deleted_when_finished(&s.id, shards, checkpoints, 0),
             // Our last known position is a lower bound of the shard's end
             // (a put answered with an error may still have been stored).
             (Some(Checkpoint::At(p)), false, Some(want)) => p >= want,
@@ -496,6 +500,29 @@ pub(crate) fn shard_ends(
         });
     }
     out
+}
+
+/// True when `id`'s lease can only be missing because it was deleted
+/// after the shard was finished: it has children, and each either started
+/// (a checkpoint past its start) or was itself finished and deleted.
+fn deleted_when_finished(
+    id: &str,
+    shards: &[Listed],
+    checkpoints: &HashMap<String, Checkpoint>,
+    depth: usize,
+) -> bool {
+    let children: Vec<&Listed> = shards
+        .iter()
+        .filter(|c| c.parents.iter().any(|p| p == id))
+        .collect();
+    // Resharding chains are short; the depth bound only guards a cycle.
+    depth < 32
+        && !children.is_empty()
+        && children.iter().all(|c| match checkpoints.get(&c.id) {
+            Some(Checkpoint::At(_) | Checkpoint::ShardEnd) => true,
+            None => c.closed && deleted_when_finished(&c.id, shards, checkpoints, depth + 1),
+            Some(_) => false,
+        })
 }
 
 #[cfg(test)]
