@@ -48,6 +48,7 @@ use crate::deadletter::{
     DeadLetterConfig, DeadLetterError, DeadLetterSink, DeadLetters, DynamoDbSink, FileSink,
     SqsSink, check_dead_letter_table,
 };
+use crate::maintenance::migrate::record_layouts;
 use crate::maintenance::{
     CreateMissingTables, MaintenanceLease, MaintenanceLeaseError, RoundKind, TableManager,
     TablesError, maintain,
@@ -188,7 +189,11 @@ impl DataPath {
     /// first write) and starts the writer and the dead-letter task.
     pub(crate) async fn start(config: &Config, sdk: &SdkConfig) -> Result<DataPath, WorkerError> {
         let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
-        let router = Arc::new(Router::new(config.schema.clone())?);
+        let router = Router::new(config.schema.clone())?;
+        // Each table's recorded key layouts, shared by the routers and kept
+        // current by maintenance (see `check_layouts` below).
+        let table_layouts = router.table_layouts().clone();
+        let router = Arc::new(router);
         // One governor per endpoint, shared by the writer, the table
         // manager, the lease table and the readers (see tidemark-governor).
         let governors = Governors {
@@ -196,7 +201,8 @@ impl DataPath {
             kinesis: Governor::new("kinesis", GovernorParams::default()),
         };
         let manager = TableManager::from_config(config, dynamodb.clone())
-            .with_governor(governors.dynamodb.clone());
+            .with_governor(governors.dynamodb.clone())
+            .with_table_layouts(table_layouts.clone(), config.schema.clone());
         // Tables for now are created before reading starts, so the first
         // events do not wait on a creation.
         match manager.round(Utc::now(), RoundKind::Ensure, false).await {
@@ -210,7 +216,7 @@ impl DataPath {
         }
         // Keys of a table with items never change silently.
         match manager.check_layouts(Utc::now()).await {
-            Ok(()) => {}
+            Ok(found) => record_layouts(&table_layouts, &found, &config.schema),
             Err(e @ (TablesError::LayoutChanged { .. } | TablesError::KeySchema(_))) => {
                 return Err(WorkerError::Tables(e));
             }
@@ -253,7 +259,8 @@ impl DataPath {
         };
         let mut stream_routers = std::collections::HashMap::new();
         for (stream, schema) in config.stream_schemas() {
-            stream_routers.insert(stream, Arc::new(Router::new(schema)?));
+            let router = Router::new(schema)?.with_table_layouts(table_layouts.clone());
+            stream_routers.insert(stream, Arc::new(router));
         }
         let pipeline = Pipeline::new(router, writer.clone(), dead_letters, system_clock())
             .with_record_format(format)

@@ -23,6 +23,7 @@ use serde::Serialize;
 use tidemark_aws_errors::{ErrorClass, classify};
 use tidemark_governor::Governor;
 use tidemark_schema::period::{Capacity, LifecycleState};
+use tidemark_schema::route::RouterConfig;
 use tracing::{info, warn};
 
 use super::TablesError;
@@ -31,6 +32,7 @@ use super::drift::{
     Action, Details, ExportState, RoundKind, TableInfo, TablePolicy, round_actions,
 };
 use super::lift::{self, Backlog, Lift};
+use super::migrate::TableLayout;
 use super::tags::{
     EXPIRED_TAG, EXPORT_TAG, LAYOUT_FROM_TAG, LAYOUT_TAG, MIGRATION_TAG, PREFIX_TAG, layout_toml,
 };
@@ -103,6 +105,8 @@ pub struct TableManager {
     /// Largest clock difference at which actions that trust this host's
     /// clock run.
     max_clock_skew: Duration,
+    /// The routers' table layouts, refreshed from the tags a round reads.
+    table_layouts: Option<(Arc<tidemark_schema::TableLayouts>, Arc<RouterConfig>)>,
 }
 
 impl TableManager {
@@ -126,7 +130,19 @@ impl TableManager {
             active_timeout: Duration::from_secs(300),
             coordinator: None,
             clock,
+            table_layouts: None,
         }
+    }
+
+    /// Each round records in `layouts` the key layouts of the tables whose
+    /// tags it read (a running worker's routers key by them).
+    pub(crate) fn with_table_layouts(
+        mut self,
+        layouts: Arc<tidemark_schema::TableLayouts>,
+        config: RouterConfig,
+    ) -> Self {
+        self.table_layouts = Some((layouts, Arc::new(config)));
+        self
     }
 
     /// Capacity lifts are recorded in (and read from) `table`, the
@@ -307,6 +323,14 @@ impl TableManager {
                     .tags
                     .as_ref()
                     .is_some_and(|tags| tags.contains_key(EXPIRED_TAG));
+                if let (Some((layouts, config)), Some(tags)) = (&self.table_layouts, &details.tags)
+                    && t.state != LifecycleState::Expired
+                {
+                    layouts.set(
+                        &t.name,
+                        TableLayout::from_tags(tags).write_strategies(config),
+                    );
+                }
                 t.details = details;
             }
         }
@@ -398,119 +422,156 @@ impl TableManager {
         }
     }
 
-    /// Refuses a silent key-layout change: every table that takes writes
-    /// at `now` (prebuild, active, cooling) and records another layout than
-    /// the config's is an error when it has items; an empty one is tagged
-    /// with the config's layout instead. Run at start, before any write.
-    pub(crate) async fn check_layouts(&self, now: DateTime<Utc>) -> Result<(), TablesError> {
+    /// Refuses a silent key-layout change, and returns the layouts every
+    /// table that is not expired records (the router keys each table's
+    /// events with them: a table from before a shard-count migration stays
+    /// in its old layout). A table that takes writes at `now` (prebuild,
+    /// active, cooling) and records another layout than the config's is an
+    /// error when it has items; an empty one is tagged with the config's
+    /// layout instead; one in the layout `schema.migrate_from` names
+    /// becomes dual-written. Older tables keep what they record. Run at
+    /// start, before any write.
+    pub(crate) async fn check_layouts(
+        &self,
+        now: DateTime<Utc>,
+    ) -> Result<BTreeMap<String, TableLayout>, TablesError> {
         let now_ms = now.timestamp_millis();
-        let current = self.policy.naming.period.containing(now_ms);
-        // Only the previous, current and next periods can take writes.
-        for p in [current.prev(), current, current.next()] {
+        let mut names = Vec::new();
+        let mut pages = self.client.list_tables().into_paginator().send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| TablesError::call("ListTables", "", e))?;
+            names.extend(page.table_names().iter().cloned());
+        }
+        let mut out = BTreeMap::new();
+        for name in names {
+            let Some(p) = self.policy.naming.parse(&name) else {
+                continue;
+            };
             let state = self.policy.lifecycle.state_at(&p, now_ms);
-            if !matches!(
+            if state == LifecycleState::Expired {
+                continue;
+            }
+            let takes_writes = matches!(
                 state,
                 LifecycleState::Prebuild | LifecycleState::Active | LifecycleState::Cooling
-            ) {
-                continue;
+            );
+            if let Some(layout) = Box::pin(self.check_layout(name.clone(), takes_writes)).await? {
+                out.insert(name, layout);
             }
-            let name = self.policy.naming.name_of(&p);
-            let arn = match self
-                .call(self.client.describe_table().table_name(&name).send())
-                .await
-            {
-                Ok(d) => match d.table() {
-                    Some(t) => {
-                        self.policy.key_spec().check(&name, "period table", t)?;
-                        t.table_arn().unwrap_or_default().to_string()
-                    }
-                    None => continue,
-                },
-                Err(e)
-                    if e.as_service_error()
-                        .is_some_and(DescribeTableError::is_resource_not_found_exception) =>
-                {
-                    continue;
-                }
-                Err(e) => return Err(TablesError::call("DescribeTable", &name, e)),
-            };
-            let t = TableRef { name, arn };
-            let tags = self
-                .call(
-                    self.client
-                        .list_tags_of_resource()
-                        .resource_arn(&t.arn)
-                        .send(),
-                )
-                .await
-                .map_err(|e| TablesError::call("ListTagsOfResource", &t.name, e))?;
-            // The last one: DynamoDB replaces a tag set again, but moto
-            // lists both values, the newer last.
-            let Some(recorded) = tags
-                .tags()
-                .iter()
-                .rfind(|tag| tag.key() == LAYOUT_TAG)
-                .map(|tag| tag.value().to_string())
-            else {
-                continue;
-            };
-            if recorded == self.policy.layout {
-                continue;
-            }
-            // The migration's start on this table: from now on both layouts
-            // are written and read. One TagResource sets all three, so no
-            // reader sees the new layout without the old one.
-            if let Some(from) = &self.policy.layout_from
-                && *from == recorded
-            {
-                info!(
-                    table = t.name,
-                    from = recorded,
-                    to = self.policy.layout,
-                    "shard migration: table now dual-written"
-                );
-                self.tag_many(
-                    &t.name,
-                    &t.arn,
-                    &[
-                        (LAYOUT_TAG, &self.policy.layout),
-                        (LAYOUT_FROM_TAG, from),
-                        (MIGRATION_TAG, "dual"),
-                    ],
-                )
-                .await?;
-                continue;
-            }
-            let items = self
-                .call(
-                    self.client
-                        .scan()
-                        .table_name(&t.name)
-                        .limit(1)
-                        .select(aws_sdk_dynamodb::types::Select::Count)
-                        .send(),
-                )
-                .await
-                .map_err(|e| TablesError::call("Scan", &t.name, e))?;
-            if items.count() == 0 && items.last_evaluated_key().is_none() {
-                warn!(
-                    table = t.name,
-                    from = recorded,
-                    to = self.policy.layout,
-                    "empty table: its recorded key layout follows the config"
-                );
-                self.tag(&t.name, &t.arn, LAYOUT_TAG, &self.policy.layout)
-                    .await?;
-                continue;
-            }
-            return Err(TablesError::LayoutChanged {
-                table: t.name,
-                recorded_toml: layout_toml(&recorded),
-                recorded,
-                configured: self.policy.layout.clone(),
-            });
         }
-        Ok(())
+        Ok(out)
+    }
+
+    /// [`check_layouts`](Self::check_layouts) for one table; `None` when it
+    /// no longer exists.
+    async fn check_layout(
+        &self,
+        name: String,
+        takes_writes: bool,
+    ) -> Result<Option<TableLayout>, TablesError> {
+        let arn = match self
+            .call(self.client.describe_table().table_name(&name).send())
+            .await
+        {
+            Ok(d) => match d.table() {
+                Some(t) => {
+                    self.policy.key_spec().check(&name, "period table", t)?;
+                    t.table_arn().unwrap_or_default().to_string()
+                }
+                None => return Ok(None),
+            },
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(DescribeTableError::is_resource_not_found_exception) =>
+            {
+                return Ok(None);
+            }
+            Err(e) => return Err(TablesError::call("DescribeTable", &name, e)),
+        };
+        let t = TableRef { name, arn };
+        let tags = self
+            .call(
+                self.client
+                    .list_tags_of_resource()
+                    .resource_arn(&t.arn)
+                    .send(),
+            )
+            .await
+            .map_err(|e| TablesError::call("ListTagsOfResource", &t.name, e))?;
+        // In order: DynamoDB replaces a tag set again, but moto lists both
+        // values, the newer last.
+        let tags: BTreeMap<String, String> = tags
+            .tags()
+            .iter()
+            .map(|tag| (tag.key().to_string(), tag.value().to_string()))
+            .collect();
+        let layout = TableLayout::from_tags(&tags);
+        let Some(recorded) = layout.layout.clone() else {
+            // Recorded as the config's at the next round.
+            return Ok(Some(layout));
+        };
+        if recorded == self.policy.layout || !takes_writes {
+            return Ok(Some(layout));
+        }
+        // The migration's start on this table: from now on both layouts
+        // are written and read. One TagResource sets all three, so no
+        // reader sees the new layout without the old one.
+        if let Some(from) = &self.policy.layout_from
+            && *from == recorded
+        {
+            info!(
+                table = t.name,
+                from = recorded,
+                to = self.policy.layout,
+                "shard migration: table now dual-written"
+            );
+            self.tag_many(
+                &t.name,
+                &t.arn,
+                &[
+                    (LAYOUT_TAG, &self.policy.layout),
+                    (LAYOUT_FROM_TAG, from),
+                    (MIGRATION_TAG, "dual"),
+                ],
+            )
+            .await?;
+            return Ok(Some(TableLayout {
+                layout: Some(self.policy.layout.clone()),
+                layout_from: Some(from.clone()),
+                migration: Some("dual".into()),
+            }));
+        }
+        let items = self
+            .call(
+                self.client
+                    .scan()
+                    .table_name(&t.name)
+                    .limit(1)
+                    .select(aws_sdk_dynamodb::types::Select::Count)
+                    .send(),
+            )
+            .await
+            .map_err(|e| TablesError::call("Scan", &t.name, e))?;
+        if items.count() == 0 && items.last_evaluated_key().is_none() {
+            warn!(
+                table = t.name,
+                from = recorded,
+                to = self.policy.layout,
+                "empty table: its recorded key layout follows the config"
+            );
+            self.tag(&t.name, &t.arn, LAYOUT_TAG, &self.policy.layout)
+                .await?;
+            return Ok(Some(TableLayout {
+                layout: Some(self.policy.layout.clone()),
+                ..layout
+            }));
+        }
+        Err(TablesError::LayoutChanged {
+            table: t.name,
+            recorded_toml: layout_toml(&recorded),
+            recorded,
+            configured: self.policy.layout.clone(),
+        })
     }
 
     /// One round at `now`: plan, then apply unless `dry_run`. Lifts
@@ -539,11 +600,12 @@ impl TableManager {
         backlogs: &BTreeMap<String, Backlog>,
     ) -> Result<Vec<Applied>, TablesError> {
         let round = self.rounds.fetch_add(1, Ordering::Relaxed);
-        let mut existing = self
-            .list_with(now, (kind == RoundKind::Rotate).then_some(round))
-            .await?;
+        // Boxed, as the calls below: callers hold a round on their stack
+        // (a worker's start-up among them), and the SDK's futures are large.
+        let mut existing =
+            Box::pin(self.list_with(now, (kind == RoundKind::Rotate).then_some(round))).await?;
         let lifts = if kind == RoundKind::Rotate {
-            self.lifts().await
+            Box::pin(self.lifts()).await
         } else {
             Some(BTreeMap::new())
         };
@@ -581,7 +643,7 @@ impl TableManager {
             } else {
                 if action.trusts_the_clock() {
                     if clock.is_none() {
-                        clock = Some(self.clock_refusal().await);
+                        clock = Some(Box::pin(self.clock_refusal()).await);
                     }
                     if let Some(Some(why)) = &clock {
                         warn!(table = action.table(), action = action.kind(), reason = %why, "maintenance action skipped: this host's clock disagrees with DynamoDB's");
@@ -601,7 +663,7 @@ impl TableManager {
                         reason,
                     });
                 }
-                let result = self.apply(&action).await;
+                let result = Box::pin(self.apply(&action)).await;
                 let outcome = if result.is_ok() { "ok" } else { "error" };
                 metrics::counter!(m::MAINTENANCE_ACTIONS, "action" => action.kind(), "outcome" => outcome)
                     .increment(1);

@@ -150,6 +150,20 @@ pub async fn verify(
         sub_sequence_number: 0,
     };
     let mut report = VerifyReport::default();
+    // Keyed as `run` keys them: each table in the layouts it records (a
+    // table from before a shard-count migration keeps its old one).
+    let tables: std::collections::BTreeSet<String> = events
+        .iter()
+        .map(|raw| {
+            let at = event_time(router, raw, &origin).timestamp_millis();
+            router.naming().table_for(at)
+        })
+        .collect();
+    let layouts = std::sync::Arc::new(tidemark_schema::TableLayouts::for_config(router.config()));
+    for (table, strategies) in crate::tools::query::layouts(client, router.config(), tables).await {
+        layouts.set(&table, strategies);
+    }
+    let router = &router.clone().with_table_layouts(layouts);
     // table -> expected items by (pk, sk)
     let mut expected: HashMap<String, HashMap<Key, Item>> = HashMap::new();
     let mut cache = RouteCache::default();
