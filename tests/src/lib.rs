@@ -14,7 +14,8 @@
 //! - [`stack`]: the [`LocalStack`] handle (clients), or a panic saying why
 //!   not; its DynamoDB goes through a limits proxy (capacity enforced).
 //! - Kinesis: [`create_stream`], [`wait_stream_active`], [`put_records`].
-//! - DynamoDB: [`create_table`], [`scan_items`], [`count_items`].
+//! - DynamoDB: [`create_table`], [`put_items`] (capacity-aware), [`scan_items`],
+//!   [`count_items`].
 //! - SQS: [`create_queue`], [`send_messages`], [`queue_counts`].
 //! - The limits proxy in-process: [`start_limits_proxy`], [`LimitsProxy`].
 //! - A counting HTTP forward proxy (`HTTP_PROXY` tests):
@@ -221,7 +222,9 @@ fn shared_limits_proxy(stack: &LocalStack) -> String {
                         Arc::new(tidemark_limits::Proxy::new(config).expect("limits proxy"));
                     tx.send(url)
                         .expect("the test waits for the proxy's address");
-                    tidemark_limits::serve(listener, proxy, std::future::pending::<()>()).await;
+                    // It serves until the process ends.
+                    let _ =
+                        tidemark_limits::serve(listener, proxy, std::future::pending::<()>()).await;
                 });
             })
             .expect("spawn the limits proxy's thread");
@@ -496,6 +499,64 @@ pub async fn put_records(
         }
     }
     out
+}
+
+/// Writes `items` to `table` with BatchWriteItem, 25 a call, sending what
+/// DynamoDB (the limits proxy) returns unprocessed again after a growing
+/// pause, as a careful client does: a table's capacity is enforced.
+pub async fn put_items(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    items: Vec<HashMap<String, AttributeValue>>,
+) {
+    use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
+    for chunk in items.chunks(25) {
+        let mut reqs: Vec<WriteRequest> = chunk
+            .iter()
+            .map(|i| {
+                WriteRequest::builder()
+                    .put_request(
+                        PutRequest::builder()
+                            .set_item(Some(i.clone()))
+                            .build()
+                            .expect("an item"),
+                    )
+                    .build()
+            })
+            .collect();
+        let mut pause = Duration::from_millis(50);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !reqs.is_empty() {
+            match client
+                .batch_write_item()
+                .request_items(table, reqs.clone())
+                .send()
+                .await
+            {
+                Ok(out) => {
+                    reqs = out
+                        .unprocessed_items()
+                        .and_then(|u| u.get(table))
+                        .cloned()
+                        .unwrap_or_default();
+                }
+                Err(e)
+                    if e.as_service_error()
+                        .is_some_and(|e| e.is_provisioned_throughput_exceeded_exception()) => {}
+                Err(e) => panic!("BatchWriteItem {table}: {e:?}"),
+            }
+            if reqs.is_empty() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "BatchWriteItem {table}: {} items still unprocessed after 120 s",
+                reqs.len()
+            );
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(2));
+        }
+    }
 }
 
 /// Every item of `table` (a paginated Scan).

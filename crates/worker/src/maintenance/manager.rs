@@ -663,7 +663,7 @@ impl TableManager {
                         reason,
                     });
                 }
-                let result = Box::pin(self.apply(&action)).await;
+                let result = self.apply(&action).await;
                 let outcome = if result.is_ok() { "ok" } else { "error" };
                 metrics::counter!(m::MAINTENANCE_ACTIONS, "action" => action.kind(), "outcome" => outcome)
                     .increment(1);
@@ -735,26 +735,26 @@ impl TableManager {
         Ok(())
     }
 
-    /// Applies one action.
-    pub(crate) async fn apply(&self, action: &Action) -> Result<(), TablesError> {
+    /// Applies one action. Each kind's calls are a future of their own,
+    /// boxed: one future of every kind would need a stack frame of about a
+    /// megabyte in a debug build.
+    pub(crate) fn apply<'a>(
+        &'a self,
+        action: &'a Action,
+    ) -> BoxFuture<'a, Result<(), TablesError>> {
         match action {
             Action::Create {
                 table,
                 capacity,
                 warm_write_units,
                 ..
-            } => self.create(table, *capacity, *warm_write_units).await,
-            Action::Resize { table, to, .. } => {
-                let req = self
-                    .client
-                    .update_table()
-                    .table_name(table)
-                    .provisioned_throughput(throughput(table, *to)?);
-                self.update(table, req.send()).await?;
+            } => Box::pin(self.create(table, *capacity, *warm_write_units)),
+            Action::Resize { table, to, .. } => Box::pin(async move {
+                self.resize(table, *to).await?;
                 info!(table, read = to.read, write = to.write, "table resized");
                 Ok(())
-            }
-            Action::SetWarmThroughput { table, to, .. } => {
+            }),
+            Action::SetWarmThroughput { table, to, .. } => Box::pin(async move {
                 let req = self
                     .client
                     .update_table()
@@ -767,8 +767,8 @@ impl TableManager {
                 self.update(table, req.send()).await?;
                 info!(table, write_units = to, "warm throughput set");
                 Ok(())
-            }
-            Action::SetDeletionProtection { table, enabled } => {
+            }),
+            Action::SetDeletionProtection { table, enabled } => Box::pin(async move {
                 let req = self
                     .client
                     .update_table()
@@ -777,64 +777,29 @@ impl TableManager {
                 self.update(table, req.send()).await?;
                 info!(table, enabled, "deletion protection set");
                 Ok(())
-            }
-            Action::SetTtl { table, to, .. } => self.enable_ttl(table, to).await,
-            Action::SetPitr { table, enabled } => {
-                let spec = PointInTimeRecoverySpecification::builder()
-                    .point_in_time_recovery_enabled(*enabled)
-                    .build()
-                    .map_err(|e| TablesError::build("UpdateContinuousBackups", table, e))?;
-                self.call(
-                    self.client
-                        .update_continuous_backups()
-                        .table_name(table)
-                        .point_in_time_recovery_specification(spec)
-                        .send(),
-                )
-                .await
-                .map_err(|e| TablesError::call("UpdateContinuousBackups", table, e))?;
-                info!(table, enabled, "point-in-time recovery set");
-                Ok(())
-            }
+            }),
+            Action::SetTtl { table, to, .. } => Box::pin(self.enable_ttl(table, to)),
+            Action::SetPitr { table, enabled } => Box::pin(self.set_pitr(table, *enabled)),
             Action::TagPrefix { table, arn } => {
-                self.tag(table, arn, PREFIX_TAG, &self.policy.naming.prefix)
-                    .await
+                Box::pin(self.tag(table, arn, PREFIX_TAG, &self.policy.naming.prefix))
             }
             Action::TagLayout { table, arn } => {
-                self.tag(table, arn, LAYOUT_TAG, &self.policy.layout).await
+                Box::pin(self.tag(table, arn, LAYOUT_TAG, &self.policy.layout))
             }
-            Action::Export { table, arn } => self.export(table, arn).await,
-            Action::Delete { table } => {
-                match self
-                    .call(self.client.delete_table().table_name(table).send())
-                    .await
-                {
-                    Ok(_) => {}
-                    Err(e)
-                        if e.as_service_error()
-                            .is_some_and(DeleteTableError::is_resource_not_found_exception) => {}
-                    Err(e) => return Err(TablesError::call("DeleteTable", table, e)),
-                }
-                info!(table, "expired table deleted");
-                Ok(())
-            }
+            Action::Export { table, arn } => Box::pin(self.export(table, arn)),
+            Action::Delete { table } => Box::pin(self.delete(table)),
             Action::Lift {
                 table,
                 from,
                 to,
                 record,
                 ..
-            } => {
+            } => Box::pin(async move {
                 // Recorded first: a lift whose UpdateTable fails is applied
                 // again next round, never taken for drift and reverted.
                 self.put_lift(table, record).await?;
                 if from != to {
-                    let req = self
-                        .client
-                        .update_table()
-                        .table_name(table)
-                        .provisioned_throughput(throughput(table, *to)?);
-                    self.update(table, req.send()).await?;
+                    self.resize(table, *to).await?;
                 }
                 info!(
                     table,
@@ -843,54 +808,101 @@ impl TableManager {
                     "table lifted for a late backlog"
                 );
                 Ok(())
-            }
-            Action::RenewLift { table, lift } => self.put_lift(table, lift).await,
+            }),
+            Action::RenewLift { table, lift } => Box::pin(self.put_lift(table, lift)),
             Action::EndLift {
                 table, from, to, ..
-            } => {
+            } => Box::pin(async move {
                 if from != to {
-                    let req = self
-                        .client
-                        .update_table()
-                        .table_name(table)
-                        .provisioned_throughput(throughput(table, *to)?);
-                    self.update(table, req.send()).await?;
+                    self.resize(table, *to).await?;
                 }
-                if let Some(coordinator) = &self.coordinator {
-                    self.call(
-                        self.client
-                            .delete_item()
-                            .table_name(coordinator)
-                            .key(
-                                "leaseKey",
-                                aws_sdk_dynamodb::types::AttributeValue::S(format!(
-                                    "{}{table}",
-                                    lift::KEY_PREFIX
-                                )),
-                            )
-                            .send(),
-                    )
-                    .await
-                    .map_err(|e| TablesError::call("DeleteItem", coordinator, e))?;
-                }
+                self.delete_lift(table).await?;
                 info!(table, write = to.write, "late backlog gone: lift ended");
                 Ok(())
-            }
-            Action::TagExpired { table } => {
-                let d = self
-                    .call(self.client.describe_table().table_name(table).send())
-                    .await
-                    .map_err(|e| TablesError::call("DescribeTable", table, e))?;
-                let arn = d
-                    .table()
-                    .and_then(|t| t.table_arn())
-                    .unwrap_or_default()
-                    .to_string();
-                self.tag(table, &arn, EXPIRED_TAG, "true").await?;
-                info!(table, "expired table tagged for archiving");
-                Ok(())
-            }
+            }),
+            Action::TagExpired { table } => Box::pin(self.tag_expired(table)),
         }
+    }
+
+    /// One UpdateTable of the provisioned capacity.
+    async fn resize(&self, table: &str, to: Capacity) -> Result<(), TablesError> {
+        let req = self
+            .client
+            .update_table()
+            .table_name(table)
+            .provisioned_throughput(throughput(table, to)?);
+        self.update(table, req.send()).await
+    }
+
+    async fn set_pitr(&self, table: &str, enabled: bool) -> Result<(), TablesError> {
+        let spec = PointInTimeRecoverySpecification::builder()
+            .point_in_time_recovery_enabled(enabled)
+            .build()
+            .map_err(|e| TablesError::build("UpdateContinuousBackups", table, e))?;
+        self.call(
+            self.client
+                .update_continuous_backups()
+                .table_name(table)
+                .point_in_time_recovery_specification(spec)
+                .send(),
+        )
+        .await
+        .map_err(|e| TablesError::call("UpdateContinuousBackups", table, e))?;
+        info!(table, enabled, "point-in-time recovery set");
+        Ok(())
+    }
+
+    async fn delete(&self, table: &str) -> Result<(), TablesError> {
+        match self
+            .call(self.client.delete_table().table_name(table).send())
+            .await
+        {
+            Ok(_) => {}
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(DeleteTableError::is_resource_not_found_exception) => {}
+            Err(e) => return Err(TablesError::call("DeleteTable", table, e)),
+        }
+        info!(table, "expired table deleted");
+        Ok(())
+    }
+
+    async fn tag_expired(&self, table: &str) -> Result<(), TablesError> {
+        let d = self
+            .call(self.client.describe_table().table_name(table).send())
+            .await
+            .map_err(|e| TablesError::call("DescribeTable", table, e))?;
+        let arn = d
+            .table()
+            .and_then(|t| t.table_arn())
+            .unwrap_or_default()
+            .to_string();
+        self.tag(table, &arn, EXPIRED_TAG, "true").await?;
+        info!(table, "expired table tagged for archiving");
+        Ok(())
+    }
+
+    /// Removes `table`'s lift record from the coordinator table.
+    async fn delete_lift(&self, table: &str) -> Result<(), TablesError> {
+        let Some(coordinator) = &self.coordinator else {
+            return Ok(());
+        };
+        self.call(
+            self.client
+                .delete_item()
+                .table_name(coordinator)
+                .key(
+                    "leaseKey",
+                    aws_sdk_dynamodb::types::AttributeValue::S(format!(
+                        "{}{table}",
+                        lift::KEY_PREFIX
+                    )),
+                )
+                .send(),
+        )
+        .await
+        .map_err(|e| TablesError::call("DeleteItem", coordinator, e))?;
+        Ok(())
     }
 
     /// One UpdateTable; a quota refusal is reported as such.

@@ -160,7 +160,14 @@ pub async fn verify(
         })
         .collect();
     let layouts = std::sync::Arc::new(tidemark_schema::TableLayouts::for_config(router.config()));
-    for (table, strategies) in crate::tools::query::layouts(client, router.config(), tables).await {
+    // Boxed: callers hold `verify` on their own stack.
+    let recorded = Box::pin(crate::tools::query::layouts(
+        client,
+        router.config(),
+        tables,
+    ))
+    .await;
+    for (table, strategies) in recorded {
         layouts.set(&table, strategies);
     }
     let router = &router.clone().with_table_layouts(layouts);
