@@ -71,12 +71,16 @@ pub struct RouteCache {
     last: Option<(PeriodRef, SharedStr)>,
     /// The last table's recorded layouts when they differ from the
     /// config's, with the [`TableLayouts`] generation they were read at.
-    layouts: Option<(SharedStr, u64, Option<Arc<[KeyStrategy]>>)>,
+    layouts: Option<(SharedStr, u64, Option<Layouts>)>,
     shards: ShardCache,
     /// The shards under `migrate_from` (its own cache: one shared by two
     /// shard counts would start over at every event).
     old_shards: ShardCache,
 }
+
+/// The key layouts one table is written with: the one in force first, then
+/// the one it is migrating from, if any.
+type Layouts = Arc<[KeyStrategy]>;
 
 /// The key layouts tables record (their `tidemark:layout` tags), where
 /// they differ from the config's: a table whose period ended before a

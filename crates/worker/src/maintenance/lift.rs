@@ -35,9 +35,11 @@ pub struct Backlog {
     pub wcu: u64,
 }
 
-impl Backlog {
-    /// The sum of two reports.
-    pub fn add(self, other: Backlog) -> Backlog {
+impl std::ops::Add for Backlog {
+    type Output = Backlog;
+
+    /// The sum of two workers' reports.
+    fn add(self, other: Backlog) -> Backlog {
         Backlog {
             items: self.items + other.items,
             wcu: self.wcu + other.wcu,

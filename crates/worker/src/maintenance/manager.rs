@@ -708,9 +708,7 @@ impl TableManager {
         };
         match lift::read(&self.client, table).await {
             Ok(l) => Some(l),
-            Err(e) if matches!(e, aws_sdk_dynamodb::Error::ResourceNotFoundException(_)) => {
-                Some(BTreeMap::new())
-            }
+            Err(aws_sdk_dynamodb::Error::ResourceNotFoundException(_)) => Some(BTreeMap::new()),
             Err(e) => {
                 warn!(table, error = %e, "reading the capacity lifts failed: nothing is lowered this round");
                 None
