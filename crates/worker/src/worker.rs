@@ -53,7 +53,7 @@ use crate::maintenance::{
     CreateMissingTables, MaintenanceLease, MaintenanceLeaseError, RoundKind, TableManager,
     TablesError, maintain,
 };
-use crate::pipeline::{Pipeline, system_clock};
+use crate::pipeline::{LateByLifecycle, Pipeline, system_clock};
 use crate::telemetry::{self, Readiness};
 use futures::future::BoxFuture;
 use tidemark_consumer::keyschema::KeySchemaMismatch;
@@ -239,6 +239,11 @@ impl DataPath {
             CreateMissingTables::new(manager.clone())
                 .with_quota_retry_for(config.maintenance.quota_retry_for),
         ))
+        // Late data never stalls the pipeline (see tidemark_writer::LateTables).
+        .late_tables(Arc::new(LateByLifecycle {
+            router: router.clone(),
+            clock: system_clock(),
+        }))
         .governor(governors.dynamodb.clone())
         .start();
         let sink: Arc<dyn DeadLetterSink> = match &config.dead_letters {
@@ -480,7 +485,11 @@ impl Worker {
             AbortOnDropHandle::new(tokio::spawn(maintain(
                 lease,
                 shutdown.clone(),
-                rotate_round(&data.manager),
+                rotate_round(
+                    &data.manager,
+                    dynamodb.clone(),
+                    config.maintenance.coordinator_table.clone(),
+                ),
             )))
         });
 
@@ -507,6 +516,7 @@ impl Worker {
                 config.maintenance.coordinator_table.clone(),
                 worker_id.clone(),
                 typed_metrics.clone(),
+                data.writer.clone(),
                 telemetry_stop.clone(),
             )))
         });
@@ -616,23 +626,32 @@ impl Worker {
 /// maintenance lease confirms first.
 fn rotate_round(
     manager: &TableManager,
+    dynamodb: aws_sdk_dynamodb::Client,
+    coordinator: String,
 ) -> impl for<'a> FnMut(&'a MaintenanceLease) -> BoxFuture<'a, ()> + use<> {
     let manager = manager.clone();
     move |lease| {
         let manager = manager.clone();
+        let (dynamodb, coordinator) = (dynamodb.clone(), coordinator.clone());
         Box::pin(async move {
+            // The late backlogs every worker reports: tables to lift.
+            let backlogs = match crate::report::read(&dynamodb, &coordinator).await {
+                Ok(reports) => crate::report::late_backlogs(reports.values()),
+                Err(e) => {
+                    warn!(error = %e, "reading the workers' reports failed: no late backlog known this round");
+                    Default::default()
+                }
+            };
             match manager
-                .round_guarded(
-                    Utc::now(),
-                    RoundKind::Rotate,
-                    false,
-                    lease,
-                    &Default::default(),
-                )
+                .round_guarded(Utc::now(), RoundKind::Rotate, false, lease, &backlogs)
                 .await
             {
                 Ok(applied) => {
-                    for a in &applied {
+                    // A lift renewed while its backlog lasts is no news.
+                    for a in applied
+                        .iter()
+                        .filter(|a| a.action.kind() != "renew_lift" || a.error.is_some())
+                    {
                         info!(table = a.action.table(), action = a.action.kind(), drift = ?a.action, error = a.error.as_deref(), "maintenance: drift repaired");
                     }
                     if applied.iter().all(|a| a.error.is_none()) {
