@@ -83,6 +83,8 @@ pub(crate) struct ItemReport {
     pub(crate) found: u64,
     /// Expected items not found.
     pub(crate) lost: u64,
+    /// Indices into the `valid` events of those not found.
+    pub(crate) lost_events: Vec<usize>,
     /// Items under an expected key with other content.
     pub(crate) mismatched: u64,
     /// Items under keys no event should have (none may exist).
@@ -118,7 +120,8 @@ pub(crate) async fn items(
     };
     let mut report = ItemReport::default();
     let mut expected: HashMap<(String, String, String), Item> = HashMap::new();
-    for raw in valid {
+    let mut index: HashMap<(String, String, String), usize> = HashMap::new();
+    for (i, raw) in valid.iter().enumerate() {
         report.expected += 1;
         // Placement depends only on the event: route it at its own time.
         let ev = router
@@ -135,17 +138,13 @@ pub(crate) async fn items(
             .item
             .to_item()
             .map_err(|e| anyhow::anyhow!("a routed item does not decode: {e}"))?;
-        if expected
-            .insert(
-                (
-                    r.table.to_string(),
-                    r.key.pk().to_owned(),
-                    r.key.sk().to_owned(),
-                ),
-                item,
-            )
-            .is_some()
-        {
+        let key = (
+            r.table.to_string(),
+            r.key.pk().to_owned(),
+            r.key.sk().to_owned(),
+        );
+        index.insert(key.clone(), i);
+        if expected.insert(key, item).is_some() {
             anyhow::bail!("two produced events share a key: the generator is broken");
         }
     }
@@ -198,6 +197,7 @@ pub(crate) async fn items(
                 }
                 (None, _) => {
                     report.lost += 1;
+                    report.lost_events.extend(index.get(&full).copied());
                     note(
                         &mut report.examples,
                         format!("lost {t} {}|{}", key.0, key.1),
@@ -389,6 +389,24 @@ pub(crate) async fn dead_letters(
         }
     }
     Ok(report)
+}
+
+/// Dead letters of the `late` scenario: the payloads dead-lettered with
+/// each reason (late events are matched to them by their bytes).
+pub(crate) async fn dead_letter_payloads(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+) -> Result<HashMap<Vec<u8>, Vec<Reason>>> {
+    let mut out: HashMap<Vec<u8>, Vec<Reason>> = HashMap::new();
+    for item in scan(client, table).await? {
+        let entry: DeadLetter = match item.get("entry").map(AttributeValue::as_s) {
+            Some(Ok(json)) => serde_json::from_str(json).context("a dead-letter entry")?,
+            _ => anyhow::bail!("a dead-letter item has no `entry`"),
+        };
+        let payload = entry.payload().context("a dead-letter payload")?;
+        out.entry(payload).or_default().push(entry.reason);
+    }
+    Ok(out)
 }
 
 /// One shard's end state.
