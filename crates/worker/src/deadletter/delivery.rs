@@ -12,7 +12,9 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{error, warn};
 
-use super::{DeadLetter, DeadLetterError, DeadLetterSink, FileSink};
+use super::entry::DeadLetter;
+use super::file::FileSink;
+use super::sink::{DeadLetterError, DeadLetterSink};
 
 /// How long one batch of dead letters may take, retries and splits
 /// included, before what is left goes to the fallback file.
@@ -234,7 +236,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn entries_that_fail_for_good_go_to_the_fallback_file_and_are_acked() {
-        use tidemark_consumer::checkpoint::{AckTracker, Position};
+        use tidemark_consumer::kinesis::{AckTracker, Position};
         let dir = std::env::temp_dir().join(format!("tidemark-dlf-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("fallback.jsonl");

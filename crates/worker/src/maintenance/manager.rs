@@ -26,11 +26,11 @@ use tidemark_schema::period::{Capacity, LifecycleState};
 use tidemark_schema::route::RouterConfig;
 use tracing::{info, warn};
 
-use super::TablesError;
 use super::clock::{ServerClock, skew_refusal};
 use super::drift::{
     Action, Details, ExportState, RoundKind, TableInfo, TablePolicy, round_actions,
 };
+use super::error::TablesError;
 use super::lift::{self, Backlog, Lift};
 use super::migrate::TableLayout;
 use super::tags::{

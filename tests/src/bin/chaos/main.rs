@@ -1090,7 +1090,9 @@ async fn run(mut args: Args) -> Result<bool> {
             l.late_stored,
             l.late,
             l.late_dead,
-            watch.current_stored_s.map_or("n/a".into(), |s| format!("{s:.0}")),
+            watch
+                .current_stored_s
+                .map_or("n/a".into(), |s| format!("{s:.0}")),
             watch.stalls.len()
         );
     }
@@ -1132,7 +1134,7 @@ impl LateWatch {
         kinesis: &aws_sdk_kinesis::Client,
         leases: &LeaseTable,
         stream: &str,
-        last: Option<&std::collections::HashMap<String, tidemark_consumer::checkpoint::Position>>,
+        last: Option<&std::collections::HashMap<String, tidemark_consumer::kinesis::Position>>,
         every: Duration,
     ) -> Result<()> {
         let Some(started) = self.worker_started else {
@@ -1200,14 +1202,21 @@ async fn late_figures(
     };
     for reasons in payloads.values() {
         for reason in reasons {
-            *r.dead_reasons.entry(reason.as_str().to_string()).or_default() += 1;
+            *r.dead_reasons
+                .entry(reason.as_str().to_string())
+                .or_default() += 1;
         }
     }
     let mut lost_late = 0;
     for i in &items.lost_events {
-        let dead_late = produced.valid.get(*i).and_then(|b| payloads.get(b)).is_some_and(|rs| {
-            rs.iter().all(|r| *r == tidemark_schema::Reason::LateBacklog)
-        });
+        let dead_late = produced
+            .valid
+            .get(*i)
+            .and_then(|b| payloads.get(b))
+            .is_some_and(|rs| {
+                rs.iter()
+                    .all(|r| *r == tidemark_schema::Reason::LateBacklog)
+            });
         match (late.contains(i), dead_late) {
             (true, true) => r.late_dead += 1,
             (true, false) => lost_late += 1,
