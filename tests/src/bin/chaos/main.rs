@@ -627,12 +627,12 @@ async fn run(mut args: Args) -> Result<bool> {
             say(format!("worker {id} exited on its own; restarted"));
             tl.crashed.push(id);
         }
-        if !brownout && tl.reshards.is_empty() && done >= 0.3 {
+        if !brownout && !late && tl.reshards.is_empty() && done >= 0.3 {
             let what = split(&kinesis, &run_id).await?;
             say(format!("{what} ({:.0}% produced)", done * 100.0));
             tl.reshards.push(what);
         }
-        if !brownout && tl.reshards.len() == 1 && done >= 0.6 {
+        if !brownout && !late && tl.reshards.len() == 1 && done >= 0.6 {
             let what = merge(&kinesis, &run_id).await?;
             say(format!("{what} ({:.0}% produced)", done * 100.0));
             tl.reshards.push(what);
@@ -988,8 +988,12 @@ async fn run(mut args: Args) -> Result<bool> {
         "  producer            {} Kinesis records, {} entries refused and re-sent, {} calls failed and re-sent",
         produced.records, produced.refused_entries, produced.failed_calls
     );
-    for e in items.examples.iter().chain(&dead.examples) {
-        println!("    {e}");
+    // Late: dead-lettered late events show as lost and as unexpected dead
+    // letters here; the late lines below sort them out.
+    if !late {
+        for e in items.examples.iter().chain(&dead.examples) {
+            println!("    {e}");
+        }
     }
     if let Some(l) = &late_report {
         l.print(&watch, &late_table, &logs);
@@ -1084,7 +1088,7 @@ async fn run(mut args: Args) -> Result<bool> {
     if let Some(l) = &late_report {
         // The scenario's figures, last, in one line.
         println!(
-            "late: lost {}, duplicates {}, late stored {}/{}, late dead-lettered {}, current stored +{} s, checkpoint stalls {}",
+            "late: lost {}, duplicates {}, late stored {}/{}, late dead-lettered {}, current stored +{} s, longest checkpoint wait {:.0} s",
             l.lost_current + l.lost_late,
             items.duplicates,
             l.late_stored,
@@ -1093,7 +1097,7 @@ async fn run(mut args: Args) -> Result<bool> {
             watch
                 .current_stored_s
                 .map_or("n/a".into(), |s| format!("{s:.0}")),
-            watch.stalls.len()
+            watch.max_still_s
         );
     }
     if brownout {
@@ -1114,59 +1118,70 @@ async fn run(mut args: Args) -> Result<bool> {
 struct LateWatch {
     /// When the worker was started.
     worker_started: Option<Instant>,
-    /// Each shard's checkpoint at the last sample, and when it was taken.
-    last_sample: Option<(Instant, BTreeMap<String, String>)>,
-    /// Samples taken.
+    /// When checkpoints were last looked at.
+    last_sample: Option<Instant>,
+    /// Each shard's checkpoint, and since when it has not moved while
+    /// short of its end.
+    still: BTreeMap<String, (String, Instant)>,
+    /// Looks taken.
     samples: u64,
-    /// Shards whose checkpoint did not move over an interval while short
-    /// of their end.
+    /// The longest a checkpoint stood still short of its end, seconds.
+    max_still_s: f64,
+    /// Shards whose checkpoint stood still longer than allowed.
     stalls: Vec<String>,
     /// Seconds from production's end until every current event was stored.
     current_stored_s: Option<f64>,
 }
 
+/// How often the late scenario looks at the checkpoints.
+const LATE_LOOK: Duration = Duration::from_secs(2);
+
 impl LateWatch {
-    /// Every `every` once the worker has run for `every`: each shard's
-    /// checkpoint must have moved since the last sample, or be at its end
-    /// (`last`: the last positions put, once production has ended).
+    /// Every [`LATE_LOOK`] once the worker runs: how long each shard's
+    /// checkpoint has not moved while short of its end (`last`: the last
+    /// positions put, once production has ended); longer than `limit` is
+    /// a stall.
     async fn sample(
         &mut self,
         kinesis: &aws_sdk_kinesis::Client,
         leases: &LeaseTable,
         stream: &str,
         last: Option<&std::collections::HashMap<String, tidemark_consumer::kinesis::Position>>,
-        every: Duration,
+        limit: Duration,
     ) -> Result<()> {
         let Some(started) = self.worker_started else {
             return Ok(());
         };
-        let due = match &self.last_sample {
-            None => started.elapsed() >= every,
-            Some((at, _)) => at.elapsed() >= every,
-        };
-        if !due {
+        // The worker's first lease takes a moment.
+        if started.elapsed() < LATE_LOOK * 5
+            || self.last_sample.is_some_and(|at| at.elapsed() < LATE_LOOK)
+        {
             return Ok(());
         }
+        self.last_sample = Some(Instant::now());
+        self.samples += 1;
         let none = std::collections::HashMap::new();
         let ends = check::checkpoints(kinesis, leases, stream, last.unwrap_or(&none)).await?;
-        let now: BTreeMap<String, String> = ends
-            .iter()
-            .map(|e| (e.shard.clone(), e.checkpoint.clone()))
-            .collect();
-        if let Some((at, before)) = &self.last_sample {
-            for e in ends.iter().filter(|e| !e.at_end) {
-                if before.get(&e.shard) == Some(&e.checkpoint) {
-                    self.stalls.push(format!(
-                        "{} checkpoint {} unchanged for {:.0} s",
-                        e.shard,
-                        e.checkpoint,
-                        at.elapsed().as_secs_f64()
-                    ));
-                }
+        let now = Instant::now();
+        for e in ends {
+            if e.at_end {
+                self.still.remove(&e.shard);
+                continue;
             }
+            let since = match self.still.get(&e.shard) {
+                Some((cp, since)) if *cp == e.checkpoint => *since,
+                _ => now,
+            };
+            let still = now.duration_since(since);
+            self.max_still_s = self.max_still_s.max(still.as_secs_f64());
+            if still > limit && !self.stalls.iter().any(|s| s.starts_with(&e.shard)) {
+                self.stalls.push(format!(
+                    "{} checkpoint {} unchanged for more than {limit:?}",
+                    e.shard, e.checkpoint
+                ));
+            }
+            self.still.insert(e.shard, (e.checkpoint, since));
         }
-        self.samples += 1;
-        self.last_sample = Some((Instant::now(), now));
         Ok(())
     }
 }
@@ -1184,8 +1199,6 @@ struct LateReport {
     lost_late: u64,
     /// Current events not stored (dead-lettered or lost).
     lost_current: u64,
-    /// Dead-letter entries by reason.
-    dead_reasons: BTreeMap<String, u64>,
 }
 
 async fn late_figures(
@@ -1200,13 +1213,6 @@ async fn late_figures(
         late: late.len() as u64,
         ..LateReport::default()
     };
-    for reasons in payloads.values() {
-        for reason in reasons {
-            *r.dead_reasons
-                .entry(reason.as_str().to_string())
-                .or_default() += 1;
-        }
-    }
     let mut lost_late = 0;
     for i in &items.lost_events {
         let dead_late = produced
@@ -1251,9 +1257,9 @@ impl LateReport {
             Some(_) => {}
             None => out.push("not every current event was stored".into()),
         }
-        if watch.samples < 2 {
+        if watch.samples < 10 {
             out.push(format!(
-                "checkpoints sampled {} times: too few to tell they advance",
+                "checkpoints looked at {} times: too few to tell they advance",
                 watch.samples
             ));
         }
@@ -1281,8 +1287,10 @@ impl LateReport {
             self.lost_current
         );
         println!(
-            "  checkpoints         {} samples, {} stalls",
+            "  checkpoint waits    longest {:.0} s short of the shard's end ({} looks, every {:?}); {} stalls",
+            watch.max_still_s,
             watch.samples,
+            LATE_LOOK,
             watch.stalls.len()
         );
         println!("  capacity lifts      {} log lines", lifts.len());
