@@ -60,9 +60,7 @@ impl DeadLetterSink for DynamoDbSink {
                     .send();
                 tidemark_governor::Governor::run_opt(self.gov.as_ref(), put)
                     .await
-                    .map_err(
-                        |e| err(aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string()),
-                    )?;
+                    .map_err(|e| err(tidemark_aws_errors::describe(&e)))?;
             }
             Ok(())
         })
@@ -113,7 +111,7 @@ pub(crate) async fn check_dead_letter_table(
             Ok(())
         }
         Err(e) => {
-            warn!(table, error = %aws_sdk_dynamodb::error::DisplayErrorContext(e), "cannot read the dead-letter table at start");
+            warn!(table, error = %tidemark_aws_errors::describe(&e), "cannot read the dead-letter table at start");
             Ok(())
         }
     }

@@ -68,7 +68,7 @@ impl DeadLetterSink for SqsSink {
                     .set_entries(Some(request))
                     .send()
                     .await
-                    .map_err(|e| err(aws_sdk_sqs::error::DisplayErrorContext(e).to_string()))?;
+                    .map_err(|e| err(tidemark_aws_errors::describe(&e)))?;
                 if let Some(f) = out.failed().first() {
                     return Err(err(format!(
                         "{} of {n} entries failed: {}",

@@ -8,7 +8,7 @@ use tracing::{error, warn};
 /// Builds the worker and runs it until the first SIGTERM/SIGINT; a second
 /// signal exits at once.
 pub(crate) async fn run(config: &Config) -> Result<()> {
-    let sdk = super::sdk().await;
+    let sdk = super::sdk().await?;
     let worker = Worker::build(config, &sdk).await?;
     worker.run(signals()).await?;
     Ok(())
