@@ -11,9 +11,11 @@
 //! unset), and must be loopback addresses: a test never talks to real AWS.
 //!
 //! Helpers:
-//! - [`stack`]: the [`LocalStack`] handle (clients), or a panic saying why not.
+//! - [`stack`]: the [`LocalStack`] handle (clients), or a panic saying why
+//!   not; its DynamoDB goes through a limits proxy (capacity enforced).
 //! - Kinesis: [`create_stream`], [`wait_stream_active`], [`put_records`].
-//! - DynamoDB: [`create_table`], [`scan_items`], [`count_items`].
+//! - DynamoDB: [`create_table`], [`put_items`] (capacity-aware), [`scan_items`],
+//!   [`count_items`].
 //! - SQS: [`create_queue`], [`send_messages`], [`queue_counts`].
 //! - The limits proxy in-process: [`start_limits_proxy`], [`LimitsProxy`].
 //! - A counting HTTP forward proxy (`HTTP_PROXY` tests):
@@ -84,8 +86,12 @@ pub struct LocalStack {
     pub sdk: SdkConfig,
     /// Kinesis endpoint URL.
     pub kinesis_url: String,
-    /// DynamoDB endpoint URL.
+    /// DynamoDB endpoint URL: from [`stack`], the limits proxy every stack
+    /// test writes through (capacity, partitions and burst credit enforced
+    /// as on AWS); from [`LocalStack::from_env`], the emulator itself.
     pub dynamodb_url: String,
+    /// The DynamoDB emulator itself (what a limits proxy forwards to).
+    pub dynamodb_direct_url: String,
     /// SQS endpoint URL.
     pub sqs_url: String,
 }
@@ -138,9 +144,20 @@ impl LocalStack {
         }
     }
 
-    /// A DynamoDB client for the local stack.
+    /// A DynamoDB client for the local stack (through the limits proxy
+    /// when from [`stack`]).
     pub fn dynamodb(&self) -> aws_sdk_dynamodb::Client {
         self.dynamodb_at(&self.dynamodb_url)
+    }
+
+    /// The same stack with DynamoDB straight to the emulator, no limits
+    /// enforced. A test that uses it says why (e.g. it puts a proxy of its
+    /// own in front).
+    pub fn direct(&self) -> LocalStack {
+        LocalStack {
+            dynamodb_url: self.dynamodb_direct_url.clone(),
+            ..self.clone()
+        }
     }
 
     /// An SQS client for the local stack.
@@ -156,8 +173,14 @@ impl LocalStack {
 /// what to do, when an endpoint is missing, not on loopback, or does not
 /// accept a connection: with the `stack` feature on, an absent stack is a
 /// failure, never a skip.
+///
+/// DynamoDB goes through a limits proxy ([`tidemark_limits`], AWS's
+/// defaults: provisioned capacity, partitions, burst credit, on-demand
+/// limits), one per test process, so what a test writes is throttled as on
+/// AWS; the emulators alone accept any rate. [`LocalStack::direct`] is the
+/// way around it, for a test that must say why.
 pub async fn stack() -> LocalStack {
-    let stack = match LocalStack::from_env().await {
+    let mut stack = match LocalStack::from_env().await {
         Ok(stack) => stack,
         Err(e) => panic!("this test needs the local AWS stack, but {e}"),
     };
@@ -168,7 +191,49 @@ pub async fn stack() -> LocalStack {
             );
         }
     }
+    stack.dynamodb_url = shared_limits_proxy(&stack);
     stack
+}
+
+/// The URL of this test process's limits proxy in front of `stack`'s
+/// emulators, started on first use on a thread (and runtime) of its own, so
+/// that it outlives every test's runtime.
+fn shared_limits_proxy(stack: &LocalStack) -> String {
+    static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    URL.get_or_init(|| {
+        let config = tidemark_limits::Config::with_upstreams(
+            &stack.dynamodb_direct_url,
+            &stack.kinesis_url,
+            &stack.sqs_url,
+        );
+        config.validate().expect("a valid limits proxy config");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("limits-proxy".into())
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .expect("the limits proxy's runtime");
+                rt.block_on(async move {
+                    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                        .await
+                        .expect("bind 127.0.0.1:0");
+                    let url = format!("http://{}", listener.local_addr().expect("bound address"));
+                    let proxy =
+                        Arc::new(tidemark_limits::Proxy::new(config).expect("limits proxy"));
+                    tx.send(url)
+                        .expect("the test waits for the proxy's address");
+                    // It serves until the process ends.
+                    let _ =
+                        tidemark_limits::serve(listener, proxy, std::future::pending::<()>()).await;
+                });
+            })
+            .expect("spawn the limits proxy's thread");
+        rx.recv().expect("the limits proxy started")
+    })
+    .clone()
 }
 
 /// Opens (and drops) a TCP connection to a loopback URL's host and port.
@@ -243,6 +308,7 @@ impl LocalStack {
         Ok(LocalStack {
             sdk,
             kinesis_url,
+            dynamodb_direct_url: dynamodb_url.clone(),
             dynamodb_url,
             sqs_url,
         })
@@ -438,6 +504,64 @@ pub async fn put_records(
     out
 }
 
+/// Writes `items` to `table` with BatchWriteItem, 25 a call, sending what
+/// DynamoDB (the limits proxy) returns unprocessed again after a growing
+/// pause, as a careful client does: a table's capacity is enforced.
+pub async fn put_items(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    items: Vec<HashMap<String, AttributeValue>>,
+) {
+    use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
+    for chunk in items.chunks(25) {
+        let mut reqs: Vec<WriteRequest> = chunk
+            .iter()
+            .map(|i| {
+                WriteRequest::builder()
+                    .put_request(
+                        PutRequest::builder()
+                            .set_item(Some(i.clone()))
+                            .build()
+                            .expect("an item"),
+                    )
+                    .build()
+            })
+            .collect();
+        let mut pause = Duration::from_millis(50);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !reqs.is_empty() {
+            match client
+                .batch_write_item()
+                .request_items(table, reqs.clone())
+                .send()
+                .await
+            {
+                Ok(out) => {
+                    reqs = out
+                        .unprocessed_items()
+                        .and_then(|u| u.get(table))
+                        .cloned()
+                        .unwrap_or_default();
+                }
+                Err(e)
+                    if e.as_service_error()
+                        .is_some_and(|e| e.is_provisioned_throughput_exceeded_exception()) => {}
+                Err(e) => panic!("BatchWriteItem {table}: {e:?}"),
+            }
+            if reqs.is_empty() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "BatchWriteItem {table}: {} items still unprocessed after 120 s",
+                reqs.len()
+            );
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(2));
+        }
+    }
+}
+
 /// Every item of `table` (a paginated Scan).
 pub async fn scan_items(
     client: &aws_sdk_dynamodb::Client,
@@ -594,14 +718,15 @@ impl Drop for LimitsProxy {
     }
 }
 
-/// Starts a limits proxy in front of `stack`'s emulators, its config
-/// adjusted by `tweak` (AWS's limits by default).
+/// Starts a limits proxy in front of `stack`'s emulators (never in front of
+/// the shared one), its config adjusted by `tweak` (AWS's limits by
+/// default).
 pub async fn start_limits_proxy(
     stack: &LocalStack,
     tweak: impl FnOnce(&mut tidemark_limits::Config),
 ) -> LimitsProxy {
     let mut config = tidemark_limits::Config::with_upstreams(
-        &stack.dynamodb_url,
+        &stack.dynamodb_direct_url,
         &stack.kinesis_url,
         &stack.sqs_url,
     );

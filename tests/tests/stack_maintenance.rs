@@ -207,7 +207,13 @@ async fn a_stale_holders_actions_are_refused() {
     let manager =
         tidemark_worker::maintenance::TableManager::from_config(&config, stack.dynamodb());
     match manager
-        .round_guarded(Utc::now(), RoundKind::Rotate, false, &a)
+        .round_guarded(
+            Utc::now(),
+            RoundKind::Rotate,
+            false,
+            &a,
+            &Default::default(),
+        )
         .await
     {
         Err(TablesError::Refused { action, .. }) => assert_eq!(action, "create"),

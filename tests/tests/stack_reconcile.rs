@@ -306,9 +306,10 @@ async fn the_worker_refuses_to_start_on_a_coordinator_or_lease_table_keyed_pk() 
 /// and does not check signatures): status and body.
 async fn s3(stack: &tidemark_tests::LocalStack, method: &str, path: &str) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    // moto serves S3 on the same port as DynamoDB.
+    // moto serves S3 on the same port as DynamoDB (the emulator's, not the
+    // limits proxy's: it only knows DynamoDB's API).
     let host = stack
-        .dynamodb_url
+        .dynamodb_direct_url
         .trim_start_matches("http://")
         .trim_end_matches('/');
     let mut conn = tokio::net::TcpStream::connect(host).await.unwrap();

@@ -88,7 +88,13 @@ async fn rotate_walks_a_table_through_every_state() {
             "2026-11-25T00:20:00Z",
             Some((LifecycleState::Frozen, tiers.frozen)),
         ),
-        ("2026-11-27T00:00:01Z", None),
+        // Expired, and kept for the expiry guard (10 minutes by default):
+        // writes accepted until the guard before expiry land first.
+        (
+            "2026-11-27T00:00:01Z",
+            Some((LifecycleState::Expired, tiers.frozen)),
+        ),
+        ("2026-11-27T00:10:01Z", None),
     ];
     for (now, expected) in steps {
         let now = at(now);

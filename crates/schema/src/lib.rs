@@ -81,7 +81,7 @@ pub use event::{Event, EventConfig, EventError, Extractor};
 pub use key::ItemKey;
 pub use origin::{Origin, SharedStr};
 pub use reason::Reason;
-pub use route::{RouteCache, RouteError, Routed, Router, RouterConfig, Routes};
+pub use route::{RouteCache, RouteError, Routed, Router, RouterConfig, Routes, TableLayouts};
 pub use size::Item;
 pub use strategy::{KeyAttributes, KeyStrategy, shard_of};
 pub use wire::WireItem;

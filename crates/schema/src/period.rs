@@ -358,10 +358,13 @@ pub enum LifecycleState {
     Prebuild,
     /// The current period: takes the writes.
     Active,
-    /// The period just ended, within `late_arrival_grace`: keeps its write
-    /// capacity so late events still land.
+    /// A period that ended less than `late_arrival_grace` ago (the
+    /// previous one, or several when the grace is longer than a period):
+    /// keeps its write capacity so late events still land.
     Cooling,
-    /// The previous period after the grace: writes dialled down.
+    /// The most recent period past its grace: writes dialled down, reads
+    /// kept (the previous period's table once the grace is over; with a
+    /// grace of a period or more, the table just past it).
     Cold,
     /// Older periods: minimal capacity.
     Frozen,
@@ -385,6 +388,11 @@ pub struct Lifecycle {
     /// (seed 004's TTL).
     #[serde(with = "humantime_serde", default = "default_retention")]
     pub retention: Duration,
+    /// Writes to a table are refused this long before it expires, and it
+    /// is exported or deleted no sooner than this long after: every write
+    /// accepted lands before the export. Default 10 minutes.
+    #[serde(with = "humantime_serde", default = "default_expiry_guard")]
+    pub expiry_guard: Duration,
 }
 
 pub(crate) const fn default_prebuild_ahead() -> Duration {
@@ -399,12 +407,17 @@ pub(crate) const fn default_retention() -> Duration {
     Duration::from_secs(30 * 86_400)
 }
 
+pub(crate) const fn default_expiry_guard() -> Duration {
+    Duration::from_secs(600)
+}
+
 impl Default for Lifecycle {
     fn default() -> Self {
         Lifecycle {
             prebuild_ahead: default_prebuild_ahead(),
             late_arrival_grace: default_grace(),
             retention: default_retention(),
+            expiry_guard: default_expiry_guard(),
         }
     }
 }
@@ -441,16 +454,45 @@ impl Lifecycle {
         if end.saturating_add(duration_ms(self.retention)) <= now_ms {
             return LifecycleState::Expired;
         }
-        let current = table.period.containing(now_ms);
-        if current.prev() == *table {
-            if now_ms < end.saturating_add(duration_ms(self.late_arrival_grace)) {
-                LifecycleState::Cooling
-            } else {
-                LifecycleState::Cold
-            }
+        let grace = duration_ms(self.late_arrival_grace);
+        if now_ms < end.saturating_add(grace) {
+            return LifecycleState::Cooling;
+        }
+        // Cold: the previous period after the grace; with a grace of a
+        // period or more (no previous table is ever past it), the table
+        // just past its grace, until the next one is past its own.
+        let next = table.next();
+        let cold = table.period.containing(now_ms).prev() == *table
+            || (grace >= next.end_ms() - next.start_ms
+                && now_ms < next.end_ms().saturating_add(grace));
+        if cold {
+            LifecycleState::Cold
         } else {
             LifecycleState::Frozen
         }
+    }
+
+    /// True when writes to `table` are late at `now_ms`: its period is past
+    /// the grace (cold or frozen, scaled down below the active tier).
+    pub fn takes_late_data(&self, table: &PeriodRef, now_ms: i64) -> bool {
+        matches!(
+            self.state_at(table, now_ms),
+            LifecycleState::Cold | LifecycleState::Frozen
+        )
+    }
+
+    /// True when writes to `table` are refused at `now_ms`: it expires
+    /// within the expiry guard (or has expired).
+    pub fn refuses_writes(&self, table: &PeriodRef, now_ms: i64) -> bool {
+        let expiry = table.end_ms().saturating_add(duration_ms(self.retention));
+        expiry.saturating_sub(duration_ms(self.expiry_guard)) <= now_ms
+    }
+
+    /// True when `table` expired at least the expiry guard ago at `now_ms`:
+    /// it may be exported or deleted (every accepted write has landed).
+    pub fn past_expiry_guard(&self, table: &PeriodRef, now_ms: i64) -> bool {
+        let expiry = table.end_ms().saturating_add(duration_ms(self.retention));
+        expiry.saturating_add(duration_ms(self.expiry_guard)) <= now_ms
     }
 }
 
@@ -694,6 +736,31 @@ mod tests {
         assert_eq!(od.warm_write_units(LifecycleState::Active), None);
     }
 
+    /// A grace longer than a period keeps every table still inside it
+    /// Cooling (at the active tier), not only the previous one; the table
+    /// just past it is Cold.
+    #[test]
+    fn a_grace_longer_than_a_period_keeps_every_table_inside_it_cooling() {
+        let lc = Lifecycle {
+            late_arrival_grace: Duration::from_secs(3 * 3600),
+            ..Lifecycle::default()
+        };
+        let now = ms("2026-11-22T10:30:00Z");
+        let hour = |s: &str| Period::Hour.containing(ms(s));
+        for (table, want) in [
+            ("2026-11-22T10:00:00Z", LifecycleState::Active),
+            ("2026-11-22T09:00:00Z", LifecycleState::Cooling),
+            ("2026-11-22T08:00:00Z", LifecycleState::Cooling),
+            ("2026-11-22T07:00:00Z", LifecycleState::Cooling),
+            // Ended 07:00, + 3 h = 10:00 <= now: past its grace, the most
+            // recent such table.
+            ("2026-11-22T06:00:00Z", LifecycleState::Cold),
+            ("2026-11-22T05:00:00Z", LifecycleState::Frozen),
+        ] {
+            assert_eq!(lc.state_at(&hour(table), now), want, "{table}");
+        }
+    }
+
     #[test]
     fn config_serde() {
         let lc: Lifecycle =
@@ -768,6 +835,7 @@ mod tests {
                 prebuild_ahead: Duration::from_secs(prebuild_min * 60),
                 late_arrival_grace: Duration::from_secs(grace_min * 60),
                 retention: Duration::from_secs(retention_h * 3600),
+                expiry_guard: default_expiry_guard(),
             };
             let table = p.containing(ts);
             // Walk a clock forward from well before the table's period.
@@ -791,8 +859,17 @@ mod tests {
                 prop_assert_eq!(s == Active, table.contains(now));
                 prop_assert_eq!(matches!(s, Cooling | Cold | Frozen | Expired), after);
                 prop_assert_eq!(s == Expired, after && now - table.end_ms() >= duration_ms(lc.retention));
-                if matches!(s, Cooling | Cold) {
-                    prop_assert_eq!(cur.prev(), table);
+                let grace = duration_ms(lc.late_arrival_grace);
+                prop_assert_eq!(
+                    s == Cooling,
+                    after && s != Expired && now < table.end_ms() + grace
+                );
+                if s == Cold {
+                    let next = table.next();
+                    prop_assert!(
+                        cur.prev() == table
+                            || (grace >= next.end_ms() - next.start_ms && now < next.end_ms() + grace)
+                    );
                 }
             }
         }

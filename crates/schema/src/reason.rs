@@ -32,11 +32,16 @@ pub enum Reason {
     DynamodbRejected,
     /// The target table does not exist and could not be created.
     TableMissing,
+    /// A late event (its period past the late-arrival grace) whose table
+    /// already had its share of the writer's in-flight bound taken by late
+    /// events, or that waited longer than `writer.late_max_wait`: set aside
+    /// so that late data never stalls the worker.
+    LateBacklog,
 }
 
 impl Reason {
     /// Every reason, for metrics pre-registration and exhaustive tests.
-    pub const ALL: [Reason; 11] = [
+    pub const ALL: [Reason; 12] = [
         Reason::InvalidJson,
         Reason::MissingField,
         Reason::InvalidField,
@@ -48,6 +53,7 @@ impl Reason {
         Reason::UndecodableMessage,
         Reason::DynamodbRejected,
         Reason::TableMissing,
+        Reason::LateBacklog,
     ];
 
     /// The stable snake_case name.
@@ -64,6 +70,7 @@ impl Reason {
             Reason::UndecodableMessage => "undecodable_message",
             Reason::DynamodbRejected => "dynamodb_rejected",
             Reason::TableMissing => "table_missing",
+            Reason::LateBacklog => "late_backlog",
         }
     }
 }

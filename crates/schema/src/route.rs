@@ -11,6 +11,9 @@
 //! imports them, none imports it.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
 use chrono::{DateTime, Utc};
 
@@ -18,7 +21,7 @@ use crate::event::Extractor;
 use crate::key::ItemKey;
 use crate::origin::{Origin, SharedStr};
 use crate::period::{self, PeriodRef, TableNaming};
-use crate::strategy::{MAX_PARTITION_KEY_BYTES, MAX_SORT_KEY_BYTES, ShardCache};
+use crate::strategy::{KeyStrategy, MAX_PARTITION_KEY_BYTES, MAX_SORT_KEY_BYTES, ShardCache};
 use crate::timefmt;
 use crate::wire::WireItem;
 
@@ -61,15 +64,87 @@ pub struct Routes {
 }
 
 /// What routing remembers between events: the table name of the period
-/// last routed, and the shards of recent entities. One per routing loop (it
-/// is not shared): see [`Router::route`].
+/// last routed, the key layouts of that table, and the shards of recent
+/// entities. One per routing loop (it is not shared): see [`Router::route`].
 #[derive(Debug, Default)]
 pub struct RouteCache {
     last: Option<(PeriodRef, SharedStr)>,
+    /// The last table's recorded layouts when they differ from the
+    /// config's, with the [`TableLayouts`] generation they were read at.
+    layouts: Option<(SharedStr, u64, Option<Layouts>)>,
     shards: ShardCache,
     /// The shards under `migrate_from` (its own cache: one shared by two
     /// shard counts would start over at every event).
     old_shards: ShardCache,
+}
+
+/// The key layouts one table is written with: the one in force first, then
+/// the one it is migrating from, if any.
+type Layouts = Arc<[KeyStrategy]>;
+
+/// The key layouts tables record (their `tidemark:layout` tags), where
+/// they differ from the config's: a table whose period ended before a
+/// shard-count migration stays in its old layout, and a late event for it
+/// must be keyed with that layout, or `query` (which reads each table in
+/// the layouts it records) would never find it. Shared by the routers of a
+/// worker and refreshed while it runs; tables not named here are written
+/// with the config's `key` (and `migrate_from`).
+#[derive(Debug, Default)]
+pub struct TableLayouts {
+    /// The config's layouts (`key`, then `migrate_from`).
+    config: Vec<KeyStrategy>,
+    generation: AtomicU64,
+    tables: RwLock<HashMap<String, Arc<[KeyStrategy]>>>,
+}
+
+impl TableLayouts {
+    /// No table recorded yet; tables written with `config`'s layouts are
+    /// not recorded.
+    pub fn for_config(config: &RouterConfig) -> TableLayouts {
+        TableLayouts {
+            config: std::iter::once(config.key.clone())
+                .chain(config.migrate_from.clone())
+                .collect(),
+            ..TableLayouts::default()
+        }
+    }
+
+    /// Records that `table` is written with `layouts` (the one in force
+    /// first, then the one it is migrating from, if any); a table written
+    /// as the config says is forgotten instead.
+    pub fn set(&self, table: &str, layouts: Vec<KeyStrategy>) {
+        let as_config = layouts == self.config;
+        let mut t = self.tables.write().unwrap_or_else(|e| e.into_inner());
+        let changed = if as_config || layouts.is_empty() {
+            t.remove(table).is_some()
+        } else {
+            let new: Arc<[KeyStrategy]> = layouts.into();
+            t.insert(table.to_string(), new.clone()).as_ref() != Some(&new)
+        };
+        if changed {
+            self.generation.fetch_add(1, Ordering::Release);
+        }
+    }
+
+    /// The layouts `table` is written with, when not the config's.
+    pub fn get(&self, table: &str) -> Option<Arc<[KeyStrategy]>> {
+        let t = self.tables.read().unwrap_or_else(|e| e.into_inner());
+        t.get(table).cloned()
+    }
+
+    /// Tables with layouts of their own.
+    pub fn len(&self) -> usize {
+        self.tables.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// No table has layouts of its own.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
 }
 
 impl RouteCache {
@@ -91,10 +166,12 @@ pub struct Router {
     config: RouterConfig,
     extractor: Extractor,
     naming: TableNaming,
-    retention_ms: i64,
+    lifecycle: period::Lifecycle,
     skew_ms: i64,
     /// The attributes every item carries, ready to write.
     layout: ItemLayout,
+    /// Tables recorded with other key layouts than the config's.
+    table_layouts: Arc<TableLayouts>,
 }
 
 impl Router {
@@ -109,10 +186,23 @@ impl Router {
                 prefix: config.table_prefix.clone(),
                 period: config.period,
             },
-            retention_ms: period::duration_ms(config.retention),
+            lifecycle: config.lifecycle(),
             skew_ms: period::duration_ms(config.max_future_skew),
+            table_layouts: Arc::new(TableLayouts::for_config(&config)),
             config,
         })
+    }
+
+    /// Keys each table's events with the layouts `layouts` records for it
+    /// (the config's for the tables it does not name).
+    pub fn with_table_layouts(mut self, layouts: Arc<TableLayouts>) -> Router {
+        self.table_layouts = layouts;
+        self
+    }
+
+    /// The table layouts this router keys by.
+    pub fn table_layouts(&self) -> &Arc<TableLayouts> {
+        &self.table_layouts
     }
 
     /// The configuration this router was built from.
@@ -128,6 +218,15 @@ impl Router {
     /// The event extractor.
     pub fn extractor(&self) -> &Extractor {
         &self.extractor
+    }
+
+    /// True when writes to `table` (one of this config's period tables) are
+    /// late at `now`: its period is past the late-arrival grace. `false`
+    /// for a name that is not a period table of this config.
+    pub fn takes_late_data(&self, table: &str, now: DateTime<Utc>) -> bool {
+        self.naming
+            .parse(table)
+            .is_some_and(|p| self.lifecycle.takes_late_data(&p, now.timestamp_millis()))
     }
 
     /// Routes event `inner` of a record (0 for a record of one event; see
@@ -152,14 +251,24 @@ impl Router {
         let item = self
             .layout
             .encode(&p, &p.key, data.len(), &self.extractor)?;
-        let old = match &self.config.migrate_from {
+        let from = match &p.layouts {
+            Some(l) => l.get(1),
+            None => self.config.migrate_from.as_ref(),
+        };
+        let old = match from {
             Some(from) => {
+                let mut own = ShardCache::default();
+                let shards = if p.layouts.is_none() {
+                    &mut cache.old_shards
+                } else {
+                    &mut own
+                };
                 let key = from.key_with_iso(
                     &p.ev.entity_id,
                     p.ev.timestamp_ms,
                     &p.iso,
                     &p.ev.event_id,
-                    &mut cache.old_shards,
+                    shards,
                 );
                 if key == p.key {
                     None
@@ -185,6 +294,20 @@ impl Router {
             timestamp_ms: p.ev.timestamp_ms,
         };
         Ok(Routes { new, old })
+    }
+
+    /// The layouts `table` records when they are not the config's (looked
+    /// up once per table and generation of the [`TableLayouts`]).
+    fn table_keys(&self, table: &SharedStr, cache: &mut RouteCache) -> Option<Arc<[KeyStrategy]>> {
+        let generation = self.table_layouts.generation();
+        match &cache.layouts {
+            Some((t, g, l)) if t == table && *g == generation => l.clone(),
+            _ => {
+                let l = self.table_layouts.get(table.as_str());
+                cache.layouts = Some((table.clone(), generation, l.clone()));
+                l
+            }
+        }
     }
 
     /// A key within DynamoDB's size limits, or why not.
@@ -230,7 +353,9 @@ impl Router {
             });
         }
         let period = cfg.period.containing(ts);
-        if period.end_ms().saturating_add(self.retention_ms) <= now_ms {
+        // Refused from `expiry_guard` before the table's expiry: a write
+        // accepted later could land after its export or deletion.
+        if self.lifecycle.refuses_writes(&period, now_ms) {
             return Err(RouteError::ExpiredPeriod {
                 timestamp: timefmt::iso_millis(ts),
                 table: self.naming.name_of(&period),
@@ -243,15 +368,28 @@ impl Router {
             Some(text) => Cow::Borrowed(text),
             None => Cow::Owned(timefmt::iso_millis(ts)),
         };
-        let key = cfg
-            .key
-            .key_with_iso(&ev.entity_id, ts, &iso, &ev.event_id, &mut cache.shards);
+        // Keyed with the layout its table records (a table from before a
+        // shard-count migration stays in its old one), else the config's.
+        let layouts = self.table_keys(&table, cache);
+        let key = match layouts.as_ref().and_then(|l| l.first()) {
+            Some(strategy) => strategy.key_with_iso(
+                &ev.entity_id,
+                ts,
+                &iso,
+                &ev.event_id,
+                &mut ShardCache::default(),
+            ),
+            None => cfg
+                .key
+                .key_with_iso(&ev.entity_id, ts, &iso, &ev.event_id, &mut cache.shards),
+        };
         self.check_key(&key)?;
         Ok(Prepared {
             ev,
             table,
             key,
             iso,
+            layouts,
         })
     }
 }

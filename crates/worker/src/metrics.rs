@@ -28,10 +28,13 @@ pub(crate) const MAINTENANCE_LAST_SUCCESS: &str =
     "tidemark_maintenance_last_success_timestamp_seconds";
 /// 1 when the next period's table was ACTIVE at the last round.
 pub(crate) const NEXT_TABLE_ACTIVE: &str = "tidemark_maintenance_next_table_active";
+/// Maintenance actions skipped because this host's clock disagrees with
+/// DynamoDB's, by action.
+pub(crate) const CLOCK_SKIPS: &str = "tidemark_maintenance_clock_skips_total";
 
 /// Every metric of this crate, for tests that check each is described.
 #[cfg(test)]
-pub(crate) const ALL: [&str; 9] = [
+pub(crate) const ALL: [&str; 10] = [
     RECORDS_READ,
     DEAD_LETTERS,
     DEAD_LETTER_WRITE_ERRORS,
@@ -41,6 +44,7 @@ pub(crate) const ALL: [&str; 9] = [
     MAINTENANCE_HELD,
     MAINTENANCE_LAST_SUCCESS,
     NEXT_TABLE_ACTIVE,
+    CLOCK_SKIPS,
 ];
 
 /// Describes every metric of this crate to the current recorder.
@@ -83,6 +87,11 @@ pub(crate) fn describe() {
         MAINTENANCE_LAST_SUCCESS,
         metrics::Unit::Seconds,
         "Unix time of this worker's last fully successful maintenance round."
+    );
+    metrics::describe_counter!(
+        CLOCK_SKIPS,
+        metrics::Unit::Count,
+        "Maintenance actions (lowering a tier, export, delete) skipped because this host's clock disagrees with DynamoDB's, by action."
     );
     metrics::describe_gauge!(
         NEXT_TABLE_ACTIVE,

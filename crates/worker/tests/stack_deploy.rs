@@ -100,7 +100,9 @@ fn deploy_py_command(stack: &LocalStack, args: &[&str]) -> Command {
     let mut c = Command::new(python());
     c.arg(repo_root().join("tests/cfn/deploy.py"))
         .args(args)
-        .args(["--endpoint", &stack.dynamodb_url])
+        // moto's own port (CloudFormation, IAM, ECS): the deployment is
+        // not under test, and the limits proxy only knows DynamoDB's API.
+        .args(["--endpoint", &stack.dynamodb_direct_url])
         .env("AWS_ACCESS_KEY_ID", ACCOUNT)
         .env("AWS_SECRET_ACCESS_KEY", "test")
         .env("AWS_REGION", "us-east-1");

@@ -91,26 +91,31 @@ pub enum WriteOutcome {
     Stored,
     /// The item can never be stored; the caller dead-letters it.
     Rejected {
-        /// `ItemTooLarge`, `DynamodbRejected` or `TableMissing`.
+        /// `ItemTooLarge`, `DynamodbRejected`, `TableMissing` or `LateBacklog`.
         reason: Reason,
         /// Details, e.g. DynamoDB's ValidationException message.
         message: String,
     },
 }
 
-/// Memory held by one accepted submission, released when it completes.
+/// Memory held by one accepted submission, released when it completes:
+/// its part of the writer's bound and of its table's share.
 #[derive(Debug)]
 pub(crate) struct Permits {
     pub(crate) items: OwnedSemaphorePermit,
     pub(crate) bytes: OwnedSemaphorePermit,
+    pub(crate) share_items: OwnedSemaphorePermit,
+    pub(crate) share_bytes: OwnedSemaphorePermit,
 }
 
 impl Permits {
     /// Takes over `other`'s permits, so that one drop releases both (they
-    /// come from the same writer's semaphores).
+    /// come from the same writer's and the same table's semaphores).
     pub(crate) fn merge(&mut self, other: Permits) {
         self.items.merge(other.items);
         self.bytes.merge(other.bytes);
+        self.share_items.merge(other.share_items);
+        self.share_bytes.merge(other.share_bytes);
     }
 }
 

@@ -452,6 +452,71 @@ impl<T> TableQueue<T> {
         }
     }
 
+    /// WCU of every pending entry (held ones included).
+    pub(crate) fn pending_wcu(&self) -> u64 {
+        self.slots
+            .slots
+            .iter()
+            .flatten()
+            .map(|e| e.wcu)
+            .sum::<u64>()
+    }
+
+    /// Removes the pending entries (held ones included) for which `pred`
+    /// holds, keeping the others in their order. Entries in flight are not
+    /// pending and are never taken.
+    pub(crate) fn take_where(&mut self, pred: impl Fn(&Entry<T>) -> bool) -> Vec<Entry<T>> {
+        let mut out = Vec::new();
+        let mut keep = VecDeque::with_capacity(self.order.len());
+        let order = std::mem::take(&mut self.order);
+        for slot in order {
+            if self.slots.get(slot).is_some_and(&pred) {
+                self.forget(slot, &mut out);
+            } else {
+                keep.push_back(slot);
+            }
+        }
+        self.order = keep;
+        let turn: Vec<u64> = self.parked_turn.iter().copied().collect();
+        for pk in turn {
+            let Some(q) = self.parked.remove(&pk) else {
+                continue;
+            };
+            let mut left = VecDeque::with_capacity(q.len());
+            for slot in q {
+                if self.slots.get(slot).is_some_and(&pred) {
+                    self.parked_len -= 1;
+                    self.forget(slot, &mut out);
+                } else {
+                    left.push_back(slot);
+                }
+            }
+            if left.is_empty() {
+                self.parked_turn.retain(|p| *p != pk);
+            } else {
+                self.parked.insert(pk, left);
+            }
+        }
+        out
+    }
+
+    /// Takes a pending slot out of the queue for good (its key is no longer
+    /// pending, and forgotten unless in flight).
+    fn forget(&mut self, slot: usize, out: &mut Vec<Entry<T>>) {
+        let Some(e) = self.slots.take(slot) else {
+            return;
+        };
+        if let Some(st) = self.keys.get_mut(&e.key_hash)
+            && st.pending == Some(slot)
+        {
+            st.pending = None;
+            if !st.in_flight {
+                self.keys.remove(&e.key_hash);
+            }
+        }
+        out.push(e);
+    }
+
     /// Removes everything pending (for a table that will not come back).
     pub fn drain(&mut self) -> Vec<Entry<T>> {
         let mut out = Vec::with_capacity(self.len());

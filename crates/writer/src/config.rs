@@ -24,6 +24,30 @@ pub struct WriterConfig {
     /// Most item bytes (DynamoDB sizing) accepted but not yet completed;
     /// `submit` waits beyond it. Default 64 MiB.
     pub max_in_flight_bytes: usize,
+    /// Share of `max_in_flight_items` and `max_in_flight_bytes` one table
+    /// may hold (0 < share <= 1), so that a slow table never takes the
+    /// whole bound from the others. A submission to a table at its share
+    /// waits, unless the table is a late one (its period past
+    /// `schema.late_arrival_grace`): then it is dead-lettered at once with
+    /// the reason `late_backlog`, so late data never stalls the worker.
+    /// Default 0.5 (10,000 items: ten seconds of a 1,000 WCU table).
+    pub max_table_share: f64,
+    /// Longest a late event (its period past `schema.late_arrival_grace`)
+    /// waits in its table's queue for capacity; past it, it is
+    /// dead-lettered with the reason `late_backlog` (replay it later). It
+    /// also bounds how long a shard's checkpoint can wait on late data.
+    /// Default `10m`: time for maintenance to lift the table's capacity for
+    /// the backlog (see `maintenance.late_lift_max_wcu`).
+    #[schemars(with = "String")]
+    #[serde(with = "humantime_serde")]
+    pub late_max_wait: Duration,
+    /// A table's writing task ends after this long with nothing to write,
+    /// and starts again with its next item: a worker that has written to
+    /// many tables (hourly tables, days of uptime) polls only the tables it
+    /// writes to. Default `5m`.
+    #[schemars(with = "String")]
+    #[serde(with = "humantime_serde")]
+    pub idle_table_timeout: Duration,
     /// Starting write rate, in WCU/s, for an on-demand table that declares no
     /// warm throughput. Default 4,000: what a new on-demand table serves.
     pub on_demand_initial_wcu: f64,
@@ -80,6 +104,12 @@ const fn default_max_in_flight_items() -> usize {
 const fn default_max_in_flight_bytes() -> usize {
     64 * 1024 * 1024
 }
+const fn default_late_max_wait() -> Duration {
+    Duration::from_secs(600)
+}
+const fn default_idle_table_timeout() -> Duration {
+    Duration::from_secs(300)
+}
 const fn default_on_demand_initial_wcu() -> f64 {
     4_000.0
 }
@@ -108,6 +138,9 @@ impl Default for WriterConfig {
             linger: default_linger(),
             max_in_flight_items: default_max_in_flight_items(),
             max_in_flight_bytes: default_max_in_flight_bytes(),
+            max_table_share: 0.5,
+            late_max_wait: default_late_max_wait(),
+            idle_table_timeout: default_idle_table_timeout(),
             on_demand_initial_wcu: default_on_demand_initial_wcu(),
             min_rate_wcu: default_min_rate_wcu(),
             capacity_share: 1.0,
@@ -148,6 +181,15 @@ impl WriterConfig {
                     tidemark_schema::size::MAX_ITEM_BYTES
                 ),
             ));
+        }
+        if !(self.max_table_share > 0.0 && self.max_table_share <= 1.0) {
+            out.push(("max_table_share", "must be > 0 and <= 1".into()));
+        }
+        if self.late_max_wait.is_zero() {
+            out.push(("late_max_wait", "must be > 0".into()));
+        }
+        if self.idle_table_timeout.is_zero() {
+            out.push(("idle_table_timeout", "must be > 0".into()));
         }
         if !(self.capacity_share > 0.0 && self.capacity_share <= 1.0) {
             out.push(("capacity_share", "must be > 0 and <= 1".into()));

@@ -14,6 +14,8 @@
 //!   (token, memory permits).
 //! - `missing`: writes to a missing table ([`MissingTableHandler`],
 //!   [`RejectMissing`]) and the bookkeeping of batches waiting for its answer.
+//! - `share`: each table's share of the in-flight bound, and which tables
+//!   take late data ([`LateTables`], the caller's policy; [`NoneLate`]).
 //! - `table`: one table's loop: batching, pacing, sending; its files
 //!   `results` (what a call's answer does: completions, requeues, back-off,
 //!   bisection, missing tables) and `describe` (the table's capacity).
@@ -40,8 +42,8 @@
 //! Dependencies run one way, and no two modules import each other: `writer`
 //! → `table` (and its files) → {`batch`, `rate`, `keyrate`, `transport`
 //! (→ `batch`), `response`, `error` (→ `keyrate`), `stats` (→ `metrics`),
-//! `ack`, `missing`, `config`}; `ack`, `missing` and `config` import no
-//! module of the crate.
+//! `ack`, `missing`, `share`, `config`}; `ack`, `missing`, `share` and
+//! `config` import no module of the crate.
 //!
 //! Guarantees:
 //! - **Acknowledge after store**: a completion says `Stored` only after a
@@ -56,13 +58,24 @@
 //!   connection errors, a skewed signing clock and expired session
 //!   credentials (the SDK corrects or refreshes them) are retried without
 //!   limit with capped exponential back-off and full jitter. Only permanent problems reject an item:
-//!   `ItemTooLarge`, `DynamodbRejected` (isolated by bisection), `TableMissing`.
+//!   `ItemTooLarge`, `DynamodbRejected` (isolated by bisection), `TableMissing`,
+//!   and late data past its budget: `LateBacklog`.
 //! - **Bounded memory**: `submit` waits while `max_in_flight_items` or
-//!   `max_in_flight_bytes` are reached.
+//!   `max_in_flight_bytes` are reached, or its table holds its share of them
+//!   (`max_table_share`).
+//! - **Late data never waits**: an item of a table the caller's
+//!   [`LateTables`] calls late is completed at once as
+//!   `Rejected(LateBacklog)` when its table's share is taken, and when it
+//!   has waited `late_max_wait` in the table's queue; so a table scaled down
+//!   below the active tier cannot stall the caller.
+//! - **Idle tables cost nothing**: a table's task ends after
+//!   `idle_table_timeout` with nothing to do (DescribeTable is not polled
+//!   for a table with nothing to write), and starts again on its next item.
 //! - **Last write wins per key**: duplicates pending together are coalesced
 //!   (every token acknowledged with the survivor), and a key is never in two
 //!   calls at once, so an older value can never land after a newer one.
-//! - **Tables are independent**: each has its own queue, pacer and back-off.
+//! - **Tables are independent**: each has its own queue, pacer, back-off
+//!   and share of the in-flight bound.
 //! - **Hot keys are paced on their own** (`key_pacing`, on by default): items
 //!   of a partition key DynamoDB throttles wait in that key's queue, at most
 //!   `max_key_wcu`, while other keys keep the table's rate; the guarantees
@@ -78,6 +91,7 @@ pub mod metrics;
 mod missing;
 mod rate;
 mod response;
+mod share;
 mod stats;
 mod table;
 pub mod transport;
@@ -95,6 +109,7 @@ pub use ack::{Complete, Completion, WriteOutcome};
 pub use config::WriterConfig;
 pub use error::WriterError;
 pub use missing::{MissingTableAction, MissingTableHandler, RejectMissing};
-pub use stats::WriterStats;
+pub use share::{LateTables, NoneLate};
+pub use stats::{TableLoad, WriterStats};
 pub use transport::{RawResponse, SdkTransport, Transport, TransportError};
 pub use writer::{Submission, Writer, WriterBuilder, WriterHandle};

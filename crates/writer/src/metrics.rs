@@ -26,6 +26,16 @@ pub const PACED_KEYS: &str = "tidemark_writer_paced_keys";
 pub const CALL_SECONDS: &str = "tidemark_writer_call_seconds";
 /// Counter: submissions completed as Rejected, label `reason`.
 pub const DEAD_LETTERS: &str = "tidemark_writer_dead_letters_total";
+/// Gauge: a table's submissions accepted and not completed (its part of the
+/// in-flight bound), per table.
+pub const TABLE_ITEMS_IN_FLIGHT: &str = "tidemark_writer_table_items_in_flight";
+/// Gauge: seconds since a table last accepted a write, while items wait for
+/// it (0 when none wait), per table.
+pub const SECONDS_SINCE_STORED: &str = "tidemark_writer_table_seconds_since_stored";
+/// Counter: late items stored (tables past their late-arrival grace), per table.
+pub const LATE_STORED: &str = "tidemark_writer_late_items_stored_total";
+/// Gauge: table tasks running (an idle table's task ends).
+pub const TABLES: &str = "tidemark_writer_tables";
 
 /// Each metric's kind and HELP text.
 const HELP: &[(&str, Kind, &str)] = &[
@@ -75,6 +85,26 @@ const HELP: &[(&str, Kind, &str)] = &[
         DEAD_LETTERS,
         Kind::Counter,
         "Submissions completed as Rejected, label `reason`.",
+    ),
+    (
+        TABLE_ITEMS_IN_FLIGHT,
+        Kind::Gauge,
+        "A table's submissions accepted and not completed (its share of the in-flight bound in use).",
+    ),
+    (
+        SECONDS_SINCE_STORED,
+        Kind::Gauge,
+        "Seconds since the table last accepted a write, while items wait for it (0 when none wait).",
+    ),
+    (
+        LATE_STORED,
+        Kind::Counter,
+        "Late items stored (their period past the late-arrival grace).",
+    ),
+    (
+        TABLES,
+        Kind::Gauge,
+        "Table tasks running in the writer (an idle table's task ends).",
     ),
 ];
 

@@ -31,6 +31,27 @@ pub struct WriterStats {
     pub consumed_wcu: f64,
     /// Planned rate per table, WCU/s.
     pub rate_wcu: BTreeMap<String, f64>,
+    /// Late items stored (items of tables the caller's `LateTables` calls late).
+    pub late_stored: u64,
+    /// Table tasks running now (idle ones retire).
+    pub live_tables: usize,
+    /// Each running table's load, as of its last look (about every second).
+    pub tables: BTreeMap<String, TableLoad>,
+}
+
+/// One table's load in the writer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct TableLoad {
+    /// Submissions accepted and not completed (its part of the in-flight
+    /// bound; at most `max_table_share` of it).
+    pub items: u64,
+    /// WCU of the items waiting in its queue.
+    pub wcu: u64,
+    /// Whether the table takes late data.
+    pub late: bool,
+    /// Seconds since the table last accepted a write, while items wait
+    /// (0 when none wait).
+    pub seconds_since_stored: f64,
 }
 
 /// Counters shared by the handle and the table tasks.
@@ -45,6 +66,9 @@ pub(crate) struct SharedStats {
     dead_lettered: AtomicU64,
     consumed_milli_wcu: AtomicU64,
     rates: Mutex<BTreeMap<String, f64>>,
+    late_stored: AtomicU64,
+    live_tables: AtomicU64,
+    loads: Mutex<BTreeMap<String, TableLoad>>,
 }
 
 impl SharedStats {
@@ -60,7 +84,16 @@ impl SharedStats {
             dead_lettered: l(&self.dead_lettered),
             consumed_wcu: l(&self.consumed_milli_wcu) as f64 / 1000.0,
             rate_wcu: self.rates.lock().map(|r| r.clone()).unwrap_or_default(),
+            late_stored: l(&self.late_stored),
+            live_tables: l(&self.live_tables) as usize,
+            tables: self.loads.lock().map(|r| r.clone()).unwrap_or_default(),
         }
+    }
+
+    /// Table tasks running now.
+    pub(crate) fn live_tables(&self, n: usize) {
+        self.live_tables.store(n as u64, Ordering::Relaxed);
+        gauge!(crate::metrics::TABLES).set(n as f64);
     }
 }
 
@@ -79,6 +112,9 @@ pub(crate) struct TableStats {
     rate: Gauge,
     latency: Histogram,
     paced_keys: Gauge,
+    in_flight: Gauge,
+    since_stored: Gauge,
+    late_stored: Counter,
 }
 
 impl TableStats {
@@ -95,6 +131,9 @@ impl TableStats {
             rate: gauge!(crate::metrics::RATE, "table" => t.clone()),
             paced_keys: gauge!(crate::metrics::PACED_KEYS, "table" => t.clone()),
             latency: histogram!(crate::metrics::CALL_SECONDS, "table" => t.clone()),
+            in_flight: gauge!(crate::metrics::TABLE_ITEMS_IN_FLIGHT, "table" => t.clone()),
+            since_stored: gauge!(crate::metrics::SECONDS_SINCE_STORED, "table" => t.clone()),
+            late_stored: counter!(crate::metrics::LATE_STORED, "table" => t.clone()),
             table: t,
             shared,
         }
@@ -142,6 +181,30 @@ impl TableStats {
         if let Ok(mut r) = self.shared.rates.lock() {
             r.insert(self.table.clone(), wcu);
         }
+    }
+
+    /// The table's load, as of now.
+    pub(crate) fn load(&self, load: TableLoad) {
+        self.in_flight.set(load.items as f64);
+        self.since_stored.set(load.seconds_since_stored);
+        if let Ok(mut l) = self.shared.loads.lock() {
+            l.insert(self.table.clone(), load);
+        }
+    }
+
+    /// The table's task ended: it holds nothing.
+    pub(crate) fn unload(&self) {
+        self.in_flight.set(0.0);
+        self.since_stored.set(0.0);
+        if let Ok(mut l) = self.shared.loads.lock() {
+            l.remove(&self.table);
+        }
+    }
+
+    /// Late items stored.
+    pub(crate) fn late_stored(&self, tokens: u64) {
+        self.late_stored.increment(tokens);
+        self.shared.late_stored.fetch_add(tokens, Ordering::Relaxed);
     }
 
     pub(crate) fn paced_keys(&self, keys: usize) {

@@ -29,6 +29,7 @@ use crate::error::WriterError;
 use crate::keyrate::{Gate, KeyPacer, KeyParams};
 use crate::missing::{MissingTableAction, MissingTableHandler, MissingWait};
 use crate::rate::{Admit, RateController, RateParams};
+use crate::share::LateTables;
 use crate::stats::{SharedStats, TableStats};
 use crate::transport::{RawResponse, Transport, TransportError};
 
@@ -72,6 +73,37 @@ enum Answer {
     },
     Described(Box<DescribeResult>, Permit),
     Missing(MissingTableAction),
+}
+
+/// What a table task tells the dispatcher about itself, so that an idle
+/// one can be retired safely (see `Dispatcher::retire_idle`).
+#[derive(Debug, Default)]
+pub(crate) struct TaskState {
+    /// Messages received from the dispatcher.
+    received: std::sync::atomic::AtomicU64,
+    /// Since when the task has had nothing queued, in flight or waiting.
+    idle_since: std::sync::Mutex<Option<Instant>>,
+}
+
+impl TaskState {
+    pub(crate) fn received(&self) -> u64 {
+        self.received.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// How long the task has been idle at `now`, if it is.
+    pub(crate) fn idle_for(&self, now: Instant) -> Option<std::time::Duration> {
+        let since = *self.idle_since.lock().unwrap_or_else(|e| e.into_inner());
+        since.map(|s| now.saturating_duration_since(s))
+    }
+
+    fn set_idle(&self, idle: bool, now: Instant) {
+        let mut since = self.idle_since.lock().unwrap_or_else(|e| e.into_inner());
+        match (idle, *since) {
+            (true, None) => *since = Some(now),
+            (false, Some(_)) => *since = None,
+            _ => {}
+        }
+    }
 }
 
 pub(crate) struct TableTask {
@@ -123,6 +155,16 @@ pub(crate) struct TableTask {
     stats: TableStats,
     /// Tokens accepted and not completed.
     pending_tokens: u64,
+    /// Which tables take late data, and whether this one did at the last look.
+    late: Arc<dyn LateTables>,
+    is_late: bool,
+    /// When lateness, the late budget and the load were last looked at.
+    last_look: Instant,
+    /// When an item was last stored, and since when items have waited.
+    last_stored: Option<Instant>,
+    busy_since: Option<Instant>,
+    /// Shared with the dispatcher.
+    state: Arc<TaskState>,
 }
 
 struct FlushWait {
@@ -143,6 +185,7 @@ pub(crate) struct WriterResources {
     /// The tables' key attribute names (unprocessed keys are read by them).
     pub(crate) key_attributes: Arc<KeyAttributes>,
     pub(crate) missing: Arc<dyn MissingTableHandler>,
+    pub(crate) late: Arc<dyn LateTables>,
     pub(crate) stats: Arc<SharedStats>,
     pub(crate) gov: Governor,
 }
@@ -152,6 +195,7 @@ impl TableTask {
         table: String,
         resources: WriterResources,
         rx: mpsc::UnboundedReceiver<TableMsg>,
+        state: Arc<TaskState>,
     ) -> Self {
         let WriterResources {
             client,
@@ -159,10 +203,12 @@ impl TableTask {
             cfg,
             key_attributes,
             missing,
+            late,
             stats: shared,
             gov,
         } = resources;
         let now = Instant::now();
+        let is_late = late.is_late(&table);
         let params = RateParams {
             on_demand_initial: cfg.on_demand_initial_wcu,
             min_rate: cfg.min_rate_wcu,
@@ -210,6 +256,12 @@ impl TableTask {
             next_seq: 0,
             flush_waiters: Vec::new(),
             pending_tokens: 0,
+            is_late,
+            late,
+            last_look: now,
+            last_stored: None,
+            busy_since: None,
+            state,
             cfg,
         }
     }
@@ -217,15 +269,34 @@ impl TableTask {
     pub(crate) async fn run(mut self) -> Result<(), WriterError> {
         loop {
             let now = Instant::now();
-            if !self.describe_pending && now >= self.next_describe {
+            let idle = self.idle() && self.flush_waiters.is_empty();
+            // An idle table is not described: its capacity is read again
+            // when it next has something to write (and the task of a table
+            // idle for long ends; see `Dispatcher::retire_idle`).
+            if !self.describe_pending
+                && now >= self.next_describe
+                && (!self.capacity_known || !idle)
+            {
                 self.start_describe(now);
+            }
+            if now >= self.last_look + LOOK_EVERY {
+                self.look(now);
             }
             let wake = self.dispatch(now)?;
             self.resolve_flushes();
+            let idle = self.idle() && self.flush_waiters.is_empty();
+            self.state.set_idle(idle, now);
             if !self.rx_open && self.idle() {
+                self.stats.unload();
                 return Ok(());
             }
-            let deadline = wake.map_or(self.next_describe, |w| w.min(self.next_describe));
+            let mut deadline = wake.unwrap_or(now + IDLE_SLEEP);
+            if !idle {
+                deadline = deadline.min(self.last_look + LOOK_EVERY);
+                if !self.describe_pending {
+                    deadline = deadline.min(self.next_describe);
+                }
+            }
             tokio::select! {
                 biased;
                 Some(answer) = self.answers.next(), if !self.answers.is_empty() => self.on_answer(answer)?,
@@ -249,6 +320,43 @@ impl TableTask {
         }
     }
 
+    /// Once a second: whether the table takes late data now; late items
+    /// waiting longer than `late_max_wait` are dead-lettered; the load is
+    /// published (items in flight, pending WCU, time since a write).
+    fn look(&mut self, now: Instant) {
+        self.last_look = now;
+        self.is_late = self.late.is_late(&self.table);
+        if self.is_late
+            && let Some(cutoff) = now.into_std().checked_sub(self.cfg.late_max_wait)
+        {
+            let expired = self.queue.take_where(|e| e.since <= cutoff);
+            if !expired.is_empty() {
+                let n = expired.len();
+                let outcome = crate::ack::WriteOutcome::Rejected {
+                    reason: tidemark_schema::Reason::LateBacklog,
+                    message: format!(
+                        "late event: waited {:?} (writer.late_max_wait) for capacity on table {}; replay it once the table's backlog is written",
+                        self.cfg.late_max_wait, self.table
+                    ),
+                };
+                tracing::warn!(table = %self.table, items = n, waited = ?self.cfg.late_max_wait, "late items past their budget dead-lettered (late_backlog)");
+                self.report(expired, &outcome);
+            }
+        }
+        let waiting_since = match (self.busy_since, self.last_stored) {
+            (Some(b), Some(l)) => Some(b.max(l)),
+            (b, _) => b,
+        };
+        self.stats.load(crate::stats::TableLoad {
+            items: self.pending_tokens,
+            wcu: self.queue.pending_wcu(),
+            late: self.is_late,
+            seconds_since_stored: waiting_since
+                .filter(|_| self.pending_tokens > 0)
+                .map_or(0.0, |t| now.saturating_duration_since(t).as_secs_f64()),
+        });
+    }
+
     fn idle(&self) -> bool {
         self.queue.is_empty()
             && self.isolated.is_empty()
@@ -257,6 +365,9 @@ impl TableTask {
     }
 
     fn on_msg(&mut self, m: TableMsg, now: std::time::Instant) {
+        self.state
+            .received
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
         match m {
             TableMsg::Items(items) => {
                 for Pending {
@@ -268,6 +379,9 @@ impl TableTask {
                 {
                     token.seq = self.next_seq;
                     self.next_seq += 1;
+                    if self.pending_tokens == 0 {
+                        self.busy_since = Some(Instant::now());
+                    }
                     self.pending_tokens += 1;
                     self.queue.push(key, item, wcu, token, now);
                 }
@@ -448,6 +562,12 @@ impl TableTask {
         }
     }
 }
+
+/// How often a table looks whether it takes late data, dead-letters late
+/// items past their budget, and publishes its load.
+const LOOK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+/// How long an idle task sleeps when nothing else wakes it (a message does).
+const IDLE_SLEEP: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// How often idle per-key pacing states are swept.
 const KEY_EXPIRY_SWEEP: std::time::Duration = std::time::Duration::from_secs(1);

@@ -18,8 +18,9 @@ use crate::ack::{Completion, Permits, Token, WriteOutcome};
 use crate::config::WriterConfig;
 use crate::error::WriterError;
 use crate::missing::{MissingTableHandler, RejectMissing};
+use crate::share::{LateTables, NoneLate, SharePermits, TableShares};
 use crate::stats::{SharedStats, WriterStats};
-use crate::table::{Pending, TableMsg, TableTask, WriterResources};
+use crate::table::{Pending, TableMsg, TableTask, TaskState, WriterResources};
 use crate::transport::Transport;
 
 /// One item to write, and who to tell when it is written.
@@ -78,6 +79,7 @@ impl Writer {
             key_attributes,
             config: WriterConfig::default(),
             missing: Arc::new(RejectMissing),
+            late: Arc::new(NoneLate),
             gov: None,
         }
     }
@@ -90,6 +92,7 @@ pub struct WriterBuilder {
     key_attributes: KeyAttributes,
     config: WriterConfig,
     missing: Arc<dyn MissingTableHandler>,
+    late: Arc<dyn LateTables>,
     gov: Option<Governor>,
 }
 
@@ -116,6 +119,16 @@ impl WriterBuilder {
         self
     }
 
+    /// Which tables take late data (default: none). Their submissions never
+    /// wait for their table's share of the in-flight bound and wait at most
+    /// `late_max_wait` in its queue: past either, they are completed as
+    /// `Rejected(LateBacklog)`, so a table scaled down below the active tier
+    /// can never stall the caller.
+    pub fn late_tables(mut self, late: Arc<dyn LateTables>) -> WriterBuilder {
+        self.late = late;
+        self
+    }
+
     /// The endpoint's shared [`Governor`]: every BatchWriteItem and
     /// DescribeTable call is admitted by it, and calls that timed out or
     /// failed with a 5xx are retried within its budget. A worker shares one
@@ -136,6 +149,7 @@ impl WriterBuilder {
             key_attributes,
             config,
             missing,
+            late,
             gov,
         } = self;
         let gov = gov.unwrap_or_else(|| Governor::new("dynamodb", GovernorParams::default()));
@@ -157,14 +171,22 @@ impl WriterBuilder {
             config.max_in_flight_bytes.min(Semaphore::MAX_PERMITS),
         ));
         let (tx, rx) = mpsc::unbounded_channel();
+        let max_items = config.max_in_flight_items.max(1);
+        let max_bytes = config
+            .max_in_flight_bytes
+            .clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
+        let shares = Arc::new(TableShares::new(
+            max_items,
+            max_bytes,
+            config.max_table_share.clamp(f64::MIN_POSITIVE, 1.0),
+        ));
         let handle = WriterHandle {
             tx,
             items: items.clone(),
             bytes: bytes.clone(),
-            max_items: config.max_in_flight_items.max(1),
-            max_bytes: config
-                .max_in_flight_bytes
-                .clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize)),
+            max_items,
+            shares: shares.clone(),
+            late: Late(late.clone()),
             stats: stats.clone(),
         };
         let task = tokio::spawn(async move {
@@ -174,6 +196,7 @@ impl WriterBuilder {
             {
                 items.close();
                 bytes.close();
+                shares.close();
                 return Err(WriterError::Config(msg));
             }
             let d = Dispatcher {
@@ -183,9 +206,11 @@ impl WriterBuilder {
                 config: Arc::new(config),
                 key_attributes: Arc::new(key_attributes),
                 missing,
+                late,
                 stats,
                 items,
                 bytes,
+                shares,
             };
             d.run(rx).await
         });
@@ -208,8 +233,20 @@ pub struct WriterHandle {
     items: Arc<Semaphore>,
     bytes: Arc<Semaphore>,
     max_items: usize,
-    max_bytes: usize,
+    /// Each table's share of the bound.
+    shares: Arc<TableShares>,
+    late: Late,
     stats: Arc<SharedStats>,
+}
+
+/// The caller's [`LateTables`] (its own `Debug`).
+#[derive(Clone)]
+struct Late(Arc<dyn LateTables>);
+
+impl fmt::Debug for Late {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("LateTables")
+    }
 }
 
 impl fmt::Debug for Msg {
@@ -232,15 +269,19 @@ impl WriterHandle {
     }
 
     /// Accepts several items in order, as [`submit`](Self::submit) does one:
-    /// the permits of a whole group are taken at once and the group travels
-    /// as one message (per-item hand-offs showed in profiles). Groups are cut
-    /// so that none needs more than the in-flight bounds. On `Err` (closed or
-    /// failed writer) the items not yet accepted are dropped, their
-    /// completions never run.
+    /// the permits of a run of one table's items are taken at once and the
+    /// run travels as one message (per-item hand-offs showed in profiles).
+    /// Runs are cut so that none needs more than a table's share of the
+    /// in-flight bounds. A late table's item (see
+    /// [`WriterBuilder::late_tables`]) never waits for its table's share:
+    /// past it, it is completed at once as `Rejected(LateBacklog)`. On
+    /// `Err` (closed or failed writer) the items not yet accepted are
+    /// dropped, their completions never run.
     pub async fn submit_all(&self, subs: Vec<Submission>) -> Result<(), WriterError> {
         if self.tx.is_closed() {
             return Err(WriterError::Closed);
         }
+        let (share_items, share_bytes) = (self.shares.max_items, self.shares.max_bytes);
         let mut group: Vec<(Submission, u32)> = Vec::with_capacity(subs.len());
         let mut group_bytes = 0usize;
         for s in subs {
@@ -256,10 +297,13 @@ impl WriterHandle {
                 continue;
             }
             // An item bigger than the whole byte budget would wait forever;
-            // it takes the whole budget instead. `size` is at most 400 KB.
-            let want = size.clamp(1, self.max_bytes);
-            if !group.is_empty()
-                && (group.len() == self.max_items || group_bytes + want > self.max_bytes)
+            // it takes the whole budget instead. `size` is at most 400 KB,
+            // and a share holds at least one such item.
+            let want = size.clamp(1, share_bytes);
+            if let Some((first, _)) = group.first()
+                && (first.table != s.table
+                    || group.len() == share_items
+                    || group_bytes + want > share_bytes)
             {
                 self.accept(std::mem::take(&mut group), group_bytes).await?;
                 group_bytes = 0;
@@ -273,9 +317,26 @@ impl WriterHandle {
         self.accept(group, group_bytes).await
     }
 
-    /// Takes the permits of a group (within the bounds) and hands it on.
+    /// Takes the permits of a run of one table's items (its share first,
+    /// then the writer's bound) and hands it on.
     async fn accept(&self, group: Vec<(Submission, u32)>, bytes: usize) -> Result<(), WriterError> {
         let closed = |_| WriterError::Closed;
+        let Some((first, _)) = group.first() else {
+            return Ok(());
+        };
+        let share = self.shares.get(first.table.as_str());
+        let (group, bytes, mut shares) = if self.late.0.is_late(first.table.as_str()) {
+            self.take_late_shares(group, &share)
+        } else {
+            let n = group.len() as u32;
+            let held = crate::share::acquire(&share, n, bytes as u32)
+                .await
+                .map_err(closed)?;
+            (group, bytes, Shares::Run(held))
+        };
+        if group.is_empty() {
+            return Ok(());
+        }
         let mut items = self
             .items
             .clone()
@@ -290,9 +351,13 @@ impl WriterHandle {
             .map_err(closed)?;
         let mut accepted = Vec::with_capacity(group.len());
         for (s, want) in group {
-            // Each submission carries its own share, released when it
-            // completes; `split` cannot fail: the shares add up to the total.
-            let (Some(item), Some(bytes)) = (items.split(1), all_bytes.split(want as usize)) else {
+            // Each submission carries its own part, released when it
+            // completes; `split` cannot fail: the parts add up to the total.
+            let (Some(item), Some(bytes), Some(share)) = (
+                items.split(1),
+                all_bytes.split(want as usize),
+                shares.next(want),
+            ) else {
                 return Err(WriterError::Closed);
             };
             let pending = Pending {
@@ -302,7 +367,12 @@ impl WriterHandle {
                 token: Token {
                     done: s.done,
                     seq: 0,
-                    permits: Permits { items: item, bytes },
+                    permits: Permits {
+                        items: item,
+                        bytes,
+                        share_items: share.items,
+                        share_bytes: share.bytes,
+                    },
                 },
             };
             accepted.push((s.table, pending));
@@ -310,6 +380,41 @@ impl WriterHandle {
         self.tx
             .send(Msg::Submit(accepted))
             .map_err(|_| WriterError::Closed)
+    }
+
+    /// A late table's run: each item takes its share permits if they are
+    /// free now, and is refused as `LateBacklog` otherwise (waiting would
+    /// stop the caller, and every other table with it).
+    fn take_late_shares(
+        &self,
+        group: Vec<(Submission, u32)>,
+        share: &crate::share::Share,
+    ) -> (Vec<(Submission, u32)>, usize, Shares) {
+        let mut kept = Vec::with_capacity(group.len());
+        let mut held = Vec::with_capacity(group.len());
+        let mut bytes = 0usize;
+        for (s, want) in group {
+            match crate::share::try_acquire_one(share, want) {
+                Ok(p) => {
+                    bytes += want as usize;
+                    held.push(p);
+                    kept.push((s, want));
+                }
+                Err(_) => {
+                    crate::stats::dead_letter(&self.stats, Reason::LateBacklog, 1);
+                    let message = format!(
+                        "late event: table {} already holds {} items waiting for capacity, its share of the writer's in-flight bound (writer.max_table_share); replay it once the backlog is written",
+                        s.table,
+                        share.items_in_flight()
+                    );
+                    s.done.finish(WriteOutcome::Rejected {
+                        reason: Reason::LateBacklog,
+                        message,
+                    });
+                }
+            }
+        }
+        (kept, bytes, Shares::Each(held.into_iter()))
     }
 
     /// Resolves when every submission accepted before this call is completed
@@ -344,6 +449,32 @@ impl WriterHandle {
         self.max_items
             .saturating_sub(self.items.available_permits())
     }
+
+    /// The most items one table may hold (`max_table_share` of
+    /// `max_in_flight_items`).
+    pub fn table_share_items(&self) -> usize {
+        self.shares.max_items
+    }
+}
+
+/// The share permits of an accepted run: one permit for the whole run, or
+/// one per item (a late table's items, each taken on its own).
+enum Shares {
+    Run(SharePermits),
+    Each(std::vec::IntoIter<SharePermits>),
+}
+
+impl Shares {
+    /// The next item's part (`bytes` of them).
+    fn next(&mut self, bytes: u32) -> Option<SharePermits> {
+        match self {
+            Shares::Run(run) => Some(SharePermits {
+                items: run.items.split(1)?,
+                bytes: run.bytes.split(bytes as usize)?,
+            }),
+            Shares::Each(each) => each.next(),
+        }
+    }
 }
 
 struct Dispatcher {
@@ -353,10 +484,25 @@ struct Dispatcher {
     config: Arc<WriterConfig>,
     key_attributes: Arc<KeyAttributes>,
     missing: Arc<dyn MissingTableHandler>,
+    late: Arc<dyn LateTables>,
     stats: Arc<SharedStats>,
     items: Arc<Semaphore>,
     bytes: Arc<Semaphore>,
+    shares: Arc<TableShares>,
 }
+
+/// A running table task, as the dispatcher sees it.
+struct TableEntry {
+    tx: mpsc::UnboundedSender<TableMsg>,
+    /// Messages sent to it.
+    sent: u64,
+    /// When the last one was sent.
+    last_sent: tokio::time::Instant,
+    /// What the task says of itself (messages received, idle).
+    state: Arc<TaskState>,
+}
+
+type Tables = HashMap<String, TableEntry>;
 
 impl Dispatcher {
     async fn run(self, mut rx: mpsc::UnboundedReceiver<Msg>) -> Result<(), WriterError> {
@@ -364,14 +510,20 @@ impl Dispatcher {
         // Wake any submit waiting for room: nothing more will be accepted.
         self.items.close();
         self.bytes.close();
+        self.shares.close();
         result
     }
 
     async fn route(&self, rx: &mut mpsc::UnboundedReceiver<Msg>) -> Result<(), WriterError> {
-        let mut tables: HashMap<String, mpsc::UnboundedSender<TableMsg>> = HashMap::new();
+        let mut tables: Tables = HashMap::new();
         let mut tasks: JoinSet<Result<(), WriterError>> = JoinSet::new();
+        let idle_timeout = self.config.idle_table_timeout;
+        let mut retire_check =
+            tokio::time::interval((idle_timeout / 4).max(std::time::Duration::from_millis(100)));
+        retire_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
+                _ = retire_check.tick() => self.retire_idle(&mut tables),
                 msg = rx.recv() => match msg {
                     Some(Msg::Submit(subs)) => {
                         // Consecutive submissions of one table go on as one message.
@@ -392,10 +544,11 @@ impl Dispatcher {
                     }
                     Some(Msg::Flush(reply)) => {
                         let waits: Vec<_> = tables
-                            .values()
-                            .filter_map(|tx| {
+                            .values_mut()
+                            .filter_map(|t| {
                                 let (otx, orx) = oneshot::channel();
-                                tx.send(TableMsg::Flush(otx)).ok().map(|_| orx)
+                                t.sent += 1;
+                                t.tx.send(TableMsg::Flush(otx)).ok().map(|_| orx)
                             })
                             .collect();
                         tokio::spawn(async move {
@@ -428,32 +581,66 @@ impl Dispatcher {
     /// item.
     fn forward(
         &self,
-        tables: &mut HashMap<String, mpsc::UnboundedSender<TableMsg>>,
+        tables: &mut Tables,
         tasks: &mut JoinSet<Result<(), WriterError>>,
         table: SharedStr,
         items: Vec<Pending>,
     ) {
-        let tx = match tables.get(table.as_str()) {
-            Some(tx) => tx,
+        let entry = match tables.get_mut(table.as_str()) {
+            Some(entry) => entry,
             None => {
                 let (tx, trx) = mpsc::unbounded_channel();
+                let state = Arc::new(TaskState::default());
                 let resources = WriterResources {
                     client: self.client.clone(),
                     transport: self.transport.clone(),
                     cfg: self.config.clone(),
                     key_attributes: self.key_attributes.clone(),
                     missing: self.missing.clone(),
+                    late: self.late.clone(),
                     stats: self.stats.clone(),
                     gov: self.gov.clone(),
                 };
-                let task = TableTask::new(table.to_string(), resources, trx);
+                let task = TableTask::new(table.to_string(), resources, trx, state.clone());
                 tasks.spawn(task.run());
-                tables.entry(table.to_string()).or_insert(tx)
+                self.stats.live_tables(tables.len() + 1);
+                tables.entry(table.to_string()).or_insert(TableEntry {
+                    tx,
+                    sent: 0,
+                    last_sent: tokio::time::Instant::now(),
+                    state,
+                })
             }
         };
+        entry.sent += 1;
+        entry.last_sent = tokio::time::Instant::now();
         // A table task only ends early with an error, which the join in
         // `route` reports; the tokens are then dropped unrun.
-        let _ = tx.send(TableMsg::Items(items));
+        let _ = entry.tx.send(TableMsg::Items(items));
+    }
+
+    /// Ends the tasks of tables with nothing to do for `idle_table_timeout`:
+    /// a task that has received every message sent to it and is idle is
+    /// sent nothing more (its channel closes), so it ends; the table's next
+    /// item starts a new one. Nothing of the old task can still be in
+    /// flight then, so a key is never in two tasks' calls at once.
+    fn retire_idle(&self, tables: &mut Tables) {
+        let timeout = self.config.idle_table_timeout;
+        let now = tokio::time::Instant::now();
+        let before = tables.len();
+        tables.retain(|name, t| {
+            let quiet = now.saturating_duration_since(t.last_sent) >= timeout;
+            let done = t.state.received() == t.sent && t.state.idle_for(now) >= Some(timeout);
+            if quiet && done {
+                self.shares.retire(name);
+                tracing::debug!(table = %name, "table idle: its writing task ends");
+                return false;
+            }
+            true
+        });
+        if tables.len() != before {
+            self.stats.live_tables(tables.len());
+        }
     }
 }
 

@@ -23,8 +23,9 @@ use futures::future::BoxFuture;
 use tidemark_schema::wire::decode_map;
 use tidemark_schema::{Item, ItemKey, KeyAttributes, Reason, WireItem};
 use tidemark_writer::{
-    Complete, Completion, MissingTableAction, MissingTableHandler, RawResponse, Submission,
-    Transport, TransportError, WriteOutcome, Writer, WriterConfig, WriterError, WriterHandle,
+    Complete, Completion, LateTables, MissingTableAction, MissingTableHandler, RawResponse,
+    Submission, Transport, TransportError, WriteOutcome, Writer, WriterConfig, WriterError,
+    WriterHandle,
 };
 use tokio::sync::mpsc;
 
@@ -61,6 +62,8 @@ struct State {
     /// While set, every call hangs (an overloaded endpoint: no answer before
     /// the writer's call timeout).
     hang_all: bool,
+    /// DescribeTable calls answered, per table.
+    describes: HashMap<String, usize>,
 }
 
 #[derive(Clone, Default)]
@@ -185,7 +188,14 @@ impl Fake {
     }
 
     fn client(&self, on_demand: bool) -> Client {
+        let state = self.0.clone();
         let describe = mock!(Client::describe_table).then_compute_output(move |req| {
+            *state
+                .lock()
+                .unwrap()
+                .describes
+                .entry(req.table_name().unwrap().to_string())
+                .or_default() += 1;
             let mut t = TableDescription::builder().table_name(req.table_name().unwrap());
             t = if on_demand {
                 t.billing_mode_summary(
@@ -660,6 +670,8 @@ async fn submit_waits_at_the_in_flight_bound() {
     fake.0.lock().unwrap().throttle_all = true;
     let cfg = WriterConfig {
         max_in_flight_items: 10,
+        // One table may take the whole bound here: the bound is under test.
+        max_table_share: 1.0,
         linger: Duration::from_millis(5),
         ..WriterConfig::default()
     };
@@ -723,6 +735,180 @@ async fn a_throttled_table_does_not_hold_back_another() {
     fake.0.lock().unwrap().throttle_tables.clear();
     flushing.await.unwrap();
     assert_eq!(drain(&mut rx)["slow"], vec![WriteOutcome::Stored]);
+    h.close();
+    task.await.unwrap().unwrap();
+}
+
+/// A table that throttles for ever (an old period's table scaled down to
+/// 1 WCU, meeting late events) may fill only its share of the in-flight
+/// bound: with a small bound and its items submitted first, a write to the
+/// current period's table still completes within a second.
+#[tokio::test(start_paused = true)]
+async fn a_table_throttled_for_ever_never_takes_the_whole_in_flight_bound() {
+    let fake = Fake::default();
+    fake.0.lock().unwrap().throttle_tables.push("late".into());
+    let cfg = WriterConfig {
+        max_in_flight_items: 10,
+        linger: Duration::from_millis(5),
+        ..WriterConfig::default()
+    };
+    let (h, task) = start(&fake, cfg);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let late = {
+        let (h, fake, tx) = (h.clone(), fake.clone(), tx.clone());
+        tokio::spawn(async move {
+            for i in 0..20 {
+                let tag = format!("late{i}");
+                let _ = submit(&h, &fake, &tx, "late", item(&tag, "v"), &tag).await;
+            }
+        })
+    };
+    // Long enough for the late items to take whatever the writer lets them.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert!(
+        h.stats().throttled_calls > 3,
+        "the late table kept retrying"
+    );
+    let sent = tokio::time::timeout(
+        Duration::from_secs(1),
+        submit(&h, &fake, &tx, "now", item("current", "v"), "current"),
+    )
+    .await;
+    assert!(
+        matches!(sent, Ok(Ok(()))),
+        "a write to another table waited on the throttled table's items"
+    );
+    let done = tokio::time::timeout(Duration::from_secs(1), async {
+        loop {
+            let (tag, outcome) = rx.recv().await.unwrap();
+            if tag == "current" {
+                return outcome;
+            }
+        }
+    })
+    .await
+    .expect("the current item completed within a second");
+    assert_eq!(done, WriteOutcome::Stored);
+    late.abort();
+    drop(h);
+    task.abort();
+}
+
+/// A table written once is not described for ever after: its task retires
+/// once idle, so a worker that has written to many tables (hourly tables,
+/// days of uptime) does not poll every one of them every minute.
+#[tokio::test(start_paused = true)]
+async fn tables_written_once_are_not_described_for_ever() {
+    let fake = Fake::default();
+    let (h, task) = start(&fake, config());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    for t in 0..50 {
+        let table = format!("events_{t:02}");
+        submit(&h, &fake, &tx, &table, item("a", "v"), &table)
+            .await
+            .unwrap();
+    }
+    h.flush().await;
+    assert_eq!(drain(&mut rx).len(), 50);
+    // An hour of uptime with nothing written.
+    tokio::time::sleep(Duration::from_secs(3000)).await;
+    let before: usize = fake.0.lock().unwrap().describes.values().sum();
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    let after: usize = fake.0.lock().unwrap().describes.values().sum();
+    assert_eq!(
+        after - before,
+        0,
+        "DescribeTable calls in 10 idle minutes, 50 tables written an hour ago"
+    );
+    // Written to again: described again, and stored.
+    submit(&h, &fake, &tx, "events_07", item("b", "v"), "again")
+        .await
+        .unwrap();
+    h.flush().await;
+    assert_eq!(drain(&mut rx)["again"], vec![WriteOutcome::Stored]);
+    assert!(fake.0.lock().unwrap().describes["events_07"] >= 2);
+    h.close();
+    task.await.unwrap().unwrap();
+}
+
+/// Tables named `old*` take late data.
+struct OldIsLate;
+
+impl LateTables for OldIsLate {
+    fn is_late(&self, table: &str) -> bool {
+        table.starts_with("old")
+    }
+}
+
+/// Late items never wait: past their table's share they are dead-lettered
+/// at once, and past `late_max_wait` in its queue too; the current table's
+/// writes stay prompt throughout, and late items are stored once the table
+/// takes writes again.
+#[tokio::test(start_paused = true)]
+async fn late_items_past_their_share_or_their_wait_are_dead_lettered_not_waited_for() {
+    let fake = Fake::default();
+    fake.0.lock().unwrap().throttle_tables.push("old".into());
+    let cfg = WriterConfig {
+        max_in_flight_items: 10,
+        linger: Duration::from_millis(5),
+        late_max_wait: Duration::from_secs(60),
+        ..WriterConfig::default()
+    };
+    let (h, task) = Writer::builder(
+        fake.client(false),
+        Arc::new(fake.clone()),
+        KeyAttributes::default(),
+    )
+    .config(cfg)
+    .late_tables(Arc::new(OldIsLate))
+    .start();
+    assert_eq!(h.table_share_items(), 5);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let subs: Vec<Submission> = (0..20)
+        .map(|i| {
+            let tag = format!("late{i}");
+            submission(&fake, &tx, "old", item(&tag, "v"), &tag)
+        })
+        .collect();
+    tokio::time::timeout(Duration::from_secs(1), h.submit_all(subs))
+        .await
+        .expect("late items never wait for their table")
+        .unwrap();
+    let refused = drain(&mut rx);
+    assert_eq!(refused.len(), 15, "past the share: refused at once");
+    assert!(refused.values().all(|o| matches!(
+        &o[..],
+        [WriteOutcome::Rejected { reason: Reason::LateBacklog, message }] if message.contains("max_table_share")
+    )));
+    tokio::time::timeout(
+        Duration::from_secs(1),
+        submit(&h, &fake, &tx, "now", item("current", "v"), "current"),
+    )
+    .await
+    .expect("the current table's write is accepted at once")
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(drain(&mut rx)["current"], vec![WriteOutcome::Stored]);
+    let load = h.stats().tables["old"];
+    assert_eq!((load.items, load.late), (5, true));
+    assert!(load.seconds_since_stored >= 1.0, "{load:?}");
+    // The five accepted wait at most late_max_wait.
+    tokio::time::sleep(Duration::from_secs(65)).await;
+    let expired = drain(&mut rx);
+    assert_eq!(expired.len(), 5, "{expired:?}");
+    assert!(expired.values().all(|o| matches!(
+        &o[..],
+        [WriteOutcome::Rejected { reason: Reason::LateBacklog, message }] if message.contains("late_max_wait")
+    )));
+    assert_eq!(h.stats().tables["old"].items, 0);
+    // Capacity back: late items are stored, and counted as such.
+    fake.0.lock().unwrap().throttle_tables.clear();
+    submit(&h, &fake, &tx, "old", item("late-ok", "v"), "late-ok")
+        .await
+        .unwrap();
+    h.flush().await;
+    assert_eq!(drain(&mut rx)["late-ok"], vec![WriteOutcome::Stored]);
+    assert_eq!(h.stats().late_stored, 1);
     h.close();
     task.await.unwrap().unwrap();
 }

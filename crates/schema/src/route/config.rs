@@ -96,10 +96,22 @@ pub struct RouterConfig {
     #[serde(default)]
     pub ttl_attribute: Option<String>,
     /// How long after its period ends a table keeps write capacity for late
-    /// events. Default 15m. Must not exceed `retention`.
+    /// events. Default 15m. Must not exceed `retention`. May be longer than
+    /// a period: every table still inside its grace keeps the cooling tier.
+    /// Events older than this (but inside `retention`) are late: see "Late
+    /// data" in docs/keys-and-tables.md.
     #[schemars(with = "String")]
     #[serde(with = "humantime_serde", default = "period::default_grace")]
     pub late_arrival_grace: Duration,
+    /// Writes to a table are refused (dead-lettered as `expired_period`)
+    /// from this long before it expires, and maintenance exports or deletes
+    /// it no sooner than this long after: every write acknowledged as
+    /// stored is in the export. Default 10m. Must be less than `retention`,
+    /// at least two `maintenance.interval`s, and at least half of
+    /// `writer.late_max_wait` plus `writer.call_timeout`.
+    #[schemars(with = "String")]
+    #[serde(with = "humantime_serde", default = "period::default_expiry_guard")]
+    pub expiry_guard: Duration,
     /// How long before its period starts a table is created. Default 15m.
     #[schemars(with = "String")]
     #[serde(with = "humantime_serde", default = "period::default_prebuild_ahead")]
@@ -125,6 +137,7 @@ impl RouterConfig {
             retention: period::default_retention(),
             ttl_attribute: None,
             late_arrival_grace: period::default_grace(),
+            expiry_guard: period::default_expiry_guard(),
             prebuild_ahead: period::default_prebuild_ahead(),
             max_future_skew: default_future_skew(),
         }
@@ -153,6 +166,7 @@ impl RouterConfig {
             prebuild_ahead: self.prebuild_ahead,
             late_arrival_grace: self.late_arrival_grace,
             retention: self.retention,
+            expiry_guard: self.expiry_guard,
         }
     }
 }
@@ -300,6 +314,12 @@ impl RouterConfig {
             invalid(
                 "late_arrival_grace",
                 "exceeds `retention`: late events would target an expired table".into(),
+            );
+        }
+        if config.expiry_guard >= config.retention {
+            invalid(
+                "expiry_guard",
+                "is not less than `retention`: every event would be refused; lower it (default 10m)".into(),
             );
         }
         if config.max_future_skew > config.prebuild_ahead {

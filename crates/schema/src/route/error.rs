@@ -37,8 +37,11 @@ pub enum RouteError {
         /// The limit.
         limit: usize,
     },
-    /// The event's period is past retention.
-    #[error("event time {timestamp} falls in table {table}, expired (retention {retention_s} s)")]
+    /// The event's period is past retention, or expires within
+    /// `expiry_guard`.
+    #[error(
+        "event time {timestamp} falls in table {table}, expired or about to (retention {retention_s} s, less schema.expiry_guard)"
+    )]
     ExpiredPeriod {
         /// Event time, ISO.
         timestamp: String,

@@ -24,6 +24,8 @@ pub(super) struct Prepared<'a> {
     pub(super) table: SharedStr,
     pub(super) key: ItemKey,
     pub(super) iso: Cow<'a, str>,
+    /// The table's recorded layouts, when not the config's.
+    pub(super) layouts: Option<std::sync::Arc<[crate::strategy::KeyStrategy]>>,
 }
 
 /// The attributes every item carries, ready to write: their names (pk, sk,

@@ -2,6 +2,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use proptest::prelude::*;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::value::RawValue;
@@ -319,6 +320,89 @@ fn expired_and_future_events_get_their_reasons() {
         .unwrap_err();
     assert_eq!(e.reason(), Reason::FutureEvent);
     assert!(e.to_string().contains("max_future_skew"), "{e}");
+}
+
+/// An event whose table expires within the expiry guard is refused: a
+/// write accepted a second before expiry, throttled at the frozen tier,
+/// could land after the table's export (or deletion).
+#[test]
+fn an_event_whose_table_expires_within_the_guard_is_refused() {
+    let r = router(|_| {});
+    let rec = r#"{"deviceId":"d","timestamp":"2026-10-23T12:00:00Z"}"#.as_bytes();
+    // tm_2026-10-23 expires at 2026-11-23T00:00Z (30 days after its end).
+    let e = r
+        .route_alone(rec, &origin(), at("2026-11-22T23:59:59Z"))
+        .unwrap_err();
+    assert_eq!(e.reason(), Reason::ExpiredPeriod);
+    assert!(
+        r.route_alone(rec, &origin(), at("2026-11-22T23:49:59Z"))
+            .is_ok(),
+        "ten minutes and a second before expiry: outside the default guard"
+    );
+}
+
+/// A table recorded in another layout than the config's (its period ended
+/// before a shard-count migration) gets its events keyed in that layout; a
+/// dual table in both; other tables as the config says. A change of the
+/// recorded layouts takes effect with the same cache.
+#[test]
+fn events_are_keyed_with_the_layouts_their_table_records() {
+    use crate::strategy::Bucket;
+    let four = KeyStrategy::TimeBucket {
+        shards: 4,
+        bucket: Bucket::Hour,
+    };
+    let eight = KeyStrategy::TimeBucket {
+        shards: 8,
+        bucket: Bucket::Hour,
+    };
+    let r = router(|c| c.key = eight.clone());
+    let layouts = Arc::new(TableLayouts::for_config(r.config()));
+    let r = r.with_table_layouts(layouts.clone());
+    let now = at("2026-11-22T05:00:00Z");
+    let key = |k: &KeyStrategy, dev: &str, ts: &str| {
+        let iso = format!("{}.000Z", &ts[..19]);
+        let ms = at(ts).timestamp_millis();
+        k.key_with_iso(dev, ms, &iso, "e", &mut ShardCache::default())
+    };
+    // A device whose key moves from four shards to eight.
+    let dev = (0..100)
+        .map(|i| format!("dev-{i}"))
+        .find(|d| key(&four, d, "2026-11-19T03:00:00Z") != key(&eight, d, "2026-11-19T03:00:00Z"))
+        .unwrap();
+    let rec = |ts: &str| format!(r#"{{"deviceId":"{dev}","timestamp":"{ts}","eventId":"e"}}"#);
+    let old_day = rec("2026-11-19T03:00:00Z");
+    let with = |k: &KeyStrategy, ts: &str| key(k, &dev, ts);
+    let mut cache = RouteCache::default();
+    let routes = r
+        .route(old_day.as_bytes(), &origin(), 0, now, &mut cache)
+        .unwrap();
+    assert_eq!(routes.new.key, with(&eight, "2026-11-19T03:00:00Z"));
+    layouts.set("tm_2026-11-19", vec![four.clone()]);
+    assert_eq!(layouts.len(), 1);
+    let routes = r
+        .route(old_day.as_bytes(), &origin(), 0, now, &mut cache)
+        .unwrap();
+    assert_eq!(routes.new.key, with(&four, "2026-11-19T03:00:00Z"));
+    assert_eq!(routes.old, None);
+    layouts.set("tm_2026-11-19", vec![eight.clone(), four.clone()]);
+    let routes = r
+        .route(old_day.as_bytes(), &origin(), 0, now, &mut cache)
+        .unwrap();
+    assert_eq!(routes.new.key, with(&eight, "2026-11-19T03:00:00Z"));
+    assert_eq!(
+        routes.old.map(|o| o.key),
+        Some(with(&four, "2026-11-19T03:00:00Z"))
+    );
+    // Other tables: the config's layout.
+    let today = rec("2026-11-22T04:00:00Z");
+    let routes = r
+        .route(today.as_bytes(), &origin(), 0, now, &mut cache)
+        .unwrap();
+    assert_eq!(routes.new.key, with(&eight, "2026-11-22T04:00:00Z"));
+    // Recorded as the config says: forgotten.
+    layouts.set("tm_2026-11-19", vec![eight.clone()]);
+    assert!(layouts.is_empty());
 }
 
 #[test]

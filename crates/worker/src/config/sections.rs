@@ -153,6 +153,21 @@ pub struct MaintenanceConfig {
     /// Table holding the maintenance lease (created on demand, on-demand
     /// billing). Default `tidemark-coordinator`.
     pub coordinator_table: String,
+    /// Most write capacity (WCU) a capacity lift gives one table below the
+    /// active tier while workers report a late backlog for it: the table is
+    /// raised to write the backlog within a minute, within this budget, and
+    /// lowered to its tier again once the backlog is gone. The lift is
+    /// recorded in the coordinator table, so no round reverts it. 0: no
+    /// lifts. Default 1000.
+    pub late_lift_max_wcu: u64,
+    /// Largest difference between this host's clock and DynamoDB's (read
+    /// from the `Date` of its answers) at which maintenance resizes a table
+    /// to a lower tier, exports or deletes one; beyond it those actions are
+    /// skipped, logged and counted (`tidemark_maintenance_clock_skips_total`).
+    /// Default: a quarter of `schema.late_arrival_grace`.
+    #[schemars(with = "Option<String>")]
+    #[serde(with = "humantime_serde::option")]
+    pub max_clock_skew: Option<Duration>,
 }
 
 impl Default for MaintenanceConfig {
@@ -166,6 +181,8 @@ impl Default for MaintenanceConfig {
             deletion_protection: false,
             quota_retry_for: Duration::from_secs(600),
             coordinator_table: "tidemark-coordinator".into(),
+            late_lift_max_wcu: 1000,
+            max_clock_skew: None,
         }
     }
 }

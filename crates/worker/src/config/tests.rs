@@ -519,3 +519,36 @@ fn syntax_errors_name_the_file() {
     let m = err("[source\nkind=", &[]);
     assert!(m.contains("t.toml is not valid TOML"), "{m}");
 }
+
+#[test]
+fn the_expiry_guard_must_cover_two_rounds_and_a_late_write() {
+    let c = Config::from_toml(MINIMAL, "t.toml", &env(&[])).unwrap();
+    assert_eq!(c.schema.expiry_guard, Duration::from_secs(600));
+    for (vars, want) in [
+        (
+            [("TIDEMARK__MAINTENANCE__INTERVAL", "6m")],
+            "two maintenance intervals",
+        ),
+        (
+            [("TIDEMARK__WRITER__LATE_MAX_WAIT", "1h")],
+            "writer.late_max_wait",
+        ),
+    ] {
+        let e = Config::from_toml(MINIMAL, "t.toml", &env(&vars))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("schema.expiry_guard"), "{e}");
+        assert!(e.contains(want), "{e}");
+    }
+    let e = Config::from_toml(
+        MINIMAL,
+        "t.toml",
+        &env(&[
+            ("TIDEMARK__SCHEMA__RETENTION", "9m"),
+            ("TIDEMARK__SCHEMA__LATE_ARRIVAL_GRACE", "1m"),
+        ]),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("expiry_guard"), "{e}");
+}

@@ -95,6 +95,7 @@ impl Config {
         if self.maintenance.interval < Duration::from_secs(1) {
             out.push(("maintenance.interval".into(), "must be at least 1s".into()));
         }
+        out.extend(self.expiry_guard_problem());
         if self.maintenance.on_expiry == ExpiryAction::Export
             && self.maintenance.export.bucket.trim().is_empty()
         {
@@ -176,4 +177,32 @@ pub(crate) fn check_log_level(filter: &str) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+impl Config {
+    /// `schema.expiry_guard` must cover what may happen between the last
+    /// write accepted for a table and its export or deletion: two
+    /// maintenance rounds, and a late write's wait in the writer.
+    fn expiry_guard_problem(&self) -> Option<(String, String)> {
+        let guard = self.schema.expiry_guard;
+        let rounds = self.maintenance.interval * 2;
+        let late = self.writer.late_max_wait + self.writer.call_timeout;
+        if guard < rounds {
+            return Some((
+                "schema.expiry_guard".into(),
+                format!(
+                    "is {guard:?}, less than two maintenance intervals ({rounds:?}): raise it or lower maintenance.interval"
+                ),
+            ));
+        }
+        if guard * 2 < late {
+            return Some((
+                "schema.expiry_guard".into(),
+                format!(
+                    "is {guard:?}: twice it must cover writer.late_max_wait plus writer.call_timeout ({late:?}), the longest a write accepted before the guard can take; raise it or lower writer.late_max_wait"
+                ),
+            ));
+        }
+        None
+    }
 }

@@ -15,6 +15,7 @@ use tidemark_schema::period::{
 };
 use tidemark_schema::route::RouterConfig;
 
+use super::lift::{Backlog, LATE_BACKLOG, Lift, LiftPolicy};
 use super::tags::{LAYOUT_TAG, PREFIX_TAG, layout_of};
 use crate::config::{ExpiryAction, ExportConfig};
 
@@ -72,6 +73,12 @@ pub struct TableInfo {
     /// Settings read with extra calls.
     #[serde(skip_serializing_if = "is_default")]
     pub details: Details,
+    /// The table's capacity lift, as recorded in the coordinator table.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lift: Option<Lift>,
+    /// The late backlog workers report for it (items waiting in writers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backlog: Option<Backlog>,
     /// Table ARN.
     #[serde(skip)]
     pub arn: String,
@@ -177,6 +184,43 @@ pub enum Action {
         /// Table name.
         table: String,
     },
+    /// Raise a table below the active tier to what its late backlog needs,
+    /// and record the lift (reconcile keeps it while it holds).
+    Lift {
+        /// Table name.
+        table: String,
+        /// Its state (cold or frozen).
+        state: LifecycleState,
+        /// Current capacity.
+        from: Capacity,
+        /// Lifted capacity.
+        to: Capacity,
+        /// The backlog it is sized for.
+        backlog: Backlog,
+        /// The lift's record.
+        #[serde(skip)]
+        record: Lift,
+    },
+    /// A lifted table still has a backlog: the lift's record is renewed.
+    RenewLift {
+        /// Table name.
+        table: String,
+        /// The lift, renewed.
+        #[serde(skip)]
+        lift: Lift,
+    },
+    /// No backlog for the lift's hold time: the record goes, and the table
+    /// back to its tier.
+    EndLift {
+        /// Table name.
+        table: String,
+        /// Its state.
+        state: LifecycleState,
+        /// Current capacity.
+        from: Capacity,
+        /// Tier capacity.
+        to: Capacity,
+    },
 }
 
 impl Action {
@@ -194,6 +238,22 @@ impl Action {
             Action::Export { .. } => "export",
             Action::Delete { .. } => "delete",
             Action::TagExpired { .. } => "tag_expired",
+            Action::Lift { .. } => "lift",
+            Action::RenewLift { .. } => "renew_lift",
+            Action::EndLift { .. } => "end_lift",
+        }
+    }
+
+    /// True for actions that destroy data or capacity on the strength of
+    /// this host's clock (a resize to a lower tier, an export, a delete):
+    /// they run only while this clock agrees with DynamoDB's.
+    pub fn trusts_the_clock(&self) -> bool {
+        match self {
+            Action::Resize { from, to, .. } | Action::EndLift { from, to, .. } => {
+                to.write < from.write || to.read < from.read
+            }
+            Action::Export { .. } | Action::Delete { .. } | Action::TagExpired { .. } => true,
+            _ => false,
         }
     }
 
@@ -210,7 +270,10 @@ impl Action {
             | Action::TagLayout { table, .. }
             | Action::Export { table, .. }
             | Action::Delete { table }
-            | Action::TagExpired { table } => table,
+            | Action::TagExpired { table }
+            | Action::Lift { table, .. }
+            | Action::RenewLift { table, .. }
+            | Action::EndLift { table, .. } => table,
         }
     }
 }
@@ -256,6 +319,8 @@ pub struct TablePolicy {
     /// During a shard migration (`schema.migrate_from`): the old layout,
     /// written beside `layout`.
     pub layout_from: Option<String>,
+    /// Capacity lifts for late backlogs.
+    pub late_lift: LiftPolicy,
 }
 
 /// What a table in some state should look like; `None` where the policy
@@ -294,6 +359,7 @@ impl TablePolicy {
             ttl_attribute: router.ttl_attribute.clone(),
             layout: layout_of(&router.key),
             layout_from: router.migrate_from.as_ref().map(layout_of),
+            late_lift: LiftPolicy::default(),
         }
     }
 
@@ -374,11 +440,129 @@ pub(crate) fn round_actions(
             continue;
         }
         match t.state {
-            LifecycleState::Expired => expire(policy, t, &mut actions),
-            state => reconcile(policy, t, state, &mut actions),
+            // Exported or deleted only once the expiry guard has passed:
+            // every write accepted (until the guard before expiry) has
+            // landed by then.
+            LifecycleState::Expired => {
+                if policy
+                    .naming
+                    .parse(&t.name)
+                    .is_some_and(|p| policy.lifecycle.past_expiry_guard(&p, now_ms))
+                {
+                    expire(policy, t, &mut actions);
+                }
+            }
+            state => {
+                if !lift(policy, t, state, now_ms, &mut actions) {
+                    reconcile(policy, t, state, &mut actions);
+                }
+            }
         }
     }
     actions
+}
+
+/// The capacity side of a table's late backlog: a lift sized for the
+/// backlog, its renewal, or its end once no backlog was seen for the hold
+/// time. Returns true when the table's capacity is a lift's business this
+/// round (reconcile then leaves the capacity alone: it never reverts a
+/// lift). Only provisioned tables below the active tier are lifted.
+fn lift(
+    policy: &TablePolicy,
+    t: &TableInfo,
+    state: LifecycleState,
+    now_ms: i64,
+    out: &mut Vec<Action>,
+) -> bool {
+    let Some(tier) = policy.desired(state).capacity else {
+        return false;
+    };
+    let Some(from) = t.capacity else {
+        // On demand (a backfill's table): nothing to lift; a record left
+        // from before goes.
+        if t.lift.is_some() {
+            out.push(Action::EndLift {
+                table: t.name.clone(),
+                state,
+                from: tier,
+                to: tier,
+            });
+        }
+        return false;
+    };
+    let table = || t.name.clone();
+    let late = matches!(state, LifecycleState::Cold | LifecycleState::Frozen);
+    let backlog = t.backlog.filter(|b| late && b.items > 0);
+    if let Some(b) = backlog
+        && policy.late_lift.max_wcu > tier.write
+    {
+        let needed = policy.late_lift.needed(b, tier.write);
+        let write = needed.max(t.lift.as_ref().map_or(0, |l| l.write));
+        if write > tier.write && from.write < write {
+            out.push(Action::Lift {
+                table: table(),
+                state,
+                from,
+                to: Capacity {
+                    read: tier.read.max(from.read),
+                    write,
+                },
+                backlog: b,
+                record: Lift {
+                    write,
+                    reason: LATE_BACKLOG.into(),
+                    since_ms: t.lift.as_ref().map_or(now_ms, |l| l.since_ms),
+                    renewed_ms: now_ms,
+                    backlog_items: b.items,
+                },
+            });
+            return true;
+        }
+        if let Some(l) = &t.lift {
+            out.push(Action::RenewLift {
+                table: table(),
+                lift: Lift {
+                    renewed_ms: now_ms,
+                    backlog_items: b.items,
+                    ..l.clone()
+                },
+            });
+            return true;
+        }
+        // Enough capacity already, and no lift of ours: nothing to hold.
+        return false;
+    }
+    let Some(l) = &t.lift else {
+        return false;
+    };
+    let held_ms = i64::try_from(policy.late_lift.hold.as_millis()).unwrap_or(i64::MAX);
+    if late && now_ms < l.renewed_ms.saturating_add(held_ms) {
+        // Held: restored if someone lowered it meanwhile.
+        if from.write < l.write {
+            out.push(Action::Lift {
+                table: table(),
+                state,
+                from,
+                to: Capacity {
+                    read: tier.read.max(from.read),
+                    write: l.write,
+                },
+                backlog: Backlog {
+                    items: l.backlog_items,
+                    wcu: 0,
+                },
+                record: l.clone(),
+            });
+        }
+        return true;
+    }
+    out.push(Action::EndLift {
+        table: table(),
+        state,
+        from,
+        to: tier,
+    });
+    true
 }
 
 /// The actions that bring a live table to its desired state.

@@ -2,6 +2,7 @@
 //! tables and what they look like, applies a round's actions (planned by
 //! [`round_actions`]) and refuses a silent key-layout change at start.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -21,12 +22,16 @@ use serde::Serialize;
 use tidemark_aws_errors::{ErrorClass, classify};
 use tidemark_governor::Governor;
 use tidemark_schema::period::{Capacity, LifecycleState};
+use tidemark_schema::route::RouterConfig;
 use tracing::{info, warn};
 
+use super::clock::{ServerClock, skew_refusal};
 use super::drift::{
     Action, Details, ExportState, RoundKind, TableInfo, TablePolicy, round_actions,
 };
 use super::error::TablesError;
+use super::lift::{self, Backlog, Lift};
+use super::migrate::TableLayout;
 use super::tags::{
     EXPIRED_TAG, EXPORT_TAG, LAYOUT_FROM_TAG, LAYOUT_TAG, MIGRATION_TAG, PREFIX_TAG, layout_toml,
 };
@@ -35,6 +40,8 @@ use crate::metrics as m;
 
 /// Frozen tables whose TTL, PITR and tags are read per round, in turn.
 const FROZEN_CHECKS_PER_ROUND: usize = 5;
+/// DynamoDB's clock is judged from answers at most this old.
+const CLOCK_FRESH: Duration = Duration::from_secs(300);
 
 /// A read's answer, or `None` (warned) when it failed: the setting is then
 /// not reconciled this round.
@@ -94,18 +101,81 @@ pub struct TableManager {
     rounds: Arc<AtomicUsize>,
     /// How long a created table may take to become ACTIVE.
     pub active_timeout: Duration,
+    /// The coordinator table, where capacity lifts are recorded.
+    coordinator: Option<String>,
+    /// DynamoDB's clock, from the `Date` of this client's answers.
+    clock: ServerClock,
+    /// Largest clock difference at which actions that trust this host's
+    /// clock run.
+    max_clock_skew: Duration,
+    /// The routers' table layouts, refreshed from the tags a round reads.
+    table_layouts: Option<(Arc<tidemark_schema::TableLayouts>, Arc<RouterConfig>)>,
 }
 
 impl TableManager {
-    /// A manager for `policy`'s tables.
+    /// A manager for `policy`'s tables. Its client reads DynamoDB's clock
+    /// from every answer (see [`clock`](super::clock)).
     pub fn new(client: aws_sdk_dynamodb::Client, policy: TablePolicy) -> Self {
+        let clock = ServerClock::default();
+        let client = aws_sdk_dynamodb::Client::from_conf(
+            client
+                .config()
+                .to_builder()
+                .interceptor(clock.interceptor())
+                .build(),
+        );
         TableManager {
             client,
+            max_clock_skew: policy.lifecycle.late_arrival_grace / 4,
             policy,
             gov: None,
             rounds: Arc::new(AtomicUsize::new(0)),
             active_timeout: Duration::from_secs(300),
+            coordinator: None,
+            clock,
+            table_layouts: None,
         }
+    }
+
+    /// Each round records in `layouts` the key layouts of the tables whose
+    /// tags it read (a running worker's routers key by them).
+    pub(crate) fn with_table_layouts(
+        mut self,
+        layouts: Arc<tidemark_schema::TableLayouts>,
+        config: RouterConfig,
+    ) -> Self {
+        self.table_layouts = Some((layouts, Arc::new(config)));
+        self
+    }
+
+    /// Capacity lifts are recorded in (and read from) `table`, the
+    /// coordinator table.
+    pub fn with_coordinator(mut self, table: impl Into<String>) -> Self {
+        self.coordinator = Some(table.into());
+        self
+    }
+
+    /// Actions that trust this host's clock run only while it is within
+    /// `skew` of DynamoDB's.
+    pub fn with_max_clock_skew(mut self, skew: Duration) -> Self {
+        self.max_clock_skew = skew;
+        self
+    }
+
+    /// DynamoDB's time now, as its answers tell (asking it once when none
+    /// told lately; this host's time when it does not say).
+    pub(crate) async fn server_now_checked(&self) -> DateTime<Utc> {
+        if self.clock.offset(CLOCK_FRESH).is_none() {
+            let _ = self.call(self.client.list_tables().limit(1).send()).await;
+        }
+        self.clock.server_now(CLOCK_FRESH)
+    }
+
+    /// Why actions that trust this host's clock may not run now, if they
+    /// may not (asks DynamoDB once when no answer told its clock lately).
+    pub(crate) async fn clock_refusal(&self) -> Option<String> {
+        self.server_now_checked().await;
+        skew_refusal(self.clock.offset(CLOCK_FRESH), self.max_clock_skew)
     }
 
     /// The manager of the period tables `config` describes: its schema,
@@ -120,7 +190,16 @@ impl TableManager {
         policy.export = config.maintenance.export.clone();
         policy.pitr = config.maintenance.pitr;
         policy.deletion_protection = config.maintenance.deletion_protection;
-        TableManager::new(dynamodb, policy)
+        policy.late_lift = lift::LiftPolicy {
+            max_wcu: config.maintenance.late_lift_max_wcu,
+            hold: (config.maintenance.interval * 2).max(Duration::from_secs(60)),
+        };
+        let mut m = TableManager::new(dynamodb, policy)
+            .with_coordinator(config.maintenance.coordinator_table.clone());
+        if let Some(skew) = config.maintenance.max_clock_skew {
+            m = m.with_max_clock_skew(skew);
+        }
+        m
     }
 
     /// Table calls (DescribeTable polling included) are admitted by the
@@ -219,6 +298,8 @@ impl TableManager {
                     .map(|w| w.max(0) as u64),
                 deletion_protection: table.deletion_protection_enabled().unwrap_or(false),
                 details: Details::default(),
+                lift: None,
+                backlog: None,
                 arn: table.table_arn().unwrap_or_default().to_string(),
                 start_ms: period.start_ms,
             });
@@ -245,6 +326,14 @@ impl TableManager {
                     .tags
                     .as_ref()
                     .is_some_and(|tags| tags.contains_key(EXPIRED_TAG));
+                if let (Some((layouts, config)), Some(tags)) = (&self.table_layouts, &details.tags)
+                    && t.state != LifecycleState::Expired
+                {
+                    layouts.set(
+                        &t.name,
+                        TableLayout::from_tags(tags).write_strategies(config),
+                    );
+                }
                 t.details = details;
             }
         }
@@ -336,133 +425,174 @@ impl TableManager {
         }
     }
 
-    /// Refuses a silent key-layout change: every table that takes writes
-    /// at `now` (prebuild, active, cooling) and records another layout than
-    /// the config's is an error when it has items; an empty one is tagged
-    /// with the config's layout instead. Run at start, before any write.
-    pub(crate) async fn check_layouts(&self, now: DateTime<Utc>) -> Result<(), TablesError> {
+    /// Refuses a silent key-layout change, and returns the layouts every
+    /// table that is not expired records (the router keys each table's
+    /// events with them: a table from before a shard-count migration stays
+    /// in its old layout). A table that takes writes at `now` (prebuild,
+    /// active, cooling) and records another layout than the config's is an
+    /// error when it has items; an empty one is tagged with the config's
+    /// layout instead; one in the layout `schema.migrate_from` names
+    /// becomes dual-written. Older tables keep what they record. Run at
+    /// start, before any write.
+    pub(crate) async fn check_layouts(
+        &self,
+        now: DateTime<Utc>,
+    ) -> Result<BTreeMap<String, TableLayout>, TablesError> {
         let now_ms = now.timestamp_millis();
-        let current = self.policy.naming.period.containing(now_ms);
-        // Only the previous, current and next periods can take writes.
-        for p in [current.prev(), current, current.next()] {
+        let mut names = Vec::new();
+        let mut pages = self.client.list_tables().into_paginator().send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| TablesError::call("ListTables", "", e))?;
+            names.extend(page.table_names().iter().cloned());
+        }
+        let mut out = BTreeMap::new();
+        for name in names {
+            let Some(p) = self.policy.naming.parse(&name) else {
+                continue;
+            };
             let state = self.policy.lifecycle.state_at(&p, now_ms);
-            if !matches!(
+            if state == LifecycleState::Expired {
+                continue;
+            }
+            let takes_writes = matches!(
                 state,
                 LifecycleState::Prebuild | LifecycleState::Active | LifecycleState::Cooling
-            ) {
-                continue;
+            );
+            if let Some(layout) = Box::pin(self.check_layout(name.clone(), takes_writes)).await? {
+                out.insert(name, layout);
             }
-            let name = self.policy.naming.name_of(&p);
-            let arn = match self
-                .call(self.client.describe_table().table_name(&name).send())
-                .await
-            {
-                Ok(d) => match d.table() {
-                    Some(t) => {
-                        self.policy.key_spec().check(&name, "period table", t)?;
-                        t.table_arn().unwrap_or_default().to_string()
-                    }
-                    None => continue,
-                },
-                Err(e)
-                    if e.as_service_error()
-                        .is_some_and(DescribeTableError::is_resource_not_found_exception) =>
-                {
-                    continue;
-                }
-                Err(e) => return Err(TablesError::call("DescribeTable", &name, e)),
-            };
-            let t = TableRef { name, arn };
-            let tags = self
-                .call(
-                    self.client
-                        .list_tags_of_resource()
-                        .resource_arn(&t.arn)
-                        .send(),
-                )
-                .await
-                .map_err(|e| TablesError::call("ListTagsOfResource", &t.name, e))?;
-            // The last one: DynamoDB replaces a tag set again, but moto
-            // lists both values, the newer last.
-            let Some(recorded) = tags
-                .tags()
-                .iter()
-                .rfind(|tag| tag.key() == LAYOUT_TAG)
-                .map(|tag| tag.value().to_string())
-            else {
-                continue;
-            };
-            if recorded == self.policy.layout {
-                continue;
-            }
-            // The migration's start on this table: from now on both layouts
-            // are written and read. One TagResource sets all three, so no
-            // reader sees the new layout without the old one.
-            if let Some(from) = &self.policy.layout_from
-                && *from == recorded
-            {
-                info!(
-                    table = t.name,
-                    from = recorded,
-                    to = self.policy.layout,
-                    "shard migration: table now dual-written"
-                );
-                self.tag_many(
-                    &t.name,
-                    &t.arn,
-                    &[
-                        (LAYOUT_TAG, &self.policy.layout),
-                        (LAYOUT_FROM_TAG, from),
-                        (MIGRATION_TAG, "dual"),
-                    ],
-                )
-                .await?;
-                continue;
-            }
-            let items = self
-                .call(
-                    self.client
-                        .scan()
-                        .table_name(&t.name)
-                        .limit(1)
-                        .select(aws_sdk_dynamodb::types::Select::Count)
-                        .send(),
-                )
-                .await
-                .map_err(|e| TablesError::call("Scan", &t.name, e))?;
-            if items.count() == 0 && items.last_evaluated_key().is_none() {
-                warn!(
-                    table = t.name,
-                    from = recorded,
-                    to = self.policy.layout,
-                    "empty table: its recorded key layout follows the config"
-                );
-                self.tag(&t.name, &t.arn, LAYOUT_TAG, &self.policy.layout)
-                    .await?;
-                continue;
-            }
-            return Err(TablesError::LayoutChanged {
-                table: t.name,
-                recorded_toml: layout_toml(&recorded),
-                recorded,
-                configured: self.policy.layout.clone(),
-            });
         }
-        Ok(())
+        Ok(out)
     }
 
-    /// One round at `now`: plan, then apply unless `dry_run`.
+    /// [`check_layouts`](Self::check_layouts) for one table; `None` when it
+    /// no longer exists.
+    async fn check_layout(
+        &self,
+        name: String,
+        takes_writes: bool,
+    ) -> Result<Option<TableLayout>, TablesError> {
+        let arn = match self
+            .call(self.client.describe_table().table_name(&name).send())
+            .await
+        {
+            Ok(d) => match d.table() {
+                Some(t) => {
+                    self.policy.key_spec().check(&name, "period table", t)?;
+                    t.table_arn().unwrap_or_default().to_string()
+                }
+                None => return Ok(None),
+            },
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(DescribeTableError::is_resource_not_found_exception) =>
+            {
+                return Ok(None);
+            }
+            Err(e) => return Err(TablesError::call("DescribeTable", &name, e)),
+        };
+        let t = TableRef { name, arn };
+        let tags = self
+            .call(
+                self.client
+                    .list_tags_of_resource()
+                    .resource_arn(&t.arn)
+                    .send(),
+            )
+            .await
+            .map_err(|e| TablesError::call("ListTagsOfResource", &t.name, e))?;
+        // In order: DynamoDB replaces a tag set again, but moto lists both
+        // values, the newer last.
+        let tags: BTreeMap<String, String> = tags
+            .tags()
+            .iter()
+            .map(|tag| (tag.key().to_string(), tag.value().to_string()))
+            .collect();
+        let layout = TableLayout::from_tags(&tags);
+        let Some(recorded) = layout.layout.clone() else {
+            // Recorded as the config's at the next round.
+            return Ok(Some(layout));
+        };
+        if recorded == self.policy.layout || !takes_writes {
+            return Ok(Some(layout));
+        }
+        // The migration's start on this table: from now on both layouts
+        // are written and read. One TagResource sets all three, so no
+        // reader sees the new layout without the old one.
+        if let Some(from) = &self.policy.layout_from
+            && *from == recorded
+        {
+            info!(
+                table = t.name,
+                from = recorded,
+                to = self.policy.layout,
+                "shard migration: table now dual-written"
+            );
+            self.tag_many(
+                &t.name,
+                &t.arn,
+                &[
+                    (LAYOUT_TAG, &self.policy.layout),
+                    (LAYOUT_FROM_TAG, from),
+                    (MIGRATION_TAG, "dual"),
+                ],
+            )
+            .await?;
+            return Ok(Some(TableLayout {
+                layout: Some(self.policy.layout.clone()),
+                layout_from: Some(from.clone()),
+                migration: Some("dual".into()),
+            }));
+        }
+        let items = self
+            .call(
+                self.client
+                    .scan()
+                    .table_name(&t.name)
+                    .limit(1)
+                    .select(aws_sdk_dynamodb::types::Select::Count)
+                    .send(),
+            )
+            .await
+            .map_err(|e| TablesError::call("Scan", &t.name, e))?;
+        if items.count() == 0 && items.last_evaluated_key().is_none() {
+            warn!(
+                table = t.name,
+                from = recorded,
+                to = self.policy.layout,
+                "empty table: its recorded key layout follows the config"
+            );
+            self.tag(&t.name, &t.arn, LAYOUT_TAG, &self.policy.layout)
+                .await?;
+            return Ok(Some(TableLayout {
+                layout: Some(self.policy.layout.clone()),
+                ..layout
+            }));
+        }
+        Err(TablesError::LayoutChanged {
+            table: t.name,
+            recorded_toml: layout_toml(&recorded),
+            recorded,
+            configured: self.policy.layout.clone(),
+        })
+    }
+
+    /// One round at `now`: plan, then apply unless `dry_run`. Lifts
+    /// recorded are kept (no backlog reports are read: none is made).
     pub async fn round(
         &self,
         now: DateTime<Utc>,
         kind: RoundKind,
         dry_run: bool,
     ) -> Result<Vec<Applied>, TablesError> {
-        self.round_guarded(now, kind, dry_run, &Unguarded).await
+        self.round_guarded(now, kind, dry_run, &Unguarded, &BTreeMap::new())
+            .await
     }
 
     /// [`round`](Self::round), asking `guard` before each mutating call; a
-    /// refusal stops the round with [`TablesError::Refused`]. Sets the
+    /// refusal stops the round with [`TablesError::Refused`]. `backlogs`
+    /// are the late backlogs the workers report, by table: a table below the
+    /// active tier with one is lifted (see [`lift`](super::lift)). Sets the
     /// `tidemark_maintenance_next_table_active` gauge.
     pub async fn round_guarded(
         &self,
@@ -470,18 +600,65 @@ impl TableManager {
         kind: RoundKind,
         dry_run: bool,
         guard: &dyn ActionGuard,
+        backlogs: &BTreeMap<String, Backlog>,
     ) -> Result<Vec<Applied>, TablesError> {
         let round = self.rounds.fetch_add(1, Ordering::Relaxed);
-        let existing = self
-            .list_with(now, (kind == RoundKind::Rotate).then_some(round))
-            .await?;
-        let actions = round_actions(&self.policy, &existing, now, kind);
+        // Boxed, as the calls below: callers hold a round on their stack
+        // (a worker's start-up among them), and the SDK's futures are large.
+        let mut existing =
+            Box::pin(self.list_with(now, (kind == RoundKind::Rotate).then_some(round))).await?;
+        let lifts = if kind == RoundKind::Rotate {
+            Box::pin(self.lifts()).await
+        } else {
+            Some(BTreeMap::new())
+        };
+        for t in &mut existing {
+            t.lift = lifts.as_ref().and_then(|l| l.get(&t.name).cloned());
+            t.backlog = backlogs.get(&t.name).copied();
+        }
+        let mut actions = round_actions(&self.policy, &existing, now, kind);
+        match &lifts {
+            // Records of tables gone (expired, deleted) go too.
+            Some(lifts) => {
+                for name in lifts.keys() {
+                    if !existing.iter().any(|t| &t.name == name) {
+                        actions.push(Action::EndLift {
+                            table: name.clone(),
+                            state: LifecycleState::Expired,
+                            from: Capacity { read: 0, write: 0 },
+                            to: Capacity { read: 0, write: 0 },
+                        });
+                    }
+                }
+            }
+            // Lifts unknown: nothing is lowered this round (it could revert
+            // a lift).
+            None => actions
+                .retain(|a| !matches!(a, Action::Resize { from, to, .. } if to.write < from.write)),
+        }
         let mut applied = Vec::with_capacity(actions.len());
+        // Asked once per round, before the first action that needs it.
+        let mut clock: Option<Option<String>> = None;
         for action in actions {
             let mut unreachable = false;
             let error = if dry_run {
                 None
             } else {
+                if action.trusts_the_clock() {
+                    if clock.is_none() {
+                        clock = Some(Box::pin(self.clock_refusal()).await);
+                    }
+                    if let Some(Some(why)) = &clock {
+                        warn!(table = action.table(), action = action.kind(), reason = %why, "maintenance action skipped: this host's clock disagrees with DynamoDB's");
+                        metrics::counter!(m::CLOCK_SKIPS, "action" => action.kind()).increment(1);
+                        applied.push(Applied {
+                            error: Some(format!("skipped: {why}")),
+                            action,
+                            unreachable: false,
+                        });
+                        continue;
+                    }
+                }
                 if let Err(reason) = guard.confirm(&action).await {
                     return Err(TablesError::Refused {
                         action: action.kind(),
@@ -526,26 +703,59 @@ impl TableManager {
         Ok(applied)
     }
 
-    /// Applies one action.
-    pub(crate) async fn apply(&self, action: &Action) -> Result<(), TablesError> {
+    /// The capacity lifts recorded in the coordinator table (none without
+    /// one, or while it does not exist); `None` when they cannot be read.
+    pub async fn lifts(&self) -> Option<BTreeMap<String, Lift>> {
+        let Some(table) = &self.coordinator else {
+            return Some(BTreeMap::new());
+        };
+        match lift::read(&self.client, table).await {
+            Ok(l) => Some(l),
+            Err(aws_sdk_dynamodb::Error::ResourceNotFoundException(_)) => Some(BTreeMap::new()),
+            Err(e) => {
+                warn!(table, error = %e, "reading the capacity lifts failed: nothing is lowered this round");
+                None
+            }
+        }
+    }
+
+    /// Records `lift` for `table` in the coordinator table.
+    async fn put_lift(&self, table: &str, lift: &Lift) -> Result<(), TablesError> {
+        let Some(coordinator) = &self.coordinator else {
+            return Ok(());
+        };
+        self.call(
+            self.client
+                .put_item()
+                .table_name(coordinator)
+                .set_item(Some(lift::item(table, lift)))
+                .send(),
+        )
+        .await
+        .map_err(|e| TablesError::call("PutItem", coordinator, e))?;
+        Ok(())
+    }
+
+    /// Applies one action. Each kind's calls are a future of their own,
+    /// boxed: one future of every kind would need a stack frame of about a
+    /// megabyte in a debug build.
+    pub(crate) fn apply<'a>(
+        &'a self,
+        action: &'a Action,
+    ) -> BoxFuture<'a, Result<(), TablesError>> {
         match action {
             Action::Create {
                 table,
                 capacity,
                 warm_write_units,
                 ..
-            } => self.create(table, *capacity, *warm_write_units).await,
-            Action::Resize { table, to, .. } => {
-                let req = self
-                    .client
-                    .update_table()
-                    .table_name(table)
-                    .provisioned_throughput(throughput(table, *to)?);
-                self.update(table, req.send()).await?;
+            } => Box::pin(self.create(table, *capacity, *warm_write_units)),
+            Action::Resize { table, to, .. } => Box::pin(async move {
+                self.resize(table, *to).await?;
                 info!(table, read = to.read, write = to.write, "table resized");
                 Ok(())
-            }
-            Action::SetWarmThroughput { table, to, .. } => {
+            }),
+            Action::SetWarmThroughput { table, to, .. } => Box::pin(async move {
                 let req = self
                     .client
                     .update_table()
@@ -558,8 +768,8 @@ impl TableManager {
                 self.update(table, req.send()).await?;
                 info!(table, write_units = to, "warm throughput set");
                 Ok(())
-            }
-            Action::SetDeletionProtection { table, enabled } => {
+            }),
+            Action::SetDeletionProtection { table, enabled } => Box::pin(async move {
                 let req = self
                     .client
                     .update_table()
@@ -568,62 +778,132 @@ impl TableManager {
                 self.update(table, req.send()).await?;
                 info!(table, enabled, "deletion protection set");
                 Ok(())
-            }
-            Action::SetTtl { table, to, .. } => self.enable_ttl(table, to).await,
-            Action::SetPitr { table, enabled } => {
-                let spec = PointInTimeRecoverySpecification::builder()
-                    .point_in_time_recovery_enabled(*enabled)
-                    .build()
-                    .map_err(|e| TablesError::build("UpdateContinuousBackups", table, e))?;
-                self.call(
-                    self.client
-                        .update_continuous_backups()
-                        .table_name(table)
-                        .point_in_time_recovery_specification(spec)
-                        .send(),
-                )
-                .await
-                .map_err(|e| TablesError::call("UpdateContinuousBackups", table, e))?;
-                info!(table, enabled, "point-in-time recovery set");
-                Ok(())
-            }
+            }),
+            Action::SetTtl { table, to, .. } => Box::pin(self.enable_ttl(table, to)),
+            Action::SetPitr { table, enabled } => Box::pin(self.set_pitr(table, *enabled)),
             Action::TagPrefix { table, arn } => {
-                self.tag(table, arn, PREFIX_TAG, &self.policy.naming.prefix)
-                    .await
+                Box::pin(self.tag(table, arn, PREFIX_TAG, &self.policy.naming.prefix))
             }
             Action::TagLayout { table, arn } => {
-                self.tag(table, arn, LAYOUT_TAG, &self.policy.layout).await
+                Box::pin(self.tag(table, arn, LAYOUT_TAG, &self.policy.layout))
             }
-            Action::Export { table, arn } => self.export(table, arn).await,
-            Action::Delete { table } => {
-                match self
-                    .call(self.client.delete_table().table_name(table).send())
-                    .await
-                {
-                    Ok(_) => {}
-                    Err(e)
-                        if e.as_service_error()
-                            .is_some_and(DeleteTableError::is_resource_not_found_exception) => {}
-                    Err(e) => return Err(TablesError::call("DeleteTable", table, e)),
+            Action::Export { table, arn } => Box::pin(self.export(table, arn)),
+            Action::Delete { table } => Box::pin(self.delete(table)),
+            Action::Lift {
+                table,
+                from,
+                to,
+                record,
+                ..
+            } => Box::pin(async move {
+                // Recorded first: a lift whose UpdateTable fails is applied
+                // again next round, never taken for drift and reverted.
+                self.put_lift(table, record).await?;
+                if from != to {
+                    self.resize(table, *to).await?;
                 }
-                info!(table, "expired table deleted");
+                info!(
+                    table,
+                    write = to.write,
+                    backlog_items = record.backlog_items,
+                    "table lifted for a late backlog"
+                );
                 Ok(())
-            }
-            Action::TagExpired { table } => {
-                let d = self
-                    .call(self.client.describe_table().table_name(table).send())
-                    .await
-                    .map_err(|e| TablesError::call("DescribeTable", table, e))?;
-                let arn = d
-                    .table()
-                    .and_then(|t| t.table_arn())
-                    .unwrap_or_default()
-                    .to_string();
-                self.tag(table, &arn, EXPIRED_TAG, "true").await?;
-                info!(table, "expired table tagged for archiving");
+            }),
+            Action::RenewLift { table, lift } => Box::pin(self.put_lift(table, lift)),
+            Action::EndLift {
+                table, from, to, ..
+            } => Box::pin(async move {
+                if from != to {
+                    self.resize(table, *to).await?;
+                }
+                self.delete_lift(table).await?;
+                info!(table, write = to.write, "late backlog gone: lift ended");
                 Ok(())
-            }
+            }),
+            Action::TagExpired { table } => Box::pin(self.tag_expired(table)),
         }
+    }
+
+    /// One UpdateTable of the provisioned capacity.
+    async fn resize(&self, table: &str, to: Capacity) -> Result<(), TablesError> {
+        let req = self
+            .client
+            .update_table()
+            .table_name(table)
+            .provisioned_throughput(throughput(table, to)?);
+        self.update(table, req.send()).await
+    }
+
+    async fn set_pitr(&self, table: &str, enabled: bool) -> Result<(), TablesError> {
+        let spec = PointInTimeRecoverySpecification::builder()
+            .point_in_time_recovery_enabled(enabled)
+            .build()
+            .map_err(|e| TablesError::build("UpdateContinuousBackups", table, e))?;
+        self.call(
+            self.client
+                .update_continuous_backups()
+                .table_name(table)
+                .point_in_time_recovery_specification(spec)
+                .send(),
+        )
+        .await
+        .map_err(|e| TablesError::call("UpdateContinuousBackups", table, e))?;
+        info!(table, enabled, "point-in-time recovery set");
+        Ok(())
+    }
+
+    async fn delete(&self, table: &str) -> Result<(), TablesError> {
+        match self
+            .call(self.client.delete_table().table_name(table).send())
+            .await
+        {
+            Ok(_) => {}
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(DeleteTableError::is_resource_not_found_exception) => {}
+            Err(e) => return Err(TablesError::call("DeleteTable", table, e)),
+        }
+        info!(table, "expired table deleted");
+        Ok(())
+    }
+
+    async fn tag_expired(&self, table: &str) -> Result<(), TablesError> {
+        let d = self
+            .call(self.client.describe_table().table_name(table).send())
+            .await
+            .map_err(|e| TablesError::call("DescribeTable", table, e))?;
+        let arn = d
+            .table()
+            .and_then(|t| t.table_arn())
+            .unwrap_or_default()
+            .to_string();
+        self.tag(table, &arn, EXPIRED_TAG, "true").await?;
+        info!(table, "expired table tagged for archiving");
+        Ok(())
+    }
+
+    /// Removes `table`'s lift record from the coordinator table.
+    async fn delete_lift(&self, table: &str) -> Result<(), TablesError> {
+        let Some(coordinator) = &self.coordinator else {
+            return Ok(());
+        };
+        self.call(
+            self.client
+                .delete_item()
+                .table_name(coordinator)
+                .key(
+                    "leaseKey",
+                    aws_sdk_dynamodb::types::AttributeValue::S(format!(
+                        "{}{table}",
+                        lift::KEY_PREFIX
+                    )),
+                )
+                .send(),
+        )
+        .await
+        .map_err(|e| TablesError::call("DeleteItem", coordinator, e))?;
+        Ok(())
     }
 
     /// One UpdateTable; a quota refusal is reported as such.

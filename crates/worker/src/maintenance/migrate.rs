@@ -141,6 +141,26 @@ impl TableLayout {
     }
 }
 
+impl TableLayout {
+    /// The layouts this table's events are written with: those it records
+    /// (both until it is cut over, during a migration), else the config's.
+    pub fn write_strategies(&self, config: &RouterConfig) -> Vec<KeyStrategy> {
+        self.read_strategies()
+            .unwrap_or_else(|| config_strategies(config))
+    }
+}
+
+/// Records in `into` the layouts of `tables` (as read from their tags).
+pub(crate) fn record_layouts(
+    into: &tidemark_schema::TableLayouts,
+    tables: &BTreeMap<String, TableLayout>,
+    config: &RouterConfig,
+) {
+    for (table, layout) in tables {
+        into.set(table, layout.write_strategies(config));
+    }
+}
+
 /// The layouts a reader uses when a table records none: the config's
 /// (`schema.key`, then `schema.migrate_from`).
 pub(crate) fn config_strategies(config: &RouterConfig) -> Vec<KeyStrategy> {

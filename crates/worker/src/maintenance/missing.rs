@@ -59,8 +59,16 @@ impl MissingTableHandler for CreateMissingTables {
             let (state, capacity, warm) = manager
                 .policy()
                 .creation(&period, Utc::now().timestamp_millis());
-            if matches!(state, LifecycleState::Expired) {
-                return MissingTableAction::Reject(format!("table {table} is past retention"));
+            // Judged on DynamoDB's clock too: a host whose clock lags must
+            // not bring back a table maintenance deleted as expired.
+            let server_ms = manager.server_now_checked().await.timestamp_millis();
+            let lifecycle = &manager.policy().lifecycle;
+            if matches!(state, LifecycleState::Expired)
+                || lifecycle.refuses_writes(&period, server_ms)
+            {
+                return MissingTableAction::Reject(format!(
+                    "table {table} is past retention (or within schema.expiry_guard of it) by this host's or DynamoDB's clock"
+                ));
             }
             let result = manager.create(&table, capacity, warm).await;
             let mut since = this

@@ -46,15 +46,21 @@
 //! - `missing.rs`: [`CreateMissingTables`], the writer's handler for a
 //!   table that does not exist yet;
 //! - `tags.rs`: the tags on period tables and the layout tags' format;
+//! - `clock.rs`: DynamoDB's clock from the `Date` of its answers, checked
+//!   before actions that trust this host's clock;
 //! - `error.rs`: [`TablesError`];
 //! - `lease.rs`: the fenced maintenance lease and the loop that runs rounds
 //!   while holding it ([`maintain`]);
+//! - [`lift`]: capacity lifts for late backlogs (records in the
+//!   coordinator table, sizing);
 //! - `migrate.rs`: shard-count migrations (layouts and migration state per
 //!   table, backfill, cutover).
 
+mod clock;
 mod drift;
 mod error;
 mod lease;
+pub mod lift;
 mod manager;
 pub mod migrate;
 mod missing;

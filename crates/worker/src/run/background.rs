@@ -16,19 +16,35 @@ use crate::maintenance::{MaintenanceLease, RoundKind, TableManager};
 
 /// The worker's maintenance round: a rotate round whose mutating calls the
 /// maintenance lease confirms first.
+/// Each round first reads the late backlogs every worker reports in the
+/// `coordinator` table: the tables to lift.
 pub(super) fn rotate_round(
     manager: &TableManager,
+    dynamodb: aws_sdk_dynamodb::Client,
+    coordinator: String,
 ) -> impl for<'a> FnMut(&'a MaintenanceLease) -> BoxFuture<'a, ()> + use<> {
     let manager = manager.clone();
     move |lease| {
         let manager = manager.clone();
+        let (dynamodb, coordinator) = (dynamodb.clone(), coordinator.clone());
         Box::pin(async move {
+            let backlogs = match super::report::read(&dynamodb, &coordinator).await {
+                Ok(reports) => super::report::late_backlogs(reports.values()),
+                Err(e) => {
+                    warn!(error = %e, "reading the workers' reports failed: no late backlog known this round");
+                    Default::default()
+                }
+            };
             match manager
-                .round_guarded(Utc::now(), RoundKind::Rotate, false, lease)
+                .round_guarded(Utc::now(), RoundKind::Rotate, false, lease, &backlogs)
                 .await
             {
                 Ok(applied) => {
-                    for a in &applied {
+                    // A lift renewed while its backlog lasts is no news.
+                    for a in applied
+                        .iter()
+                        .filter(|a| a.action.kind() != "renew_lift" || a.error.is_some())
+                    {
                         info!(table = a.action.table(), action = a.action.kind(), drift = ?a.action, error = a.error.as_deref(), "maintenance: drift repaired");
                     }
                     if applied.iter().all(|a| a.error.is_none()) {

@@ -15,12 +15,13 @@ use tokio_util::task::AbortOnDropHandle;
 use tracing::warn;
 
 use super::error::WorkerError;
-use super::pipeline::{Pipeline, system_clock};
+use super::pipeline::{LateByLifecycle, Pipeline, system_clock};
 use crate::config::Config;
 use crate::deadletter::{
     DeadLetterConfig, DeadLetterError, DeadLetterSink, DeadLetters, DynamoDbSink, FileSink,
     SqsSink, check_dead_letter_table,
 };
+use crate::maintenance::migrate::record_layouts;
 use crate::maintenance::{CreateMissingTables, RoundKind, TableManager, TablesError};
 
 /// What one run (or replay) did.
@@ -69,7 +70,7 @@ pub(crate) struct DataPath {
     pub(super) governors: Governors,
     /// The writer's transport: /readyz probes through it.
     pub(super) transport: Arc<tidemark_writer::SdkTransport>,
-    writer: WriterHandle,
+    pub(super) writer: WriterHandle,
     // Aborted when dropped: an abandoned drain must not keep writing.
     writer_task: AbortOnDropHandle<Result<(), WriterError>>,
     dead_task: AbortOnDropHandle<Result<(), DeadLetterError>>,
@@ -81,7 +82,11 @@ impl DataPath {
     /// first write) and starts the writer and the dead-letter task.
     pub(crate) async fn start(config: &Config, sdk: &SdkConfig) -> Result<DataPath, WorkerError> {
         let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
-        let router = Arc::new(Router::new(config.schema.clone())?);
+        let router = Router::new(config.schema.clone())?;
+        // Each table's recorded key layouts, shared by the routers and kept
+        // current by maintenance (see `check_layouts` below).
+        let table_layouts = router.table_layouts().clone();
+        let router = Arc::new(router);
         // One governor per endpoint, shared by the writer, the table
         // manager, the lease table and the readers (see tidemark-governor).
         let governors = Governors {
@@ -89,7 +94,8 @@ impl DataPath {
             kinesis: Governor::new("kinesis", GovernorParams::default()),
         };
         let manager = TableManager::from_config(config, dynamodb.clone())
-            .with_governor(governors.dynamodb.clone());
+            .with_governor(governors.dynamodb.clone())
+            .with_table_layouts(table_layouts.clone(), config.schema.clone());
         // Tables for now are created before reading starts, so the first
         // events do not wait on a creation.
         match manager.round(Utc::now(), RoundKind::Ensure, false).await {
@@ -103,7 +109,7 @@ impl DataPath {
         }
         // Keys of a table with items never change silently.
         match manager.check_layouts(Utc::now()).await {
-            Ok(()) => {}
+            Ok(found) => record_layouts(&table_layouts, &found, &config.schema),
             Err(e @ (TablesError::LayoutChanged { .. } | TablesError::KeySchema(_))) => {
                 return Err(WorkerError::Tables(e));
             }
@@ -126,6 +132,11 @@ impl DataPath {
             CreateMissingTables::new(manager.clone())
                 .with_quota_retry_for(config.maintenance.quota_retry_for),
         ))
+        // Late data never stalls the pipeline (see tidemark_writer::LateTables).
+        .late_tables(Arc::new(LateByLifecycle {
+            router: router.clone(),
+            clock: system_clock(),
+        }))
         .governor(governors.dynamodb.clone())
         .start();
         let sink: Arc<dyn DeadLetterSink> = match &config.dead_letters {
@@ -142,7 +153,8 @@ impl DataPath {
         let (dead_letters, dead_task) = DeadLetters::start(sink, config.dead_letters.fallback());
         let mut stream_routers = std::collections::HashMap::new();
         for (stream, schema) in config.stream_schemas() {
-            stream_routers.insert(stream, Arc::new(Router::new(schema)?));
+            let router = Router::new(schema)?.with_table_layouts(table_layouts.clone());
+            stream_routers.insert(stream, Arc::new(router));
         }
         let pipeline = Pipeline::new(router, writer.clone(), dead_letters, system_clock())
             .with_stream_routers(stream_routers);

@@ -36,6 +36,20 @@ pub(crate) fn system_clock() -> Clock {
     Arc::new(Utc::now)
 }
 
+/// The writer's [`LateTables`](tidemark_writer::LateTables): a table takes
+/// late data when its period is past the late-arrival grace at the
+/// pipeline's clock (cold or frozen: scaled down below the active tier).
+pub(crate) struct LateByLifecycle {
+    pub(crate) router: Arc<Router>,
+    pub(crate) clock: Clock,
+}
+
+impl tidemark_writer::LateTables for LateByLifecycle {
+    fn is_late(&self, table: &str) -> bool {
+        self.router.takes_late_data(table, (self.clock)())
+    }
+}
+
 /// Counts of what one pipeline run handled.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct PipelineCounts {

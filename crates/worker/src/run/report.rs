@@ -8,7 +8,10 @@
 //! - `reportedAt`: Unix milliseconds;
 //! - `shardLagMs`: MillisBehindLatest of each shard it read since its last
 //!   report (Kinesis);
-//! - `queueAgeMs`: age of the oldest message of its latest receive (SQS).
+//! - `queueAgeMs`: age of the oldest message of its latest receive (SQS);
+//! - `lateBacklog`: per table taking late data, the late items waiting in
+//!   its writer and their WCU (`{items, wcu}`): maintenance lifts the
+//!   table's capacity for them (see `maintenance::lift`).
 //!
 //! One PutItem per worker per interval (100 workers: about 3 writes a
 //! second); the item is deleted when the worker stops cleanly, and a report
@@ -23,7 +26,10 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use tidemark_writer::WriterHandle;
+
 use super::telemetry::{Last, TypedMetrics};
+use crate::maintenance::lift::Backlog;
 
 /// Time between a worker's reports.
 pub const REPORT_INTERVAL: Duration = Duration::from_secs(30);
@@ -43,6 +49,8 @@ pub(crate) struct WorkerReport {
     pub shard_lag_ms: BTreeMap<String, i64>,
     /// Age of the oldest message of the latest SQS receive, ms.
     pub queue_age_ms: Option<i64>,
+    /// Late items waiting in this worker's writer, per table.
+    pub late_backlog: BTreeMap<String, Backlog>,
 }
 
 impl WorkerReport {
@@ -70,6 +78,21 @@ impl WorkerReport {
         if let Some(age) = self.queue_age_ms {
             item.insert("queueAgeMs".into(), AttributeValue::N(age.to_string()));
         }
+        if !self.late_backlog.is_empty() {
+            let n = |v: u64| AttributeValue::N(v.to_string());
+            let tables = self
+                .late_backlog
+                .iter()
+                .map(|(t, b)| {
+                    let m = HashMap::from([
+                        ("items".to_string(), n(b.items)),
+                        ("wcu".to_string(), n(b.wcu)),
+                    ]);
+                    (t.clone(), AttributeValue::M(m))
+                })
+                .collect();
+            item.insert("lateBacklog".into(), AttributeValue::M(tables));
+        }
         item
     }
 
@@ -95,13 +118,68 @@ impl WorkerReport {
                 })
                 .unwrap_or_default(),
             queue_age_ms: item.get("queueAgeMs").and_then(num),
+            late_backlog: item
+                .get("lateBacklog")
+                .and_then(|m| m.as_m().ok())
+                .map(|m| {
+                    m.iter()
+                        .filter_map(|(t, v)| {
+                            let v = v.as_m().ok()?;
+                            let get = |k: &str| {
+                                v.get(k).and_then(num).and_then(|n| u64::try_from(n).ok())
+                            };
+                            let backlog = Backlog {
+                                items: get("items")?,
+                                wcu: get("wcu").unwrap_or(0),
+                            };
+                            Some((t.clone(), backlog))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
         })
     }
 }
 
-/// This worker's report now, from a snapshot of its metrics.
-fn measure(worker: &str, metrics: &TypedMetrics, last: &mut Last) -> WorkerReport {
+/// The late backlogs of every report, summed per table.
+pub(crate) fn late_backlogs<'a>(
+    reports: impl IntoIterator<Item = &'a WorkerReport>,
+) -> BTreeMap<String, Backlog> {
+    let mut out: BTreeMap<String, Backlog> = BTreeMap::new();
+    for r in reports {
+        for (t, b) in &r.late_backlog {
+            let sum = out.get(t).copied().unwrap_or_default() + *b;
+            out.insert(t.clone(), sum);
+        }
+    }
+    out
+}
+
+/// This worker's report now, from a snapshot of its metrics and its
+/// writer's tables.
+fn measure(
+    worker: &str,
+    metrics: &TypedMetrics,
+    writer: Option<&WriterHandle>,
+    last: &mut Last,
+) -> WorkerReport {
     let snap = metrics.snapshot();
+    let late_backlog = writer
+        .map(|w| {
+            w.stats()
+                .tables
+                .into_iter()
+                .filter(|(_, l)| l.late && l.items > 0)
+                .map(|(t, l)| {
+                    let backlog = Backlog {
+                        items: l.items,
+                        wcu: l.wcu.max(l.items),
+                    };
+                    (t, backlog)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     WorkerReport {
         worker: worker.to_string(),
         reported_at_ms: chrono::Utc::now().timestamp_millis(),
@@ -114,6 +192,7 @@ fn measure(worker: &str, metrics: &TypedMetrics, last: &mut Last) -> WorkerRepor
             .then_some(snap.sqs_receive_age)
             .flatten()
             .map(|age| (age * 1000.0) as i64),
+        late_backlog,
     }
 }
 
@@ -124,6 +203,7 @@ pub(crate) async fn run(
     table: String,
     worker: String,
     metrics: TypedMetrics,
+    writer: WriterHandle,
     shutdown: CancellationToken,
 ) {
     let mut last = Last::new();
@@ -133,7 +213,7 @@ pub(crate) async fn run(
             () = shutdown.cancelled() => break,
             _ = tick.tick() => {}
         }
-        let report = measure(&worker, &metrics, &mut last);
+        let report = measure(&worker, &metrics, Some(&writer), &mut last);
         let put = client
             .put_item()
             .table_name(&table)
@@ -202,6 +282,14 @@ mod tests {
             reported_at_ms: 1_763_787_600_123,
             shard_lag_ms: [("shardId-000000000001".to_string(), 1500)].into(),
             queue_age_ms: Some(42_000),
+            late_backlog: [(
+                "events_2026-11-19".to_string(),
+                Backlog {
+                    items: 2_000,
+                    wcu: 2_400,
+                },
+            )]
+            .into(),
         };
         assert_eq!(WorkerReport::from_item(&r.item()), Some(r.clone()));
         let mut other = r.item();
@@ -231,7 +319,7 @@ mod tests {
                 .set(9e6);
         });
         let mut last = Last::new();
-        let r = measure("w1", &typed, &mut last);
+        let r = measure("w1", &typed, None, &mut last);
         assert_eq!(r.shard_lag_ms, [("s1".to_string(), 2500)].into());
         assert_eq!(r.queue_age_ms, None, "no SQS receive yet");
         metrics::with_local_recorder(&recorder, || {
@@ -239,7 +327,7 @@ mod tests {
                 .increment(1);
             metrics::gauge!(tidemark_consumer::metrics::sqs::RECEIVE_AGE).set(42.5);
         });
-        let r = measure("w1", &typed, &mut last);
+        let r = measure("w1", &typed, None, &mut last);
         assert!(r.shard_lag_ms.is_empty(), "s1 was not read since: {r:?}");
         assert_eq!(r.queue_age_ms, Some(42_500));
     }

@@ -232,6 +232,7 @@ impl Worker {
                     config.maintenance.coordinator_table.clone(),
                     worker_id.clone(),
                     typed_metrics.clone(),
+                    data.writer.clone(),
                     telemetry_stop.clone(),
                 )
                 .map(Ok),
@@ -242,7 +243,11 @@ impl Worker {
         // pipeline's value is the run's report.
         let mut data_tasks: Tasks<Option<Report>> = Tasks::new();
         if let Some(lease) = maintenance {
-            let round = rotate_round(&data.manager);
+            let round = rotate_round(
+                &data.manager,
+                dynamodb.clone(),
+                config.maintenance.coordinator_table.clone(),
+            );
             data_tasks.spawn(
                 "maintenance",
                 maintain(lease, shutdown.clone(), round).map(|()| Ok(None)),

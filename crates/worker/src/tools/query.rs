@@ -83,7 +83,7 @@ pub async fn range(
 
 /// The layouts to read each table in: those its tags record, else the
 /// config's. A table that does not exist is left out (nothing to read).
-async fn layouts(
+pub(crate) async fn layouts(
     client: &aws_sdk_dynamodb::Client,
     config: &RouterConfig,
     tables: BTreeSet<String>,

@@ -149,7 +149,49 @@ pub async fn verify(
         sequence_number: "0".into(),
         sub_sequence_number: 0,
     };
+    // One attempt per call: a timed-out attempt the SDK resent would leave
+    // the backend working on the abandoned one as well.
+    let conf = client
+        .config()
+        .to_builder()
+        .retry_config(RetryConfig::disabled())
+        .timeout_config(crate::sdk::timeouts_with(
+            options.attempt_timeout,
+            client
+                .config()
+                .timeout_config()
+                .and_then(|t| t.connect_timeout())
+                .unwrap_or(crate::sdk::CONNECT_TIMEOUT),
+        ))
+        .build();
+    let once = aws_sdk_dynamodb::Client::from_conf(conf);
     let mut report = VerifyReport::default();
+    // Keyed as `run` keys them: each table in the layouts it records (a
+    // table from before a shard-count migration keeps its old one).
+    let tables: std::collections::BTreeSet<String> = events
+        .iter()
+        .map(|raw| {
+            let at = event_time(router, raw, &origin).timestamp_millis();
+            router.naming().table_for(at)
+        })
+        .collect();
+    let layouts = std::sync::Arc::new(tidemark_schema::TableLayouts::for_config(router.config()));
+    // Boxed: callers hold `verify` on their own stack. One attempt each,
+    // within one attempt's time in all: an unreachable endpoint is reported
+    // by the reads below, within `unavailable_after`.
+    let recorded = tokio::time::timeout(
+        options.attempt_timeout,
+        Box::pin(crate::tools::query::layouts(&once, router.config(), tables)),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        tracing::warn!("reading the tables' key layouts timed out: verifying with the config's");
+        Default::default()
+    });
+    for (table, strategies) in recorded {
+        layouts.set(&table, strategies);
+    }
+    let router = &router.clone().with_table_layouts(layouts);
     // table -> expected items by (pk, sk)
     let mut expected: HashMap<String, HashMap<Key, Item>> = HashMap::new();
     let mut cache = RouteCache::default();
@@ -185,22 +227,6 @@ pub async fn verify(
             });
         }
     }
-    // One attempt per call: a timed-out attempt the SDK resent would leave
-    // the backend working on the abandoned one as well.
-    let conf = client
-        .config()
-        .to_builder()
-        .retry_config(RetryConfig::disabled())
-        .timeout_config(crate::sdk::timeouts_with(
-            options.attempt_timeout,
-            client
-                .config()
-                .timeout_config()
-                .and_then(|t| t.connect_timeout())
-                .unwrap_or(crate::sdk::CONNECT_TIMEOUT),
-        ))
-        .build();
-    let once = aws_sdk_dynamodb::Client::from_conf(conf);
     let (pk, sk) = (attrs.pk.as_str(), attrs.sk.as_str());
     let stored = drive(jobs, options, |job| batch_get(&once, job, pk, sk)).await?;
     let none = HashMap::new();

@@ -304,3 +304,35 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn entries_taken_by_age_leave_keys_in_flight_untouched() {
+    let t0 = Instant::now();
+    let later = t0 + Duration::from_secs(10);
+    let mut q = TableQueue::default();
+    q.push(key(1), item(1, "v1"), 1, 1, t0);
+    let in_flight = q.take_batch();
+    q.push(key(1), item(1, "v2"), 2, 2, t0);
+    q.push(key(2), item(2, "x"), 3, 3, t0);
+    q.push(key(3), item(3, "y"), 4, 4, later);
+    // A held key's entries are taken by age too (key 1 waits unheld: it
+    // is in flight).
+    q.take_batch_gated(|_, _| false);
+    assert_eq!(q.parked_len(), 2);
+    assert_eq!(q.pending_wcu(), 9);
+    let old = q.take_where(|e| e.since <= t0);
+    let mut tokens: Vec<i32> = old.iter().flat_map(|e| e.tokens.clone()).collect();
+    tokens.sort_unstable();
+    assert_eq!(tokens, vec![2, 3]);
+    assert_eq!((q.len(), q.parked_len(), q.pending_wcu()), (1, 1, 4));
+    // Key 1 is still in flight: nothing of it goes out until released.
+    q.push(key(1), item(1, "v3"), 1, 5, later);
+    assert!(
+        q.take_batch_gated(|_, _| true)
+            .iter()
+            .all(|e| e.key != key(1))
+    );
+    q.release(&in_flight);
+    let b = q.take_batch_gated(|_, _| true);
+    assert_eq!(b.iter().filter(|e| e.key == key(1)).count(), 1);
+}

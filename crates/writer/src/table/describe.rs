@@ -43,7 +43,15 @@ impl TableTask {
         let now = Instant::now();
         self.describe_pending = false;
         self.capacity_known = true;
-        self.next_describe = now + self.cfg.capacity_refresh;
+        // A late table with items waiting is read again sooner: maintenance
+        // may lift its capacity for the backlog, and the writer should
+        // pace to the lift at once.
+        let refresh = if self.is_late && self.pending_tokens > 0 {
+            self.cfg.capacity_refresh.min(LATE_REFRESH)
+        } else {
+            self.cfg.capacity_refresh
+        };
+        self.next_describe = now + refresh;
         match result {
             Ok(Ok(out)) => {
                 permit.finish(Outcome::Answered);
@@ -80,6 +88,9 @@ impl TableTask {
         Ok(())
     }
 }
+
+/// How often a late table with items waiting reads its capacity again.
+const LATE_REFRESH: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The write capacity DescribeTable reports; `None` if it says nothing usable.
 fn capacity_of(t: &TableDescription) -> Option<WriteCapacity> {

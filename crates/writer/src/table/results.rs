@@ -305,11 +305,18 @@ impl TableTask {
         }
     }
 
+    /// Reports a finished call's entries and releases their keys.
     fn complete(&mut self, entries: Batch, outcome: &WriteOutcome) {
+        self.queue.release(&entries);
+        self.report(entries, outcome);
+    }
+
+    /// Reports entries that ended (their keys already released, or never
+    /// in flight: pending entries taken out of the queue).
+    pub(super) fn report(&mut self, entries: Batch, outcome: &WriteOutcome) {
         if entries.is_empty() {
             return;
         }
-        self.queue.release(&entries);
         let items = entries.len() as u64;
         let mut tokens = 0u64;
         let mut released: Option<Permits> = None;
@@ -348,8 +355,17 @@ impl TableTask {
             g.complete(&tags, outcome);
         }
         drop(released);
+        if self.pending_tokens == 0 {
+            self.busy_since = None;
+        }
         match outcome {
-            WriteOutcome::Stored => self.stats.stored(items, tokens),
+            WriteOutcome::Stored => {
+                self.last_stored = Some(Instant::now());
+                self.stats.stored(items, tokens);
+                if self.is_late {
+                    self.stats.late_stored(tokens);
+                }
+            }
             WriteOutcome::Rejected { reason, .. } => self.stats.dead_letter(*reason, tokens),
         }
     }

@@ -83,6 +83,8 @@ pub(crate) struct ItemReport {
     pub(crate) found: u64,
     /// Expected items not found.
     pub(crate) lost: u64,
+    /// Indices into the `valid` events of those not found.
+    pub(crate) lost_events: Vec<usize>,
     /// Items under an expected key with other content.
     pub(crate) mismatched: u64,
     /// Items under keys no event should have (none may exist).
@@ -118,7 +120,8 @@ pub(crate) async fn items(
     };
     let mut report = ItemReport::default();
     let mut expected: HashMap<(String, String, String), Item> = HashMap::new();
-    for raw in valid {
+    let mut index: HashMap<(String, String, String), usize> = HashMap::new();
+    for (i, raw) in valid.iter().enumerate() {
         report.expected += 1;
         // Placement depends only on the event: route it at its own time.
         let ev = router
@@ -135,17 +138,13 @@ pub(crate) async fn items(
             .item
             .to_item()
             .map_err(|e| anyhow::anyhow!("a routed item does not decode: {e}"))?;
-        if expected
-            .insert(
-                (
-                    r.table.to_string(),
-                    r.key.pk().to_owned(),
-                    r.key.sk().to_owned(),
-                ),
-                item,
-            )
-            .is_some()
-        {
+        let key = (
+            r.table.to_string(),
+            r.key.pk().to_owned(),
+            r.key.sk().to_owned(),
+        );
+        index.insert(key.clone(), i);
+        if expected.insert(key, item).is_some() {
             anyhow::bail!("two produced events share a key: the generator is broken");
         }
     }
@@ -198,6 +197,7 @@ pub(crate) async fn items(
                 }
                 (None, _) => {
                     report.lost += 1;
+                    report.lost_events.extend(index.get(&full).copied());
                     note(
                         &mut report.examples,
                         format!("lost {t} {}|{}", key.0, key.1),
@@ -391,6 +391,24 @@ pub(crate) async fn dead_letters(
     Ok(report)
 }
 
+/// Dead letters of the `late` scenario: the payloads dead-lettered with
+/// each reason (late events are matched to them by their bytes).
+pub(crate) async fn dead_letter_payloads(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+) -> Result<HashMap<Vec<u8>, Vec<Reason>>> {
+    let mut out: HashMap<Vec<u8>, Vec<Reason>> = HashMap::new();
+    for item in scan(client, table).await? {
+        let entry: DeadLetter = match item.get("entry").map(AttributeValue::as_s) {
+            Some(Ok(json)) => serde_json::from_str(json).context("a dead-letter entry")?,
+            _ => anyhow::bail!("a dead-letter item has no `entry`"),
+        };
+        let payload = entry.payload().context("a dead-letter payload")?;
+        out.entry(payload).or_default().push(entry.reason);
+    }
+    Ok(out)
+}
+
 /// One shard's end state.
 #[derive(Debug, Clone)]
 pub(crate) struct ShardEnd {
@@ -413,7 +431,7 @@ pub(crate) async fn checkpoints(
     stream: &str,
     last: &HashMap<String, Position>,
 ) -> Result<Vec<ShardEnd>> {
-    let mut shards = Vec::new();
+    let mut shards: Vec<aws_sdk_kinesis::types::Shard> = Vec::new();
     let mut token: Option<String> = None;
     loop {
         let mut req = kinesis.list_shards();
@@ -435,35 +453,149 @@ pub(crate) async fn checkpoints(
         }
     }
     let leases = leases.list().await.context("listing leases")?;
+    let listed: Vec<Listed> = shards
+        .iter()
+        .map(|s| Listed {
+            id: s.shard_id().to_string(),
+            parents: s
+                .parent_shard_id()
+                .into_iter()
+                .chain(s.adjacent_parent_shard_id())
+                .map(str::to_string)
+                .collect(),
+            closed: s
+                .sequence_number_range()
+                .is_some_and(|r| r.ending_sequence_number().is_some()),
+        })
+        .collect();
+    let checkpoints: HashMap<String, Checkpoint> = leases
+        .iter()
+        .map(|l| (l.key.clone(), l.checkpoint.clone()))
+        .collect();
+    Ok(shard_ends(&listed, &checkpoints, last))
+}
+
+/// A shard as ListShards gives it.
+#[derive(Debug, Clone)]
+pub(crate) struct Listed {
+    pub(crate) id: String,
+    pub(crate) parents: Vec<String>,
+    pub(crate) closed: bool,
+}
+
+/// Each listed shard's end state, from the lease checkpoints by shard id
+/// and the last position put to each shard.
+pub(crate) fn shard_ends(
+    shards: &[Listed],
+    checkpoints: &HashMap<String, Checkpoint>,
+    last: &HashMap<String, Position>,
+) -> Vec<ShardEnd> {
     let mut out = Vec::new();
     for s in shards {
-        let id = s.shard_id().to_string();
-        let closed = s
-            .sequence_number_range()
-            .is_some_and(|r| r.ending_sequence_number().is_some());
-        let cp = leases
-            .iter()
-            .find(|l| l.key == id)
-            .map(|l| l.checkpoint.clone());
-        let at_end = match (&cp, closed, last.get(&id)) {
+        let cp = checkpoints.get(&s.id);
+        let at_end = match (cp, s.closed, last.get(&s.id)) {
             (Some(Checkpoint::ShardEnd), true, _) => true,
+            // The workers delete a finished lease once every child lease
+            // has started (as the KCL does): a closed shard without a lease
+            // whose children all started was read to its end.
+            (None, true, _) => deleted_when_finished(&s.id, shards, checkpoints, 0),
             // Our last known position is a lower bound of the shard's end
             // (a put answered with an error may still have been stored).
             (Some(Checkpoint::At(p)), false, Some(want)) => p >= want,
             (Some(Checkpoint::TrimHorizon), false, None) => true,
             _ => false,
         };
-        let shown = match &cp {
+        let shown = match cp {
             None => "no lease".to_string(),
             Some(Checkpoint::At(p)) => format!("{}.{}", p.sequence, p.sub_sequence),
             Some(other) => format!("{other:?}"),
         };
         out.push(ShardEnd {
-            shard: id,
-            closed,
+            shard: s.id.clone(),
+            closed: s.closed,
             checkpoint: shown,
             at_end,
         });
     }
-    Ok(out)
+    out
+}
+
+/// True when `id`'s lease can only be missing because it was deleted
+/// after the shard was finished: it has children, and each either started
+/// (a checkpoint past its start) or was itself finished and deleted.
+fn deleted_when_finished(
+    id: &str,
+    shards: &[Listed],
+    checkpoints: &HashMap<String, Checkpoint>,
+    depth: usize,
+) -> bool {
+    let children: Vec<&Listed> = shards
+        .iter()
+        .filter(|c| c.parents.iter().any(|p| p == id))
+        .collect();
+    // Resharding chains are short; the depth bound only guards a cycle.
+    depth < 32
+        && !children.is_empty()
+        && children.iter().all(|c| match checkpoints.get(&c.id) {
+            Some(Checkpoint::At(_) | Checkpoint::ShardEnd) => true,
+            None => c.closed && deleted_when_finished(&c.id, shards, checkpoints, depth + 1),
+            Some(_) => false,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listed(id: &str, parents: &[&str], closed: bool) -> Listed {
+        Listed {
+            id: id.into(),
+            parents: parents.iter().map(|p| p.to_string()).collect(),
+            closed,
+        }
+    }
+
+    /// A split of shard 0 and a merge of 1 and 2: the workers deleted the
+    /// three finished parent leases once the children had started. The
+    /// parents were read to their end: the check says so, and a parent
+    /// whose child has not started yet is not at its end.
+    #[test]
+    fn a_closed_shard_whose_finished_lease_was_deleted_is_at_its_end() {
+        let shards = [
+            listed("s0", &[], true),
+            listed("s1", &[], true),
+            listed("s2", &[], true),
+            listed("s3", &[], false),
+            listed("s4", &["s0"], false),
+            listed("s5", &["s0"], false),
+            listed("s6", &["s1", "s2"], false),
+        ];
+        let at = |n: &str| Checkpoint::At(Position::new(n, 0));
+        let mut checkpoints: HashMap<String, Checkpoint> = [
+            ("s3".to_string(), at("30")),
+            ("s4".to_string(), at("40")),
+            ("s5".to_string(), at("50")),
+            ("s6".to_string(), at("60")),
+        ]
+        .into();
+        let last: HashMap<String, Position> = [
+            ("s3".to_string(), Position::new("30", 0)),
+            ("s4".to_string(), Position::new("40", 0)),
+            ("s5".to_string(), Position::new("50", 0)),
+            ("s6".to_string(), Position::new("60", 0)),
+        ]
+        .into();
+        let ends = shard_ends(&shards, &checkpoints, &last);
+        assert!(ends.iter().all(|e| e.at_end), "{ends:?}");
+        // s6 not started: its parents' leases would not have been deleted,
+        // so their absence is no proof they were finished.
+        checkpoints.insert("s6".into(), Checkpoint::TrimHorizon);
+        let ends = shard_ends(&shards, &checkpoints, &last);
+        let short: Vec<&str> = ends
+            .iter()
+            .filter(|e| !e.at_end)
+            .map(|e| e.shard.as_str())
+            .collect();
+        assert_eq!(short, ["s1", "s2", "s6"]);
+    }
 }

@@ -40,6 +40,18 @@ pub(crate) struct ProducerSpec {
     pub(crate) duration: Duration,
     /// The schema's retention (for expired-period poison).
     pub(crate) retention: chrono::Duration,
+    /// Late events (scenario `late`): every `every`-th valid event carries
+    /// a time from an old period instead of now.
+    pub(crate) late: Option<LateEvents>,
+}
+
+/// Which valid events are late, and their time.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LateEvents {
+    /// Valid event `n` is late when `n % every == 0`.
+    pub(crate) every: u64,
+    /// Their time: one instant, so they all land in one (frozen) table.
+    pub(crate) at: chrono::DateTime<Utc>,
 }
 
 /// What was put.
@@ -49,6 +61,8 @@ pub(crate) struct Produced {
     pub(crate) valid: Vec<Vec<u8>>,
     /// Every poison record: index and kind.
     pub(crate) poison: Vec<(u64, PoisonKind)>,
+    /// Indices into `valid` of the late events.
+    pub(crate) late: Vec<usize>,
     /// Per shard, the last position put (sequence, last sub-sequence).
     pub(crate) last: HashMap<String, Position>,
     /// Kinesis records put (aggregates count once).
@@ -104,8 +118,15 @@ pub(crate) async fn produce(
         for p in chunk {
             match *p {
                 Planned::Valid(n) => {
-                    let e = spec.events.event(n, now);
-                    let bytes = events::valid(&spec.events, n, now);
+                    let at = match spec.late {
+                        Some(l) if n % l.every.max(1) == 0 => {
+                            out.late.push(out.valid.len());
+                            l.at
+                        }
+                        _ => now,
+                    };
+                    let e = spec.events.event(n, at);
+                    let bytes = events::valid(&spec.events, n, at);
                     out.valid.push(bytes.clone());
                     users.push((e.device_id, bytes));
                     if users.len() >= spec.aggregate.max(1) {

@@ -76,6 +76,13 @@ impl Fleet {
         Ok(fleet)
     }
 
+    /// Starts one more worker, in a new slot.
+    pub(crate) fn add(&mut self) -> Result<()> {
+        let child = self.spawn(self.running.len())?;
+        self.running.push(child);
+        Ok(())
+    }
+
     fn spawn(&mut self, slot: usize) -> Result<(Child, usize)> {
         let n = self.history.len();
         let id = format!("w{slot}-{n:03}");

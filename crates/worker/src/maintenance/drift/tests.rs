@@ -30,6 +30,8 @@ fn info(p: &TablePolicy, name: &str, now: DateTime<Utc>, capacity: Capacity) -> 
         warm_write_units: None,
         deletion_protection: false,
         details: Details::default(),
+        lift: None,
+        backlog: None,
         arn: format!("arn:aws:dynamodb:us-east-1:1:table/{name}"),
         start_ms: period.start_ms,
     }
@@ -360,4 +362,138 @@ fn a_table_without_a_recorded_layout_gets_the_configs() {
             arn: t.arn.clone()
         }]
     );
+}
+
+/// An expired table is deleted (or exported) only once the expiry guard has
+/// passed: writes accepted until the guard before expiry have landed.
+#[test]
+fn an_expired_table_is_left_alone_until_the_guard_has_passed() {
+    let frozen = Capacity { read: 1, write: 1 };
+    for action in [ExpiryAction::Delete, ExpiryAction::Export] {
+        let p = policy(action);
+        // iot_2026-11-18 expires at 2026-11-22T00:00Z (3 days after its end).
+        let early = at("2026-11-22T00:05:00Z");
+        let t = read(&p, info(&p, "iot_2026-11-18", early, frozen));
+        let mut t2 = t.clone();
+        t2.details.pitr = Some(true);
+        assert_eq!(t.state, LifecycleState::Expired);
+        assert_eq!(actions_for(&p, &t, early), vec![], "{action:?}");
+        assert_eq!(actions_for(&p, &t2, early), vec![], "{action:?}");
+        let past = at("2026-11-22T00:10:00Z");
+        assert!(!actions_for(&p, &t2, past).is_empty(), "{action:?}");
+    }
+}
+
+/// A late backlog on a frozen table: lifted to what the backlog needs
+/// (written within a minute, within the budget), the lift renewed while the
+/// backlog lasts and never reverted by reconcile, then ended (back to the
+/// tier) once no backlog was seen for the hold time.
+#[test]
+fn a_late_backlog_lifts_its_table_until_it_is_gone() {
+    let p = policy(ExpiryAction::Delete);
+    let now = at("2026-11-22T01:00:00Z");
+    let now_ms = now.timestamp_millis();
+    let frozen = CapacityTiers::default().frozen;
+    let mut t = read(&p, info(&p, "iot_2026-11-20", now, frozen));
+    assert_eq!(t.state, LifecycleState::Frozen);
+    assert_eq!(actions_for(&p, &t, now), [], "no backlog: the tier");
+    t.backlog = Some(Backlog {
+        items: 2_000,
+        wcu: 6_000,
+    });
+    let lifted = Capacity {
+        read: frozen.read,
+        write: 100,
+    };
+    let lift = Lift {
+        write: 100,
+        reason: super::super::lift::LATE_BACKLOG.into(),
+        since_ms: now_ms,
+        renewed_ms: now_ms,
+        backlog_items: 2_000,
+    };
+    assert_eq!(
+        actions_for(&p, &t, now),
+        [Action::Lift {
+            table: t.name.clone(),
+            state: LifecycleState::Frozen,
+            from: frozen,
+            to: lifted,
+            backlog: t.backlog.unwrap(),
+            record: lift.clone(),
+        }]
+    );
+    // Applied: the table at 100 WCU, the lift recorded.
+    t.capacity = Some(lifted);
+    t.lift = Some(lift.clone());
+    // Still a backlog (smaller): renewed, never lowered meanwhile.
+    let later = now + chrono::Duration::seconds(60);
+    t.backlog = Some(Backlog {
+        items: 500,
+        wcu: 500,
+    });
+    let a = actions_for(&p, &t, later);
+    assert!(
+        matches!(&a[..], [Action::RenewLift { lift: l, .. }] if l.renewed_ms == later.timestamp_millis() && l.write == 100),
+        "{a:?}"
+    );
+    // The backlog is gone: the lift holds for its hold time, then ends.
+    t.backlog = None;
+    assert_eq!(actions_for(&p, &t, now + chrono::Duration::seconds(90)), []);
+    // Lowered by hand meanwhile: the lift is restored.
+    let mut lowered = t.clone();
+    lowered.capacity = Some(frozen);
+    assert!(matches!(
+        &actions_for(&p, &lowered, now + chrono::Duration::seconds(90))[..],
+        [Action::Lift { to, .. }] if *to == lifted
+    ));
+    let end = actions_for(&p, &t, now + chrono::Duration::seconds(121));
+    assert_eq!(
+        end,
+        [Action::EndLift {
+            table: t.name.clone(),
+            state: LifecycleState::Frozen,
+            from: lifted,
+            to: frozen,
+        }]
+    );
+    assert!(end[0].trusts_the_clock(), "lowering capacity is checked");
+    assert!(
+        !Action::Lift {
+            table: t.name.clone(),
+            state: LifecycleState::Frozen,
+            from: frozen,
+            to: lifted,
+            backlog: Backlog::default(),
+            record: lift,
+        }
+        .trusts_the_clock()
+    );
+}
+
+/// No lift for the current table (its backlog is no late data), nor with
+/// lifts switched off, nor beyond the budget.
+#[test]
+fn lifts_are_for_late_tables_within_the_budget() {
+    let mut p = policy(ExpiryAction::Delete);
+    let now = at("2026-11-22T01:00:00Z");
+    let tiers = CapacityTiers::default();
+    let mut current = read(&p, info(&p, "iot_2026-11-22", now, tiers.active));
+    current.backlog = Some(Backlog {
+        items: 1_000_000,
+        wcu: 1_000_000,
+    });
+    assert_eq!(actions_for(&p, &current, now), []);
+    let mut cold = read(&p, info(&p, "iot_2026-11-21", now, tiers.cold));
+    assert_eq!(cold.state, LifecycleState::Cold);
+    cold.backlog = Some(Backlog {
+        items: 10_000_000,
+        wcu: 10_000_000,
+    });
+    assert!(matches!(
+        &actions_for(&p, &cold, now)[..],
+        [Action::Lift { to, .. }] if to.write == 1000
+    ));
+    p.late_lift.max_wcu = 0;
+    assert_eq!(actions_for(&p, &cold, now), [], "lifts off");
 }
