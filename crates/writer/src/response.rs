@@ -125,6 +125,25 @@ mod tests {
     }
 
     #[test]
+    fn unprocessed_items_under_another_key_read_as_unknown_keys() {
+        // An ARN, another table, a differently spelled name: none can be
+        // matched to this call's submissions, so each counts as an
+        // unprocessed item whose key is unknown (the whole batch goes again).
+        let body = br#"{"UnprocessedItems":{
+            "arn:aws:dynamodb:us-east-1:1:table/t":[
+                {"PutRequest":{"Item":{"pk":{"S":"a"},"sk":{"S":"s"}}}},
+                {"PutRequest":{"Item":{"pk":{"S":"b"},"sk":{"S":"s"}}}}
+            ],
+            "t":[{"PutRequest":{"Item":{"pk":{"S":"c"},"sk":{"S":"s"}}}}],
+            "empty":[]
+        }}"#;
+        let a = parse(body, "t", "pk", "sk").unwrap();
+        assert_eq!(a.unprocessed.len(), 3, "{:?}", a.unprocessed);
+        assert!(a.unprocessed.contains(&key("c")));
+        assert_eq!(a.unprocessed.iter().filter(|k| k.is_none()).count(), 2);
+    }
+
+    #[test]
     fn a_body_that_is_not_an_answer_is_an_error() {
         assert!(parse(b"<html>", "t", "pk", "sk").is_err());
         assert!(parse(br#"{"UnprocessedItems":[]}"#, "t", "pk", "sk").is_err());
