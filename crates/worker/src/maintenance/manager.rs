@@ -26,7 +26,7 @@ use tracing::{info, warn};
 
 use super::TablesError;
 use super::drift::{
-    Action, Details, ExportState, RoundKind, TableInfo, TablePolicy, round_actions,
+    Action, Details, ExportState, RoundKind, TableInfo, TablePolicy, is_ours, round_actions,
 };
 use super::tags::{
     EXPIRED_TAG, EXPORT_TAG, LAYOUT_FROM_TAG, LAYOUT_TAG, MIGRATION_TAG, PREFIX_TAG, layout_toml,
@@ -472,6 +472,16 @@ impl TableManager {
         let existing = self
             .list_with(now, (kind == RoundKind::Rotate).then_some(round))
             .await?;
+        for t in existing.iter().filter(|t| !is_ours(&self.policy, t)) {
+            warn!(
+                table = t.name,
+                tag = PREFIX_TAG,
+                prefix = self.policy.naming.prefix,
+                "a table named like a period table lacks the prefix tag: not ours, left alone \
+                 (if it is this stack's, tag it: aws dynamodb tag-resource --resource-arn <arn> \
+                 --tags Key=tidemark:prefix,Value=<prefix>)"
+            );
+        }
         let actions = round_actions(&self.policy, &existing, now, kind);
         let mut applied = Vec::with_capacity(actions.len());
         for action in actions {
@@ -583,10 +593,6 @@ impl TableManager {
                 .map_err(|e| TablesError::call("UpdateContinuousBackups", table, e))?;
                 info!(table, enabled, "point-in-time recovery set");
                 Ok(())
-            }
-            Action::TagPrefix { table, arn } => {
-                self.tag(table, arn, PREFIX_TAG, &self.policy.naming.prefix)
-                    .await
             }
             Action::TagLayout { table, arn } => {
                 self.tag(table, arn, LAYOUT_TAG, &self.policy.layout).await
