@@ -114,3 +114,28 @@ pub trait DeadLetterSink: Send + Sync + 'static {
     fn write<'a>(&'a self, entries: &'a [DeadLetter])
     -> BoxFuture<'a, Result<(), DeadLetterError>>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fallback file is an operator's decision (a durable mount), never
+    /// a default: an entry the destination refuses for good with no
+    /// fallback configured stops the worker, its record unacknowledged.
+    #[test]
+    fn no_fallback_file_unless_configured() {
+        for text in [
+            "kind = \"sqs\"\nqueue_url = \"https://q\"",
+            "kind = \"dynamodb\"\ntable = \"dl\"",
+            "kind = \"file\"\npath = \"/data/dl.jsonl\"",
+        ] {
+            let c: DeadLetterConfig = toml::from_str(text).unwrap();
+            assert_eq!(c.fallback(), None, "{text}");
+        }
+        let c: DeadLetterConfig = toml::from_str(
+            "kind = \"sqs\"\nqueue_url = \"https://q\"\nfallback_path = \"/mnt/efs/dl.jsonl\"",
+        )
+        .unwrap();
+        assert_eq!(c.fallback(), Some(PathBuf::from("/mnt/efs/dl.jsonl")));
+    }
+}
