@@ -10,19 +10,24 @@
 //!   destination's limit (SQS: 256 KiB per message and per batch; DynamoDB:
 //!   400 KB per item) before it is sent, by truncating the payload (its full
 //!   size and SHA-256 are kept).
-//! - Retries are bounded: a failing batch is retried a few times, then split
-//!   in halves down to single entries, all within `WRITE_DEADLINE` (30 s); an entry
-//!   that still fails goes to the fallback file (`fallback_path`), so the
-//!   shard moves on. Only when the fallback file cannot be written either is
-//!   the dead-letter task's error fatal (the worker stops; the records stay
-//!   unacknowledged).
+//! - A slow or failing destination is waited for, never given up: a
+//!   transient failure (throttling, a timeout, a 5xx, no connection) is
+//!   retried with capped back-off until it answers, with `CONCURRENCY`
+//!   batches in flight. The queue is bounded by bytes (`QUEUE_BYTES`):
+//!   while it is full the pipeline waits, and so do the sources.
+//! - Only an entry the destination refuses for good (access denied, a
+//!   missing queue or table, a refused message) goes to the fallback file,
+//!   and only when `fallback_path` is configured (it must be on durable
+//!   storage: its records are acknowledged); without one such a refusal is
+//!   fatal (the worker stops; the records stay unacknowledged).
 //! - On a FIFO queue the deduplication id is a hash of the source position
 //!   and the reason: two different records with the same bytes are both kept.
 //!
 //! One file per part: [`DeadLetter`] (the entry, `entry.rs`); the
 //! destinations behind the [`DeadLetterSink`] trait, each sized to its
-//! limits (`sqs.rs`, `dynamodb.rs`, `file.rs`); `DeadLetters`, the queue
-//! and its task with retries, splitting and the fallback file
+//! limits and telling a transient failure from a refusal for good
+//! (`sqs.rs`, `dynamodb.rs`, `file.rs`); `DeadLetters`, the bounded queue
+//! and its task with retries, concurrency, splitting and the fallback file
 //! (`delivery.rs`).
 
 mod delivery;
@@ -51,22 +56,26 @@ pub enum DeadLetterConfig {
     Sqs {
         /// Queue URL.
         queue_url: String,
-        /// Local JSON-lines file for entries the queue refuses for good (or
-        /// that it does not take within 30 s), so the shard moves on. Put it
-        /// on a writable volume. Default `/tmp/tidemark-dead-letters.jsonl`.
-        #[serde(default = "default_fallback_path")]
-        fallback_path: PathBuf,
+        /// Local JSON-lines file for entries the queue refuses for good
+        /// (access denied, a deleted queue), so the shard moves on: their
+        /// records are acknowledged once the line is written, so it must be
+        /// on durable storage (an EFS or EBS mount), never a container's
+        /// ephemeral disk. Unset (the default): such a refusal stops the
+        /// worker, its records unacknowledged. A slow or failing queue is
+        /// never a refusal: it is retried until it answers.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fallback_path: Option<PathBuf>,
     },
     /// A DynamoDB table with string hash key `pk` (source position) and string
     /// range key `sk` (time); `tidemark tables ensure` creates it.
     Dynamodb {
         /// Table name.
         table: String,
-        /// Local JSON-lines file for entries the table refuses for good (or
-        /// that it does not take within 30 s), so the shard moves on. Put it
-        /// on a writable volume. Default `/tmp/tidemark-dead-letters.jsonl`.
-        #[serde(default = "default_fallback_path")]
-        fallback_path: PathBuf,
+        /// Local JSON-lines file for entries the table refuses for good,
+        /// as for `kind = "sqs"`: on durable storage only; unset (the
+        /// default), such a refusal stops the worker.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fallback_path: Option<PathBuf>,
     },
     /// A local JSON-lines file, appended and fsynced per batch.
     File {
@@ -75,20 +84,13 @@ pub enum DeadLetterConfig {
     },
 }
 
-/// Where entries go when the destination fails for good: `/tmp` is
-/// writable in most containers, even with a read-only root file system when
-/// a volume is mounted there.
-pub(crate) fn default_fallback_path() -> PathBuf {
-    PathBuf::from("/tmp/tidemark-dead-letters.jsonl")
-}
-
 impl DeadLetterConfig {
-    /// The fallback file, when the destination is not a file already (a
-    /// file destination that fails has no better place to go).
+    /// The fallback file, when one is configured (a file destination that
+    /// fails has no better place to go).
     pub(crate) fn fallback(&self) -> Option<PathBuf> {
         match self {
             DeadLetterConfig::Sqs { fallback_path, .. }
-            | DeadLetterConfig::Dynamodb { fallback_path, .. } => Some(fallback_path.clone()),
+            | DeadLetterConfig::Dynamodb { fallback_path, .. } => fallback_path.clone(),
             DeadLetterConfig::File { .. } => None,
         }
     }
@@ -104,13 +106,45 @@ pub enum DeadLetterError {
         destination: String,
         /// What went wrong.
         message: String,
+        /// True when the destination refused for good (access denied, a
+        /// missing queue or table, a refused entry): trying again cannot
+        /// help. False for what passes (throttling, a timeout, a 5xx, no
+        /// connection): tried again until it answers.
+        permanent: bool,
     },
 }
 
-/// A durable destination for dead letters.
+impl DeadLetterError {
+    /// True when trying again cannot help.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            DeadLetterError::Destination { permanent, .. } => *permanent,
+        }
+    }
+
+    /// A failure of a call to `destination`, permanent unless its class is
+    /// one a retry fixes.
+    pub(crate) fn of_class(
+        destination: String,
+        message: String,
+        class: tidemark_aws_errors::ErrorClass,
+    ) -> Self {
+        DeadLetterError::Destination {
+            destination,
+            message,
+            permanent: !class.is_retryable(),
+        }
+    }
+}
+
+/// A durable destination for dead letters. New destinations (an S3 bucket,
+/// say) implement this and a [`DeadLetterConfig`] variant; the queue,
+/// retries, concurrency and fallback are shared.
 pub trait DeadLetterSink: Send + Sync + 'static {
-    /// Writes every entry durably, or fails (the caller retries them all, or
-    /// splits them; a repeat of an entry is harmless).
+    /// Writes every entry durably, or fails, saying whether for good
+    /// ([`DeadLetterError::is_permanent`]): a transient failure is tried
+    /// again as it is, a refusal split to find the refused entries (a
+    /// repeat of an entry is harmless).
     fn write<'a>(&'a self, entries: &'a [DeadLetter])
     -> BoxFuture<'a, Result<(), DeadLetterError>>;
 }
