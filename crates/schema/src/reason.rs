@@ -32,11 +32,15 @@ pub enum Reason {
     DynamodbRejected,
     /// The target table does not exist and could not be created.
     TableMissing,
+    /// A record (a Kinesis record, an SQS body) holding more events than
+    /// `max_events_per_record`, most likely a decompression bomb: it is
+    /// dead-lettered whole, as one entry, instead of event by event.
+    TooManyEvents,
 }
 
 impl Reason {
     /// Every reason, for metrics pre-registration and exhaustive tests.
-    pub const ALL: [Reason; 11] = [
+    pub const ALL: [Reason; 12] = [
         Reason::InvalidJson,
         Reason::MissingField,
         Reason::InvalidField,
@@ -48,6 +52,7 @@ impl Reason {
         Reason::UndecodableMessage,
         Reason::DynamodbRejected,
         Reason::TableMissing,
+        Reason::TooManyEvents,
     ];
 
     /// The stable snake_case name.
@@ -64,6 +69,7 @@ impl Reason {
             Reason::UndecodableMessage => "undecodable_message",
             Reason::DynamodbRejected => "dynamodb_rejected",
             Reason::TableMissing => "table_missing",
+            Reason::TooManyEvents => "too_many_events",
         }
     }
 }
