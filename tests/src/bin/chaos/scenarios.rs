@@ -635,7 +635,7 @@ async fn revoked(args: &Args) -> Result<bool> {
     let w = World::new("revoked", args).await?;
     let config = w.config(
         args,
-        "",
+        r#"record_format = "ndjson""#,
         &format!("kind = \"dynamodb\"\ntable = \"{}\"", w.dead_table()),
     )?;
     let kinesis = w.stack.kinesis();
@@ -776,7 +776,7 @@ async fn dlq_hang(args: &Args) -> Result<bool> {
     let fallback = w.dir.join("fallback.jsonl");
     let config = w.config(
         args,
-        "",
+        r#"record_format = "ndjson""#,
         &format!(
             "kind = \"sqs\"\nqueue_url = \"{queue_url}\"\nfallback_path = \"{}\"",
             fallback.display()
