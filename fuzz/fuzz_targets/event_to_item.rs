@@ -158,10 +158,10 @@ fn check_ok(router: &Router, r: &Routed) -> Item {
 
     let ka = &cfg.key_attributes;
     let ia = &cfg.attributes;
-    assert_eq!(s(&item, &ka.pk), r.key.pk);
-    assert_eq!(s(&item, &ka.sk), r.key.sk);
-    assert!(!r.key.pk.is_empty() && r.key.pk.len() <= strategy::MAX_PARTITION_KEY_BYTES);
-    assert!(!r.key.sk.is_empty() && r.key.sk.len() <= strategy::MAX_SORT_KEY_BYTES);
+    assert_eq!(s(&item, &ka.pk), r.key.pk());
+    assert_eq!(s(&item, &ka.sk), r.key.sk());
+    assert!(!r.key.pk().is_empty() && r.key.pk().len() <= strategy::MAX_PARTITION_KEY_BYTES);
+    assert!(!r.key.sk().is_empty() && r.key.sk().len() <= strategy::MAX_SORT_KEY_BYTES);
     let entity = s(&item, &ia.entity);
     let event_id = s(&item, &ia.event_id);
     assert!(!entity.is_empty());

@@ -15,7 +15,7 @@
 use arbitrary::Unstructured;
 use libfuzzer_sys::fuzz_target;
 use md5::{Digest, Md5};
-use tidemark_consumer::kpl::{self, KplError, MAGIC, UserRecord};
+use tidemark_consumer::testing::kpl::{self, KplError, MAGIC, UserRecord};
 
 fn round_trips(records: &[(String, Vec<u8>)]) {
     let agg = kpl::aggregate(records);

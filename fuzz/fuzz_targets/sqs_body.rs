@@ -1,5 +1,5 @@
 //! SQS message bodies (single event, array, SNS envelope) from arbitrary
-//! UTF-8 text, read with the default `record_format = "json"`.
+//! UTF-8 text, read with the default `record_format = "json_or_array"`.
 //!
 //! Invariants:
 //! - `decode` never panics and is deterministic;
@@ -20,7 +20,7 @@ use std::collections::HashMap;
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::value::RawValue;
-use tidemark_consumer::sqs::body::{self, Format, RecordFormat};
+use tidemark_consumer::testing::sqs_body::{self as body, Format, RecordFormat};
 
 fn first_byte(text: &str) -> Option<u8> {
     text.bytes().find(|b| !b.is_ascii_whitespace())
@@ -58,10 +58,10 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let first = body::decode(text.to_owned(), RecordFormat::Json);
+    let first = body::decode(text.to_owned(), RecordFormat::JsonOrArray);
     assert_eq!(
         first,
-        body::decode(text.to_owned(), RecordFormat::Json),
+        body::decode(text.to_owned(), RecordFormat::JsonOrArray),
         "decode is not deterministic"
     );
     if text.trim_start().as_bytes().starts_with(body::BASE64_GZIP_PREFIX) {
@@ -95,7 +95,7 @@ fuzz_target!(|data: &[u8]| {
                     assert_eq!(texts, vec![text]);
                 }
                 Format::Array => assert_eq!(Some(texts), array),
-                Format::Lines => panic!("NDJSON is never read in the json format"),
+                Format::Lines => panic!("NDJSON is never read in the json_or_array format"),
                 Format::Sns => {
                     let message = envelope.expect("SNS format needs an envelope");
                     match elements(&message) {

@@ -12,9 +12,9 @@ use std::path::PathBuf;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use tidemark_consumer::Record;
-use tidemark_consumer::checkpoint::Position;
 use tidemark_consumer::fixture::{ReplaySource, ReplaySummary, read_fixture};
-use tidemark_consumer::kpl::{self, KplError};
+use tidemark_consumer::kinesis::Position;
+use tidemark_consumer::testing::kpl::{self, KplError};
 use tidemark_schema::{Origin, Reason};
 use tidemark_tests::repo_root;
 use tokio::sync::mpsc;
@@ -79,11 +79,8 @@ fn kpl_fixtures_match_the_reference_implementation() {
 /// in delivery order with the summary.
 async fn replay_all(name: &str) -> (Vec<Record>, ReplaySummary) {
     let (tx, mut rx) = mpsc::channel::<Vec<Record>>(2);
-    let task = tokio::spawn(ReplaySource::run(
-        fixture(name),
-        tx,
-        CancellationToken::new(),
-    ));
+    let source = ReplaySource::open(&fixture(name)).unwrap();
+    let task = tokio::spawn(source.replay(tx, CancellationToken::new()));
     let mut out = Vec::new();
     while let Some(batch) = rx.recv().await {
         for mut r in batch {

@@ -21,7 +21,8 @@ use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use aws_sdk_kinesis::types::{Shard, ShardIteratorType};
 use futures::StreamExt;
 use tidemark_consumer::fixture::{ReplaySource, read_fixture};
-use tidemark_consumer::{KinesisConfig, KinesisSource, ReadMode, Record, StatusHandle};
+use tidemark_consumer::kinesis::{ReadMode, StatusHandle};
+use tidemark_consumer::{KinesisConfig, KinesisSource, Record};
 use tidemark_schema::{Origin, Reason};
 use tidemark_tests::{
     LocalStack, TableCapacity, count_items, put_records, repo_root, scan_items, unique_name,
@@ -467,9 +468,9 @@ async fn fan_out_renewals_leave_no_gap_and_no_duplicate() {
         all.len(),
         "one worker, no lease move: no record delivered twice"
     );
-    let mut last_pos: HashMap<String, tidemark_consumer::checkpoint::Position> = HashMap::new();
+    let mut last_pos: HashMap<String, tidemark_consumer::kinesis::Position> = HashMap::new();
     for d in &log_copy.deliveries {
-        let p = tidemark_consumer::checkpoint::Position::new(d.seq.clone(), d.sub);
+        let p = tidemark_consumer::kinesis::Position::new(d.seq.clone(), d.sub);
         if let Some(prev) = last_pos.insert(d.shard.clone(), p.clone()) {
             assert!(
                 prev < p,
@@ -488,7 +489,7 @@ async fn fan_out_renewals_leave_no_gap_and_no_duplicate() {
     // The consumer stays registered (never removed implicitly); cleaned up
     // here (`tidemark consumer deregister` is tested in stack_binary.rs).
     let k = stack.kinesis();
-    let arn = tidemark_consumer::kinesis::fanout::stream_arn(&k, &cfg)
+    let arn = tidemark_consumer::kinesis::stream_arn(&k, &cfg)
         .await
         .unwrap();
     let c = k
@@ -784,7 +785,7 @@ async fn resumes_kcl_lease_table(mode: ReadMode) {
         let last = &per_shard[&l.key].last().unwrap().0;
         assert_eq!(
             l.checkpoint,
-            tidemark_consumer::lease::Checkpoint::At(tidemark_consumer::checkpoint::Position::new(
+            tidemark_consumer::lease::Checkpoint::At(tidemark_consumer::kinesis::Position::new(
                 last.clone(),
                 0
             ))
@@ -818,9 +819,9 @@ async fn split_and_merge_mid_stream(mode: ReadMode) {
     // per shard, sequence numbers grow.
     // A copy, so no lock is held across the awaits below.
     let log = std::mem::take(&mut *log.lock().unwrap());
-    let mut last_pos: HashMap<String, tidemark_consumer::checkpoint::Position> = HashMap::new();
+    let mut last_pos: HashMap<String, tidemark_consumer::kinesis::Position> = HashMap::new();
     for d in &log.deliveries {
-        let p = tidemark_consumer::checkpoint::Position::new(d.seq.clone(), d.sub);
+        let p = tidemark_consumer::kinesis::Position::new(d.seq.clone(), d.sub);
         if let Some(prev) = last_pos.insert(d.shard.clone(), p.clone()) {
             assert!(
                 prev < p,
@@ -860,7 +861,7 @@ async fn split_and_merge_mid_stream(mode: ReadMode) {
     if std::env::var("TIDEMARK_WRITE_FIXTURES").is_ok_and(|v| v == "1") {
         let path = repo_root().join("tests/fixtures/resharded.jsonl");
         let n = tidemark_consumer::fixture::Recorder::new(stack.kinesis())
-            .record(&stream, &path)
+            .record_with(&stream, &path, &|_, _| {})
             .await
             .unwrap();
         eprintln!("wrote {n} records to {}", path.display());
@@ -1051,7 +1052,9 @@ async fn kinesis_replay_equals_live() {
     assert_eq!(last_shard + 1, shards, "the last shard was reached");
     let replayed = create_item_table(&stack).await;
     let (sink, _log, store) = spawn_store(&stack, &replayed);
-    let summary = ReplaySource::run(&path, sink, CancellationToken::new())
+    let summary = ReplaySource::open(&path)
+        .unwrap()
+        .replay(sink, CancellationToken::new())
         .await
         .unwrap();
     assert_eq!(summary.per_shard.values().sum::<usize>(), input.len());

@@ -12,10 +12,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tidemark_consumer::config::LeaseAssignment;
-use tidemark_consumer::coord_store::{CoordStore, DynamoCoord};
-use tidemark_consumer::lease::OWNER_INDEX;
-use tidemark_consumer::{Ack, KinesisConfig, KinesisSource, ReadMode, Record, StatusHandle};
+use tidemark_consumer::kinesis::{LeaseAssignment, ReadMode, StatusHandle};
+use tidemark_consumer::lease::{DynamoLeaderStore, OWNER_INDEX};
+use tidemark_consumer::sim::LeaderStore;
+use tidemark_consumer::{Ack, KinesisConfig, KinesisSource, Record};
 use tidemark_schema::Origin;
 use tidemark_tests::{LocalStack, put_records, stack, unique_name, wait_until};
 use tokio::sync::mpsc;
@@ -64,9 +64,9 @@ fn start_in(
     c.idle_poll = Duration::from_millis(100);
     c.shutdown_grace = Duration::from_secs(2);
     c.lease_assignment = LeaseAssignment::Leader;
-    let coord = DynamoCoord::new(stack.dynamodb(), coord, leases);
+    let coord = DynamoLeaderStore::new(stack.dynamodb(), coord, leases);
     let source =
-        KinesisSource::new(c, stack.kinesis(), stack.dynamodb()).with_coordination(Arc::new(coord));
+        KinesisSource::new(c, stack.kinesis(), stack.dynamodb()).with_leader_store(Arc::new(coord));
     let status = source.status_handle();
     let (tx, mut rx) = mpsc::channel::<Vec<Record>>(4);
     let stop = CancellationToken::new();
@@ -194,7 +194,7 @@ async fn kill_the_leader(mode: ReadMode) {
         owner_index(&stack, &leases).await.is_some(),
         "lease table without {OWNER_INDEX}"
     );
-    let lock = DynamoCoord::new(stack.dynamodb(), &coord_table, &leases)
+    let lock = DynamoLeaderStore::new(stack.dynamodb(), &coord_table, &leases)
         .lock()
         .await
         .unwrap()
@@ -222,7 +222,7 @@ async fn kill_the_leader(mode: ReadMode) {
     assert!(took <= FAILOVER * 4, "took {took:?}");
     // A new leader among the survivors.
     wait_until("a new leader", FAILOVER * 4, || async {
-        let l = DynamoCoord::new(stack.dynamodb(), &coord_table, &leases)
+        let l = DynamoLeaderStore::new(stack.dynamodb(), &coord_table, &leases)
             .lock()
             .await
             .unwrap();

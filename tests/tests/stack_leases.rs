@@ -12,8 +12,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tidemark_consumer::status::ShardState;
-use tidemark_consumer::{Ack, KinesisConfig, KinesisSource, Record, StatusHandle};
+use tidemark_consumer::kinesis::{ShardState, StatusHandle};
+use tidemark_consumer::{Ack, KinesisConfig, KinesisSource, Record};
 use tidemark_tests::{LocalStack, put_records, stack, unique_name, wait_until};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};

@@ -28,7 +28,7 @@ use aws_sdk_dynamodb::types::{
     ScalarAttributeType,
 };
 use serde_json::Value;
-use tidemark_consumer::lease_key::parse_lease_key;
+use tidemark_consumer::lease::parse_lease_key;
 use tidemark_schema::route::Router;
 use tidemark_tests::worker::{Running, config, item_count, sdk, test_toml};
 use tidemark_tests::{put_records, unique_name, wait_until};

@@ -165,7 +165,7 @@ fn sns(message: &str) -> String {
 struct Harness {
     seen: Shared,
     shutdown: CancellationToken,
-    source: tokio::task::JoinHandle<Result<(), tidemark_consumer::sqs::SqsError>>,
+    source: tokio::task::JoinHandle<Result<(), tidemark_consumer::ConsumerError>>,
     glue: tokio::task::JoinHandle<()>,
 }
 

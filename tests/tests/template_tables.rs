@@ -45,11 +45,15 @@ fn lease_and_coordinator_tables_are_keyed_on_lease_key() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let template =
         std::fs::read_to_string(root.join("deploy/cloudformation/tidemark.yaml")).unwrap();
-    // Both tables hold KCL-format leases: `crates/consumer/src/lease.rs` keys
-    // every item on `leaseKey`, and `crates/worker/src/maintenance/lease.rs` keeps
+    // Both tables hold KCL-format leases: `crates/consumer/src/kinesis/lease/item.rs`
+    // keys every item on `leaseKey`, and `crates/worker/src/maintenance/lease.rs` keeps
     // its lease through that module's `LeaseTable`.
     for (table, source, marker) in [
-        ("LeaseTable", "crates/consumer/src/lease.rs", "\"leaseKey\""),
+        (
+            "LeaseTable",
+            "crates/consumer/src/kinesis/lease/item.rs",
+            "\"leaseKey\"",
+        ),
         (
             "CoordinatorTable",
             "crates/worker/src/maintenance/lease.rs",

@@ -2,10 +2,9 @@
 
 use aws_sdk_kinesis::error::{ProvideErrorMetadata, SdkError};
 
-use crate::config::ConfigError;
-
 /// How the crate treats a failed AWS call: the workspace's one classifier.
-pub use tidemark_aws_errors::{ErrorClass, HttpStatus, classify};
+pub use tidemark_aws_errors::ErrorClass;
+use tidemark_aws_errors::{HttpStatus, classify};
 
 /// A failed AWS call, classified.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -47,12 +46,23 @@ impl AwsError {
     }
 }
 
-/// Errors of the consumer.
+/// A source configuration that cannot work, naming the key (under
+/// `source`) and the fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("source.{key}: {problem}")]
+pub struct SourceConfigError {
+    /// The offending key, e.g. `max_records_per_call`.
+    pub key: &'static str,
+    /// What is wrong and how to fix it.
+    pub problem: String,
+}
+
+/// Errors of a source.
 #[derive(Debug, thiserror::Error)]
 pub enum ConsumerError {
     /// Invalid configuration.
     #[error(transparent)]
-    Config(#[from] ConfigError),
+    Config(#[from] SourceConfigError),
     /// An AWS call failed in a way that stops the consumer.
     #[error(transparent)]
     Aws(#[from] AwsError),
@@ -77,7 +87,15 @@ pub enum ConsumerError {
     },
     /// A reader registered positions out of order (a bug).
     #[error(transparent)]
-    OutOfOrder(#[from] crate::checkpoint::OutOfOrder),
+    OutOfOrder(#[from] crate::kinesis::checkpoint::OutOfOrder),
+    /// A task of the source panicked (a bug).
+    #[error("{source_kind} source task failed: {message}")]
+    Task {
+        /// Which source.
+        source_kind: &'static str,
+        /// The join error.
+        message: String,
+    },
     /// The shutdown drain left shards unfinished: their final checkpoint or
     /// lease release failed, or their reader was aborted. Nothing is lost
     /// (only acknowledged records are ever checkpointed); the next owner

@@ -75,7 +75,7 @@ pub struct KeySchemaMismatch {
 
 impl KeySpec {
     /// A hash key only (lease and coordinator tables: `leaseKey`).
-    pub fn hash_only(hash: KeyAttr) -> Self {
+    pub(crate) fn hash_only(hash: KeyAttr) -> Self {
         KeySpec { hash, range: None }
     }
 
@@ -89,7 +89,7 @@ impl KeySpec {
 
     /// The spec of an existing table, as DynamoDB describes it; `None` when
     /// the description has no hash key.
-    pub fn of(table: &TableDescription) -> Option<KeySpec> {
+    pub(crate) fn of(table: &TableDescription) -> Option<KeySpec> {
         let attr = |k: &KeySchemaElement| {
             let kind = table
                 .attribute_definitions()

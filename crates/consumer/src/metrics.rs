@@ -7,32 +7,32 @@ use ::metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
 /// The Kinesis source's metrics.
 pub mod kinesis {
     /// Counter, label `shard`: user records delivered.
-    pub const RECORDS_READ: &str = "tidemark_consumer_records_read_total";
+    pub(crate) const RECORDS_READ: &str = "tidemark_consumer_records_read_total";
     /// Gauge, label `shard`: MillisBehindLatest of the last GetRecords call
     /// (polling) or subscription event (fan-out).
     pub const MILLIS_BEHIND: &str = "tidemark_consumer_millis_behind_latest";
     /// Gauge: leases held by this worker.
-    pub const LEASES_HELD: &str = "tidemark_consumer_leases_held";
+    pub(crate) const LEASES_HELD: &str = "tidemark_consumer_leases_held";
     /// Counter, label `shard`: GetRecords calls.
     pub const GET_RECORDS: &str = "tidemark_consumer_get_records_calls_total";
     /// Counter, label `shard`: GetRecords calls throttled.
-    pub const THROTTLED: &str = "tidemark_consumer_get_records_throttled_total";
+    pub(crate) const THROTTLED: &str = "tidemark_consumer_get_records_throttled_total";
     /// Counter, labels `shard`, `result` (`ok`, `lost`, `error`): checkpoint writes.
-    pub const CHECKPOINTS: &str = "tidemark_consumer_checkpoint_writes_total";
+    pub(crate) const CHECKPOINTS: &str = "tidemark_consumer_checkpoint_writes_total";
     /// Counter, label `kind` (`take`, `steal`, `lost`, `release`,
     /// `deleted_finished`, `deleted_garbage`): lease changes.
-    pub const LEASE_CHANGES: &str = "tidemark_consumer_lease_changes_total";
+    pub(crate) const LEASE_CHANGES: &str = "tidemark_consumer_lease_changes_total";
     /// Counter: a reader passed its lease deadline without a renewal and
     /// paused (nothing submitted, nothing checkpointed) until one came.
-    pub const LEASE_PAUSES: &str = "tidemark_consumer_lease_pauses_total";
+    pub(crate) const LEASE_PAUSES: &str = "tidemark_consumer_lease_pauses_total";
     /// Counter, label `shard`: fan-out subscriptions renewed (renewal time
     /// reached, or the server ended one).
-    pub const SUBSCRIPTION_RENEWALS: &str = "tidemark_consumer_subscription_renewals_total";
+    pub(crate) const SUBSCRIPTION_RENEWALS: &str = "tidemark_consumer_subscription_renewals_total";
     /// Counter, labels `shard`, `reason` (`in_use`, `throttled`, `error`):
     /// fan-out subscriptions that failed to start or broke off.
-    pub const SUBSCRIPTION_FAILURES: &str = "tidemark_consumer_subscription_failures_total";
+    pub(crate) const SUBSCRIPTION_FAILURES: &str = "tidemark_consumer_subscription_failures_total";
     /// Counter, label `shard`: KPL aggregates that failed their MD5 or decoding.
-    pub const CORRUPT_AGGREGATES: &str = "tidemark_consumer_corrupt_aggregates_total";
+    pub(crate) const CORRUPT_AGGREGATES: &str = "tidemark_consumer_corrupt_aggregates_total";
 }
 
 /// The SQS source's metrics.
@@ -41,21 +41,22 @@ pub mod sqs {
     /// messages received.
     pub const MESSAGES_RECEIVED: &str = "tidemark_consumer_sqs_messages_received_total";
     /// Counter: records (events) handed to the pipeline.
-    pub const RECORDS_DELIVERED: &str = "tidemark_consumer_sqs_records_delivered_total";
+    pub(crate) const RECORDS_DELIVERED: &str = "tidemark_consumer_sqs_records_delivered_total";
     /// Counter: messages deleted after full acknowledgement.
-    pub const MESSAGES_DELETED: &str = "tidemark_consumer_sqs_messages_deleted_total";
+    pub(crate) const MESSAGES_DELETED: &str = "tidemark_consumer_sqs_messages_deleted_total";
     /// Counter, label `reason` (`shutdown`, `stale`): messages made visible
     /// again without being deleted.
-    pub const MESSAGES_RELEASED: &str = "tidemark_consumer_sqs_messages_released_total";
+    pub(crate) const MESSAGES_RELEASED: &str = "tidemark_consumer_sqs_messages_released_total";
     /// Counter: visibility extensions that succeeded.
-    pub const VISIBILITY_EXTENDED: &str = "tidemark_consumer_sqs_visibility_extensions_total";
+    pub(crate) const VISIBILITY_EXTENDED: &str =
+        "tidemark_consumer_sqs_visibility_extensions_total";
     /// Counter, label `op` (`receive`, `delete`, `change_visibility`):
     /// failed calls or batch entries.
-    pub const CALL_ERRORS: &str = "tidemark_consumer_sqs_call_errors_total";
+    pub(crate) const CALL_ERRORS: &str = "tidemark_consumer_sqs_call_errors_total";
     /// Gauge: receivers running.
     pub const RECEIVERS: &str = "tidemark_consumer_sqs_receivers";
     /// Gauge: messages received and not yet deleted or released.
-    pub const IN_FLIGHT: &str = "tidemark_consumer_sqs_in_flight_messages";
+    pub(crate) const IN_FLIGHT: &str = "tidemark_consumer_sqs_in_flight_messages";
     /// Gauge, seconds: age (receive time minus SentTimestamp) of the oldest
     /// message of the latest receive: how far behind the queue's head the
     /// workers read.
@@ -196,12 +197,17 @@ mod tests {
     /// HELP entry (a name added without one fails here).
     #[test]
     fn every_name_is_described() {
-        let src = include_str!("metrics.rs");
+        // A declaration rustfmt breaks after `=` is joined back first.
+        let src = include_str!("metrics.rs").replace("=\n", "= ");
         let declared: Vec<&str> = src
             .lines()
-            .filter_map(|l| l.trim().strip_prefix("pub const "))
-            .filter_map(|l| l.split_once(": &str = \"").map(|(_, v)| v))
-            .filter_map(|v| v.strip_suffix("\";"))
+            .map(str::trim)
+            .filter_map(|l| {
+                l.strip_prefix("pub const ")
+                    .or_else(|| l.strip_prefix("pub(crate) const "))
+            })
+            .filter_map(|l| l.split_once(": &str = ").map(|(_, v)| v.trim_start()))
+            .filter_map(|v| v.strip_prefix('"')?.strip_suffix("\";"))
             .collect();
         assert!(declared.len() >= MIN_NAMES, "{declared:?}");
         let mut described: Vec<&str> = HELP.iter().map(|h| h.0).collect();

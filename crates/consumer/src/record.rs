@@ -90,7 +90,7 @@ impl Ack {
     }
 
     /// The record's serial within its tracker (for diagnostics).
-    pub fn serial(&self) -> u64 {
+    pub(crate) fn serial(&self) -> u64 {
         self.serial
     }
 }
@@ -130,7 +130,7 @@ pub struct Defect {
     pub message: String,
 }
 
-/// One record from any source, carrying the way to acknowledge it.
+/// One event from any source, carrying the way to acknowledge it.
 #[derive(Debug)]
 pub struct Record {
     /// Source position (stream, shard, sequence, sub-sequence).
@@ -143,8 +143,24 @@ pub struct Record {
     pub arrival_ms: i64,
     /// Acknowledgement: call `done()` when stored or dead-lettered.
     pub ack: Ack,
-    /// Set when the source knows the record is bad (corrupt KPL aggregate).
+    /// Set when the source knows the record is bad (corrupt KPL aggregate,
+    /// a record or message body that cannot be split into events).
     pub defect: Option<Defect>,
+    /// This event's position among the events of a source record holding
+    /// several (`record_format` other than `json`): the events of one
+    /// Kinesis record share its `origin` and are told apart by this, which
+    /// a derived event id and a dead letter name. `None` for a record that
+    /// is one event. (An SQS message's events are told apart by their
+    /// origin's `index` instead, and leave this `None`.)
+    pub inner: Option<u32>,
+}
+
+impl Record {
+    /// True for the first (or only) event of a source record: counting
+    /// these counts source records, not events.
+    pub fn starts_source_record(&self) -> bool {
+        self.inner.is_none_or(|i| i == 0)
+    }
 }
 
 #[cfg(test)]

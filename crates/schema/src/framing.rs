@@ -1,17 +1,27 @@
-//! Record formats: how many events one source record holds, and where.
+//! Record formats: how many events one source record holds, and where. The
+//! one place every source's records are split (the Kinesis reader, its
+//! fixture replay and the SQS source call [`frame`]), so a format name means
+//! the same on every source.
 //!
-//! A record is one JSON event (`json`), newline-delimited events
-//! (`ndjson`), or a JSON array of events (`json_array`); any of them may be
-//! gzip-compressed, which is detected by the gzip magic bytes, not
-//! configured. (SQS bodies are text: the SQS source decodes base64 gzip and
-//! envelopes first, then splits with these functions; see
-//! `tidemark_consumer::sqs::body`.) Splitting is deterministic: the same bytes always give the
-//! same inner events at the same positions, so the event ids derived from
-//! those positions are stable across replays.
+//! - `json`: the record is one event (the router judges it);
+//! - `json_or_array`: a JSON object is one event, a JSON array one event per
+//!   element; anything else (a scalar, invalid JSON) is refused whole;
+//! - `ndjson`: one event per non-blank line; a record that as a whole is one
+//!   JSON object (a pretty-printed event) is that one event;
+//! - `json_array`: a JSON array of events; anything else is refused whole.
+//!
+//! Any of them may be gzip-compressed, which is detected by the gzip magic
+//! bytes, not configured. (SQS bodies are text: the SQS source decodes base64
+//! gzip and SNS envelopes first, then frames the result here.) Splitting is
+//! deterministic and copies nothing: events are slices of the record, so
+//! numbers keep their digits, and the same bytes always give the same events
+//! at the same positions, so the event ids derived from those positions are
+//! stable across replays.
 
 use std::io::Read;
 
 use bytes::Bytes;
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use thiserror::Error;
@@ -24,14 +34,31 @@ use crate::reason::Reason;
 )]
 #[serde(rename_all = "snake_case")]
 pub enum RecordFormat {
-    /// One JSON object per record (an SQS body may also be a JSON array of
-    /// events, as before `record_format` existed).
+    /// One JSON event per record.
     #[default]
     Json,
-    /// Newline-delimited JSON: one event per non-blank line (`\r\n` too).
+    /// A JSON object (one event) or a JSON array of events; anything else
+    /// is refused whole.
+    JsonOrArray,
+    /// Newline-delimited JSON: one event per non-blank line (`\r\n` too); a
+    /// record that as a whole is one JSON object (a pretty-printed event) is
+    /// that one event.
     Ndjson,
-    /// A JSON array of events (Firehose-style batches).
+    /// A JSON array of events (Firehose-style batches); anything else is
+    /// refused whole.
     JsonArray,
+}
+
+impl RecordFormat {
+    /// The name in the configuration.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RecordFormat::Json => "json",
+            RecordFormat::JsonOrArray => "json_or_array",
+            RecordFormat::Ndjson => "ndjson",
+            RecordFormat::JsonArray => "json_array",
+        }
+    }
 }
 
 /// The first two bytes of every gzip stream.
@@ -53,6 +80,9 @@ pub enum FramingError {
     /// `json_array` record that is not a JSON array.
     #[error("record is not a JSON array of events (record_format = \"json_array\"): {0}")]
     NotArray(String),
+    /// `json_or_array` record that is neither a JSON object nor an array.
+    #[error("record is {0}")]
+    NotObjectOrArray(String),
 }
 
 impl FramingError {
@@ -60,9 +90,31 @@ impl FramingError {
     pub fn reason(&self) -> Reason {
         match self {
             FramingError::Gzip(_) | FramingError::TooLarge => Reason::UndecodableMessage,
-            FramingError::NotArray(_) => Reason::InvalidJson,
+            FramingError::NotArray(_) | FramingError::NotObjectOrArray(_) => Reason::InvalidJson,
         }
     }
+}
+
+/// How a record was split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// One event: the whole record.
+    Single,
+    /// One event per element of a JSON array, in order.
+    Array,
+    /// One event per non-blank line, in order.
+    Lines,
+}
+
+/// A record's events, in order, each a slice of the (decompressed) record:
+/// event `i` is the record's event at position `i`, which its derived event
+/// id names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Framed {
+    /// How the record was split.
+    pub shape: Shape,
+    /// The events (empty for `[]` or a blank NDJSON record).
+    pub events: Vec<Bytes>,
 }
 
 /// The record's bytes, decompressed when they start with the gzip magic.
@@ -81,15 +133,67 @@ pub fn gunzip_if_needed(data: &Bytes) -> Result<Bytes, FramingError> {
     Ok(Bytes::from(out))
 }
 
-/// The inner events of a record, in order, each a slice of the
-/// (decompressed) record. Inner event `i` of the result is the record's
-/// event at position `i`, which its derived event id names.
-pub fn split(format: RecordFormat, data: &Bytes) -> Result<Vec<Bytes>, FramingError> {
+/// Splits a record laid out as `format` into its events (see the module
+/// docs). `one_object`: the caller already parsed `data` (decompressed) as
+/// one JSON object (the SQS source does, looking for an SNS envelope), so it
+/// is not parsed again.
+pub fn frame(format: RecordFormat, data: &Bytes, one_object: bool) -> Result<Framed, FramingError> {
     let data = gunzip_if_needed(data)?;
+    let framed = |shape, events| Framed { shape, events };
     match format {
-        RecordFormat::Json => Ok(vec![data]),
-        RecordFormat::Ndjson => Ok(split_lines(&data)),
-        RecordFormat::JsonArray => split_array(&data),
+        RecordFormat::Json => Ok(framed(Shape::Single, vec![data])),
+        RecordFormat::JsonOrArray => match first_byte(&data) {
+            Some(b'{') if one_object || is_one_value(&data) => {
+                Ok(framed(Shape::Single, vec![data]))
+            }
+            Some(b'[') => split_array(&data)
+                .map(|events| framed(Shape::Array, events))
+                .map_err(|e| FramingError::NotObjectOrArray(format!("not valid JSON: {e}"))),
+            _ => Err(FramingError::NotObjectOrArray(describe(&data))),
+        },
+        RecordFormat::Ndjson => {
+            if one_object {
+                return Ok(framed(Shape::Single, vec![data]));
+            }
+            let lines = split_lines(&data);
+            // Several lines may be one pretty-printed object; one line is
+            // one event either way.
+            if lines.len() > 1 && first_byte(&data) == Some(b'{') && is_one_value(&data) {
+                return Ok(framed(Shape::Single, vec![data]));
+            }
+            Ok(framed(Shape::Lines, lines))
+        }
+        RecordFormat::JsonArray => match first_byte(&data) {
+            Some(b'[') => split_array(&data)
+                .map(|events| framed(Shape::Array, events))
+                .map_err(FramingError::NotArray),
+            Some(b'{') if one_object || is_one_value(&data) => {
+                Err(FramingError::NotArray("a JSON object".into()))
+            }
+            _ => Err(FramingError::NotArray(describe(&data))),
+        },
+    }
+}
+
+/// The events of a record laid out as `format` (see [`frame`]).
+pub fn split(format: RecordFormat, data: &Bytes) -> Result<Vec<Bytes>, FramingError> {
+    frame(format, data, false).map(|f| f.events)
+}
+
+fn first_byte(data: &[u8]) -> Option<u8> {
+    data.iter().copied().find(|b| !b.is_ascii_whitespace())
+}
+
+/// True when `data` is exactly one JSON value.
+fn is_one_value(data: &[u8]) -> bool {
+    serde_json::from_slice::<IgnoredAny>(data).is_ok()
+}
+
+/// What a record that is neither an object nor an array is.
+fn describe(data: &[u8]) -> String {
+    match serde_json::from_slice::<IgnoredAny>(data) {
+        Ok(_) => "JSON but not an object or an array".to_string(),
+        Err(e) => format!("not valid JSON: {e}"),
     }
 }
 
@@ -121,11 +225,9 @@ fn memchr_iter(needle: u8, data: &[u8]) -> impl Iterator<Item = usize> + '_ {
 }
 
 /// The elements of a JSON array, each as its own text (a slice, no copy).
-fn split_array(data: &Bytes) -> Result<Vec<Bytes>, FramingError> {
-    let text = std::str::from_utf8(data)
-        .map_err(|e| FramingError::NotArray(format!("not UTF-8 text: {e}")))?;
-    let elems: Vec<&RawValue> =
-        serde_json::from_str(text).map_err(|e| FramingError::NotArray(e.to_string()))?;
+fn split_array(data: &Bytes) -> Result<Vec<Bytes>, String> {
+    let text = std::str::from_utf8(data).map_err(|e| format!("not UTF-8 text: {e}"))?;
+    let elems: Vec<&RawValue> = serde_json::from_str(text).map_err(|e| e.to_string())?;
     let base = text.as_ptr() as usize;
     Ok(elems
         .iter()
@@ -190,6 +292,36 @@ mod tests {
         let zeros = vec![0u8; (MAX_INFLATED_BYTES + 1) as usize];
         let bomb = Bytes::from(gzip(&zeros));
         assert_eq!(gunzip_if_needed(&bomb).unwrap_err(), FramingError::TooLarge);
+    }
+
+    #[test]
+    fn one_name_one_meaning_on_every_source() {
+        let b = |s: &'static str| Bytes::from_static(s.as_bytes());
+        // json: the record is one event, whatever it holds.
+        let f = frame(RecordFormat::Json, &b("[1,2]"), false).unwrap();
+        assert_eq!((f.shape, texts(&f.events)), (Shape::Single, vec!["[1,2]"]));
+        // json_or_array: an object, or an array's elements; nothing else.
+        let f = frame(RecordFormat::JsonOrArray, &b(r#" {"a":1}"#), false).unwrap();
+        assert_eq!(f.shape, Shape::Single);
+        let f = frame(RecordFormat::JsonOrArray, &b(r#"[{"a":1},{"a":2}]"#), false).unwrap();
+        assert_eq!(
+            (f.shape, texts(&f.events)),
+            (Shape::Array, vec![r#"{"a":1}"#, r#"{"a":2}"#])
+        );
+        for bad in ["42", "{\"a\":", "[1,", "", "{\"a\":1}\n{\"a\":2}"] {
+            let e = frame(RecordFormat::JsonOrArray, &b(bad), false).unwrap_err();
+            assert_eq!(e.reason(), Reason::InvalidJson, "{bad:?}");
+        }
+        // ndjson: a pretty-printed object is one event; lines otherwise.
+        let pretty = "{\n  \"a\": 1\n}";
+        let f = frame(RecordFormat::Ndjson, &b(pretty), false).unwrap();
+        assert_eq!((f.shape, texts(&f.events)), (Shape::Single, vec![pretty]));
+        let f = frame(RecordFormat::Ndjson, &b("{\"a\":\n1}\n{\"b\":2}"), false).unwrap();
+        assert_eq!(f.shape, Shape::Lines);
+        assert_eq!(texts(&f.events), ["{\"a\":", "1}", "{\"b\":2}"]);
+        // Known to be one object: not parsed again.
+        let f = frame(RecordFormat::Ndjson, &b(r#"{"a":1}"#), true).unwrap();
+        assert_eq!(f.shape, Shape::Single);
     }
 
     fn event() -> impl Strategy<Value = String> {

@@ -12,8 +12,9 @@
 //!   like Tidemark's attributes).
 //! - `raw` (private): the record's one parse, values kept as JSON text
 //!   (shared by `event`, `route` and `wire`).
-//! - [`framing`]: record formats (one JSON event, NDJSON, a JSON array,
-//!   each optionally gzip-compressed) split into inner events.
+//! - [`framing`]: record formats (one JSON event, an object or an array,
+//!   NDJSON, a JSON array, each optionally gzip-compressed) split into inner
+//!   events, the same way for every source.
 //! - [`strategy`]: key strategies (`entity`, `random_suffix`,
 //!   `calculated_suffix`, `time_bucket`), [`strategy::shard_of`] (seed 003's
 //!   SHA-256 hash, bit for bit), and shard-count migrations.

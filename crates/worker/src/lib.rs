@@ -1,53 +1,55 @@
 //! The `tidemark` worker: wiring of schema, consumer and writer into a
 //! runnable [`Worker`], plus the command line and the tools it uses.
 //!
-//! Data flow of `tidemark run` (one box per module; crate in brackets):
+//! Data flow of `tidemark run` (one box per module; crate in brackets; the
+//! function by function path is the code map in `docs/architecture.md`):
 //!
 //! ```text
-//!  source [consumer: kinesis | sqs]
-//!     │ Vec<Record> (each with an Ack)
+//!  source [consumer: whatever `build` makes of [source]]
+//!     │ Vec<Record> (one per event, each with an Ack)
 //!     ▼
-//!  pipeline ──route──▶ [schema: route]      unroutable ──▶ deadletter
+//!  run/pipeline ──route──▶ [schema: route]      unroutable ──▶ deadletter
 //!     │ Submission
 //!     ▼
 //!  writer [writer] ──missing table──▶ maintenance (CreateMissingTables)
 //!     │ WriteOutcome: Stored ──▶ Ack.done()   Rejected ──▶ deadletter ──▶ Ack.done()
 //!     ▼
-//!  checkpoint [consumer: lease/checkpoint (Kinesis) | delete (SQS)]
+//!  checkpoint [consumer: kinesis/renewer, kinesis/drain (Kinesis) | sqs/delete (SQS)]
 //! ```
 //!
 //! Modules, by subsystem:
-//! - The running worker (crate-private but for [`Worker`] and its
-//!   [`Report`]):
-//!   - `worker.rs`: [`Worker::build`] / [`Worker::run`], everything `run`
-//!     does (data path, sources, maintenance loop, telemetry, readiness;
-//!     drains on shutdown within `shutdown_timeout`; stops on a fatal
-//!     error), and the `DataPath` `replay` shares;
-//!   - `pipeline.rs`: source records → route → writer → acknowledgement;
-//!     every record is acknowledged only once stored or durably
-//!     dead-lettered. A record of several events (`record_format` ndjson /
-//!     json_array, gzip detected) is split: each event is stored or
-//!     dead-lettered on its own, and the record acknowledged once all of
-//!     them are. During a shard migration (`schema.migrate_from`) an event
-//!     whose old key differs is written under both, and acknowledged once
-//!     both are stored;
-//!   - `telemetry/`: `/metrics` (Prometheus, every metric described),
-//!     `/healthz` (503 with the cause while a fatal error stops the
-//!     worker), `/readyz`, the `healthcheck` client, and the process's
-//!     recorder with its typed `MetricsSnapshot`, which `emf.rs` (CloudWatch
-//!     Embedded Metric Format lines on stdout every `telemetry.emf_interval`
-//!     when `telemetry.emf` is on) and `report.rs` (each worker's report in
-//!     the coordinator table: lag per shard, SQS receive age, which
-//!     `status` shows instead of reading the stream) read;
-//!   - `metrics.rs`: this crate's metric names and help texts;
-//!   - `sdk.rs`, `credentials.rs`: the AWS SDK configuration (standard
-//!     chain plus timeouts, the command line's profile, region and
-//!     endpoint), with credentials that keep serving while still valid
-//!     when a refresh fails.
+//! - `run/` (crate-private but for [`Worker`], [`WorkerError`], [`Report`]
+//!   and [`Progress`]): the running worker. `worker.rs`: [`Worker::build`]
+//!   / [`Worker::run`], the named tasks of a run (`supervisor.rs`) and how
+//!   it stops (drains on shutdown within `shutdown_timeout`; stops at once
+//!   on a fatal error); `data_path.rs`: the `DataPath` `replay` shares;
+//!   `pipeline.rs`: source records → route → writer → acknowledgement,
+//!   every record acknowledged only once stored or durably dead-lettered
+//!   (the sources hand over one record per event, a source record of
+//!   several, by `record_format`, split at the source; each event is stored
+//!   or dead-lettered on its own, and its source record acknowledged once
+//!   all of them are; during a shard migration, `schema.migrate_from`, an
+//!   event whose old key differs is written under both, and acknowledged
+//!   once both are stored); `telemetry/`: `/metrics` (Prometheus, every
+//!   metric described), `/healthz` (503 with the cause while a fatal error
+//!   stops the worker), `/readyz`, the `healthcheck` client, and the
+//!   process's recorder with its typed `MetricsSnapshot`, which `emf.rs`
+//!   (CloudWatch Embedded Metric Format lines on stdout every
+//!   `telemetry.emf_interval` when `telemetry.emf` is on) and `report.rs`
+//!   (each worker's report in the coordinator table: lag per shard, SQS
+//!   receive age, which `status` shows instead of reading the stream) read.
+//! - `sdk/`: the AWS SDK configuration every command uses (standard chain
+//!   plus timeouts, the command line's profile, region and endpoint), with
+//!   credentials that keep serving while still valid when a refresh fails
+//!   (`sdk/credentials.rs`).
+//! - `metrics.rs`: this crate's metric names and help texts (the running
+//!   worker's, the dead letters' and maintenance's).
 //! - [`config`]: the TOML config with `TIDEMARK__SECTION__KEY` overrides;
 //!   every key used or refused (checked against the schema generated from
 //!   the types), every problem reported at once with its key, value, source
 //!   (file:line or variable) and fix; the effective config with sources.
+//!   Files: `load.rs`, `validate.rs`, `check.rs`, `schema.rs`, `error.rs`,
+//!   `sections.rs`, `env.rs`.
 //! - [`deadletter`]: dead-letter entries and their destinations (SQS,
 //!   DynamoDB, JSON-lines file, one file each), sized to fit them; written
 //!   before the ack, with bounded retries, then to a local fallback file.
@@ -65,7 +67,12 @@
 //!   `cli/cmd/<command>.rs` (each owning its clap arguments) and maps errors
 //!   to the documented exit codes (78 config, 69 AWS unavailable, 2 usage,
 //!   1 otherwise); `cli/cmd/render.rs` is the one place output is formatted
-//!   (tables, CSV, JSON lines). The only module that uses `anyhow`.
+//!   (tables, CSV, JSON lines), `cli/cmd/source.rs` the one place the
+//!   command line tells source kinds apart. The only module that uses
+//!   `anyhow`.
+//!
+//! No two modules import each other (`scripts/module-pairs`): a folder's
+//! `mod.rs` declares and re-exports, its files import each other directly.
 //!
 //! AWS errors are told apart by the SDK's typed methods
 //! (`is_resource_not_found_exception()`, ...) or, where no typed error
@@ -80,19 +87,14 @@
 
 pub mod cli;
 pub mod config;
-mod credentials;
 pub mod deadletter;
-mod emf;
 pub mod maintenance;
 mod metrics;
-mod pipeline;
-mod report;
+mod run;
 mod sdk;
-mod telemetry;
 pub mod tools;
-mod worker;
 
 /// Time between a running worker's reports (what `status` shows): a test
 /// waits this long for one.
-pub use report::REPORT_INTERVAL;
-pub use worker::{Progress, Report, Worker, WorkerError};
+pub use run::report::REPORT_INTERVAL;
+pub use run::{Progress, Report, Worker, WorkerError};

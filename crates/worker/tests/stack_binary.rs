@@ -795,7 +795,7 @@ async fn status_of_200_shards_with_ecs_owners_is_aligned_and_fast() {
     for i in 0..200 {
         let mut l = Lease::new(
             format!("shardId-{i:012}"),
-            Checkpoint::At(tidemark_consumer::checkpoint::Position::new(seq, 0)),
+            Checkpoint::At(tidemark_consumer::kinesis::Position::new(seq, 0)),
             Vec::new(),
         );
         l.owner = (i % 50 != 0).then(|| owner(i));

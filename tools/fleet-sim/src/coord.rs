@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use tidemark_consumer::ConsumerError;
-use tidemark_consumer::coord_store::{CoordStore, Heartbeat, LeaderLock};
 use tidemark_consumer::error::{AwsError, ErrorClass};
+use tidemark_consumer::sim::{Heartbeat, LeaderLock, LeaderStore};
 use tokio::time::Instant;
 
 /// Bytes of a heartbeat item (key, worker id, timestamp).
@@ -98,7 +98,7 @@ impl MemCoord {
     }
 }
 
-impl CoordStore for MemCoord {
+impl LeaderStore for MemCoord {
     fn ensure(&self, _timeout: Duration) -> BoxFuture<'_, Result<(), ConsumerError>> {
         Box::pin(async { Ok(()) })
     }

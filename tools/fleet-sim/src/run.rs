@@ -7,10 +7,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tidemark_consumer::config::{LeaseAssignment, LeaseTuning};
+use tidemark_consumer::kinesis::{LeaseAssignment, ShardState, StatusHandle};
 use tidemark_consumer::lease::{LeaseTable, LeaseTiming};
-use tidemark_consumer::status::ShardState;
-use tidemark_consumer::{Ack, KinesisConfig, KinesisSource, Record, StatusHandle};
+use tidemark_consumer::sim::LeaseTuning;
+use tidemark_consumer::{Ack, KinesisConfig, KinesisSource, Record};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -189,7 +189,7 @@ impl Fleet {
         cfg.lease_assignment = self.protocol.assignment();
         let table = LeaseTable::with_store(self.table.clone(), self.timing);
         let source = KinesisSource::with_lease_table(cfg, self.stream.client(), table)
-            .with_coordination(self.coord.clone());
+            .with_leader_store(self.coord.clone());
         let status = source.status_handle();
         let shutdown = CancellationToken::new();
         let (tx, mut rx) = mpsc::channel::<Vec<Record>>(64);

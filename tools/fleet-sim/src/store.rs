@@ -18,7 +18,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use futures::future::BoxFuture;
 use tidemark_consumer::ConsumerError;
 use tidemark_consumer::error::{AwsError, ErrorClass};
-use tidemark_consumer::lease::{Lease, LeaseDelete, LeaseStore, LeaseWrite, ScanPage};
+use tidemark_consumer::lease::Lease;
+use tidemark_consumer::sim::{LeaseDelete, LeaseStore, LeaseWrite, ScanPage};
 use tokio::time::Instant;
 
 /// Largest Scan page.

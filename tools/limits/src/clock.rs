@@ -10,10 +10,9 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use http::{HeaderMap, HeaderValue, StatusCode, header};
+use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
 
 use crate::aws_error;
-use crate::proxy::ProxyResponse;
 
 /// How far a request's signing time may be from the proxy's clock.
 pub const TOLERANCE: Duration = Duration::from_secs(5 * 60);
@@ -55,7 +54,10 @@ pub fn parse_offset(s: &str) -> Result<Offset, String> {
 
 /// The answer to a request signed too far from the proxy's clock `now`
 /// (`None` when it is within [`TOLERANCE`] or carries no `X-Amz-Date`).
-pub fn refuse_skewed(headers: &HeaderMap, now: SystemTime) -> Option<ProxyResponse> {
+pub fn refuse_skewed(
+    headers: &HeaderMap,
+    now: SystemTime,
+) -> Option<Response<http_body_util::Full<bytes::Bytes>>> {
     let signed = headers
         .get("x-amz-date")
         .and_then(|v| v.to_str().ok())
@@ -87,7 +89,7 @@ pub fn refuse_skewed(headers: &HeaderMap, now: SystemTime) -> Option<ProxyRespon
 }
 
 /// Sets the answer's `Date` to the proxy's clock `now`.
-pub fn stamp(resp: &mut ProxyResponse, now: SystemTime) {
+pub fn stamp<B>(resp: &mut Response<B>, now: SystemTime) {
     if let Ok(v) = HeaderValue::from_str(&http_date(now)) {
         resp.headers_mut().insert(header::DATE, v);
     }

@@ -2,7 +2,7 @@
 //! and assigns leases; the others find theirs through the owner index.
 //!
 //! - **Heartbeats** ([`heartbeat_loop`]): every worker writes its heartbeat
-//!   to the coordinator table ([`CoordStore`]) every renewal interval, and
+//!   to the coordinator table ([`LeaderStore`]) every renewal interval, and
 //!   stops reading every shard (fences its leases) once its own last
 //!   successful heartbeat is `failover_time - margin` old. It adopts no
 //!   lease meanwhile.
@@ -14,7 +14,7 @@
 //!   are not unsafe (every assignment is fenced on `leaseCounter`), only
 //!   wasteful.
 //! - **Leader pass**: an eventually consistent Scan of the lease table, the
-//!   heartbeats, shard discovery when due, then [`plan`]: free leases,
+//!   heartbeats, shard discovery when due, then [`assignments`]: free leases,
 //!   leases of dead workers (stale heartbeat: at once) and expired leases
 //!   (counter unchanged for a failover time on the leader's clock) go to the
 //!   least-loaded live worker, then leases move from the most to the least
@@ -27,8 +27,9 @@
 //!   are noticed by the renewer, whose next write is refused.
 //!
 //! Expiry is never hastened for a live worker: a stale heartbeat means the
-//! worker has stopped reading (see [`crate::coord_store`] for the clock
-//! assumption), and every other lease expires by the counter rule.
+//! worker has stopped reading (see [`crate::kinesis::lease::leader_store`]
+//! for the clock assumption), and every other lease expires by the counter
+//! rule.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -37,12 +38,17 @@ use std::time::Duration;
 use futures::StreamExt;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 use tracing::{debug, info, warn};
 
-use super::{AbortOnDrop, Ctx, Held, spawn_reader, sync_failed, sync_shards};
-use crate::coord_store::{CoordStore, Heartbeat};
 use crate::error::{ConsumerError, ErrorClass};
-use crate::lease::{Lease, LeasePhase, Observations, Written};
+use crate::kinesis::discovery::{sync_failed, sync_shards};
+use crate::kinesis::lease::balance::Observations;
+use crate::kinesis::lease::item::Lease;
+use crate::kinesis::lease::leader_store::{Heartbeat, LeaderStore};
+use crate::kinesis::lease::timing::LeasePhase;
+use crate::kinesis::reader;
+use crate::kinesis::run::StreamRun;
 
 /// A heartbeat this many failover times old is deleted by the leader.
 const FORGET_AFTER_FAILOVERS: u32 = 30;
@@ -53,11 +59,12 @@ const FORGET_PER_PASS: usize = 10;
 const MAX_CONCURRENT_WRITES: usize = 16;
 
 /// Leader-mode state of one worker.
-pub(super) struct Assigner {
-    coord: Arc<dyn CoordStore>,
+#[derive(Debug)]
+pub(crate) struct Assigner {
+    store: Arc<dyn LeaderStore>,
     /// Send time of this worker's last successful heartbeat.
     beat: Arc<std::sync::Mutex<Option<Instant>>>,
-    beats: AbortOnDrop,
+    beats: AbortOnDropHandle<()>,
     beats_stop: CancellationToken,
     /// The lock counter this worker wrote last, and that write's send time.
     lock: Option<(u64, Instant)>,
@@ -74,17 +81,17 @@ pub(super) struct Assigner {
 
 impl Assigner {
     /// Starts the heartbeat task.
-    pub(super) fn start(ctx: &Arc<Ctx>, coord: Arc<dyn CoordStore>) -> Self {
+    pub(crate) fn start(stream: &Arc<StreamRun>, store: Arc<dyn LeaderStore>) -> Self {
         let beat = Arc::new(std::sync::Mutex::new(None));
         let beats_stop = CancellationToken::new();
-        let beats = AbortOnDrop(tokio::spawn(heartbeat_loop(
-            ctx.clone(),
-            coord.clone(),
+        let beats = AbortOnDropHandle::new(tokio::spawn(heartbeat_loop(
+            stream.clone(),
+            store.clone(),
             beat.clone(),
             beats_stop.clone(),
         )));
         Self {
-            coord,
+            store,
             beat,
             beats,
             beats_stop,
@@ -99,54 +106,54 @@ impl Assigner {
     }
 
     /// A reader saw a shard end on this worker.
-    pub(super) fn sync_asked(&mut self) {
+    pub(crate) fn sync_asked(&mut self) {
         self.sync_asked = true;
     }
 
-    fn alive(&self, ctx: &Ctx, now: Instant) -> bool {
+    fn alive(&self, stream: &StreamRun, now: Instant) -> bool {
         let beat = self.beat.lock().ok().and_then(|b| *b);
-        beat.is_some_and(|t| matches!(ctx.table.timing().phase(t, now), LeasePhase::Live { .. }))
+        beat.is_some_and(|t| matches!(stream.table.timing().phase(t, now), LeasePhase::Live { .. }))
     }
 
-    fn leading(&self, ctx: &Ctx, now: Instant) -> bool {
+    fn leading(&self, stream: &StreamRun, now: Instant) -> bool {
         self.lock.is_some_and(|(_, sent)| {
-            matches!(ctx.table.timing().phase(sent, now), LeasePhase::Live { .. })
+            matches!(
+                stream.table.timing().phase(sent, now),
+                LeasePhase::Live { .. }
+            )
         })
     }
 
     /// One pass; returns when the next one is due.
-    pub(super) async fn pass(
-        &mut self,
-        ctx: &Arc<Ctx>,
-        held: &mut HashMap<String, Held>,
-    ) -> Result<Instant, ConsumerError> {
-        let cfg = &ctx.config;
+    pub(crate) async fn pass(&mut self, stream: &Arc<StreamRun>) -> Result<Instant, ConsumerError> {
+        let cfg = &stream.config;
         let start = Instant::now();
         let wake = start + cfg.failover_time / 3;
-        if !self.alive(ctx, start) {
+        if !self.alive(stream, start) {
             // No heartbeat: the leader may count this worker as dead.
             return Ok(wake);
         }
-        self.elect(ctx).await;
-        let leading = self.leading(ctx, Instant::now());
-        ctx.leading
+        self.elect(stream).await;
+        let leading = self.leading(stream, Instant::now());
+        stream
+            .leading
             .store(leading, std::sync::atomic::Ordering::Relaxed);
         if leading {
-            self.lead(ctx, held).await?;
+            self.lead(stream).await?;
         } else {
-            self.follow(ctx, held).await;
+            self.follow(stream).await;
         }
         Ok(wake)
     }
 
-    async fn elect(&mut self, ctx: &Ctx) {
-        let me = ctx.config.worker_id.as_str();
-        let stale_after = ctx.config.failover_time + ctx.config.max_clock_skew;
-        let now_ms = self.coord.now_ms();
+    async fn elect(&mut self, stream: &StreamRun) {
+        let me = stream.config.worker_id.as_str();
+        let stale_after = stream.config.failover_time + stream.config.max_clock_skew;
+        let now_ms = self.store.now_ms();
         // The leader renews without reading: it knows its counter.
         let seen = match self.lock {
             Some((c, _)) => Some(c),
-            None => match self.coord.lock().await {
+            None => match self.store.lock().await {
                 Ok(None) => None,
                 Ok(Some(l)) if l.owner == me => Some(l.counter),
                 Ok(Some(l)) => {
@@ -164,7 +171,7 @@ impl Assigner {
             },
         };
         let sent = Instant::now();
-        match self.coord.write_lock(me, seen, now_ms).await {
+        match self.store.write_lock(me, seen, now_ms).await {
             Ok(()) => {
                 if self.lock.is_none() {
                     info!(worker = %me, "leading lease assignment");
@@ -183,14 +190,10 @@ impl Assigner {
         }
     }
 
-    async fn lead(
-        &mut self,
-        ctx: &Arc<Ctx>,
-        held: &mut HashMap<String, Held>,
-    ) -> Result<(), ConsumerError> {
-        let cfg = &ctx.config;
+    async fn lead(&mut self, stream: &Arc<StreamRun>) -> Result<(), ConsumerError> {
+        let cfg = &stream.config;
         let me = cfg.worker_id.as_str();
-        let mut leases = match ctx.table.list_with(false).await {
+        let mut leases = match stream.table.list_with(false).await {
             Ok(l) => l,
             Err(e) => {
                 warn!(error = %e, "listing leases failed");
@@ -209,21 +212,22 @@ impl Assigner {
             || !finished.is_subset(&self.finished_synced)
             || Instant::now() >= self.next_sync
         {
-            match sync_shards(ctx, Some(&leases)).await {
+            match sync_shards(stream, Some(&leases)).await {
                 Ok(created) => {
                     self.sync_failures = 0;
                     self.sync_asked = false;
                     self.finished_synced = finished;
                     self.next_sync = Instant::now() + cfg.shard_sync_interval;
                     if created > 0 {
-                        match ctx.table.list_with(false).await {
+                        match stream.table.list_with(false).await {
                             Ok(l) => leases = l,
                             Err(e) => warn!(error = %e, "listing leases failed"),
                         }
                     }
                 }
                 Err(e) => {
-                    if let Some(e) = sync_failed(e, held.is_empty(), &mut self.sync_failures) {
+                    if let Some(e) = sync_failed(e, stream.held.is_empty(), &mut self.sync_failures)
+                    {
                         return Err(e);
                     }
                 }
@@ -231,8 +235,8 @@ impl Assigner {
         }
         let now = Instant::now();
         self.obs.observe(&leases, now);
-        ctx.snapshot.send_replace(Arc::new(leases.clone()));
-        let beats = match self.coord.heartbeats().await {
+        stream.snapshot.send_replace(Arc::new(leases.clone()));
+        let beats = match self.store.heartbeats().await {
             Ok(b) => b,
             Err(e) => {
                 warn!(error = %e, "reading heartbeats failed");
@@ -242,7 +246,7 @@ impl Assigner {
         let Fleet { live, dead, forget } = sort_heartbeats(
             me,
             beats,
-            self.coord.now_ms(),
+            self.store.now_ms(),
             cfg.failover_time,
             cfg.max_clock_skew,
         );
@@ -250,13 +254,13 @@ impl Assigner {
         // would grow the heartbeat Scan for ever; their leases went long
         // ago. A few per pass.
         for w in forget.iter().take(FORGET_PER_PASS) {
-            match self.coord.remove_heartbeat(w).await {
+            match self.store.remove_heartbeat(w).await {
                 Ok(()) => debug!(worker = %w, "long-dead worker's heartbeat removed"),
                 Err(e) => warn!(worker = %w, error = %e, "removing a dead heartbeat failed"),
             }
         }
         let stable = live == self.last_live;
-        let moves = plan(&PlanInput {
+        let moves = assignments(&AssignInput {
             leases: &leases,
             observations: &self.obs,
             now,
@@ -274,10 +278,10 @@ impl Assigner {
             .collect();
         let results: Vec<_> = futures::stream::iter(work)
             .map(|(observed, to)| async move {
-                if ctx.shutdown.is_cancelled() {
+                if stream.shutdown.is_cancelled() {
                     return None;
                 }
-                let r = ctx.table.acquire(&observed, &to).await;
+                let r = stream.table.acquire(&observed, &to).await;
                 Some((observed, to, r))
             })
             .buffer_unordered(MAX_CONCURRENT_WRITES)
@@ -287,7 +291,7 @@ impl Assigner {
             match r {
                 Ok(Some(written)) if to == me => {
                     observed.owner = Some(to);
-                    hold(ctx, held, observed, written);
+                    reader::spawn(stream, observed, written);
                 }
                 Ok(Some(_)) => debug!(shard = %observed.key, to = %to, "lease assigned"),
                 Ok(None) => debug!(shard = %observed.key, "assignment race lost"),
@@ -298,42 +302,45 @@ impl Assigner {
         let mine: Vec<String> = leases
             .iter()
             .filter(|l| {
-                l.owner.as_deref() == Some(me) && !l.is_finished() && !held.contains_key(&l.key)
+                l.owner.as_deref() == Some(me) && !l.is_finished() && !stream.held.contains(&l.key)
             })
             .map(|l| l.key.clone())
             .collect();
-        self.adopt(ctx, held, mine).await;
+        self.adopt(stream, mine).await;
         Ok(())
     }
 
-    async fn follow(&mut self, ctx: &Arc<Ctx>, held: &mut HashMap<String, Held>) {
+    async fn follow(&mut self, stream: &Arc<StreamRun>) {
         // A follower's view goes stale: forget it, so that a later
         // leadership starts from fresh observations.
         self.obs = Observations::default();
         self.last_live.clear();
-        let me = ctx.config.worker_id.as_str();
-        let keys = match ctx.table.owned_by(me).await {
+        let me = stream.config.worker_id.as_str();
+        let keys = match stream.table.owned_by(me).await {
             Ok(k) => k,
             Err(e) => {
                 warn!(error = %e, "querying the owner index failed");
                 return;
             }
         };
-        let new: Vec<String> = keys.into_iter().filter(|k| !held.contains_key(k)).collect();
-        self.adopt(ctx, held, new).await;
+        let new: Vec<String> = keys
+            .into_iter()
+            .filter(|k| !stream.held.contains(k))
+            .collect();
+        self.adopt(stream, new).await;
     }
 
     /// Starts reading leases assigned to this worker: a consistent read
     /// (counter, checkpoint, parents), then a renewal in its name, the
     /// fenced write its lease deadline starts from.
-    async fn adopt(&self, ctx: &Arc<Ctx>, held: &mut HashMap<String, Held>, keys: Vec<String>) {
-        let me = ctx.config.worker_id.as_str();
+    async fn adopt(&self, stream: &Arc<StreamRun>, keys: Vec<String>) {
+        let me = stream.config.worker_id.as_str();
         let results: Vec<_> = futures::stream::iter(keys)
             .map(|key| async move {
-                if ctx.shutdown.is_cancelled() {
+                if stream.shutdown.is_cancelled() {
                     return None;
                 }
-                let lease = match ctx.table.get(&key).await {
+                let lease = match stream.table.get(&key).await {
                     Ok(Some(l)) if l.owner.as_deref() == Some(me) && !l.is_finished() => l,
                     Ok(_) => return None,
                     Err(e) => {
@@ -346,14 +353,14 @@ impl Assigner {
                 // elsewhere waits until they are.
                 let mut parents = Vec::new();
                 for p in &lease.parents {
-                    match ctx.table.get(p).await {
+                    match stream.table.get(p).await {
                         Ok(Some(pl)) if !pl.is_finished() => return None,
                         Ok(Some(pl)) => parents.push(pl),
                         Ok(None) => {}
                         Err(_) => return None,
                     }
                 }
-                let r = ctx.table.renew(&lease.key, me, lease.counter).await;
+                let r = stream.table.renew(&lease.key, me, lease.counter).await;
                 Some((lease, parents, r))
             })
             .buffer_unordered(MAX_CONCURRENT_WRITES)
@@ -364,7 +371,7 @@ impl Assigner {
                 Ok(Some(written)) => {
                     if !parents.is_empty() {
                         // The reader checks its parents in the snapshot.
-                        ctx.snapshot.send_modify(|snap| {
+                        stream.snapshot.send_modify(|snap| {
                             let mut v: Vec<Lease> = snap
                                 .iter()
                                 .filter(|l| !parents.iter().any(|p| p.key == l.key))
@@ -375,7 +382,7 @@ impl Assigner {
                         });
                     }
                     debug!(shard = %lease.key, "assigned lease adopted");
-                    hold(ctx, held, lease, written);
+                    reader::spawn(stream, lease, written);
                 }
                 Ok(None) => debug!(shard = %lease.key, "assigned lease moved on meanwhile"),
                 Err(e) => warn!(shard = %lease.key, error = %e, "adopting a lease failed"),
@@ -386,18 +393,18 @@ impl Assigner {
     /// Shutdown: no more heartbeats (the leader stops assigning to this
     /// worker and leaves its leases to the readers' releases), and the
     /// lock released so another worker leads at its next pass.
-    pub(super) async fn stop(mut self, ctx: &Ctx) {
+    pub(crate) async fn stop(mut self, stream: &StreamRun) {
         self.beats_stop.cancel();
-        let me = ctx.config.worker_id.as_str();
-        let attempt = ctx.table.timing().attempt;
+        let me = stream.config.worker_id.as_str();
+        let attempt = stream.table.timing().attempt;
         if let Some((counter, _)) = self.lock.take() {
-            match tokio::time::timeout(attempt, self.coord.release_lock(me, counter)).await {
+            match tokio::time::timeout(attempt, self.store.release_lock(me, counter)).await {
                 Ok(Ok(())) => info!(worker = %me, "leader lock released"),
                 Ok(Err(e)) => warn!(error = %e, "releasing the leader lock failed"),
                 Err(_) => warn!("releasing the leader lock timed out"),
             }
         }
-        match tokio::time::timeout(attempt, self.coord.remove_heartbeat(me)).await {
+        match tokio::time::timeout(attempt, self.store.remove_heartbeat(me)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => warn!(error = %e, "removing the heartbeat failed"),
             Err(_) => warn!("removing the heartbeat timed out"),
@@ -406,30 +413,19 @@ impl Assigner {
     }
 }
 
-/// Starts reading `lease`, just written in this worker's name.
-fn hold(ctx: &Arc<Ctx>, held: &mut HashMap<String, Held>, mut lease: Lease, written: Written) {
-    lease.counter = written.counter;
-    let key = lease.key.clone();
-    let h = spawn_reader(ctx, lease, written);
-    if let Ok(mut m) = ctx.held.lock() {
-        m.insert(key.clone(), h.lease.clone());
-    }
-    held.insert(key, h);
-}
-
 /// Writes this worker's heartbeat every renewal interval (checking twice as
 /// often), and fences every held lease once the last successful one is
 /// `failover_time - margin` old: past `failover_time + max_clock_skew` the
 /// leader hands them to others without waiting for their counters.
 async fn heartbeat_loop(
-    ctx: Arc<Ctx>,
-    coord: Arc<dyn CoordStore>,
+    stream: Arc<StreamRun>,
+    store: Arc<dyn LeaderStore>,
     beat: Arc<std::sync::Mutex<Option<Instant>>>,
     stop: CancellationToken,
 ) {
-    let timing = *ctx.table.timing();
-    let me = ctx.config.worker_id.clone();
-    let mut tick = tokio::time::interval(ctx.config.failover_time / 6);
+    let timing = *stream.table.timing();
+    let me = stream.config.worker_id.clone();
+    let mut tick = tokio::time::interval(stream.config.failover_time / 6);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
@@ -437,9 +433,9 @@ async fn heartbeat_loop(
             _ = tick.tick() => {}
         }
         let last = beat.lock().ok().and_then(|b| *b);
-        if last.is_none_or(|t| t.elapsed() >= ctx.config.failover_time / 3) {
+        if last.is_none_or(|t| t.elapsed() >= stream.config.failover_time / 3) {
             let sent = Instant::now();
-            match tokio::time::timeout(timing.attempt, coord.heartbeat(&me, coord.now_ms())).await {
+            match tokio::time::timeout(timing.attempt, store.heartbeat(&me, store.now_ms())).await {
                 Ok(Ok(())) => {
                     if let Ok(mut b) = beat.lock() {
                         *b = Some(sent);
@@ -453,13 +449,9 @@ async fn heartbeat_loop(
         let stale = last
             .is_some_and(|t| !matches!(timing.phase(t, Instant::now()), LeasePhase::Live { .. }));
         if stale {
-            let leases: Vec<_> = match ctx.held.lock() {
-                Ok(m) => m.values().cloned().collect(),
-                Err(_) => return,
-            };
-            for l in leases.iter().filter(|l| !l.is_gone()) {
+            for l in stream.held.leases().iter().filter(|l| !l.is_gone()) {
                 warn!(shard = %l.key, "heartbeat not written within the failover time; stopping the shard");
-                l.fence(&ctx.status);
+                l.fence(&stream.status);
             }
         }
     }
@@ -504,7 +496,7 @@ pub(super) fn sort_heartbeats(
 
 /// Inputs of the assignment law.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct PlanInput<'a> {
+pub(super) struct AssignInput<'a> {
     /// The whole table.
     pub(super) leases: &'a [Lease],
     /// The leader's counter observations.
@@ -528,8 +520,8 @@ pub(super) struct PlanInput<'a> {
 /// to the least-loaded live worker (children only once their parents are
 /// finished); then, with a stable live set, leases move one at a time from
 /// the most to the least loaded worker until max − min ≤ 1. Pure.
-pub(super) fn plan(input: &PlanInput<'_>) -> Vec<(String, String)> {
-    let PlanInput {
+pub(super) fn assignments(input: &AssignInput<'_>) -> Vec<(String, String)> {
+    let AssignInput {
         leases,
         observations,
         now,
@@ -628,7 +620,7 @@ pub(super) fn plan(input: &PlanInput<'_>) -> Vec<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lease::Checkpoint;
+    use crate::kinesis::lease::item::Checkpoint;
 
     fn lease(key: &str, owner: Option<&str>, counter: u64) -> Lease {
         Lease {
@@ -645,8 +637,8 @@ mod tests {
         live: &'a BTreeSet<String>,
         dead: &'a HashSet<String>,
         stable: bool,
-    ) -> PlanInput<'a> {
-        PlanInput {
+    ) -> AssignInput<'a> {
+        AssignInput {
             leases,
             observations,
             now: Instant::now(),
@@ -712,9 +704,9 @@ mod tests {
         let live = set(&["a", "b", "c"]);
         let none = HashSet::new();
         let mut input = input(&leases, &obs, &live, &none, false);
-        assert!(plan(&input).is_empty(), "never-taken leases wait");
+        assert!(assignments(&input).is_empty(), "never-taken leases wait");
         input.stable = true;
-        let moves = plan(&input);
+        let moves = assignments(&input);
         assert_eq!(moves.len(), 10);
         let c = counts(&leases, &moves);
         assert_eq!(c.values().copied().collect::<Vec<_>>(), vec![4, 3, 3]);
@@ -732,21 +724,21 @@ mod tests {
         obs.observe(&leases, t0);
         let live = set(&["a", "b"]);
         let dead = HashSet::from(["dead".to_string()]);
-        let input = PlanInput {
+        let input = AssignInput {
             now: t0 + Duration::from_secs(1),
             ..input(&leases, &obs, &live, &dead, false)
         };
-        let moves = plan(&input);
+        let moves = assignments(&input);
         // The dead worker's 4 at once, all to b (a holds 4); "quiet" has no
         // heartbeat and its counters have not stood still long enough.
         assert_eq!(moves.len(), 4);
         assert!(moves.iter().all(|(k, w)| k.starts_with('d') && w == "b"));
-        let later = PlanInput {
+        let later = AssignInput {
             now: t0 + Duration::from_secs(10),
             stable: true,
             ..input
         };
-        let moves = plan(&later);
+        let moves = assignments(&later);
         let c = counts(&leases, &moves);
         assert_eq!(
             c.get("a").copied().unwrap_or(0) + c.get("b").copied().unwrap_or(0),
@@ -771,7 +763,7 @@ mod tests {
         let live = set(&["a", "b", "c"]);
         let none = HashSet::new();
         let input = input(&leases, &obs, &live, &none, true);
-        let moves = plan(&input);
+        let moves = assignments(&input);
         assert_eq!(moves.len(), 6, "{moves:?}");
         assert!(moves.iter().all(|(k, w)| w == "c" && k != "child"));
         let keys: HashSet<_> = moves.iter().map(|(k, _)| k).collect();
@@ -783,10 +775,10 @@ mod tests {
                 l.owner = Some(w.clone());
             }
         }
-        let again = PlanInput {
+        let again = AssignInput {
             leases: &after,
             ..input
         };
-        assert!(plan(&again).is_empty());
+        assert!(assignments(&again).is_empty());
     }
 }

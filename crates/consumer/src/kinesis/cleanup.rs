@@ -24,7 +24,7 @@
 //!
 //! Safety: every delete is conditional on the `leaseCounter` and
 //! `checkpoint` seen in a strongly consistent listing taken just before
-//! ([`LeaseTable::delete`](crate::lease::LeaseTable::delete)); at most
+//! ([`LeaseTable::delete`](crate::kinesis::lease::table::LeaseTable::delete)); at most
 //! [`MAX_DELETES_PER_PASS`] per pass, one pass per `shard_sync_interval`, on
 //! the shard-sync leader only. Each deletion is logged and counted
 //! (`tidemark_consumer_lease_changes_total`, `kind` = `deleted_finished` /
@@ -39,26 +39,28 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::{Ctx, is_sync_leader, list_shards};
-use crate::config::LeaseAssignment;
-use crate::lease::{Checkpoint, Lease, Observations};
+use crate::kinesis::api::list_shards;
+use crate::kinesis::config::LeaseAssignment;
+use crate::kinesis::lease::balance::{Observations, is_sync_leader};
+use crate::kinesis::lease::item::{Checkpoint, Lease};
+use crate::kinesis::run::StreamRun;
 use crate::metrics::kinesis as metric;
 
 /// Most lease deletions in one pass (one write unit each).
-pub const MAX_DELETES_PER_PASS: usize = 25;
+pub(super) const MAX_DELETES_PER_PASS: usize = 25;
 
 /// Complete shard listings in a row a lease's shard must be missing from
 /// before the lease counts as garbage.
-pub const GARBAGE_LISTINGS: u32 = 3;
+pub(super) const GARBAGE_LISTINGS: u32 = 3;
 
 /// How long a lease's shard must be missing from the listings before the
 /// lease counts as garbage (a shard leaves the listing only past the
 /// stream's retention, at least 24 hours after it closed).
-pub const GARBAGE_AFTER: Duration = Duration::from_secs(600);
+pub(super) const GARBAGE_AFTER: Duration = Duration::from_secs(600);
 
 /// Why a lease is deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reason {
+pub(super) enum Reason {
     /// At `SHARD_END`, every child started.
     Finished,
     /// Its shard no longer exists.
@@ -95,7 +97,7 @@ fn children<'a>(lease: &'a Lease, leases: &'a [Lease]) -> HashSet<&'a str> {
 }
 
 /// The finished leases of `leases` (a complete listing) that may be deleted.
-pub fn finished_to_delete(leases: &[Lease]) -> Vec<&Lease> {
+pub(super) fn finished_to_delete(leases: &[Lease]) -> Vec<&Lease> {
     let by_key: HashMap<&str, &Lease> = leases.iter().map(|l| (l.key.as_str(), l)).collect();
     leases
         .iter()
@@ -113,7 +115,7 @@ pub fn finished_to_delete(leases: &[Lease]) -> Vec<&Lease> {
 
 /// Listed shards that have no lease but a leased descendant: finished, their
 /// lease deleted; discovery creates no lease for them.
-pub fn done_ancestors(shards: &[Shard], existing: &[Lease]) -> HashSet<String> {
+pub(super) fn done_ancestors(shards: &[Shard], existing: &[Lease]) -> HashSet<String> {
     let mut parents: HashMap<&str, Vec<&str>> = HashMap::new();
     for s in shards {
         parents.insert(
@@ -149,7 +151,7 @@ pub fn done_ancestors(shards: &[Shard], existing: &[Lease]) -> HashSet<String> {
 /// Which leases' shards have been missing from the listings, since when and
 /// how many listings in a row.
 #[derive(Debug, Default)]
-pub struct Garbage {
+pub(super) struct Garbage {
     missing: HashMap<String, (u32, Instant)>,
 }
 
@@ -157,7 +159,7 @@ impl Garbage {
     /// Records one complete listing of the stream's shards at `now`.
     /// Listings that share no shard with the table are not counted (the
     /// table would not be this stream's).
-    pub fn observe(&mut self, listed: &HashSet<String>, leases: &[Lease], now: Instant) {
+    pub(super) fn observe(&mut self, listed: &HashSet<String>, leases: &[Lease], now: Instant) {
         if !leases.iter().any(|l| listed.contains(&l.key)) {
             return;
         }
@@ -179,7 +181,7 @@ impl Garbage {
 
     /// The leases of `leases` that are garbage at `now`: missing long
     /// enough, and free or expired in `obs`.
-    pub fn to_delete<'a>(
+    pub(super) fn to_delete<'a>(
         &self,
         leases: &'a [Lease],
         obs: &Observations,
@@ -199,27 +201,27 @@ impl Garbage {
 }
 
 /// The cleanup task: one pass per `shard_sync_interval` until `stop`.
-pub(super) async fn run(ctx: Arc<Ctx>, stop: CancellationToken) {
-    let mut tick = tokio::time::interval(ctx.config.shard_sync_interval);
+pub(crate) async fn run(stream: Arc<StreamRun>, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(stream.config.shard_sync_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut obs = Observations::default();
     let mut garbage = Garbage::default();
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = ctx.shutdown.cancelled() => return,
+            _ = stream.shutdown.cancelled() => return,
             _ = tick.tick() => {}
         }
-        pass(&ctx, &mut obs, &mut garbage).await;
+        pass(&stream, &mut obs, &mut garbage).await;
     }
 }
 
 /// One pass: on the sync leader, list shards (garbage), and when the latest
 /// lease snapshot shows candidates, confirm them on a consistent listing
 /// and delete them.
-async fn pass(ctx: &Ctx, obs: &mut Observations, garbage: &mut Garbage) {
-    let cfg = &ctx.config;
-    let snapshot = ctx.snapshot.borrow().clone();
+async fn pass(stream: &StreamRun, obs: &mut Observations, garbage: &mut Garbage) {
+    let cfg = &stream.config;
+    let snapshot = stream.snapshot.borrow().clone();
     if snapshot.is_empty() {
         return;
     }
@@ -228,7 +230,7 @@ async fn pass(ctx: &Ctx, obs: &mut Observations, garbage: &mut Garbage) {
     // In leader mode only the lock holder sees the whole table; elsewhere
     // the KCL's deterministic shard-sync leader.
     let leader = match cfg.lease_assignment {
-        LeaseAssignment::Leader => ctx.leading.load(std::sync::atomic::Ordering::Relaxed),
+        LeaseAssignment::Leader => stream.leading.load(std::sync::atomic::Ordering::Relaxed),
         LeaseAssignment::Listing => {
             is_sync_leader(&cfg.worker_id, &snapshot, obs, now, cfg.failover_time)
         }
@@ -236,7 +238,7 @@ async fn pass(ctx: &Ctx, obs: &mut Observations, garbage: &mut Garbage) {
     if !leader {
         return;
     }
-    match list_shards(ctx).await {
+    match list_shards(&stream.kinesis, &stream.config).await {
         Ok(shards) => {
             let listed: HashSet<String> = shards.iter().map(|s| s.shard_id().to_string()).collect();
             garbage.observe(&listed, &snapshot, now);
@@ -253,7 +255,7 @@ async fn pass(ctx: &Ctx, obs: &mut Observations, garbage: &mut Garbage) {
     }
     // Decided on a strongly consistent listing, not the pass's snapshot
     // (which may be eventually consistent).
-    let leases = match ctx.table.list().await {
+    let leases = match stream.table.list().await {
         Ok(l) => l,
         Err(e) => {
             warn!(error = %e, "lease cleanup: listing leases failed");
@@ -274,10 +276,10 @@ async fn pass(ctx: &Ctx, obs: &mut Observations, garbage: &mut Garbage) {
         .take(MAX_DELETES_PER_PASS)
         .collect();
     for (lease, reason) in doomed {
-        if ctx.shutdown.is_cancelled() {
+        if stream.shutdown.is_cancelled() {
             return;
         }
-        match ctx.table.delete(lease).await {
+        match stream.table.delete(lease).await {
             Ok(true) => {
                 info!(shard = %lease.key, ?reason, children = ?lease.children, checkpoint = ?lease.checkpoint, "lease deleted");
                 metrics::counter!(metric::LEASE_CHANGES, "kind" => reason.kind()).increment(1);
@@ -293,7 +295,7 @@ async fn pass(ctx: &Ctx, obs: &mut Observations, garbage: &mut Garbage) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checkpoint::Position;
+    use crate::kinesis::checkpoint::Position;
 
     fn lease(key: &str, cp: Checkpoint, parents: &[&str], children: &[&str]) -> Lease {
         let mut l = Lease::new(key, cp, parents.iter().map(|p| p.to_string()).collect());

@@ -1,8 +1,8 @@
-//! Enhanced fan-out (`read_mode = "fan_out"`): the stream consumer's
-//! registration ([`register`]) and a shard reader that
-//! subscribes with SubscribeToShard instead of polling GetRecords.
+//! Enhanced fan-out (`read_mode = "fan_out"`): a shard reader that
+//! subscribes with SubscribeToShard instead of polling GetRecords (the
+//! stream consumer is registered at start, `api::register_consumer`).
 //!
-//! Guarantees (besides those of the parent module, which still hold: the
+//! Guarantees (besides those of the polling reader, which still hold: the
 //! lease deadline, acks, checkpoints, parents first, SHARD_END):
 //! - no gap across renewals: a new subscription starts after the last
 //!   sequence number delivered (or at the lease checkpoint for the first
@@ -19,137 +19,27 @@
 
 use std::time::Duration;
 
-use aws_sdk_kinesis::types::{
-    ConsumerStatus, ShardIteratorType, StartingPosition, SubscribeToShardEventStream,
-};
+use aws_sdk_kinesis::types::{ShardIteratorType, StartingPosition, SubscribeToShardEventStream};
+use tidemark_schema::SharedStr;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use super::{Reader, Stop, retry_backoff};
-use crate::checkpoint::Position;
-use crate::config::{InitialPosition, KinesisConfig};
-use crate::convert::push_kinesis_records;
 use crate::error::{AwsError, ConsumerError, ErrorClass};
-use crate::lease::{Checkpoint, Lease};
+use crate::kinesis::api::{probe_end, retry_backoff};
+use crate::kinesis::checkpoint::Position;
+use crate::kinesis::config::InitialPosition;
+use crate::kinesis::convert::ShardOut;
+use crate::kinesis::deliver::deliver;
+use crate::kinesis::drain::finish_shard;
+use crate::kinesis::lease::item::{Checkpoint, Lease};
+use crate::kinesis::run::with;
+use crate::kinesis::shard::{ShardReader, Stop};
+use crate::kinesis::status::ShardState;
 use crate::metrics::kinesis as metric;
-use crate::status::ShardState;
-use tidemark_schema::SharedStr;
 
 /// Consecutive failed subscriptions of one shard before its lease is
 /// released (with the 100 ms..10 s back-off, about a minute and a half).
-pub const SUBSCRIBE_BUDGET: u32 = 15;
-
-/// How long registration waits for the consumer to become ACTIVE (AWS
-/// takes a few seconds; a consumer being deleted first has to go).
-const REGISTER_DEADLINE: Duration = Duration::from_secs(120);
-
-/// The stream's ARN: the configured one, or DescribeStreamSummary's.
-pub async fn stream_arn(
-    kinesis: &aws_sdk_kinesis::Client,
-    config: &KinesisConfig,
-) -> Result<String, ConsumerError> {
-    if config.stream_is_arn() {
-        return Ok(config.stream.clone());
-    }
-    let out = kinesis
-        .describe_stream_summary()
-        .stream_name(&config.stream)
-        .send()
-        .await
-        .map_err(|e| AwsError::new("DescribeStreamSummary", &e))?;
-    Ok(out
-        .stream_description_summary()
-        .map(|s| s.stream_arn().to_string())
-        .unwrap_or_default())
-}
-
-fn timed_out(op: &'static str, what: String) -> ConsumerError {
-    AwsError {
-        op,
-        class: ErrorClass::Retry,
-        message: what,
-    }
-    .into()
-}
-
-/// Registers the configured stream consumer, or reuses it when it exists,
-/// and waits until it is ACTIVE; returns its ARN. Several workers starting
-/// together race safely: a registration refused because another one is
-/// under way (ResourceInUseException) waits for that one.
-pub async fn register(
-    kinesis: &aws_sdk_kinesis::Client,
-    config: &KinesisConfig,
-) -> Result<String, ConsumerError> {
-    let stream = stream_arn(kinesis, config).await?;
-    let name = config.consumer_name();
-    let deadline = Instant::now() + REGISTER_DEADLINE;
-    let mut registered = false;
-    loop {
-        let described = kinesis
-            .describe_stream_consumer()
-            .stream_arn(&stream)
-            .consumer_name(name)
-            .send()
-            .await;
-        match described {
-            Ok(out) => {
-                if let Some(c) = out.consumer_description() {
-                    match c.consumer_status() {
-                        ConsumerStatus::Active => {
-                            info!(consumer = %c.consumer_arn(), reused = !registered, "stream consumer active");
-                            return Ok(c.consumer_arn().to_string());
-                        }
-                        status => {
-                            debug!(consumer = %name, ?status, "waiting for the stream consumer")
-                        }
-                    }
-                }
-            }
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_resource_not_found_exception()) =>
-            {
-                match kinesis
-                    .register_stream_consumer()
-                    .stream_arn(&stream)
-                    .consumer_name(name)
-                    .send()
-                    .await
-                {
-                    Ok(_) => {
-                        info!(consumer = %name, stream = %stream, "stream consumer registered");
-                        registered = true;
-                    }
-                    // Another worker registers it, or the old one is still
-                    // being deleted: wait for that to finish.
-                    Err(e)
-                        if e.as_service_error()
-                            .is_some_and(|s| s.is_resource_in_use_exception()) => {}
-                    Err(e) => {
-                        let err = AwsError::new("RegisterStreamConsumer", &e);
-                        if !err.class.is_retryable() {
-                            return Err(err.into());
-                        }
-                        warn!(error = %err, "registering the stream consumer failed; retrying");
-                    }
-                }
-            }
-            Err(e) => {
-                let err = AwsError::new("DescribeStreamConsumer", &e);
-                if !err.class.is_retryable() {
-                    return Err(err.into());
-                }
-            }
-        }
-        if Instant::now() >= deadline {
-            return Err(timed_out(
-                "RegisterStreamConsumer",
-                format!("stream consumer {name} not ACTIVE after {REGISTER_DEADLINE:?}"),
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
+const SUBSCRIBE_BUDGET: u32 = 15;
 
 /// Where a subscription starts: after the last delivered sequence number,
 /// else at the lease checkpoint (AT, not AFTER: the checkpoint may sit
@@ -209,286 +99,232 @@ enum Ended {
     Stop(Stop),
 }
 
-impl Reader {
-    /// The fan-out counterpart of [`Reader::read`]'s GetRecords loop, called
-    /// once the parents are done.
-    pub(super) async fn read_fan_out(
-        &mut self,
-        lease: &Lease,
-        consumer_arn: &str,
-    ) -> Result<Stop, ConsumerError> {
-        let shard_label = super::streams::shard_labels(&self.ctx.table, &self.shard);
-        // The last record delivered: renewals start after it.
-        let mut after: Option<SharedStr> = None;
-        let mut failures = 0u32;
-        let mut retry = retry_backoff();
-        let mut subscriptions = 0u64;
-        let mut last_probe = Instant::now();
-        loop {
-            if let Some(stop) = self.stopped() {
-                return Ok(stop);
+/// The fan-out counterpart of the polling loop, called once the parents
+/// are done: subscriptions one after the other, each renewed before
+/// Kinesis ends it.
+pub(crate) async fn read(
+    reader: &mut ShardReader,
+    lease: &Lease,
+    consumer_arn: &str,
+) -> Result<Stop, ConsumerError> {
+    let shard_label = reader.stream.shard_labels(&reader.shard);
+    let out = reader.shard_out();
+    // The last record delivered: renewals start after it.
+    let mut after: Option<SharedStr> = None;
+    let mut failures = 0u32;
+    let mut retry = retry_backoff();
+    let mut subscriptions = 0u64;
+    let mut last_probe = Instant::now();
+    loop {
+        if let Some(stop) = reader.stopped() {
+            return Ok(stop);
+        }
+        if let Err(stop) = reader.wait_live().await {
+            return Ok(stop);
+        }
+        let pos = starting_position(
+            &lease.checkpoint,
+            after.as_ref(),
+            &reader.stream.config.initial_position,
+        )?;
+        let place = Place {
+            lease,
+            consumer_arn,
+            out: &out,
+        };
+        let ended = subscription(reader, place, pos, &mut after, &mut last_probe).await?;
+        subscriptions += 1;
+        match ended {
+            Ended::Renew => {
+                failures = 0;
+                retry = retry_backoff();
+                metrics::counter!(metric::SUBSCRIPTION_RENEWALS, shard_label.clone()).increment(1);
+                debug!(shard = %reader.shard, subscriptions, "subscription renewed");
             }
-            if let Err(stop) = self.wait_live().await {
-                return Ok(stop);
+            Ended::Failed(err) => {
+                let in_use = is_in_use(&err);
+                let reason = if in_use {
+                    "in_use"
+                } else {
+                    match err.class {
+                        ErrorClass::Throttled => "throttled",
+                        _ => "error",
+                    }
+                };
+                metrics::counter!(
+                    metric::SUBSCRIPTION_FAILURES,
+                    with(shard_label.clone(), "reason", reason)
+                )
+                .increment(1);
+                if err.class == ErrorClass::Fatal && !in_use {
+                    return Err(err.into());
+                }
+                failures += 1;
+                if failures >= SUBSCRIBE_BUDGET {
+                    warn!(shard = %reader.shard, error = %err, failures, "subscriptions keep failing; releasing the lease");
+                    return Err(err.into());
+                }
+                let d = retry.next().unwrap_or(Duration::from_secs(10));
+                // In use: the previous owner's subscription has not
+                // ended yet (it ends when that reader stops).
+                info!(shard = %reader.shard, error = %err, delay = ?d, reason, "subscription failed; subscribing again");
+                if let Err(stop) = reader.guard(tokio::time::sleep(d)).await {
+                    return Ok(stop);
+                }
             }
-            let pos = starting_position(
-                &lease.checkpoint,
-                after.as_ref(),
-                &self.ctx.config.initial_position,
-            )?;
-            let ended = self
-                .subscription(lease, consumer_arn, pos, &mut after, &mut last_probe)
-                .await?;
-            subscriptions += 1;
-            match ended {
-                Ended::Renew => {
-                    failures = 0;
-                    retry = retry_backoff();
-                    metrics::counter!(metric::SUBSCRIPTION_RENEWALS, shard_label.clone())
-                        .increment(1);
-                    debug!(shard = %self.shard, subscriptions, "subscription renewed");
-                }
-                Ended::Failed(err) => {
-                    let in_use = is_in_use(&err);
-                    let reason = if in_use {
-                        "in_use"
-                    } else {
-                        match err.class {
-                            ErrorClass::Throttled => "throttled",
-                            _ => "error",
-                        }
-                    };
-                    metrics::counter!(
-                        metric::SUBSCRIPTION_FAILURES,
-                        super::streams::with(shard_label.clone(), "reason", reason)
-                    )
-                    .increment(1);
-                    if err.class == ErrorClass::Fatal && !in_use {
-                        return Err(err.into());
-                    }
-                    failures += 1;
-                    if failures >= SUBSCRIBE_BUDGET {
-                        warn!(shard = %self.shard, error = %err, failures, "subscriptions keep failing; releasing the lease");
-                        return Err(err.into());
-                    }
-                    let d = retry.next().unwrap_or(Duration::from_secs(10));
-                    // In use: the previous owner's subscription has not
-                    // ended yet (it ends when that reader stops).
-                    info!(shard = %self.shard, error = %err, delay = ?d, reason, "subscription failed; subscribing again");
-                    if let Err(stop) = self.guard(tokio::time::sleep(d)).await {
-                        return Ok(stop);
-                    }
-                }
-                Ended::ShardEnd(children) => return self.finish_shard(children).await,
-                Ended::Stop(stop) => return Ok(stop),
+            Ended::ShardEnd(children) => return finish_shard(reader, children).await,
+            Ended::Stop(stop) => return Ok(stop),
+        }
+    }
+}
+
+/// What a subscription reads, and for whom.
+#[derive(Clone, Copy)]
+struct Place<'a> {
+    lease: &'a Lease,
+    consumer_arn: &'a str,
+    out: &'a ShardOut,
+}
+
+/// One subscription, read until renewal time, its end, a failure, the
+/// shard's end, or a stop.
+async fn subscription(
+    reader: &mut ShardReader,
+    place: Place<'_>,
+    pos: StartingPosition,
+    after: &mut Option<SharedStr>,
+    last_probe: &mut Instant,
+) -> Result<Ended, ConsumerError> {
+    let cfg = reader.stream.config.clone();
+    let renew_at = Instant::now() + cfg.subscription_renewal;
+    let send = reader
+        .stream
+        .kinesis
+        .subscribe_to_shard()
+        .consumer_arn(place.consumer_arn)
+        .shard_id(&reader.shard)
+        .starting_position(pos)
+        .send();
+    let mut answer = match reader.guard(send).await {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(e)) => return Ok(Ended::Failed(AwsError::new("SubscribeToShard", &e))),
+        Err(stop) => return Ok(Ended::Stop(stop)),
+    };
+    reader
+        .stream
+        .status
+        .update(&reader.shard, |s| s.state = ShardState::Reading);
+    loop {
+        if let Some(stop) = reader.stopped() {
+            return Ok(Ended::Stop(stop));
+        }
+        // Back-pressure: take the next event only with room for it.
+        let max = cfg.max_unacked_per_shard;
+        if let Err(stop) = reader
+            .guard(reader.tracker.wait_for(|w| w.in_flight() < max))
+            .await
+        {
+            return Ok(Ended::Stop(stop));
+        }
+        if let Some(g) = &reader.stream.governors
+            && let Err(stop) = reader.guard(g.dynamodb.wait_closed()).await
+        {
+            return Ok(Ended::Stop(stop));
+        }
+        let next = tokio::select! {
+            biased;
+            _ = reader.lease.lost.cancelled() => return Ok(Ended::Stop(Stop::Lost)),
+            _ = reader.stream.shutdown.cancelled() => return Ok(Ended::Stop(Stop::Shutdown)),
+            _ = tokio::time::sleep_until(renew_at) => return Ok(Ended::Renew),
+            r = answer.event_stream.recv() => r,
+        };
+        let event = match next {
+            Ok(Some(SubscribeToShardEventStream::SubscribeToShardEvent(e))) => e,
+            Ok(Some(other)) => {
+                debug!(shard = %reader.shard, ?other, "unknown subscription event ignored");
+                continue;
+            }
+            // The server ended it (its 5 minutes are over).
+            Ok(None) => return Ok(Ended::Renew),
+            Err(e) => return Ok(Ended::Failed(stream_error(&e))),
+        };
+        let skip = match (after.as_ref(), &place.lease.checkpoint) {
+            // Everything of a delivered sequence number was delivered
+            // (aggregates are delivered whole).
+            (Some(seq), _) => Some(Position::new(seq.clone(), u64::MAX)),
+            (None, Checkpoint::At(p)) => Some(p.clone()),
+            _ => None,
+        };
+        let behind = Some(event.millis_behind_latest());
+        let delivered =
+            match deliver(reader, place.out, event.records(), skip.as_ref(), behind).await? {
+                Ok(d) => d,
+                Err(stop) => return Ok(Ended::Stop(stop)),
+            };
+        if delivered.last.is_some() {
+            *after = delivered.last;
+        }
+        // A null continuation number marks the shard's end; the event
+        // carries the children.
+        let continuation = event.continuation_sequence_number();
+        if continuation.is_empty() {
+            let children = event
+                .child_shards()
+                .iter()
+                .map(|c| c.shard_id().to_string())
+                .collect();
+            return Ok(Ended::ShardEnd(children));
+        }
+        // Caught up on a quiet shard: check now and then whether it is
+        // closed (kinesis-local never marks a shard's end in the event
+        // stream). At most once per `shard_sync_interval` while a shard is
+        // idle: nothing on a busy shard, two calls a minute on a quiet one.
+        if event.records().is_empty() && last_probe.elapsed() >= cfg.shard_sync_interval {
+            *last_probe = Instant::now();
+            match probe_end(&reader.stream.kinesis, &cfg, &reader.shard, continuation).await {
+                Ok(Some(children)) => return Ok(Ended::ShardEnd(children)),
+                Ok(None) => {}
+                Err(e) => debug!(shard = %reader.shard, error = %e, "shard-end probe failed"),
             }
         }
     }
+}
 
-    /// One subscription, read until renewal time, its end, a failure, the
-    /// shard's end, or a stop.
-    async fn subscription(
-        &mut self,
-        lease: &Lease,
-        consumer_arn: &str,
-        pos: StartingPosition,
-        after: &mut Option<SharedStr>,
-        last_probe: &mut Instant,
-    ) -> Result<Ended, ConsumerError> {
-        let cfg = self.ctx.config.clone();
-        let stream = SharedStr::from(cfg.stream_name());
-        let shard_id = SharedStr::from(self.shard.as_str());
-        let shard_label = super::streams::shard_labels(&self.ctx.table, &self.shard);
-        let renew_at = Instant::now() + cfg.subscription_renewal;
-        let send = self
-            .ctx
-            .kinesis
-            .subscribe_to_shard()
-            .consumer_arn(consumer_arn)
-            .shard_id(&self.shard)
-            .starting_position(pos)
-            .send();
-        let mut out = match self.guard(send).await {
-            Ok(Ok(out)) => out,
-            Ok(Err(e)) => return Ok(Ended::Failed(AwsError::new("SubscribeToShard", &e))),
-            Err(stop) => return Ok(Ended::Stop(stop)),
-        };
-        self.ctx
-            .status
-            .update(&self.shard, |s| s.state = ShardState::Reading);
-        loop {
-            if let Some(stop) = self.stopped() {
-                return Ok(Ended::Stop(stop));
-            }
-            self.maybe_checkpoint(false).await;
-            // Back-pressure: take the next event only with room for it.
-            let max = cfg.max_unacked_per_shard;
-            if let Err(stop) = self
-                .guard(self.tracker.wait_for(|w| w.in_flight() < max))
-                .await
-            {
-                return Ok(Ended::Stop(stop));
-            }
-            if let Some(g) = &self.ctx.govs
-                && let Err(stop) = self.guard(g.dynamodb.wait_closed()).await
-            {
-                return Ok(Ended::Stop(stop));
-            }
-            // Wake for periodic checkpoints while the shard is idle.
-            let tick = Instant::now() + cfg.checkpoint_interval;
-            let next = tokio::select! {
-                biased;
-                _ = self.lease.lost.cancelled() => return Ok(Ended::Stop(Stop::Lost)),
-                _ = self.ctx.shutdown.cancelled() => return Ok(Ended::Stop(Stop::Shutdown)),
-                _ = tokio::time::sleep_until(renew_at) => return Ok(Ended::Renew),
-                _ = tokio::time::sleep_until(tick) => continue,
-                r = out.event_stream.recv() => r,
-            };
-            let event = match next {
-                Ok(Some(SubscribeToShardEventStream::SubscribeToShardEvent(e))) => e,
-                Ok(Some(other)) => {
-                    debug!(shard = %self.shard, ?other, "unknown subscription event ignored");
-                    continue;
-                }
-                // The server ended it (its 5 minutes are over).
-                Ok(None) => return Ok(Ended::Renew),
-                Err(e) => {
-                    let (class, message) = match &e {
-                        aws_sdk_kinesis::error::SdkError::ServiceError(s) => {
-                            use aws_sdk_kinesis::error::ProvideErrorMetadata;
-                            let code = s.err().code();
-                            (
-                                tidemark_aws_errors::classify_code(code, None),
-                                format!(
-                                    "{}: {}",
-                                    code.unwrap_or("unknown"),
-                                    s.err().message().unwrap_or("")
-                                ),
-                            )
-                        }
-                        other => (
-                            ErrorClass::Retry,
-                            format!(
-                                "{}",
-                                aws_smithy_types::error::display::DisplayErrorContext(other)
-                            ),
-                        ),
-                    };
-                    return Ok(Ended::Failed(AwsError {
-                        op: "SubscribeToShard",
-                        class,
-                        message,
-                    }));
-                }
-            };
-            let skip = match (after.as_ref(), &lease.checkpoint) {
-                // Everything of a delivered sequence number was delivered
-                // (aggregates are delivered whole).
-                (Some(seq), _) => Some(Position::new(seq.clone(), u64::MAX)),
-                (None, Checkpoint::At(p)) => Some(p.clone()),
-                _ => None,
-            };
-            let mut batch = Vec::with_capacity(event.records().len());
-            let pushed = push_kinesis_records(
-                event.records(),
-                &stream,
-                &shard_id,
-                skip.as_ref(),
-                &self.tracker,
-                &mut batch,
-            )?;
-            let corrupt = pushed.corrupt;
-            if pushed.last.is_some() {
-                *after = pushed.last;
-            }
-            if corrupt > 0 {
-                metrics::counter!(metric::CORRUPT_AGGREGATES, shard_label.clone())
-                    .increment(corrupt as u64);
-            }
-            let behind = event.millis_behind_latest();
-            metrics::gauge!(metric::MILLIS_BEHIND, shard_label.clone()).set(behind as f64);
-            let n = batch.len() as u64;
-            metrics::counter!(metric::RECORDS_READ, shard_label.clone()).increment(n);
-            let in_flight = self.tracker.in_flight();
-            self.ctx.status.update(&self.shard, |s| {
-                s.millis_behind_latest = Some(behind);
-                s.records_read += n;
-                s.in_flight = in_flight;
-            });
-            if !batch.is_empty()
-                && let Err(stop) = self.submit(batch).await
-            {
-                return Ok(Ended::Stop(stop));
-            }
-            // A null continuation number marks the shard's end; the event
-            // carries the children.
-            let continuation = event.continuation_sequence_number();
-            if continuation.is_empty() {
-                let children = event
-                    .child_shards()
-                    .iter()
-                    .map(|c| c.shard_id().to_string())
-                    .collect();
-                return Ok(Ended::ShardEnd(children));
-            }
-            // Caught up on a quiet shard: check now and then whether it is
-            // closed (see `probe_end`).
-            if event.records().is_empty() && last_probe.elapsed() >= cfg.shard_sync_interval {
-                *last_probe = Instant::now();
-                match self.probe_end(continuation).await {
-                    Ok(Some(children)) => return Ok(Ended::ShardEnd(children)),
-                    Ok(None) => {}
-                    Err(e) => debug!(shard = %self.shard, error = %e, "shard-end probe failed"),
-                }
-            }
+/// A failed subscription's event stream error, classified.
+fn stream_error<R>(
+    e: &aws_sdk_kinesis::error::SdkError<
+        aws_sdk_kinesis::types::error::SubscribeToShardEventStreamError,
+        R,
+    >,
+) -> AwsError
+where
+    R: std::fmt::Debug,
+{
+    let (class, message) = match e {
+        aws_sdk_kinesis::error::SdkError::ServiceError(s) => {
+            use aws_sdk_kinesis::error::ProvideErrorMetadata;
+            let code = s.err().code();
+            (
+                tidemark_aws_errors::classify_code(code, None),
+                format!(
+                    "{}: {}",
+                    code.unwrap_or("unknown"),
+                    s.err().message().unwrap_or("")
+                ),
+            )
         }
-    }
-
-    /// Whether the shard is closed with nothing after `continuation`: one
-    /// GetRecords after it. Kinesis marks a shard's end in the event stream
-    /// (no continuation number, the children), but kinesis-local 0.6.2 never
-    /// does: its subscription of a closed shard goes on with empty events.
-    /// Checked at most once per `shard_sync_interval` while a shard is idle,
-    /// so it costs nothing on a busy shard and two calls a minute on a quiet
-    /// one.
-    async fn probe_end(&self, continuation: &str) -> Result<Option<Vec<String>>, AwsError> {
-        let mut req = self
-            .ctx
-            .kinesis
-            .get_shard_iterator()
-            .shard_id(&self.shard)
-            .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
-            .starting_sequence_number(continuation);
-        req = if self.ctx.config.stream_is_arn() {
-            req.stream_arn(&self.ctx.config.stream)
-        } else {
-            req.stream_name(&self.ctx.config.stream)
-        };
-        let it = req
-            .send()
-            .await
-            .map_err(|e| AwsError::new("GetShardIterator", &e))?;
-        let Some(it) = it.shard_iterator() else {
-            return Ok(None);
-        };
-        let out = self
-            .ctx
-            .kinesis
-            .get_records()
-            .shard_iterator(it)
-            .limit(1)
-            .send()
-            .await
-            .map_err(|e| AwsError::new("GetRecords", &e))?;
-        if out.records().is_empty() && out.next_shard_iterator().is_none() {
-            return Ok(Some(
-                out.child_shards()
-                    .iter()
-                    .map(|c| c.shard_id().to_string())
-                    .collect(),
-            ));
-        }
-        Ok(None)
+        other => (
+            ErrorClass::Retry,
+            format!(
+                "{}",
+                aws_smithy_types::error::display::DisplayErrorContext(other)
+            ),
+        ),
+    };
+    AwsError {
+        op: "SubscribeToShard",
+        class,
+        message,
     }
 }
 
@@ -603,8 +439,8 @@ mod tests {
                 ))
                 .build(),
         );
-        let mut config = KinesisConfig::new("s", "t", "me");
-        config.read_mode = crate::config::ReadMode::FanOut;
+        let mut config = crate::kinesis::config::KinesisConfig::new("s", "t", "me");
+        config.read_mode = crate::kinesis::config::ReadMode::FanOut;
         // Any renewal in this test is the server's.
         config.subscription_renewal = Duration::from_secs(120);
         let update =
@@ -613,16 +449,16 @@ mod tests {
             });
         let (sink, mut rx) = tokio::sync::mpsc::channel(8);
         let (mut reader, _lease) =
-            crate::kinesis::tests::test_reader(&update, kinesis, config, sink);
-        let shutdown = reader.ctx.shutdown.clone();
+            crate::kinesis::shard::test_reader(&update, kinesis, config, sink);
+        let shutdown = reader.stream.shutdown.clone();
         let lease = Lease::new("s", Checkpoint::TrimHorizon, vec![]);
         let task = tokio::spawn(async move {
-            reader
-                .read_fan_out(
-                    &lease,
-                    "arn:aws:kinesis:us-east-1:000000000000:stream/s/consumer/c:1",
-                )
-                .await
+            read(
+                &mut reader,
+                &lease,
+                "arn:aws:kinesis:us-east-1:000000000000:stream/s/consumer/c:1",
+            )
+            .await
         });
         let mut seqs = Vec::new();
         while seqs.len() < RECORDS as usize {

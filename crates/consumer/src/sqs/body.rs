@@ -1,24 +1,27 @@
-//! Message body to events, by the source's `record_format`:
-//! - `json` (default): one event, a JSON array of events, or an SNS
-//!   notification envelope around either;
-//! - `ndjson`: one event per non-blank line; a body that is one JSON object
-//!   (a pretty-printed event, an SNS envelope) is that one object;
-//! - `json_array`: a JSON array of events, bare or in an SNS envelope.
+//! Message body to events: what SQS adds around a record is taken off
+//! here, and the rest is split by the source's `record_format` with
+//! `tidemark_schema::framing::frame`, as every source's records are (the
+//! default, `json_or_array`: one event or a JSON array of events).
 //!
-//! In every format, a body (or an SNS `Message`) that is base64-encoded
-//! gzip is decompressed first: SQS bodies are text, so binary gzip cannot
-//! travel in them, and base64 text of a gzip stream always starts with
-//! `H4sI`, which no JSON text does. Pure; events keep the producer's exact
-//! bytes (elements and lines are sliced, never re-serialized, so numbers
-//! keep their digits), and the same body always gives the same events in
-//! the same order, so ids derived from their positions are stable.
+//! Around the record:
+//! - an SNS notification envelope (a subscription without raw message
+//!   delivery): its `Message` is the record (envelopes do not nest);
+//! - base64-encoded gzip, in a body or an SNS `Message`: decompressed first.
+//!   SQS bodies are text, so binary gzip cannot travel in them, and base64
+//!   text of a gzip stream always starts with `H4sI`, which no JSON text
+//!   does.
+//!
+//! Pure; events keep the producer's exact bytes (elements and lines are
+//! sliced, never re-serialized, so numbers keep their digits), and the same
+//! body always gives the same events in the same order, so ids derived from
+//! their positions are stable.
 
 use base64::Engine;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use tidemark_schema::framing;
+use tidemark_schema::framing::{self, Shape};
 
 pub use tidemark_schema::framing::RecordFormat;
 
@@ -47,8 +50,16 @@ pub enum Format {
 }
 
 impl Format {
+    fn of(shape: Shape) -> Self {
+        match shape {
+            Shape::Single => Format::Single,
+            Shape::Array => Format::Array,
+            Shape::Lines => Format::Lines,
+        }
+    }
+
     /// The metric label.
-    pub const fn as_str(self) -> &'static str {
+    pub(crate) const fn as_str(self) -> &'static str {
         match self {
             Format::Single => "single",
             Format::Array => "array",
@@ -126,48 +137,51 @@ pub struct Undecodable {
 /// reason it is none of the accepted shapes.
 pub fn decode(body: String, format: RecordFormat) -> Result<Decoded, Undecodable> {
     let raw = Bytes::from(body);
-    frame(&raw, format, true).map_err(|reason| Undecodable {
+    unwrap_and_frame(&raw, format).map_err(|reason| Undecodable {
         // The body came in as a String: its bytes are UTF-8.
         body: String::from_utf8(Vec::from(raw)).unwrap_or_default(),
         reason,
     })
 }
 
-/// The events of `data` (a body, or an SNS `Message` when `envelope_ok` is
-/// false: envelopes do not nest).
-fn frame(data: &Bytes, format: RecordFormat, envelope_ok: bool) -> Result<Decoded, String> {
-    let (data, compressed) = inflate(data)?;
-    let decoded = |format, events| Decoded {
-        format,
-        events,
-        compressed,
-    };
-    match first_byte(&data) {
-        Some(b'{') => match serde_json::from_slice::<Probe<'_>>(&data) {
-            Ok(probe) => {
-                if envelope_ok && let Some(message) = sns_message(&probe)? {
-                    let inner = frame(&Bytes::from(message), format, false)
-                        .map_err(|e| format!("SNS Message: {e}"))?;
-                    return Ok(Decoded {
-                        format: Format::Sns,
-                        events: inner.events,
-                        compressed: compressed || inner.compressed,
-                    });
-                }
-                if format == RecordFormat::JsonArray {
-                    return Err(not_an_array("a JSON object"));
-                }
-                Ok(decoded(Format::Single, vec![data]))
-            }
-            // Several lines are not one JSON value: split them.
-            Err(_) if format == RecordFormat::Ndjson => Ok(decoded(Format::Lines, lines(&data)?)),
-            Err(e) => Err(format!("body is not valid JSON: {e}")),
-        },
-        _ if format == RecordFormat::Ndjson => Ok(decoded(Format::Lines, lines(&data)?)),
-        Some(b'[') => split_array(&data).map(|events| decoded(Format::Array, events)),
-        _ if format == RecordFormat::JsonArray => Err(not_an_array(&not_an_event(&data))),
-        _ => Err(not_an_event(&data)),
+/// Takes off the base64 gzip and the SNS envelope around a body, then
+/// frames what is inside.
+fn unwrap_and_frame(body: &Bytes, format: RecordFormat) -> Result<Decoded, String> {
+    let (data, compressed) = inflate(body)?;
+    // A body that parses as one object is probed for an envelope, and then
+    // known to be one object: the framing does not parse it again.
+    let mut one_object = false;
+    if first_byte(&data) == Some(b'{')
+        && let Ok(probe) = serde_json::from_slice::<Probe<'_>>(&data)
+    {
+        if let Some(message) = sns_message(&probe)? {
+            let inner = frame_message(&Bytes::from(message), format)
+                .map_err(|e| format!("SNS Message: {e}"))?;
+            return Ok(Decoded {
+                format: Format::Sns,
+                events: inner.events,
+                compressed: compressed || inner.compressed,
+            });
+        }
+        one_object = true;
     }
+    let framed = framing::frame(format, &data, one_object).map_err(|e| e.to_string())?;
+    Ok(Decoded {
+        format: Format::of(framed.shape),
+        events: framed.events,
+        compressed,
+    })
+}
+
+/// An SNS `Message`'s events (envelopes do not nest).
+fn frame_message(message: &Bytes, format: RecordFormat) -> Result<Decoded, String> {
+    let (data, compressed) = inflate(message)?;
+    let framed = framing::frame(format, &data, false).map_err(|e| e.to_string())?;
+    Ok(Decoded {
+        format: Format::of(framed.shape),
+        events: framed.events,
+        compressed,
+    })
 }
 
 /// `data` decompressed when it is base64-encoded gzip, and whether it was.
@@ -190,41 +204,8 @@ fn inflate(data: &Bytes) -> Result<(Bytes, bool), String> {
     Ok((out, true))
 }
 
-fn not_an_array(what: &str) -> String {
-    format!("body is not a JSON array of events (record_format = \"json_array\"): {what}")
-}
-
-/// NDJSON lines, as the Kinesis source splits them.
-fn lines(data: &Bytes) -> Result<Vec<Bytes>, String> {
-    framing::split(RecordFormat::Ndjson, data).map_err(|e| e.to_string())
-}
-
 fn first_byte(data: &[u8]) -> Option<u8> {
     data.iter().copied().find(|b| !b.is_ascii_whitespace())
-}
-
-fn not_an_event(data: &[u8]) -> String {
-    match serde_json::from_slice::<&RawValue>(data) {
-        Ok(_) => "body is JSON but not an object, an array or an SNS envelope".to_string(),
-        Err(e) => format!("body is not valid JSON: {e}"),
-    }
-}
-
-/// The elements of a JSON array, each a slice of `data` (no copy).
-fn split_array(data: &Bytes) -> Result<Vec<Bytes>, String> {
-    let text = std::str::from_utf8(data).map_err(|e| format!("body is not valid JSON: {e}"))?;
-    let items: Vec<&RawValue> =
-        serde_json::from_str(text).map_err(|e| format!("body is not valid JSON: {e}"))?;
-    let base = text.as_ptr() as usize;
-    Ok(items
-        .iter()
-        .map(|v| {
-            // Each element's text lies inside `text`: its offset is the
-            // distance between the two pointers.
-            let start = v.get().as_ptr() as usize - base;
-            data.slice(start..start + v.get().len())
-        })
-        .collect())
 }
 
 /// The inner message when `probe` is an SNS notification envelope.
@@ -245,10 +226,11 @@ mod tests {
     use super::*;
     use std::io::Write;
 
-    /// The default format (`json`), which the tests before
+    /// The default format (`json_or_array`, what `json` meant before one
+    /// name meant one thing on every source), which the tests before
     /// `record_format` were written for.
     fn decode(body: String) -> Result<Decoded, Undecodable> {
-        super::decode(body, RecordFormat::Json)
+        super::decode(body, RecordFormat::JsonOrArray)
     }
 
     fn gzip64(text: &str) -> String {

@@ -5,32 +5,38 @@
 use std::time::Duration;
 
 use serde::Deserialize;
+use tidemark_schema::framing::RecordFormat;
+
+use crate::error::SourceConfigError;
 
 /// ReceiveMessage returns at most this many messages per call (SQS limit).
-pub const MAX_RECEIVE_BATCH: usize = 10;
+pub(super) const MAX_RECEIVE_BATCH: usize = 10;
 /// Longest long-poll wait SQS allows.
-pub const MAX_WAIT_TIME: Duration = Duration::from_secs(20);
+pub(super) const MAX_WAIT_TIME: Duration = Duration::from_secs(20);
 /// Longest visibility timeout SQS allows (12 h).
-pub const MAX_VISIBILITY_TIMEOUT: Duration = Duration::from_secs(12 * 3600);
+pub(super) const MAX_VISIBILITY_TIMEOUT: Duration = Duration::from_secs(12 * 3600);
 /// Most in-flight messages a standard queue allows per consumer fleet.
-pub const MAX_IN_FLIGHT_STANDARD: usize = 120_000;
+pub(super) const MAX_IN_FLIGHT_STANDARD: usize = 120_000;
 
-/// Configuration of [`SqsSource`](super::SqsSource).
+/// Configuration of [`SqsSource`](crate::sqs::SqsSource).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SqsConfig {
     /// Queue URL, e.g. `https://sqs.eu-west-1.amazonaws.com/123456789012/events`.
     /// A URL ending in `.fifo` is read as a FIFO queue (per-group order).
     pub queue_url: String,
-    /// How events are laid out in one message body: `json` (one event, or
-    /// a JSON array of events), `ndjson` (one event per line) or
-    /// `json_array` (a JSON array of events; anything else is refused). A
-    /// body, or an SNS envelope's `Message`, that is base64-encoded gzip
-    /// (it starts with `H4sI`) is decompressed first, whatever the format.
-    /// Each inner event is routed, stored or dead-lettered on its own; the
-    /// message is deleted once all of them are. Default `json`.
-    #[serde(default)]
-    pub record_format: tidemark_schema::framing::RecordFormat,
+    /// How events are laid out in one message body: `json_or_array` (one
+    /// event, or a JSON array of events), `ndjson` (one event per line) or
+    /// `json_array` (a JSON array of events; anything else is refused); the
+    /// same names mean the same on every source (docs/event-mapping.md).
+    /// `json` is refused here: it used to mean `json_or_array` on an SQS
+    /// source. A body, or an SNS envelope's `Message`, that is
+    /// base64-encoded gzip (it starts with `H4sI`) is decompressed first,
+    /// whatever the format. Each inner event is routed, stored or
+    /// dead-lettered on its own; the message is deleted once all of them
+    /// are. Default `json_or_array`.
+    #[serde(default = "default_record_format")]
+    pub record_format: RecordFormat,
     /// Most concurrent long-poll receivers. Their number adapts between 1 and
     /// this to how full the batches come back.
     #[serde(default = "default_max_receivers")]
@@ -77,52 +83,47 @@ pub struct SqsConfig {
     pub shutdown_grace: Duration,
 }
 
+/// One event or a JSON array of events: what SQS bodies held before
+/// `record_format` existed.
+pub(super) const fn default_record_format() -> RecordFormat {
+    RecordFormat::JsonOrArray
+}
 /// Enough to drain a busy queue at 10 messages per call; more rarely helps
 /// against a writer bound by DynamoDB.
-pub const fn default_max_receivers() -> usize {
+pub(super) const fn default_max_receivers() -> usize {
     8
 }
 /// SQS's longest long poll: fewest empty receives.
-pub const fn default_wait_time() -> Duration {
+pub(super) const fn default_wait_time() -> Duration {
     MAX_WAIT_TIME
 }
 /// SQS's default queue visibility timeout.
-pub const fn default_visibility_timeout() -> Duration {
+pub(super) const fn default_visibility_timeout() -> Duration {
     Duration::from_secs(30)
 }
 /// A third of the default visibility: two heartbeat ticks of slack.
-pub const fn default_heartbeat_margin() -> Duration {
+pub(super) const fn default_heartbeat_margin() -> Duration {
     Duration::from_secs(10)
 }
 /// 100 receive batches: ample work for the writer, bounded memory.
-pub const fn default_max_in_flight_messages() -> usize {
+pub(super) const fn default_max_in_flight_messages() -> usize {
     1_000
 }
 /// A write slower than this is not slow but lost.
-pub const fn default_max_processing_time() -> Duration {
+pub(super) const fn default_max_processing_time() -> Duration {
     Duration::from_secs(3600)
 }
 /// First retry of a given-up message.
-pub const fn default_retry_backoff_min() -> Duration {
+pub(super) const fn default_retry_backoff_min() -> Duration {
     Duration::from_secs(10)
 }
 /// Lambda's SQS event source caps its back-off at 15 minutes too.
-pub const fn default_retry_backoff_max() -> Duration {
+pub(super) const fn default_retry_backoff_max() -> Duration {
     Duration::from_secs(15 * 60)
 }
 /// Fits in ECS's default 30 s stop timeout with room for the final deletes.
-pub const fn default_shutdown_grace() -> Duration {
+pub(super) const fn default_shutdown_grace() -> Duration {
     Duration::from_secs(20)
-}
-
-/// A configuration that cannot work, naming the key and the fix.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("sqs.{key}: {problem}")]
-pub struct SqsConfigError {
-    /// The offending key.
-    pub key: &'static str,
-    /// What is wrong and how to fix it.
-    pub problem: String,
 }
 
 impl SqsConfig {
@@ -130,7 +131,7 @@ impl SqsConfig {
     pub fn new(queue_url: impl Into<String>) -> Self {
         Self {
             queue_url: queue_url.into(),
-            record_format: tidemark_schema::framing::RecordFormat::Json,
+            record_format: default_record_format(),
             max_receivers: default_max_receivers(),
             wait_time: default_wait_time(),
             visibility_timeout: default_visibility_timeout(),
@@ -144,12 +145,12 @@ impl SqsConfig {
     }
 
     /// True for a FIFO queue (its URL ends in `.fifo`).
-    pub fn is_fifo(&self) -> bool {
+    pub(crate) fn is_fifo(&self) -> bool {
         self.queue_url.ends_with(".fifo")
     }
 
     /// The queue name: the last path segment of the URL.
-    pub fn queue_name(&self) -> &str {
+    pub(crate) fn queue_name(&self) -> &str {
         self.queue_url
             .trim_end_matches('/')
             .rsplit('/')
@@ -158,8 +159,20 @@ impl SqsConfig {
     }
 
     /// Checks values the types cannot.
-    pub fn validate(&self) -> Result<(), SqsConfigError> {
-        let err = |key, problem: String| Err(SqsConfigError { key, problem });
+    pub(crate) fn validate(&self) -> Result<(), SourceConfigError> {
+        let err = |key, problem: String| Err(SourceConfigError { key, problem });
+        if self.record_format == RecordFormat::Json {
+            // Never reinterpreted silently: `json` meant `json_or_array`
+            // here before it meant one event per record on every source.
+            return err(
+                "record_format",
+                "\"json\" on an SQS source used to mean one event or a JSON array of \
+                 events; that is now \"json_or_array\" (the default), and \"json\" \
+                 (one event per message) is not accepted on SQS yet: write \
+                 \"json_or_array\", or remove the key"
+                    .into(),
+            );
+        }
         if !(self.queue_url.starts_with("http://") || self.queue_url.starts_with("https://")) {
             return err(
                 "queue_url",
@@ -283,6 +296,25 @@ mod tests {
             change(&mut c);
             assert_eq!(c.validate().unwrap_err().key, key);
         }
+    }
+
+    /// `json` meant one event or an array on SQS; it now means one event on
+    /// every source, so the old spelling is refused, naming the new one,
+    /// and never silently read the new way.
+    #[test]
+    fn the_old_sqs_json_is_refused_naming_json_or_array() {
+        let c: SqsConfig =
+            toml::from_str(&format!("queue_url = {URL:?}\nrecord_format = \"json\"")).unwrap();
+        let e = c.validate().unwrap_err();
+        assert_eq!(e.key, "record_format");
+        assert!(e.problem.contains("\"json_or_array\""), "{e}");
+        let c: SqsConfig = toml::from_str(&format!(
+            "queue_url = {URL:?}\nrecord_format = \"json_or_array\""
+        ))
+        .unwrap();
+        assert_eq!(c.record_format, RecordFormat::JsonOrArray);
+        assert_eq!(c, SqsConfig::new(URL), "the default");
+        c.validate().unwrap();
     }
 
     #[test]

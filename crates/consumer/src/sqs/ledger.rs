@@ -15,7 +15,7 @@ use crate::record::Record;
 
 /// Where a message is in its life.
 #[derive(Debug)]
-pub enum Phase {
+pub(super) enum Phase {
     /// Held back behind an earlier message of its FIFO group.
     Waiting(Vec<Record>),
     /// Records handed to the pipeline, `Entry::unacked` still to come.
@@ -28,7 +28,7 @@ pub enum Phase {
 
 /// One message in flight.
 #[derive(Debug)]
-pub struct Entry {
+pub(super) struct Entry {
     /// SQS message id.
     pub message_id: String,
     /// Receipt handle of this receive (needed to delete or change visibility).
@@ -55,7 +55,7 @@ impl Entry {
 
 /// A message leaving the ledger without being deleted.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Released {
+pub(super) struct Released {
     /// Ledger id.
     pub id: u64,
     /// Receipt handle, to change its visibility.
@@ -66,7 +66,7 @@ pub struct Released {
 
 /// What admitting a message means for its records.
 #[derive(Debug)]
-pub enum Admit {
+pub(super) enum Admit {
     /// Hand these records to the pipeline now.
     Start(Vec<Record>),
     /// Held back behind its group; they start when the predecessor is done.
@@ -77,7 +77,7 @@ pub enum Admit {
 
 /// What an acknowledgement changed.
 #[derive(Debug, Default)]
-pub struct AckEffect {
+pub(super) struct AckEffect {
     /// The message is fully acknowledged: queue its delete.
     pub done: Option<u64>,
     /// The next message of the same FIFO group may start: its records.
@@ -86,7 +86,7 @@ pub struct AckEffect {
 
 /// All messages in flight.
 #[derive(Debug, Default)]
-pub struct Ledger {
+pub(super) struct Ledger {
     next_id: u64,
     entries: HashMap<u64, Entry>,
     /// FIFO groups: ids in receive order; the front one is started.
@@ -97,29 +97,29 @@ pub struct Ledger {
 
 impl Ledger {
     /// A fresh id for a message about to be admitted (its records' serial).
-    pub fn reserve_id(&mut self) -> u64 {
+    pub(super) fn reserve_id(&mut self) -> u64 {
         self.next_id += 1;
         self.next_id
     }
 
     /// Messages in the ledger.
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.entries.len()
     }
 
     /// True when no message is in flight.
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
     /// The entry of `id`, if still in flight.
-    pub fn get(&self, id: u64) -> Option<&Entry> {
+    pub(super) fn get(&self, id: u64) -> Option<&Entry> {
         self.entries.get(&id)
     }
 
     /// Admits message `id` (from [`Ledger::reserve_id`]) with its records.
     /// `entry.phase` and `entry.unacked` are set here.
-    pub fn admit(&mut self, id: u64, mut entry: Entry, records: Vec<Record>) -> Admit {
+    pub(super) fn admit(&mut self, id: u64, mut entry: Entry, records: Vec<Record>) -> Admit {
         entry.unacked = records.len();
         let blocked = match &entry.group {
             Some(g) => {
@@ -149,7 +149,7 @@ impl Ledger {
 
     /// One record of message `id` is acknowledged. Unknown ids (messages
     /// already released or given up) are ignored.
-    pub fn ack(&mut self, id: u64) -> AckEffect {
+    pub(super) fn ack(&mut self, id: u64) -> AckEffect {
         let Some(e) = self.entries.get_mut(&id) else {
             return AckEffect::default();
         };
@@ -196,7 +196,7 @@ impl Ledger {
 
     /// Ids of messages that are `Done` but not yet `Deleting`, marked
     /// `Deleting`, with their receipts.
-    pub fn take_for_delete(&mut self, id: u64) -> Option<String> {
+    pub(super) fn take_for_delete(&mut self, id: u64) -> Option<String> {
         let e = self.entries.get_mut(&id)?;
         if !matches!(e.phase, Phase::Done) {
             return None;
@@ -206,7 +206,7 @@ impl Ledger {
     }
 
     /// A failed delete goes back to `Done` (to be retried).
-    pub fn delete_failed(&mut self, id: u64) {
+    pub(super) fn delete_failed(&mut self, id: u64) {
         if let Some(e) = self.entries.get_mut(&id)
             && matches!(e.phase, Phase::Deleting)
         {
@@ -215,7 +215,7 @@ impl Ledger {
     }
 
     /// Removes a deleted (or undeletable) message. True if it was there.
-    pub fn remove(&mut self, id: u64) -> bool {
+    pub(super) fn remove(&mut self, id: u64) -> bool {
         let Some(e) = self.entries.remove(&id) else {
             return false;
         };
@@ -231,7 +231,7 @@ impl Ledger {
     }
 
     /// Messages whose visibility ends within `margin` of `now`, with receipts.
-    pub fn due_for_heartbeat(&self, now: Instant, margin: Duration) -> Vec<(u64, String)> {
+    pub(super) fn due_for_heartbeat(&self, now: Instant, margin: Duration) -> Vec<(u64, String)> {
         let mut due: Vec<(u64, String)> = self
             .entries
             .iter()
@@ -243,7 +243,7 @@ impl Ledger {
     }
 
     /// Records a visibility extension.
-    pub fn extended(&mut self, id: u64, visible_until: Instant) {
+    pub(super) fn extended(&mut self, id: u64, visible_until: Instant) {
         if let Some(e) = self.entries.get_mut(&id) {
             e.visible_until = e.visible_until.max(visible_until);
         }
@@ -252,7 +252,7 @@ impl Ledger {
     /// Removes the unfinished messages `ids`, and every message held back
     /// behind them in their FIFO groups (starting those would break the
     /// group's order once the removed ones come back).
-    pub fn abandon(&mut self, ids: &[u64]) -> Vec<Released> {
+    pub(super) fn abandon(&mut self, ids: &[u64]) -> Vec<Released> {
         let mut out = Vec::new();
         for &id in ids {
             let Some(e) = self.entries.get(&id) else {
@@ -286,7 +286,7 @@ impl Ledger {
 
     /// Unfinished messages received `max_processing` or longer before `now`:
     /// given up (removed, with their held-back group successors).
-    pub fn stale(&mut self, now: Instant, max_processing: Duration) -> Vec<Released> {
+    pub(super) fn stale(&mut self, now: Instant, max_processing: Duration) -> Vec<Released> {
         let mut ids: Vec<u64> = self
             .entries
             .iter()
@@ -299,7 +299,7 @@ impl Ledger {
 
     /// Shutdown: no held-back message starts any more; those held back now
     /// are removed and returned (to be made visible at once).
-    pub fn drain_unstarted(&mut self) -> Vec<Released> {
+    pub(super) fn drain_unstarted(&mut self) -> Vec<Released> {
         self.draining = true;
         let mut ids: Vec<u64> = self
             .entries
@@ -312,7 +312,7 @@ impl Ledger {
     }
 
     /// Shutdown after the grace period: every unfinished message, removed.
-    pub fn drain_unfinished(&mut self) -> Vec<Released> {
+    pub(super) fn drain_unfinished(&mut self) -> Vec<Released> {
         self.draining = true;
         let mut ids: Vec<u64> = self
             .entries
@@ -325,7 +325,7 @@ impl Ledger {
     }
 
     /// Ids of messages that are done and not in a delete call.
-    pub fn done_ids(&self) -> Vec<u64> {
+    pub(super) fn done_ids(&self) -> Vec<u64> {
         let mut ids: Vec<u64> = self
             .entries
             .iter()
@@ -337,7 +337,7 @@ impl Ledger {
     }
 
     /// Drops everything (breaks the record/ack reference cycle at the end).
-    pub fn clear(&mut self) {
+    pub(super) fn clear(&mut self) {
         self.entries.clear();
         self.groups.clear();
     }
@@ -371,6 +371,7 @@ mod tests {
                 arrival_ms: 0,
                 ack: Ack::new(Arc::new(Nobody), id),
                 defect: None,
+                inner: None,
             })
             .collect()
     }

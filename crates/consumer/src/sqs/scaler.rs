@@ -12,7 +12,7 @@ use super::config::MAX_RECEIVE_BATCH;
 
 /// What a receiver should do after reporting a receive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
+pub(super) enum Decision {
     /// Keep receiving.
     Hold,
     /// Start one more receiver (the count is already raised).
@@ -23,7 +23,7 @@ pub enum Decision {
 
 /// Adapts the number of receivers between 1 and `max`.
 #[derive(Debug, Clone)]
-pub struct Scaler {
+pub(super) struct Scaler {
     max: usize,
     active: usize,
     round_receives: usize,
@@ -38,7 +38,7 @@ const SHRINK_AFTER: u32 = 3;
 
 impl Scaler {
     /// Starts with one receiver.
-    pub fn new(max: usize) -> Self {
+    pub(super) fn new(max: usize) -> Self {
         Self {
             max: max.max(1),
             active: 1,
@@ -50,12 +50,12 @@ impl Scaler {
     }
 
     /// Receivers that should be running.
-    pub fn active(&self) -> usize {
+    pub(super) fn active(&self) -> usize {
         self.active
     }
 
     /// Reports one receive that asked for `requested` and got `received`.
-    pub fn observe(&mut self, received: usize, requested: usize) -> Decision {
+    pub(super) fn observe(&mut self, received: usize, requested: usize) -> Decision {
         self.round_receives += 1;
         self.round_messages += received;
         self.round_limited |= requested < MAX_RECEIVE_BATCH;

@@ -7,7 +7,7 @@ use std::fmt;
 
 use serde_json::Value;
 
-use super::ENV_PREFIX;
+use super::env::ENV_PREFIX;
 use super::schema::{body, resolve};
 
 /// Where a value came from.

@@ -9,7 +9,7 @@
 use serde_json::{Value, json};
 use tidemark_schema::period::{Billing, CapacityTiers};
 
-use super::Config;
+use super::sections::Config;
 
 /// The schema with the places where the file's shape differs from the Rust
 /// types patched in (see [`Config::from_toml`]).

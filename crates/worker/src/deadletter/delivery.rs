@@ -16,7 +16,9 @@ use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinSet;
 use tracing::{error, warn};
 
-use super::{DeadLetter, DeadLetterError, DeadLetterSink, FileSink};
+use super::entry::DeadLetter;
+use super::file::FileSink;
+use super::sink::{DeadLetterError, DeadLetterSink};
 
 /// Bytes of dead letters queued or being written at once. Past it,
 /// [`DeadLetters::send_bounded`] waits: a slow destination slows the

@@ -8,7 +8,8 @@ use futures::future::BoxFuture;
 use tidemark_consumer::keyschema::{KeyAttr, KeySchemaMismatch, KeySpec};
 use tracing::warn;
 
-use super::{DeadLetter, DeadLetterError, DeadLetterSink};
+use super::entry::DeadLetter;
+use super::sink::{DeadLetterError, DeadLetterSink};
 
 /// Largest DynamoDB item (400 KB, attribute names and values, UTF-8).
 pub(crate) const DYNAMODB_MAX_ITEM: usize = 400 * 1024;

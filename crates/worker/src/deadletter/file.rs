@@ -6,7 +6,8 @@ use futures::future::BoxFuture;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::Mutex;
 
-use super::{DeadLetter, DeadLetterError, DeadLetterSink};
+use super::entry::DeadLetter;
+use super::sink::{DeadLetterError, DeadLetterSink};
 
 /// JSON-lines file destination.
 #[derive(Debug)]

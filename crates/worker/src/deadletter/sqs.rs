@@ -3,7 +3,8 @@
 
 use futures::future::BoxFuture;
 
-use super::{DeadLetter, DeadLetterError, DeadLetterSink};
+use super::entry::DeadLetter;
+use super::sink::{DeadLetterError, DeadLetterSink};
 
 /// Largest SQS message body (256 KiB). Entries bigger than this keep a
 /// truncated payload plus its full size and SHA-256, so they still say
@@ -122,8 +123,31 @@ fn sqs_batches(entries: &[DeadLetter]) -> Vec<Vec<(&DeadLetter, String)>> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::entry::samples::entry;
+    use super::super::entry::hex;
+    use super::super::entry::samples::{entry, origin};
     use super::*;
+    use chrono::Utc;
+    use sha2::{Digest, Sha256};
+    use tidemark_schema::Reason;
+
+    #[test]
+    fn large_entries_are_truncated_to_fit_with_their_digest() {
+        let big = vec![b'x'; 500 * 1024];
+        let e = DeadLetter::new(
+            origin(),
+            Reason::ItemTooLarge,
+            "too big".into(),
+            &big,
+            Utc::now(),
+        );
+        let json = e.to_json_within(SQS_MAX_BODY - 512);
+        assert!(json.len() <= SQS_MAX_BODY - 512, "{} bytes", json.len());
+        let back: DeadLetter = serde_json::from_str(&json).unwrap();
+        assert!(back.payload_truncated);
+        assert_eq!(back.payload_bytes, big.len());
+        assert_eq!(back.payload_sha256, hex(&Sha256::digest(&big)));
+        assert!(big.starts_with(&back.payload().unwrap()));
+    }
 
     #[test]
     fn sqs_batches_fit_the_message_and_batch_limits() {

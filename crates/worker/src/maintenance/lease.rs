@@ -35,7 +35,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use super::{Action, ActionGuard};
+use super::drift::Action;
+use super::manager::ActionGuard;
 
 /// The lease item's key.
 const MAINTENANCE_KEY: &str = "tidemark-maintenance";

@@ -24,10 +24,10 @@ use tidemark_governor::Governor;
 use tidemark_schema::period::{Capacity, LifecycleState};
 use tracing::{info, warn};
 
-use super::TablesError;
 use super::drift::{
     Action, Details, ExportState, RoundKind, TableInfo, TablePolicy, is_ours, round_actions,
 };
+use super::error::TablesError;
 use super::tags::{
     EXPIRED_TAG, EXPORT_TAG, LAYOUT_FROM_TAG, LAYOUT_TAG, MIGRATION_TAG, PREFIX_TAG, layout_toml,
 };

@@ -11,7 +11,8 @@ use tidemark_schema::period::LifecycleState;
 use tidemark_writer::{MissingTableAction, MissingTableHandler};
 use tracing::{error, warn};
 
-use super::{TableManager, TablesError};
+use super::error::TablesError;
+use super::manager::TableManager;
 
 /// Creates a missing period table when the writer finds one (an event for a
 /// table that does not exist yet must not be lost); refuses tables that are

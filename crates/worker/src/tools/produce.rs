@@ -171,7 +171,7 @@ impl Target {
                         .collect();
                     // The KPL puts an aggregate under its first user record's key.
                     let key = users.first().map(|u| u.0.clone()).unwrap_or_default();
-                    records.push((key, tidemark_consumer::kpl::aggregate(&users)));
+                    records.push((key, tidemark_consumer::kinesis::kpl_aggregate(&users)));
                 }
                 put_kinesis(client, stream, records).await.map_err(err)
             }

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use anyhow::{Context, Result};
 use aws_sdk_dynamodb::types::AttributeValue;
 use futures::StreamExt;
-use tidemark_consumer::checkpoint::Position;
+use tidemark_consumer::kinesis::Position;
 use tidemark_consumer::lease::{Checkpoint, LeaseTable};
 use tidemark_schema::{Item, Origin, Reason, RouteCache, Router};
 use tidemark_worker::deadletter::DeadLetter;

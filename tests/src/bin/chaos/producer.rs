@@ -13,7 +13,7 @@ use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use backon::BackoffBuilder;
 use chrono::Utc;
-use tidemark_consumer::checkpoint::Position;
+use tidemark_consumer::kinesis::Position;
 use tidemark_worker::tools::produce::ProduceSpec;
 
 use crate::events::{self, Planned, PoisonKind};
@@ -96,7 +96,7 @@ pub(crate) async fn produce(
             let key = users[0].0.clone();
             recs.push(Rec {
                 key,
-                data: tidemark_consumer::kpl::aggregate(users),
+                data: tidemark_consumer::kinesis::kpl_aggregate(users),
                 last_sub: users.len() as u64 - 1,
             });
             users.clear();

@@ -30,7 +30,7 @@ use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use chrono::Utc;
 use sha2::{Digest, Sha256};
-use tidemark_consumer::checkpoint::Position;
+use tidemark_consumer::kinesis::Position;
 use tidemark_consumer::lease::{Checkpoint, LeaseTable};
 use tidemark_schema::{Origin, Reason, Router};
 use tidemark_tests::{LocalStack, TableCapacity, create_table, free_port, repo_root};

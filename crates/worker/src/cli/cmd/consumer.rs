@@ -7,7 +7,7 @@ use anyhow::{Result, bail};
 use tidemark_consumer::KinesisConfig;
 use tidemark_consumer::error::AwsError;
 
-use super::kinesis_source;
+use super::source::kinesis_source;
 
 /// Arguments of `consumer`.
 #[derive(Debug, clap::Args)]
@@ -80,7 +80,7 @@ pub(crate) async fn deregister(
     kinesis: &aws_sdk_kinesis::Client,
     config: &KinesisConfig,
 ) -> Result<bool> {
-    let stream = tidemark_consumer::kinesis::fanout::stream_arn(kinesis, config).await?;
+    let stream = tidemark_consumer::kinesis::stream_arn(kinesis, config).await?;
     match kinesis
         .deregister_stream_consumer()
         .stream_arn(&stream)

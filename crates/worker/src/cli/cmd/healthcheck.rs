@@ -20,7 +20,7 @@ pub(crate) struct Args {
 }
 
 pub(crate) async fn run(args: &Args) -> Result<()> {
-    crate::telemetry::check(args.addr, &args.path, Duration::from_secs(3))
+    crate::run::telemetry::check(args.addr, &args.path, Duration::from_secs(3))
         .await
         .map_err(anyhow::Error::msg)
 }

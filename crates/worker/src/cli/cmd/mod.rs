@@ -13,6 +13,7 @@ pub(crate) mod record;
 pub(crate) mod render;
 pub(crate) mod replay;
 pub(crate) mod run;
+pub(crate) mod source;
 pub(crate) mod status;
 pub(crate) mod tables;
 pub(crate) mod verify;
@@ -20,7 +21,7 @@ pub(crate) mod verify;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use crate::config::{Config, LoadError, SourceConfig, env_warnings, process_env};
+use crate::config::{Config, LoadError, env_warnings, process_env};
 use crate::sdk::AwsOverrides;
 use crate::tools::verify::VerifyError;
 use anyhow::{Result, bail};
@@ -180,16 +181,6 @@ pub(crate) fn stream_name(stream: &str) -> String {
         .to_string()
 }
 
-/// The Kinesis source of a config, or an error naming the command's need.
-pub(crate) fn kinesis_source(config: &Config) -> Result<&tidemark_consumer::KinesisConfig> {
-    match &config.source {
-        SourceConfig::Kinesis(k) => Ok(k),
-        SourceConfig::Sqs(_) => {
-            bail!("this command needs a Kinesis source (source.kind = \"kinesis\")")
-        }
-    }
-}
-
 /// The one stream a command works on, as a single-stream config:
 /// `source.stream`, or with `source.streams` the entry `--stream` names.
 pub(crate) fn one_stream(
@@ -259,7 +250,7 @@ mod tests {
             "arn:aws:kinesis:us-east-1:123456789012:stream/clicks",
         ]
         .iter()
-        .map(|s| tidemark_consumer::config::StreamEntry {
+        .map(|s| tidemark_consumer::kinesis::StreamEntry {
             stream: s.to_string(),
             account_id: None,
             creation_epoch: None,

@@ -4,13 +4,14 @@
 use std::io::Write as _;
 use std::path::PathBuf;
 
-use crate::config::{Config, SourceConfig};
+use crate::config::Config;
 use crate::tools::produce::{ProduceSpec, Produced, Target};
 use crate::tools::template::Template;
 use anyhow::{Context, Result};
 use chrono::Utc;
 use futures::StreamExt as _;
 
+use super::source::{PerKind, per_kind};
 use super::stream_name;
 
 /// Arguments of `produce`.
@@ -60,21 +61,14 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
     // Produce retries failed calls itself (one budget of 50 attempts); an
     // attempt gets 30 s, as a loaded emulator can take seconds per call.
     let sdk = crate::sdk::single_attempt(&super::sdk().await, std::time::Duration::from_secs(30));
-    let target = match &config.source {
-        SourceConfig::Kinesis(k) => {
-            let k = super::one_stream(k, args.stream.as_deref())?;
-            if args.aggregate > 1 {
-                Target::KinesisAggregated(
-                    aws_sdk_kinesis::Client::new(&sdk),
-                    stream_name(&k.stream),
-                    args.aggregate,
-                )
-            } else {
-                Target::Kinesis(aws_sdk_kinesis::Client::new(&sdk), stream_name(&k.stream))
-            }
-        }
-        SourceConfig::Sqs(s) => Target::Sqs(aws_sdk_sqs::Client::new(&sdk), s.queue_url.clone()),
-    };
+    let target = per_kind(
+        &config.source,
+        Destination {
+            sdk: &sdk,
+            stream: args.stream.as_deref(),
+            aggregate: args.aggregate,
+        },
+    )?;
     let template = match &args.template {
         Some(p) => Some(
             Template::parse(
@@ -160,4 +154,33 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
         args.count as f64 / secs.max(1e-9)
     );
     Ok(())
+}
+
+/// Where `produce` sends: the source's stream (`--stream` picks one of
+/// several; `--aggregate` packs KPL aggregates) or its queue.
+struct Destination<'a> {
+    sdk: &'a aws_config::SdkConfig,
+    stream: Option<&'a str>,
+    aggregate: usize,
+}
+
+impl<'c> PerKind<'c> for Destination<'_> {
+    type Output = Result<Target>;
+
+    fn kinesis(self, k: &'c tidemark_consumer::KinesisConfig) -> Result<Target> {
+        let k = super::one_stream(k, self.stream)?;
+        let client = aws_sdk_kinesis::Client::new(self.sdk);
+        Ok(if self.aggregate > 1 {
+            Target::KinesisAggregated(client, stream_name(&k.stream), self.aggregate)
+        } else {
+            Target::Kinesis(client, stream_name(&k.stream))
+        })
+    }
+
+    fn sqs(self, q: &'c tidemark_consumer::SqsConfig) -> Result<Target> {
+        Ok(Target::Sqs(
+            aws_sdk_sqs::Client::new(self.sdk),
+            q.queue_url.clone(),
+        ))
+    }
 }

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use crate::config::Config;
 use anyhow::Result;
 
-use super::{kinesis_source, stream_name};
+use super::source::kinesis_source;
+use super::stream_name;
 
 /// Arguments of `record`.
 #[derive(Debug, clap::Args)]

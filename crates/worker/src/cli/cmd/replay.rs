@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use crate::config::Config;
-use crate::worker::DataPath;
+use crate::run::DataPath;
 use anyhow::{Context, Result};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -23,8 +23,12 @@ pub(crate) struct Args {
 
 pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
     // Scanned and checked up front; replayed from the file shard by shard.
-    let replay = tidemark_consumer::fixture::ReplaySource::open(&args.fixture)?;
-    let total = replay.len() as u64;
+    // Records of a recorded stream hold events as that stream's do.
+    let format =
+        super::source::kinesis_source(config).map_or(Default::default(), |k| k.record_format);
+    let replay =
+        tidemark_consumer::fixture::ReplaySource::open(&args.fixture)?.with_record_format(format);
+    let total = replay.record_count() as u64;
     let sdk = super::sdk().await;
     let data = DataPath::start(config, &sdk).await?;
     let bar = super::progress_bar(

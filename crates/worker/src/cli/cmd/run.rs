@@ -1,7 +1,7 @@
 //! `tidemark run`: the worker until SIGTERM/SIGINT.
 
+use crate::Worker;
 use crate::config::Config;
-use crate::worker::Worker;
 use anyhow::Result;
 use tracing::{error, warn};
 

@@ -2,24 +2,26 @@
 //! an SQS source's queue depth and the age of the oldest message the workers
 //! received; per table period, state and capacity. Cheap: one lease-table
 //! scan, one coordinator-table scan (the workers' reports: lag as each
-//! worker last measured it, see `crate::report`), one
+//! worker last measured it, see `crate::run::report`), one
 //! DescribeTable per period table, one GetQueueAttributes; no GetRecords
 //! (those compete with the workers for a shard's 5 reads per second) unless
 //! `--probe-lag`.
 
 use std::time::Duration;
 
-use crate::config::{Config, SourceConfig};
+use crate::config::Config;
 use crate::maintenance::TableInfo;
 use crate::maintenance::TableManager;
-use crate::report::{self, WorkerReport};
+use crate::run::report::{self, WorkerReport};
 use anyhow::Result;
 use chrono::Utc;
 use futures::StreamExt as _;
+use futures::future::LocalBoxFuture;
 use std::collections::BTreeMap;
 use tidemark_consumer::lease::{Checkpoint, LeaseTable};
 
 use super::render::{self, Output, ShardRow};
+use super::source::{PerKind, per_kind};
 use super::stream_name;
 
 /// Arguments of `status`.
@@ -139,38 +141,17 @@ async fn snapshot(config: &Config, args: &Args) -> Result<Snapshot> {
     if !args.probe_lag {
         snap.reports_error = reports.as_ref().err().cloned();
     }
-    match &config.source {
-        SourceConfig::Kinesis(k) => {
-            match shards(&sdk, &dynamodb, k, args.probe_lag, &reports).await {
-                Ok(rows) => {
-                    snap.read += 1;
-                    snap.summary = Some(summary(&rows));
-                    snap.shards = rows;
-                }
-                Err(e) => {
-                    snap.shards_error = Some(format!("{e:#}"));
-                    snap.first_error.get_or_insert(e);
-                }
-            }
-        }
-        SourceConfig::Sqs(q) => match queue(&sdk, &q.queue_url).await {
-            Ok(mut row) => {
-                // Unreadable reports are said once, above.
-                if let Ok(r) = &reports {
-                    row.oldest_age_ms = r.values().filter_map(|r| r.queue_age_ms).max();
-                    if row.oldest_age_ms.is_none() {
-                        row.oldest_age_error = Some("no worker report".into());
-                    }
-                }
-                snap.read += 1;
-                snap.queue = Some(row);
-            }
-            Err(e) => {
-                snap.queue_error = Some(format!("{e:#}"));
-                snap.first_error.get_or_insert(e);
-            }
+    per_kind(
+        &config.source,
+        SourceSection {
+            sdk: &sdk,
+            dynamodb: &dynamodb,
+            probe_lag: args.probe_lag,
+            reports: &reports,
+            snap: &mut snap,
         },
-    }
+    )
+    .await;
     match TableManager::from_config(config, dynamodb)
         .list(Utc::now())
         .await
@@ -185,6 +166,69 @@ async fn snapshot(config: &Config, args: &Args) -> Result<Snapshot> {
         }
     }
     Ok(snap)
+}
+
+/// What `status` shows of the source: its shards from the lease table
+/// (Kinesis) or its queue's depth and the oldest message's age (SQS).
+struct SourceSection<'a> {
+    sdk: &'a aws_config::SdkConfig,
+    dynamodb: &'a aws_sdk_dynamodb::Client,
+    probe_lag: bool,
+    reports: &'a Result<BTreeMap<String, WorkerReport>, String>,
+    snap: &'a mut Snapshot,
+}
+
+impl<'a> PerKind<'a> for SourceSection<'a> {
+    // Not Send: `status` runs on the command's own task.
+    type Output = LocalBoxFuture<'a, ()>;
+
+    fn kinesis(self, k: &'a tidemark_consumer::KinesisConfig) -> LocalBoxFuture<'a, ()> {
+        let SourceSection {
+            sdk,
+            dynamodb,
+            probe_lag,
+            reports,
+            snap,
+        } = self;
+        Box::pin(async move {
+            match shards(sdk, dynamodb, k, probe_lag, reports).await {
+                Ok(rows) => {
+                    snap.read += 1;
+                    snap.summary = Some(summary(&rows));
+                    snap.shards = rows;
+                }
+                Err(e) => {
+                    snap.shards_error = Some(format!("{e:#}"));
+                    snap.first_error.get_or_insert(e);
+                }
+            }
+        })
+    }
+
+    fn sqs(self, q: &'a tidemark_consumer::SqsConfig) -> LocalBoxFuture<'a, ()> {
+        let SourceSection {
+            sdk, reports, snap, ..
+        } = self;
+        Box::pin(async move {
+            match queue(sdk, &q.queue_url).await {
+                Ok(mut row) => {
+                    // Unreadable reports are said once, above.
+                    if let Ok(r) = reports {
+                        row.oldest_age_ms = r.values().filter_map(|r| r.queue_age_ms).max();
+                        if row.oldest_age_ms.is_none() {
+                            row.oldest_age_error = Some("no worker report".into());
+                        }
+                    }
+                    snap.read += 1;
+                    snap.queue = Some(row);
+                }
+                Err(e) => {
+                    snap.queue_error = Some(format!("{e:#}"));
+                    snap.first_error.get_or_insert(e);
+                }
+            }
+        })
+    }
 }
 
 fn print(snap: &Snapshot, args: &Args, output: Output) -> Result<()> {
@@ -284,7 +328,7 @@ async fn shards(
             (Err(_), _) | (Ok(_), None) => {}
             (Ok(reports), Some(owner)) => {
                 // Multi-stream reports key lags `stream/shard`.
-                let key = match tidemark_consumer::lease_key::parse_lease_key(&r.shard) {
+                let key = match tidemark_consumer::lease::parse_lease_key(&r.shard) {
                     Some((id, shard)) => format!("{}/{shard}", id.name),
                     None => r.shard.clone(),
                 };
@@ -302,7 +346,7 @@ async fn shards(
         let probes = rows.iter().map(|r| {
             let kinesis = &kinesis;
             // A multi-stream lease key names its stream and shard.
-            let (stream, shard) = match tidemark_consumer::lease_key::parse_lease_key(&r.shard) {
+            let (stream, shard) = match tidemark_consumer::lease::parse_lease_key(&r.shard) {
                 Some((id, shard)) => (id.name, shard.to_string()),
                 None => (stream.to_string(), r.shard.clone()),
             };

@@ -37,7 +37,7 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
     let schema = match &args.stream {
         None => config.schema.clone(),
         Some(s) => {
-            let k = super::kinesis_source(config)?;
+            let k = super::source::kinesis_source(config)?;
             let name = super::one_stream(k, Some(s))?.stream_name().to_string();
             config
                 .stream_schemas()

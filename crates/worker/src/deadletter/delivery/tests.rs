@@ -53,7 +53,7 @@ async fn a_refused_batch_is_split_so_only_the_bad_entry_is_refused() {
 
 #[tokio::test(start_paused = true)]
 async fn entries_refused_for_good_go_to_the_fallback_file_or_stop_the_worker() {
-    use tidemark_consumer::checkpoint::{AckTracker, Position};
+    use tidemark_consumer::kinesis::{AckTracker, Position};
     let path = fallback_path("refused");
     let sink = Arc::new(Picky {
         down: true,
@@ -178,7 +178,7 @@ fn fallback_lines(path: &std::path::Path) -> usize {
 /// entry is in the destination.
 #[tokio::test(start_paused = true)]
 async fn a_hung_destination_is_waited_for_and_nothing_goes_to_the_fallback() {
-    use tidemark_consumer::checkpoint::{AckTracker, Position};
+    use tidemark_consumer::kinesis::{AckTracker, Position};
     for hang in [true, false] {
         let sink = Flaky::new(Duration::from_secs(35), hang, Duration::from_millis(20));
         let path = fallback_path(if hang { "hang" } else { "5xx" });

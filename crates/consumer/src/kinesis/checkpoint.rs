@@ -1,0 +1,466 @@
+//! The checkpoint watermark: which position a shard may be checkpointed at.
+//!
+//! Records of a shard are registered in stream order; each gets a serial.
+//! Acknowledgements arrive in any order. The checkpoint is the position of the
+//! last record before the oldest one still unacknowledged, so it never passes
+//! a record that is not stored or dead-lettered. [`Watermark`] is the pure law;
+//! [`AckTracker`] wraps it for sharing with [`Ack`](crate::Ack) handles and
+//! lets the reader wait for room (backpressure) or for the shard to drain.
+
+use std::cmp::Ordering;
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::{Mutex, MutexGuard};
+
+use serde::{Deserialize, Serialize};
+use tidemark_schema::SharedStr;
+use tokio::sync::Notify;
+
+use crate::record::AckTarget;
+
+/// A Kinesis sequence number (up to 56 decimal digits, more than `u128`
+/// holds), ordered numerically.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SequenceNumber(pub SharedStr);
+
+impl SequenceNumber {
+    /// The digits without leading zeros, for numeric comparison.
+    fn digits(&self) -> &str {
+        let t = self.0.trim_start_matches('0');
+        if t.is_empty() { "0" } else { t }
+    }
+
+    /// The sequence number as Kinesis spells it.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for SequenceNumber {
+    fn from(s: &str) -> Self {
+        Self(s.into())
+    }
+}
+
+impl Ord for SequenceNumber {
+    fn cmp(&self, other: &Self) -> Ordering {
+        let (a, b) = (self.digits(), other.digits());
+        a.len().cmp(&b.len()).then_with(|| a.cmp(b))
+    }
+}
+
+impl PartialOrd for SequenceNumber {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl fmt::Display for SequenceNumber {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A user record's position in a shard: (sequence, sub-sequence), the KCL's
+/// "extended sequence number".
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Position {
+    /// Sequence number of the Kinesis record.
+    pub sequence: SequenceNumber,
+    /// Index within a KPL aggregate; 0 for plain records.
+    pub sub_sequence: u64,
+}
+
+impl Position {
+    /// A position from its parts.
+    pub fn new(sequence: impl Into<SharedStr>, sub_sequence: u64) -> Self {
+        Self {
+            sequence: SequenceNumber(sequence.into()),
+            sub_sequence,
+        }
+    }
+}
+
+/// A position registered out of order (a reader bug, reported not hidden).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("position {new:?} registered after {last:?}: positions must increase")]
+pub struct OutOfOrder {
+    /// The last registered position.
+    pub last: Position,
+    /// The rejected one.
+    pub new: Position,
+}
+
+/// The pure watermark tracker of one shard.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Watermark {
+    /// Serial of `entries[0]`.
+    front_serial: u64,
+    /// In-flight positions in registration order, with their acked flag.
+    entries: VecDeque<(Position, bool)>,
+    /// Last registered position (even if already acknowledged and popped).
+    last: Option<Position>,
+    /// Highest position below which everything is acknowledged.
+    checkpoint: Option<Position>,
+}
+
+impl Watermark {
+    /// An empty tracker.
+    #[cfg(test)]
+    pub(crate) fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers the next record (positions must strictly increase) and
+    /// returns its serial.
+    pub(crate) fn push(&mut self, position: Position) -> Result<u64, OutOfOrder> {
+        if let Some(last) = &self.last
+            && position <= *last
+        {
+            return Err(OutOfOrder {
+                last: last.clone(),
+                new: position,
+            });
+        }
+        let serial = self.front_serial + self.entries.len() as u64;
+        self.last = Some(position.clone());
+        self.entries.push_back((position, false));
+        Ok(serial)
+    }
+
+    /// Marks `serial` acknowledged. Returns true when this moved the
+    /// checkpoint. Unknown or repeated serials are ignored.
+    pub(crate) fn ack(&mut self, serial: u64) -> bool {
+        let Some(idx) = serial.checked_sub(self.front_serial) else {
+            return false;
+        };
+        let Some(entry) = usize::try_from(idx)
+            .ok()
+            .and_then(|i| self.entries.get_mut(i))
+        else {
+            return false;
+        };
+        entry.1 = true;
+        let mut moved = false;
+        while self.entries.front().is_some_and(|e| e.1) {
+            if let Some((pos, _)) = self.entries.pop_front() {
+                self.checkpoint = Some(pos);
+                self.front_serial += 1;
+                moved = true;
+            }
+        }
+        moved
+    }
+
+    /// The position a checkpoint may be written at, if any record is done.
+    pub(crate) fn checkpoint(&self) -> Option<&Position> {
+        self.checkpoint.as_ref()
+    }
+
+    /// Records registered and not yet covered by the checkpoint.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// How many records, counted from the first registered, are
+    /// acknowledged without a gap (every serial below it is done).
+    pub(crate) fn acked_prefix(&self) -> u64 {
+        self.front_serial
+    }
+}
+
+/// The shard's watermark, shared between a reader and the `Ack`s it
+/// handed out.
+#[derive(Debug, Default)]
+pub struct AckTracker {
+    inner: Mutex<Watermark>,
+    changed: Notify,
+}
+
+impl AckTracker {
+    /// An empty tracker.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Watermark> {
+        // A panic while holding this lock leaves a consistent watermark (every
+        // method finishes its update before it can panic), so poisoning is moot.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers the next record (positions must strictly increase) and
+    /// returns its serial.
+    pub fn push(&self, position: Position) -> Result<u64, OutOfOrder> {
+        self.lock().push(position)
+    }
+
+    /// The current checkpoint position.
+    pub fn checkpoint(&self) -> Option<Position> {
+        self.lock().checkpoint().cloned()
+    }
+
+    /// Records in flight.
+    pub fn in_flight(&self) -> usize {
+        self.lock().in_flight()
+    }
+
+    /// Waits until every registered record is acknowledged.
+    pub async fn drained(&self) {
+        self.wait_for(|w| w.in_flight() == 0).await;
+    }
+
+    /// Waits until `pred` holds for the watermark.
+    pub(crate) async fn wait_for(&self, pred: impl Fn(&Watermark) -> bool) {
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            // Registering before the check means an ack in between still wakes us.
+            notified.as_mut().enable();
+            if pred(&self.lock()) {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+impl AckTarget for AckTracker {
+    fn ack(&self, serial: u64) {
+        self.ack_many(&[serial]);
+    }
+
+    fn ack_many(&self, serials: &[u64]) {
+        let moved = {
+            let mut w = self.lock();
+            serials.iter().fold(false, |moved, s| w.ack(*s) | moved)
+        };
+        if moved {
+            self.changed.notify_waiters();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn pos(seq: u64, sub: u64) -> Position {
+        Position::new(seq.to_string(), sub)
+    }
+
+    #[test]
+    fn sequence_numbers_compare_numerically() {
+        let a = SequenceNumber::from("9");
+        let b = SequenceNumber::from("10");
+        assert!(a < b, "9 < 10 although \"9\" > \"10\" as strings");
+        let long_a =
+            SequenceNumber::from("49590338271490256608559692538361571095921575989136588898");
+        let long_b =
+            SequenceNumber::from("49590338271490256608559692540925702759324208523137515618");
+        assert!(long_a < long_b);
+        assert_eq!(
+            SequenceNumber::from("007").cmp(&SequenceNumber::from("7")),
+            Ordering::Equal
+        );
+        assert!(Position::new("10", 0) > Position::new("9", 5));
+        assert!(Position::new("10", 1) > Position::new("10", 0));
+    }
+
+    #[test]
+    fn checkpoint_stops_before_the_oldest_unacked() {
+        let mut w = Watermark::new();
+        let s: Vec<u64> = (1..=4).map(|i| w.push(pos(i, 0)).unwrap()).collect();
+        assert_eq!(w.checkpoint(), None);
+        assert!(
+            !w.ack(s[1]),
+            "ack of the second record cannot move past the first"
+        );
+        assert_eq!(w.checkpoint(), None);
+        assert!(w.ack(s[0]));
+        assert_eq!(w.checkpoint(), Some(&pos(2, 0)));
+        assert_eq!(w.in_flight(), 2);
+        assert!(!w.ack(s[0]), "a repeated ack changes nothing");
+        assert!(w.ack(s[2]));
+        assert_eq!(w.checkpoint(), Some(&pos(3, 0)));
+        assert!(!w.ack(99), "unknown serial ignored");
+        assert_eq!(w.in_flight(), 1);
+        // Three records acknowledged without a gap; the fourth (say, a batch
+        // never handed on at shutdown) is all that is in flight.
+        assert_eq!(w.acked_prefix(), 3);
+    }
+
+    #[test]
+    fn out_of_order_push_is_rejected() {
+        let mut w = Watermark::new();
+        w.push(pos(5, 1)).unwrap();
+        assert!(w.push(pos(5, 1)).is_err());
+        assert!(w.push(pos(5, 0)).is_err());
+        assert!(w.push(pos(5, 2)).is_ok());
+    }
+
+    #[test]
+    fn dropped_ack_holds_the_checkpoint() {
+        let tracker = std::sync::Arc::new(AckTracker::new());
+        let target: std::sync::Arc<dyn AckTarget> = tracker.clone();
+        let a = crate::Ack::new(target.clone(), tracker.push(pos(1, 0)).unwrap());
+        let b = crate::Ack::new(target, tracker.push(pos(2, 0)).unwrap());
+        drop(a);
+        b.done();
+        assert_eq!(tracker.checkpoint(), None);
+        assert_eq!(tracker.in_flight(), 2);
+    }
+
+    #[tokio::test]
+    async fn wait_for_wakes_on_ack() {
+        let tracker = std::sync::Arc::new(AckTracker::new());
+        let serial = tracker.push(pos(1, 0)).unwrap();
+        let t2 = tracker.clone();
+        let waiter = tokio::spawn(async move { t2.wait_for(|w| w.in_flight() == 0).await });
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        tracker.ack(serial);
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+            .await
+            .expect("waiter woke")
+            .unwrap();
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Push(u64),
+        Ack(prop::sample::Index),
+        Unknown(u64),
+    }
+
+    proptest! {
+        /// Acks in any order: the checkpoint is always exactly the last
+        /// position of the longest fully-acked prefix, never past a gap.
+        #[test]
+        fn never_passes_an_unacked_record(
+            n in 1usize..200,
+            order in proptest::collection::vec(any::<prop::sample::Index>(), 0..200),
+            subs in proptest::collection::vec(0u64..3, 200),
+        ) {
+            let mut w = Watermark::new();
+            let mut positions = Vec::new();
+            let mut seq = 100u64;
+            for sub in subs.iter().take(n) {
+                seq += 1 + sub;
+                let p = Position::new(seq.to_string(), *sub);
+                positions.push(p.clone());
+                w.push(p).unwrap();
+            }
+            let mut acked = vec![false; n];
+            for idx in order {
+                let i = idx.index(n);
+                w.ack(i as u64);
+                acked[i] = true;
+                let prefix = acked.iter().take_while(|a| **a).count();
+                let expected = prefix.checked_sub(1).map(|j| &positions[j]);
+                prop_assert_eq!(w.checkpoint(), expected);
+                prop_assert_eq!(w.in_flight(), n - prefix);
+                if let Some(cp) = w.checkpoint() {
+                    for (j, p) in positions.iter().enumerate() {
+                        if !acked[j] { prop_assert!(p > cp); }
+                    }
+                }
+            }
+        }
+
+        /// Records keep arriving while others are acknowledged (as a live
+        /// shard does), acks repeat and name unknown serials: the checkpoint
+        /// only moves forward, never reaches an unacknowledged record, and
+        /// covers everything once all is acknowledged.
+        #[test]
+        fn interleaved_pushes_and_acks_never_pass_a_gap(
+            ops in proptest::collection::vec(
+                prop_oneof![
+                    2 => (0u64..3).prop_map(Op::Push),
+                    3 => any::<prop::sample::Index>().prop_map(Op::Ack),
+                    1 => (1000u64..2000).prop_map(Op::Unknown),
+                ],
+                0..400,
+            ),
+        ) {
+            let mut w = Watermark::new();
+            let mut positions: Vec<(Position, u64, bool)> = Vec::new();
+            let mut seq = 500u64;
+            let mut last: Option<Position> = None;
+            for op in ops {
+                match op {
+                    Op::Push(sub) => {
+                        seq += 1 + sub;
+                        let p = Position::new(seq.to_string(), sub);
+                        let serial = w.push(p.clone()).unwrap();
+                        positions.push((p, serial, false));
+                    }
+                    Op::Ack(idx) if !positions.is_empty() => {
+                        let i = idx.index(positions.len());
+                        w.ack(positions[i].1);
+                        positions[i].2 = true;
+                    }
+                    Op::Ack(_) => {}
+                    Op::Unknown(serial) => { w.ack(serial); }
+                }
+                let cp = w.checkpoint().cloned();
+                if let Some(cp) = &cp {
+                    for (p, _, acked) in &positions {
+                        if !acked { prop_assert!(p > cp, "checkpoint {cp:?} passed unacked {p:?}"); }
+                    }
+                }
+                prop_assert!(cp >= last, "checkpoint went back from {last:?} to {cp:?}");
+                last = cp;
+            }
+            for (_, serial, _) in &positions { w.ack(*serial); }
+            prop_assert_eq!(w.checkpoint(), positions.last().map(|(p, _, _)| p));
+            prop_assert_eq!(w.in_flight(), 0);
+        }
+    }
+
+    /// Counts the calls an ack target gets.
+    #[derive(Default)]
+    struct Calls(Mutex<Vec<Vec<u64>>>);
+
+    impl AckTarget for Calls {
+        fn ack(&self, serial: u64) {
+            self.ack_many(&[serial]);
+        }
+        fn ack_many(&self, serials: &[u64]) {
+            self.0.lock().unwrap().push(serials.to_vec());
+        }
+    }
+
+    #[test]
+    fn done_all_reports_each_run_of_one_target_in_one_call() {
+        use crate::record::Ack;
+        use std::sync::Arc;
+        let (a, b) = (Arc::new(Calls::default()), Arc::new(Calls::default()));
+        let ack = |t: &Arc<Calls>, s| Ack::new(t.clone(), s);
+        Ack::done_all(vec![ack(&a, 1), ack(&a, 2), ack(&b, 7), ack(&a, 3)]);
+        assert_eq!(*a.0.lock().unwrap(), vec![vec![1, 2], vec![3]]);
+        assert_eq!(*b.0.lock().unwrap(), vec![vec![7]]);
+    }
+
+    #[tokio::test]
+    async fn ack_many_moves_the_checkpoint_and_wakes_a_waiter() {
+        use std::sync::Arc;
+        let t = Arc::new(AckTracker::new());
+        let s: Vec<u64> = (1..=3).map(|i| t.push(pos(i, 0)).unwrap()).collect();
+        let waiter = {
+            let t = t.clone();
+            tokio::spawn(async move { t.wait_for(|w| w.in_flight() == 0).await })
+        };
+        t.ack_many(&[s[2], s[0]]);
+        assert_eq!(t.checkpoint(), Some(pos(1, 0)), "stops before serial 1");
+        assert!(!waiter.is_finished());
+        t.ack_many(&[s[1]]);
+        assert_eq!(t.checkpoint(), Some(pos(3, 0)));
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+            .await
+            .expect("the waiter is woken")
+            .unwrap();
+    }
+}

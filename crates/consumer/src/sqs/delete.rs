@@ -1,0 +1,134 @@
+//! Deleting: fully acknowledged messages go in DeleteMessageBatch calls (10
+//! per call, a few calls at a time); failed deletes are retried.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_sqs::types::DeleteMessageBatchRequestEntry;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tracing::warn;
+
+use crate::error::AwsError;
+use crate::metrics::sqs as metric;
+use crate::sqs::config::MAX_RECEIVE_BATCH;
+use crate::sqs::queue::QueueRun;
+
+/// Calls of DeleteMessageBatch in flight at once.
+const DELETE_CONCURRENCY: usize = 4;
+/// How often the deleter looks for deletes to retry.
+const DELETE_RETRY_TICK: Duration = Duration::from_secs(1);
+/// After the shutdown grace, how long the last deletes may take.
+const FINAL_DELETE_TIME: Duration = Duration::from_secs(5);
+
+/// Deletes fully acknowledged messages.
+pub(crate) async fn deleter(queue: Arc<QueueRun>, mut done_rx: mpsc::UnboundedReceiver<u64>) {
+    let mut pending: VecDeque<u64> = VecDeque::new();
+    let mut calls = JoinSet::new();
+    let mut retry = tokio::time::interval(DELETE_RETRY_TICK);
+    retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut final_deadline: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            Some(id) = done_rx.recv() => pending.push_back(id),
+            Some(_) = calls.join_next(), if !calls.is_empty() => {}
+            _ = retry.tick() => {
+                // Deletes that failed went back to Done: try them again.
+                let known: HashSet<u64> = pending.iter().copied().collect();
+                pending.extend(queue.in_flight.lock().done_ids().into_iter().filter(|id| !known.contains(id)));
+            }
+            _ = queue.finish.cancelled(), if final_deadline.is_none() => {
+                final_deadline = Some(Instant::now() + FINAL_DELETE_TIME);
+            }
+        }
+        while let Ok(id) = done_rx.try_recv() {
+            pending.push_back(id);
+        }
+        while calls.len() < DELETE_CONCURRENCY && !pending.is_empty() {
+            let mut batch = Vec::new();
+            {
+                let mut ledger = queue.in_flight.lock();
+                while batch.len() < MAX_RECEIVE_BATCH {
+                    let Some(id) = pending.pop_front() else { break };
+                    if let Some(receipt) = ledger.take_for_delete(id) {
+                        batch.push((id, receipt));
+                    }
+                }
+            }
+            if batch.is_empty() {
+                break;
+            }
+            calls.spawn(delete_batch(Arc::clone(&queue), batch));
+        }
+        if let Some(deadline) = final_deadline {
+            let idle = calls.is_empty() && queue.in_flight.lock().is_empty();
+            if idle || Instant::now() >= deadline {
+                calls.abort_all();
+                return;
+            }
+        }
+    }
+}
+
+async fn delete_batch(queue: Arc<QueueRun>, batch: Vec<(u64, String)>) {
+    let entries: Vec<DeleteMessageBatchRequestEntry> = batch
+        .iter()
+        .filter_map(|(id, receipt)| {
+            DeleteMessageBatchRequestEntry::builder()
+                .id(id.to_string())
+                .receipt_handle(receipt)
+                .build()
+                .ok()
+        })
+        .collect();
+    let out = queue
+        .client
+        .delete_message_batch()
+        .queue_url(&queue.cfg.queue_url)
+        .set_entries(Some(entries))
+        .send()
+        .await;
+    match out {
+        Ok(out) => {
+            let mut deleted = 0u64;
+            for s in out.successful() {
+                if let Ok(id) = s.id().parse::<u64>() {
+                    queue.in_flight.remove(id);
+                    deleted += 1;
+                }
+            }
+            metrics::counter!(metric::MESSAGES_DELETED).increment(deleted);
+            let failed: HashMap<u64, (bool, String)> = out
+                .failed()
+                .iter()
+                .filter_map(|f| {
+                    let id = f.id().parse::<u64>().ok()?;
+                    Some((id, (f.sender_fault(), f.code().to_string())))
+                })
+                .collect();
+            for (id, (sender_fault, code)) in failed {
+                metrics::counter!(metric::CALL_ERRORS, "op" => "delete").increment(1);
+                if sender_fault {
+                    // The receipt is no longer valid (the message came back
+                    // or is gone): retrying cannot help; its writes are
+                    // idempotent if it is delivered again.
+                    warn!(code, "delete refused; message dropped from tracking");
+                    queue.in_flight.remove(id);
+                } else {
+                    queue.in_flight.lock().delete_failed(id);
+                }
+            }
+        }
+        Err(err) => {
+            metrics::counter!(metric::CALL_ERRORS, "op" => "delete").increment(1);
+            let e = AwsError::new("DeleteMessageBatch", &err);
+            warn!(error = %e, "delete failed; retrying");
+            let mut ledger = queue.in_flight.lock();
+            for (id, _) in &batch {
+                ledger.delete_failed(*id);
+            }
+        }
+    }
+}

@@ -1,0 +1,272 @@
+//! Visibility: the heartbeat that extends the visibility of messages in
+//! flight before it runs out (and gives up those never acknowledged within
+//! `max_processing_time`), and the releases that make messages visible
+//! again.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_sqs::types::{ChangeMessageVisibilityBatchRequestEntry, Message};
+use aws_smithy_types::timeout::TimeoutConfig;
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+use crate::error::AwsError;
+use crate::metrics::sqs as metric;
+use crate::sqs::config::MAX_RECEIVE_BATCH;
+use crate::sqs::ledger::{Phase, Released};
+use crate::sqs::queue::QueueRun;
+
+/// Per-call settings of a heartbeat's ChangeMessageVisibilityBatch: one
+/// attempt, at most `margin / 2` in all. The SDK's retries (3 attempts of
+/// up to 10 s each) would outlast the margin, so the extension would come
+/// after the visibility ended; the next tick (every `margin / 3`) is the
+/// retry instead, and it still comes before the visibility ends.
+fn heartbeat_call(base: Option<&TimeoutConfig>, margin: Duration) -> aws_sdk_sqs::config::Builder {
+    let bound = margin / 2;
+    let timeouts = base
+        .map_or_else(TimeoutConfig::builder, TimeoutConfig::to_builder)
+        .operation_timeout(bound)
+        .operation_attempt_timeout(bound)
+        .build();
+    aws_sdk_sqs::config::Builder::default()
+        .retry_config(aws_sdk_sqs::config::retry::RetryConfig::disabled())
+        .timeout_config(timeouts)
+}
+
+/// Outcome of [`change_visibility`]: indexes into the request's items.
+#[derive(Debug, Default)]
+struct VisibilityOutcome {
+    ok: HashSet<usize>,
+    /// Refused entries with SQS's error code.
+    refused: Vec<(usize, String)>,
+}
+
+/// Sets the visibility of `items` (receipt, seconds), 10 per call, the calls
+/// concurrently, each with the client's settings changed by `call`.
+async fn change_visibility(
+    client: &aws_sdk_sqs::Client,
+    queue_url: &str,
+    items: &[(String, i32)],
+    call: Option<&aws_sdk_sqs::config::Builder>,
+) -> VisibilityOutcome {
+    let calls = items.chunks(MAX_RECEIVE_BATCH).enumerate().map(|(c, chunk)| {
+        let entries: Vec<ChangeMessageVisibilityBatchRequestEntry> = chunk
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (receipt, secs))| {
+                ChangeMessageVisibilityBatchRequestEntry::builder()
+                    .id((c * MAX_RECEIVE_BATCH + i).to_string())
+                    .receipt_handle(receipt)
+                    .visibility_timeout(*secs)
+                    .build()
+                    .ok()
+            })
+            .collect();
+        async move {
+            let mut request = client
+                .change_message_visibility_batch()
+                .queue_url(queue_url)
+                .set_entries(Some(entries))
+                .customize();
+            if let Some(call) = call {
+                request = request.config_override(call.clone());
+            }
+            let out = request.send().await;
+            let mut outcome = VisibilityOutcome::default();
+            match out {
+                Ok(out) => {
+                    outcome.ok = out
+                        .successful()
+                        .iter()
+                        .filter_map(|s| s.id().parse::<usize>().ok())
+                        .collect();
+                    outcome.refused = out
+                        .failed()
+                        .iter()
+                        .filter_map(|f| Some((f.id().parse::<usize>().ok()?, f.code().to_string())))
+                        .collect();
+                }
+                Err(err) => {
+                    metrics::counter!(metric::CALL_ERRORS, "op" => "change_visibility")
+                        .increment(1);
+                    warn!(error = %AwsError::new("ChangeMessageVisibilityBatch", &err), "visibility change failed");
+                }
+            }
+            outcome
+        }
+    });
+    let mut all = VisibilityOutcome::default();
+    for o in futures::future::join_all(calls).await {
+        all.ok.extend(o.ok);
+        all.refused.extend(o.refused);
+    }
+    all
+}
+
+/// Makes messages that left the ledger visible again after `visibility(m)`
+/// seconds. Best effort: a failure only means they come back when their
+/// current visibility ends.
+pub(crate) async fn release(
+    queue: &QueueRun,
+    released: Vec<Released>,
+    visibility: impl Fn(&Released) -> i32,
+    reason: &'static str,
+) {
+    if released.is_empty() {
+        return;
+    }
+    let items: Vec<(String, i32)> = released
+        .iter()
+        .map(|r| (r.receipt.clone(), visibility(r)))
+        .collect();
+    let out = change_visibility(&queue.client, &queue.cfg.queue_url, &items, None).await;
+    metrics::counter!(metric::MESSAGES_RELEASED, "reason" => reason).increment(out.ok.len() as u64);
+    debug!(count = released.len(), released = out.ok.len(), refused = ?out.refused, reason, "messages made visible");
+}
+
+/// Releases messages that were never admitted.
+pub(crate) async fn release_raw(queue: &QueueRun, messages: &[Message]) {
+    let items: Vec<(String, i32)> = messages
+        .iter()
+        .filter_map(|m| m.receipt_handle.clone())
+        .map(|r| (r, 0))
+        .collect();
+    let out = change_visibility(&queue.client, &queue.cfg.queue_url, &items, None).await;
+    metrics::counter!(metric::MESSAGES_RELEASED, "reason" => "shutdown")
+        .increment(out.ok.len() as u64);
+}
+
+/// Extends visibility before it runs out; gives up stale messages.
+pub(crate) async fn heartbeat(queue: Arc<QueueRun>) {
+    let margin = queue.cfg.heartbeat_margin;
+    let tick = (margin / 3).clamp(Duration::from_millis(50), Duration::from_secs(5));
+    let call = heartbeat_call(queue.client.config().timeout_config(), margin);
+    let mut interval = tokio::time::interval(tick);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = interval.tick() => {}
+            _ = queue.finish.cancelled() => return,
+        }
+        let now = Instant::now();
+        let stale = queue
+            .in_flight
+            .with_removal(|l| l.stale(now, queue.cfg.max_processing_time));
+        if !stale.is_empty() {
+            warn!(
+                count = stale.len(),
+                "messages unacknowledged for max_processing_time: given up"
+            );
+            release(
+                &queue,
+                stale,
+                |r| queue.retry_visibility(r.receive_count),
+                "stale",
+            )
+            .await;
+        }
+        let due = queue.in_flight.lock().due_for_heartbeat(now, margin);
+        if due.is_empty() {
+            continue;
+        }
+        let sent_at = Instant::now();
+        let items: Vec<(String, i32)> = due
+            .iter()
+            .map(|(_, receipt)| (receipt.clone(), queue.visibility_secs()))
+            .collect();
+        let out = change_visibility(&queue.client, &queue.cfg.queue_url, &items, Some(&call)).await;
+        debug!(due = due.len(), extended = out.ok.len(), took = ?sent_at.elapsed(), "heartbeat");
+        metrics::counter!(metric::VISIBILITY_EXTENDED).increment(out.ok.len() as u64);
+        let until = sent_at + queue.cfg.visibility_timeout;
+        let mut ledger = queue.in_flight.lock();
+        for i in out.ok {
+            if let Some((id, _)) = due.get(i) {
+                ledger.extended(*id, until);
+            }
+        }
+        for (i, code) in out.refused {
+            let Some((id, _)) = due.get(i) else { continue };
+            // A message deleted meanwhile is no news; one still waiting for
+            // its writes may be delivered again (its writes are idempotent).
+            let live = ledger
+                .get(*id)
+                .is_some_and(|e| !matches!(e.phase, Phase::Deleting | Phase::Done));
+            if live {
+                metrics::counter!(metric::CALL_ERRORS, "op" => "change_visibility").increment(1);
+                warn!(
+                    code,
+                    message_id = ledger.get(*id).map(|e| e.message_id.as_str()),
+                    "visibility extension refused"
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A heartbeat to an SQS that accepts connections and never answers:
+    /// one attempt (no SDK retry), given up within half the margin, though
+    /// the client itself would try 3 times for 10 s each.
+    #[tokio::test]
+    async fn a_hung_heartbeat_is_one_attempt_bounded_below_the_margin() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let connections = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::clone(&connections);
+        let server = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((conn, _)) = listener.accept().await {
+                seen.fetch_add(1, Ordering::SeqCst);
+                held.push(conn);
+            }
+        });
+        let worker_timeouts = TimeoutConfig::builder()
+            .connect_timeout(Duration::from_millis(3100))
+            .operation_attempt_timeout(Duration::from_secs(10))
+            .build();
+        let conf = aws_sdk_sqs::Config::builder()
+            .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+            .region(aws_sdk_sqs::config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+                "test", "test", None, None, "test",
+            ))
+            .endpoint_url(&url)
+            .retry_config(aws_sdk_sqs::config::retry::RetryConfig::standard().with_max_attempts(3))
+            .timeout_config(worker_timeouts.clone())
+            .build();
+        let client = aws_sdk_sqs::Client::from_conf(conf);
+        let margin = Duration::from_secs(2);
+        let call = heartbeat_call(Some(&worker_timeouts), margin);
+        let items: Vec<(String, i32)> = (0..3).map(|i| (format!("r{i}"), 30)).collect();
+        let started = std::time::Instant::now();
+        let out = change_visibility(
+            &client,
+            &format!("{url}/000000000000/q"),
+            &items,
+            Some(&call),
+        )
+        .await;
+        let took = started.elapsed();
+        assert!(out.ok.is_empty() && out.refused.is_empty(), "{out:?}");
+        assert!(
+            took < margin,
+            "the heartbeat took {took:?}, margin {margin:?}"
+        );
+        assert!(
+            took >= margin / 2 - Duration::from_millis(100),
+            "gave up early: {took:?}"
+        );
+        assert_eq!(
+            connections.load(Ordering::SeqCst),
+            1,
+            "one attempt, no SDK retry"
+        );
+        server.abort();
+    }
+}

@@ -1,0 +1,225 @@
+//! The data path `run` and `replay` share ([`DataPath`]: router, writer
+//! creating missing tables, dead letters, pipeline) and what it reports
+//! ([`Report`], [`Progress`]).
+
+use std::sync::Arc;
+
+use aws_config::SdkConfig;
+use chrono::Utc;
+use tidemark_consumer::{Governors, Record};
+use tidemark_governor::{Governor, Params as GovernorParams};
+use tidemark_schema::route::Router;
+use tidemark_writer::{Writer, WriterError, WriterHandle, WriterStats};
+use tokio::sync::mpsc;
+use tokio_util::task::AbortOnDropHandle;
+use tracing::warn;
+
+use super::error::WorkerError;
+use super::pipeline::{Pipeline, system_clock};
+use crate::config::Config;
+use crate::deadletter::{
+    DeadLetterConfig, DeadLetterError, DeadLetterSink, DeadLetters, DynamoDbSink, FileSink,
+    SqsSink, check_dead_letter_table,
+};
+use crate::maintenance::{CreateMissingTables, RoundKind, TableManager, TablesError};
+
+/// What one run (or replay) did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Report {
+    /// Records received from the source.
+    pub records: u64,
+    /// Records handed to the writer.
+    pub submitted: u64,
+    /// Items the writer stored.
+    pub stored: u64,
+    /// Records dead-lettered before the writer (unroutable, defective).
+    pub dead_lettered_unroutable: u64,
+    /// Records the writer dead-lettered (rejected by DynamoDB).
+    pub dead_lettered_by_writer: u64,
+    /// Write calls DynamoDB throttled.
+    pub throttled_calls: u64,
+}
+
+impl Report {
+    /// Every dead-lettered record, before or by the writer.
+    pub fn dead_lettered(&self) -> u64 {
+        self.dead_lettered_unroutable + self.dead_lettered_by_writer
+    }
+}
+
+/// Live counters of a running worker (for tests and progress displays).
+#[derive(Debug, Clone)]
+pub struct Progress {
+    pub(super) writer: WriterHandle,
+}
+
+impl Progress {
+    /// The writer's counters so far.
+    pub fn writer(&self) -> WriterStats {
+        self.writer.stats()
+    }
+}
+
+/// The data path shared by `run` and `replay`: router, writer (creating
+/// missing tables), dead letters, pipeline.
+#[derive(Debug)]
+pub(crate) struct DataPath {
+    pub(super) manager: TableManager,
+    /// The endpoint governors every AWS caller of this worker shares.
+    pub(super) governors: Governors,
+    /// The writer's transport: /readyz probes through it.
+    pub(super) transport: Arc<tidemark_writer::SdkTransport>,
+    writer: WriterHandle,
+    // Aborted when dropped: an abandoned drain must not keep writing.
+    writer_task: AbortOnDropHandle<Result<(), WriterError>>,
+    dead_task: AbortOnDropHandle<Result<(), DeadLetterError>>,
+    pipeline: Pipeline,
+}
+
+impl DataPath {
+    /// Creates the current tables (best effort: missing ones are created on
+    /// first write) and starts the writer and the dead-letter task.
+    pub(crate) async fn start(config: &Config, sdk: &SdkConfig) -> Result<DataPath, WorkerError> {
+        let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
+        let router = Arc::new(Router::new(config.schema.clone())?);
+        // One governor per endpoint, shared by the writer, the table
+        // manager, the lease table and the readers (see tidemark-governor).
+        let governors = Governors {
+            dynamodb: Governor::new("dynamodb", GovernorParams::default()),
+            kinesis: Governor::new("kinesis", GovernorParams::default()),
+        };
+        let manager = TableManager::from_config(config, dynamodb.clone())
+            .with_governor(governors.dynamodb.clone());
+        // Tables for now are created before reading starts, so the first
+        // events do not wait on a creation.
+        match manager.round(Utc::now(), RoundKind::Ensure, false).await {
+            Ok(_) => {}
+            // A table of ours with other keys would fail every write: refuse
+            // to start, naming it.
+            Err(TablesError::KeySchema(e)) => return Err(e.into()),
+            Err(e) => {
+                warn!(error = %e, "creating the current tables failed; they are created on first write");
+            }
+        }
+        // Keys of a table with items never change silently.
+        match manager.check_layouts(Utc::now()).await {
+            Ok(()) => {}
+            Err(e @ (TablesError::LayoutChanged { .. } | TablesError::KeySchema(_))) => {
+                return Err(WorkerError::Tables(e));
+            }
+            Err(e) => warn!(error = %e, "checking the tables' key layouts failed"),
+        }
+        if let DeadLetterConfig::Dynamodb { table, .. } = &config.dead_letters {
+            check_dead_letter_table(&dynamodb, table).await?;
+        }
+        // Writes go through the SDK's own DynamoDB client for `sdk` (endpoint,
+        // identity cache, signing, HTTP client), with pre-encoded bodies (see
+        // tidemark_writer::transport).
+        let transport = Arc::new(tidemark_writer::SdkTransport::new(sdk)?);
+        let (writer, writer_task) = Writer::builder(
+            dynamodb.clone(),
+            transport.clone(),
+            config.schema.key_attributes.clone(),
+        )
+        .config(config.writer.clone())
+        .missing_tables(Arc::new(
+            CreateMissingTables::new(manager.clone())
+                .with_quota_retry_for(config.maintenance.quota_retry_for),
+        ))
+        .governor(governors.dynamodb.clone())
+        .start();
+        let sink: Arc<dyn DeadLetterSink> = match &config.dead_letters {
+            DeadLetterConfig::File { path } => Arc::new(FileSink::new(path.clone())),
+            DeadLetterConfig::Sqs { queue_url, .. } => Arc::new(SqsSink::new(
+                aws_sdk_sqs::Client::new(sdk),
+                queue_url.clone(),
+            )),
+            DeadLetterConfig::Dynamodb { table, .. } => Arc::new(
+                DynamoDbSink::new(dynamodb, table.clone())
+                    .with_governor(governors.dynamodb.clone()),
+            ),
+        };
+        let (dead_letters, dead_task) = DeadLetters::start(sink, config.dead_letters.fallback());
+        let mut stream_routers = std::collections::HashMap::new();
+        for (stream, schema) in config.stream_schemas() {
+            stream_routers.insert(stream, Arc::new(Router::new(schema)?));
+        }
+        let pipeline = Pipeline::new(router, writer.clone(), dead_letters, system_clock())
+            .with_stream_routers(stream_routers);
+        Ok(DataPath {
+            manager,
+            governors,
+            transport,
+            writer,
+            writer_task: AbortOnDropHandle::new(writer_task),
+            dead_task: AbortOnDropHandle::new(dead_task),
+            pipeline,
+        })
+    }
+
+    /// Live counters of this data path.
+    pub(crate) fn progress(&self) -> Progress {
+        Progress {
+            writer: self.writer.clone(),
+        }
+    }
+
+    /// Handles batches from `rx` until it closes, then drains: every
+    /// submitted record is stored or dead-lettered, and every dead letter
+    /// written, before this returns. A fatal writer or dead-letter error
+    /// ends it at once, whatever the pipeline was waiting on (records not
+    /// yet stored stay unacknowledged).
+    pub(crate) async fn run(self, rx: mpsc::Receiver<Vec<Record>>) -> Result<Report, WorkerError> {
+        let DataPath {
+            manager: _,
+            governors: _,
+            transport: _,
+            writer,
+            mut writer_task,
+            mut dead_task,
+            pipeline,
+        } = self;
+        // Both tasks outlive the pipeline unless they failed: one that ends
+        // first is a fatal error, reported now rather than at the next batch.
+        let counts = tokio::select! {
+            counts = pipeline.run(rx) => counts,
+            written = &mut writer_task => {
+                let written = written.map_err(|source| WorkerError::Task { task: "writer", source })?;
+                return Err(written.err().unwrap_or(WriterError::Closed).into());
+            }
+            dead = &mut dead_task => {
+                dead.map_err(|source| WorkerError::Task { task: "dead-letter", source })??;
+                return Err(WorkerError::PipelineStopped);
+            }
+        };
+        // The pipeline holds a writer handle and the dead-letter queue;
+        // dropping it lets the dead-letter task end once written out.
+        drop(pipeline);
+        // A handle kept for the final counters; close() ends the writer
+        // whatever other handles exist.
+        let stats_handle = writer.clone();
+        writer.close();
+        let written = writer_task.await.map_err(|source| WorkerError::Task {
+            task: "writer",
+            source,
+        })?;
+        let dead = dead_task.await.map_err(|source| WorkerError::Task {
+            task: "dead-letter",
+            source,
+        })?;
+        // The writer's own error names the cause; the pipeline only saw a
+        // closed writer.
+        written?;
+        dead?;
+        let counts = counts?;
+        let stats = stats_handle.stats();
+        Ok(Report {
+            records: counts.records,
+            submitted: counts.submitted,
+            stored: stats.stored,
+            dead_lettered_unroutable: counts.dead_lettered,
+            dead_lettered_by_writer: stats.dead_lettered,
+            throttled_calls: stats.throttled_calls,
+        })
+    }
+}

@@ -1,0 +1,244 @@
+//! What each worker reports about itself, so `tidemark status` shows lag
+//! from what the workers already measured instead of reading the stream.
+//!
+//! Every [`REPORT_INTERVAL`] a running worker puts one small item in the
+//! coordinator table (the maintenance lease's table), keyed
+//! `leaseKey = "tidemark-worker#{worker id}"`:
+//!
+//! - `reportedAt`: Unix milliseconds;
+//! - `shardLagMs`: MillisBehindLatest of each shard it read since its last
+//!   report (Kinesis);
+//! - `queueAgeMs`: age of the oldest message of its latest receive (SQS).
+//!
+//! One PutItem per worker per interval (100 workers: about 3 writes a
+//! second); the item is deleted when the worker stops cleanly, and a report
+//! older than [`STALE_AFTER`] is ignored (a worker that crashed). A failed
+//! write is logged and retried at the next interval: reports are
+//! information, never a reason to stop.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use aws_sdk_dynamodb::error::DisplayErrorContext;
+use aws_sdk_dynamodb::types::AttributeValue;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use super::telemetry::{Last, TypedMetrics};
+
+/// Time between a worker's reports.
+pub const REPORT_INTERVAL: Duration = Duration::from_secs(30);
+/// Reports older than this are ignored (their worker is gone).
+pub(crate) const STALE_AFTER: Duration = Duration::from_secs(120);
+/// Key prefix of report items in the coordinator table.
+pub(crate) const KEY_PREFIX: &str = "tidemark-worker#";
+
+/// One worker's report.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub(crate) struct WorkerReport {
+    /// The worker id (the lease owner name).
+    pub worker: String,
+    /// When it was written, Unix ms.
+    pub reported_at_ms: i64,
+    /// MillisBehindLatest per shard read in the last interval.
+    pub shard_lag_ms: BTreeMap<String, i64>,
+    /// Age of the oldest message of the latest SQS receive, ms.
+    pub queue_age_ms: Option<i64>,
+}
+
+impl WorkerReport {
+    /// The report's item.
+    fn item(&self) -> HashMap<String, AttributeValue> {
+        let mut item = HashMap::from([
+            (
+                "leaseKey".to_string(),
+                AttributeValue::S(format!("{KEY_PREFIX}{}", self.worker)),
+            ),
+            (
+                "reportedAt".to_string(),
+                AttributeValue::N(self.reported_at_ms.to_string()),
+            ),
+            (
+                "shardLagMs".to_string(),
+                AttributeValue::M(
+                    self.shard_lag_ms
+                        .iter()
+                        .map(|(k, v)| (k.clone(), AttributeValue::N(v.to_string())))
+                        .collect(),
+                ),
+            ),
+        ]);
+        if let Some(age) = self.queue_age_ms {
+            item.insert("queueAgeMs".into(), AttributeValue::N(age.to_string()));
+        }
+        item
+    }
+
+    /// A report read back; `None` for items that are not reports.
+    fn from_item(item: &HashMap<String, AttributeValue>) -> Option<WorkerReport> {
+        let worker = item
+            .get("leaseKey")?
+            .as_s()
+            .ok()?
+            .strip_prefix(KEY_PREFIX)?
+            .to_string();
+        let num = |v: &AttributeValue| v.as_n().ok().and_then(|n| n.parse::<i64>().ok());
+        Some(WorkerReport {
+            worker,
+            reported_at_ms: num(item.get("reportedAt")?)?,
+            shard_lag_ms: item
+                .get("shardLagMs")
+                .and_then(|m| m.as_m().ok())
+                .map(|m| {
+                    m.iter()
+                        .filter_map(|(k, v)| Some((k.clone(), num(v)?)))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            queue_age_ms: item.get("queueAgeMs").and_then(num),
+        })
+    }
+}
+
+/// This worker's report now, from a snapshot of its metrics.
+fn measure(worker: &str, metrics: &TypedMetrics, last: &mut Last) -> WorkerReport {
+    let snap = metrics.snapshot();
+    WorkerReport {
+        worker: worker.to_string(),
+        reported_at_ms: chrono::Utc::now().timestamp_millis(),
+        shard_lag_ms: snap
+            .shard_lags(last)
+            .into_iter()
+            .map(|(k, v)| (k, v as i64))
+            .collect(),
+        queue_age_ms: (snap.sqs_messages_received > 0)
+            .then_some(snap.sqs_receive_age)
+            .flatten()
+            .map(|age| (age * 1000.0) as i64),
+    }
+}
+
+/// Writes this worker's report every [`REPORT_INTERVAL`] until `shutdown`,
+/// then deletes it.
+pub(crate) async fn run(
+    client: aws_sdk_dynamodb::Client,
+    table: String,
+    worker: String,
+    metrics: TypedMetrics,
+    shutdown: CancellationToken,
+) {
+    let mut last = Last::new();
+    let mut tick = tokio::time::interval(REPORT_INTERVAL);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            _ = tick.tick() => {}
+        }
+        let report = measure(&worker, &metrics, &mut last);
+        let put = client
+            .put_item()
+            .table_name(&table)
+            .set_item(Some(report.item()))
+            .send();
+        match tokio::time::timeout(REPORT_INTERVAL, put).await {
+            Ok(Ok(_)) => debug!(shards = report.shard_lag_ms.len(), "worker report written"),
+            Ok(Err(e)) => {
+                warn!(table, error = %DisplayErrorContext(e), "writing the worker report failed")
+            }
+            Err(_) => warn!(table, "writing the worker report timed out"),
+        }
+    }
+    // Best effort and short: a report left behind goes stale by itself.
+    let delete = client
+        .delete_item()
+        .table_name(&table)
+        .key(
+            "leaseKey",
+            AttributeValue::S(format!("{KEY_PREFIX}{worker}")),
+        )
+        .send();
+    if let Ok(Err(e)) = tokio::time::timeout(Duration::from_secs(2), delete).await {
+        debug!(error = %DisplayErrorContext(e), "deleting the worker report failed");
+    }
+}
+
+/// The fresh reports in `table` (reports older than [`STALE_AFTER`] are
+/// left out), by worker id.
+pub(crate) async fn read(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+) -> Result<BTreeMap<String, WorkerReport>, aws_sdk_dynamodb::Error> {
+    let now = chrono::Utc::now().timestamp_millis();
+    let mut out = BTreeMap::new();
+    let mut pages = client
+        .scan()
+        .table_name(table)
+        .filter_expression("begins_with(leaseKey, :p)")
+        .expression_attribute_values(":p", AttributeValue::S(KEY_PREFIX.into()))
+        .into_paginator()
+        .send();
+    while let Some(page) = pages.next().await {
+        for item in page?.items() {
+            if let Some(r) = WorkerReport::from_item(item)
+                && now - r.reported_at_ms <= STALE_AFTER.as_millis() as i64
+            {
+                out.insert(r.worker.clone(), r);
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_round_trips_through_its_item() {
+        let r = WorkerReport {
+            worker: "4f6c1c5e-9a51-4a5e-8a37-3f0f2c1d9b7e".into(),
+            reported_at_ms: 1_763_787_600_123,
+            shard_lag_ms: [("shardId-000000000001".to_string(), 1500)].into(),
+            queue_age_ms: Some(42_000),
+        };
+        assert_eq!(WorkerReport::from_item(&r.item()), Some(r.clone()));
+        let mut other = r.item();
+        other.insert(
+            "leaseKey".into(),
+            AttributeValue::S("tidemark-maintenance".into()),
+        );
+        assert_eq!(
+            WorkerReport::from_item(&other),
+            None,
+            "the lease item is no report"
+        );
+    }
+
+    #[test]
+    fn a_worker_reports_the_lag_of_shards_it_read_and_the_queue_age() {
+        use metrics_exporter_prometheus::PrometheusBuilder;
+        let recorder =
+            super::super::telemetry::TypedRecorder::new(PrometheusBuilder::new().build_recorder());
+        let typed = recorder.metrics();
+        let k = &tidemark_consumer::metrics::kinesis::GET_RECORDS;
+        metrics::with_local_recorder(&recorder, || {
+            metrics::counter!(*k, "shard" => "s1").increment(2);
+            metrics::gauge!(tidemark_consumer::metrics::kinesis::MILLIS_BEHIND, "shard" => "s1")
+                .set(2500.0);
+            metrics::gauge!(tidemark_consumer::metrics::kinesis::MILLIS_BEHIND, "shard" => "gone")
+                .set(9e6);
+        });
+        let mut last = Last::new();
+        let r = measure("w1", &typed, &mut last);
+        assert_eq!(r.shard_lag_ms, [("s1".to_string(), 2500)].into());
+        assert_eq!(r.queue_age_ms, None, "no SQS receive yet");
+        metrics::with_local_recorder(&recorder, || {
+            metrics::counter!(tidemark_consumer::metrics::sqs::MESSAGES_RECEIVED, "format" => "single")
+                .increment(1);
+            metrics::gauge!(tidemark_consumer::metrics::sqs::RECEIVE_AGE).set(42.5);
+        });
+        let r = measure("w1", &typed, &mut last);
+        assert!(r.shard_lag_ms.is_empty(), "s1 was not read since: {r:?}");
+        assert_eq!(r.queue_age_ms, Some(42_500));
+    }
+}
