@@ -1065,7 +1065,8 @@ fn period_table_changes_need_the_prefix_tag() {
                 if !own_table {
                     let keys = st.condition_values("ForAllValues:StringEquals", "aws:TagKeys");
                     assert!(
-                        !keys.is_empty() && keys.iter().all(|k| CREATION_TAGS.contains(&k.as_str())),
+                        !keys.is_empty()
+                            && keys.iter().all(|k| CREATION_TAGS.contains(&k.as_str())),
                         "statement {} lets TagResource set any tag on a table that is not yet ours \
                          (aws:TagKeys {keys:?}; creation sets only {CREATION_TAGS:?}):\n{}",
                         st.sid,
@@ -1164,7 +1165,10 @@ fn period_table_scans_only_count() {
             st.sid
         );
     }
-    assert!(seen, "no statement grants the start-up count of period tables");
+    assert!(
+        seen,
+        "no statement grants the start-up count of period tables"
+    );
 }
 
 #[test]

@@ -324,6 +324,41 @@ mod tests {
         assert_eq!(f.shape, Shape::Single);
     }
 
+    /// A record holding more events than a record may (a decompression
+    /// bomb: 60 KB of gzip inflating to millions of `{}` lines) is refused
+    /// whole with `too_many_events`, without a slice per event; one at the
+    /// bound is split as usual.
+    #[test]
+    fn a_record_of_too_many_events_is_refused_whole() {
+        let at_bound = 100_000;
+        let lines = |n: usize| Bytes::from(gzip(&b"{}\n".repeat(n)));
+        let elems = |n: usize| {
+            let mut a = b"[{}".to_vec();
+            a.extend(b",{}".repeat(n - 1));
+            a.push(b']');
+            Bytes::from(gzip(&a))
+        };
+        assert_eq!(
+            split(RecordFormat::Ndjson, &lines(at_bound)).unwrap().len(),
+            at_bound
+        );
+        assert_eq!(
+            split(RecordFormat::JsonArray, &elems(at_bound))
+                .unwrap()
+                .len(),
+            at_bound
+        );
+        for (format, data) in [
+            (RecordFormat::Ndjson, lines(at_bound + 1)),
+            (RecordFormat::JsonArray, elems(at_bound + 1)),
+            (RecordFormat::JsonOrArray, elems(at_bound + 1)),
+        ] {
+            let err = frame(format, &data, false).unwrap_err();
+            assert_eq!(err.reason(), Reason::TooManyEvents, "{format:?}: {err}");
+            assert!(err.to_string().contains("100000 events"), "{err}");
+        }
+    }
+
     fn event() -> impl Strategy<Value = String> {
         // Objects with strings holding newlines (escaped), brackets and
         // commas: what a naive splitter would cut in the wrong place.

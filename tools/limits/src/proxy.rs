@@ -1435,7 +1435,10 @@ mod tests {
         assert!(names_table(body, "run-leases"));
         assert!(!names_table(body, "run-lease"));
         assert!(!names_table(body, "run"));
-        assert!(!names_table(br#"{"TableName":"run-leases-2"}"#, "run-leases"));
+        assert!(!names_table(
+            br#"{"TableName":"run-leases-2"}"#,
+            "run-leases"
+        ));
     }
 
     #[test]

@@ -268,6 +268,24 @@ mod tests {
         .to_string()
     }
 
+    /// A base64 gzip body inflating to more events than a record may hold
+    /// (a decompression bomb, also inside an SNS envelope) is refused whole,
+    /// as one dead letter, instead of one event per line or element.
+    #[test]
+    fn a_body_of_too_many_events_is_refused_whole() {
+        let lines = "{}\n".repeat(100_001);
+        let elems = format!("[{}{{}}]", "{},".repeat(100_000));
+        for (format, text) in [
+            (RecordFormat::Ndjson, &lines),
+            (RecordFormat::JsonOrArray, &elems),
+        ] {
+            for body in [gzip64(text), sns(&gzip64(text))] {
+                let u = super::decode(body, format).unwrap_err();
+                assert!(u.reason.contains("100000 events"), "{}", u.reason);
+            }
+        }
+    }
+
     #[test]
     fn single_event_is_passed_through_byte_for_byte() {
         let body = r#" {"id":"a","ts":"2026-11-22T05:00:00Z","v":1.10}"#;

@@ -676,7 +676,9 @@ async fn revoked(args: &Args) -> Result<bool> {
             break;
         }
         if let Some(status) = fleet.exited(0)? {
-            failures.push(format!("the worker exited before holding its leases: {status}"));
+            failures.push(format!(
+                "the worker exited before holding its leases: {status}"
+            ));
             break;
         }
         if Instant::now() >= held_by {
@@ -753,7 +755,10 @@ async fn revoked(args: &Args) -> Result<bool> {
             |(s, status, _)| format!("{status} after {s:.1} s")
         )
     );
-    println!("  limit               {:.0} s (three failover times)", limit.as_secs_f64());
+    println!(
+        "  limit               {:.0} s (three failover times)",
+        limit.as_secs_f64()
+    );
     report_failures(&failures);
     finish(&w, passed, args, &[]).await;
     println!(
@@ -807,7 +812,13 @@ async fn dlq_hang(args: &Args) -> Result<bool> {
             let kind = [PoisonKind::InvalidJson, PoisonKind::MissingEntity][i as usize % 2];
             poison.push((idx, kind));
             let at = (i as usize * 2).min(records.len());
-            records.insert(at, (format!("poison-{idx}"), events::poison(idx, kind, now, retention)));
+            records.insert(
+                at,
+                (
+                    format!("poison-{idx}"),
+                    events::poison(idx, kind, now, retention),
+                ),
+            );
         }
         next += p;
         records
@@ -875,7 +886,9 @@ async fn dlq_hang(args: &Args) -> Result<bool> {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     if settled_after.is_none() {
-        failures.push("the checkpoint did not reach the last record within 90 s of the recovery".into());
+        failures.push(
+            "the checkpoint did not reach the last record within 90 s of the recovery".into(),
+        );
     }
     let first_poison_during = during.iter().min().cloned();
     if let (Some(cp), Some(p)) = (&max_cp_during, &first_poison_during)
@@ -956,7 +969,10 @@ async fn dlq_hang(args: &Args) -> Result<bool> {
         "  good events         {} of {} stored; settled {}",
         items.found,
         valid.len(),
-        settled_after.map_or_else(|| "never".into(), |s| format!("{s:.1} s after the recovery"))
+        settled_after.map_or_else(
+            || "never".into(),
+            |s| format!("{s:.1} s after the recovery")
+        )
     );
     report_failures(&failures);
     finish(&w, passed, args, &items.tables).await;
@@ -971,7 +987,10 @@ async fn dlq_hang(args: &Args) -> Result<bool> {
             (Some(cp), Some(p)) => cp < p,
             _ => true,
         },
-        settled_after.map_or_else(|| "never".into(), |s| format!("{s:.1} s after the recovery"))
+        settled_after.map_or_else(
+            || "never".into(),
+            |s| format!("{s:.1} s after the recovery")
+        )
     );
     Ok(passed)
 }

@@ -199,7 +199,11 @@ async fn a_hung_destination_is_waited_for_and_nothing_goes_to_the_fallback() {
         drop(dead);
         task.await.unwrap().unwrap();
         assert_eq!(tracker.in_flight(), 0, "acknowledged once stored");
-        assert_eq!(*sink.stored.lock().unwrap(), 3, "every entry in the destination");
+        assert_eq!(
+            *sink.stored.lock().unwrap(),
+            3,
+            "every entry in the destination"
+        );
         assert_eq!(fallback_lines(&path), 0, "nothing only in a local file");
     }
 }
@@ -249,7 +253,10 @@ async fn a_full_queue_holds_bounded_senders_back() {
     });
     tokio::time::sleep(Duration::from_secs(30)).await;
     let queued = sent.load(std::sync::atomic::Ordering::SeqCst);
-    assert!(queued <= 20, "{queued} entries queued past a {cap}-byte bound");
+    assert!(
+        queued <= 20,
+        "{queued} entries queued past a {cap}-byte bound"
+    );
     assert!(dead.queued_bytes() <= cap, "{} bytes", dead.queued_bytes());
     // The destination recovers: everything goes through.
     producer.await.unwrap();
