@@ -659,10 +659,10 @@ fn run_answers_healthz_while_starting_and_stops_on_sigterm() {
         );
         std::thread::sleep(Duration::from_millis(100));
     };
-    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    assert!(health.starts_with("HTTP/1.0 200"), "{health}");
     assert!(health.contains("starting"), "{health}");
     let ready = get("/readyz").unwrap_or_default();
-    assert!(ready.starts_with("HTTP/1.1 503"), "{ready}");
+    assert!(ready.starts_with("HTTP/1.0 503"), "{ready}");
     let kill = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
