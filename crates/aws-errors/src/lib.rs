@@ -17,6 +17,8 @@
 //! - [`classify_http`]: a raw HTTP error answer (status and JSON body with
 //!   `__type`), as the writer's own transport receives it.
 //! - [`HttpStatus`]: how [`classify`] reads the status of a raw response.
+//! - [`describe`]: a failed call in one line, for messages and logs (no
+//!   `Debug` dump).
 //!
 //! Guarantees:
 //! - One list of throttling codes for every service: the AWS SDK's own list
@@ -242,6 +244,45 @@ pub fn classify<E: ProvideErrorMetadata, R: HttpStatus>(err: &SdkError<E, R>) ->
     }
 }
 
+/// A failed call in one line, without the `Debug` dump the SDK's
+/// `DisplayErrorContext` appends: the service's code and message for an
+/// error answer (`ResourceNotFoundException: Requested resource not
+/// found`), and for a call without one, each cause's own words
+/// (`dispatch failure: io error: ... tcp connect error: Connection refused
+/// (os error 111)`).
+pub fn describe<E, R>(err: &SdkError<E, R>) -> String
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug + 'static,
+{
+    if let SdkError::ServiceError(e) = err {
+        let e = e.err();
+        return match (e.code(), e.message()) {
+            (Some(c), Some(m)) => format!("{c}: {m}"),
+            (Some(c), None) => c.to_string(),
+            (None, Some(m)) => m.to_string(),
+            (None, None) => causes(e),
+        };
+    }
+    causes(err)
+}
+
+/// `err` and its sources' own messages, joined by `: ` (what [`describe`]
+/// gives a call without an answer; for errors of no known service).
+pub fn causes(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut next = Some(err);
+    while let Some(e) = next {
+        let text = e.to_string();
+        // A wrapper whose message repeats its source's adds nothing.
+        if !text.is_empty() && parts.last() != Some(&text) {
+            parts.push(text);
+        }
+        next = e.source();
+    }
+    parts.join(": ")
+}
+
 /// The code of an SDK error, if the service answered with one.
 pub fn error_code<E: ProvideErrorMetadata, R>(err: &SdkError<E, R>) -> Option<&str> {
     match err {
@@ -327,6 +368,40 @@ mod tests {
                 "{code} without status"
             );
         }
+    }
+
+    /// No `Debug` dump: a service error is its code and message, a call
+    /// without an answer its causes' own words.
+    #[test]
+    fn describe_has_no_debug_dump() {
+        use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+        use aws_smithy_runtime_api::client::result::ConnectorError;
+        let refused =
+            std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused");
+        let e: SdkError<DescribeTableError, HttpResponse> =
+            SdkError::dispatch_failure(ConnectorError::io(Box::new(refused)));
+        let text = describe(&e);
+        assert!(text.contains("Connection refused"), "{text}");
+        assert!(
+            !text.contains("DispatchFailure") && !text.contains("ConnectorError {"),
+            "{text}"
+        );
+        let e: SdkError<DescribeTableError, HttpResponse> = SdkError::service_error(
+            DescribeTableError::generic(
+                ErrorMetadata::builder()
+                    .code("ResourceNotFoundException")
+                    .message("Requested resource not found")
+                    .build(),
+            ),
+            HttpResponse::new(
+                400.try_into().unwrap(),
+                aws_smithy_types::body::SdkBody::empty(),
+            ),
+        );
+        assert_eq!(
+            describe(&e),
+            "ResourceNotFoundException: Requested resource not found"
+        );
     }
 
     #[test]

@@ -23,7 +23,7 @@ impl AwsError {
     pub fn new<E, R>(op: &'static str, err: &SdkError<E, R>) -> Self
     where
         E: ProvideErrorMetadata + std::error::Error + 'static,
-        R: HttpStatus + std::fmt::Debug,
+        R: HttpStatus + std::fmt::Debug + 'static,
     {
         let class = match classify(err) {
             // The consumer sends no user content: a rejected request is a
@@ -37,10 +37,7 @@ impl AwsError {
                 e.err().code().unwrap_or("unknown"),
                 e.err().message().unwrap_or("")
             ),
-            other => format!(
-                "{}",
-                aws_smithy_types::error::display::DisplayErrorContext(other)
-            ),
+            other => tidemark_aws_errors::describe(other),
         };
         Self { op, class, message }
     }

@@ -30,8 +30,10 @@
 //!   proxy's borrowed tree); and the payload encoder the router writes items
 //!   with (a record's JSON text to DynamoDB JSON, sized as it goes).
 //! - [`sizing`]: the sizing planner: [`sizing::recommend`] turns rates and
-//!   sizes into a [`sizing::SizingPlan`] (shards, period, Kinesis shards,
-//!   cost).
+//!   sizes into a [`sizing::SizingPlan`]: one recommendation per decision
+//!   (key strategy, write shards, period, billing) with its reason,
+//!   trade-off and arithmetic, all from one model of how keys spread over
+//!   partitions; a config's layout judged beside it; Kinesis shards, cost.
 //! - [`query`]: query plans for a time range or the latest event, and the
 //!   k-way merge of their results.
 //! - `origin`, `key`, `reason` (private, their types re-exported here) and

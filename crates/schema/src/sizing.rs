@@ -1,20 +1,42 @@
-//! Sizing planner: from event rates and sizes to shards, periods and cost.
+//! Sizing planner: from event rates and sizes to one recommendation per
+//! decision (key strategy, write shards, period, billing mode), each with
+//! its reason, the trade-off it makes and the arithmetic.
 //!
 //! The arithmetic follows seed 000 (DynamoDB's time-series guide): size the
-//! item, count WCUs at the peak, shard so that no partition key takes more
-//! than 1,000 WCU, and pick the longest convenient period that one 10 GB
-//! partition can hold. Every step is returned as a readable line so a plan
-//! can be checked by hand.
+//! item, count WCUs at the peak, keep every partition key and every
+//! partition under 1,000 WCU, and pick the longest convenient period whose
+//! data the table's busiest partition can hold (10 GB). One model (the
+//! `spread` module) serves every line: how a key layout puts the busiest entity
+//! and the rest of the stream on partition keys, and those keys on the
+//! table's partitions. So the shard count, the usable capacity, the fill
+//! time behind the period and the queries a read takes all describe the
+//! same layout.
 //!
-//! Write shards must also fill the table's partitions evenly: DynamoDB puts
-//! each partition key on the partition that owns its hash, so N equally
-//! loaded keys land on P partitions like balls in bins, and the table is full
-//! when its hottest partition is. [`partition_skew`] measures the expected
-//! hottest partition's load over the mean for N `time_bucket` keys
-//! (`{shard}#{hour}`) with the hash of the limits proxy (a uniform hash, as
-//! DynamoDB's is); the plan recommends the fewest shards within
-//! `max_partition_skew` and shows the usable fraction of capacity (mean over
-//! hottest) of both layouts.
+//! Decisions, in order:
+//! 1. strategy: `entity` (one key per entity, one query per table) when the
+//!    busiest entity fits one partition key with head-room and the entities
+//!    spread over the partitions; else `calculated_suffix`, the only kind
+//!    that spreads one entity over several keys (`entity` and
+//!    `time_bucket` keep one entity on one partition).
+//! 2. shards: the fewest suffixes whose keys keep head-room and whose
+//!    expected hottest partition stays under 1,000 WCU, at most
+//!    `max_queries_per_read`; past that, more capacity (partitions).
+//! 3. capacity: the peak times `max_partition_skew`, so the hottest
+//!    partition may run that much over the mean.
+//! 4. period: the longest one within the busiest partition's fill time; the
+//!    tables alive over the retention are checked against the account's
+//!    table quota.
+//! 5. billing: provisioned or on demand, the cheaper at these rates. The
+//!    [`Cost`] section holds the figures (writes and storage at list
+//!    prices); it is the place finer pricing goes.
+//!
+//! With the layout a config has ([`CurrentLayout`]), the same arithmetic
+//! judges it and lists where it differs from the recommendation.
+
+mod planner;
+mod spread;
+#[cfg(test)]
+mod tests;
 
 use std::time::Duration;
 
@@ -22,20 +44,24 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use sha2::{Digest, Sha256};
-
 use crate::origin::Origin;
-use crate::period::{self, Period};
+use crate::period::{self, Billing, Period};
 use crate::route::{RouteCache, RouteError, Router};
 use crate::size::{self, WCU_BYTES};
+use crate::strategy::{Bucket, KeyStrategy};
 
-/// Most WCU one partition serves per second.
-pub(crate) const PARTITION_WCU: f64 = 1000.0;
+use planner::Planner;
+#[cfg(test)]
+use spread::Traffic;
+pub use spread::{SAMPLES, even_shards, partition_of, partition_skew};
+
+/// Most WCU one partition (and one partition key) serves per second.
+pub const PARTITION_WCU: f64 = 1000.0;
 
 /// Data one partition holds: 10 GB, taken as 10^10 bytes (seed 000's
 /// example, 600 events/s of 180 bytes filling it in "26 or 27 hours", uses
 /// this reading: 25.7 h).
-pub(crate) const PARTITION_BYTES: f64 = 1e10;
+pub const PARTITION_BYTES: f64 = 1e10;
 
 /// Storage overhead DynamoDB bills per item, in bytes.
 pub(crate) const ITEM_STORAGE_OVERHEAD_BYTES: f64 = 100.0;
@@ -47,6 +73,23 @@ pub(crate) const KINESIS_SHARD_BYTES: f64 = 1_048_576.0;
 
 /// Hours in a billing month, as AWS prices it.
 pub(crate) const HOURS_PER_MONTH: f64 = 730.0;
+
+/// DynamoDB's default quota of tables per account and region.
+pub const DEFAULT_TABLE_QUOTA: u32 = 2500;
+
+/// The most tables an account may have in a region, even on request.
+pub const MAX_TABLE_QUOTA: u32 = 10_000;
+
+/// DynamoDB's default quota of write capacity per provisioned table.
+pub const TABLE_WRITE_QUOTA: u64 = 40_000;
+
+/// Writes per second a new on-demand table takes before it warms up.
+pub const ON_DEMAND_INITIAL_WRITES: u64 = 4000;
+
+/// Time each period a provisioned table holds the active capacity beside
+/// the active one: the prebuilt next table (`prebuild_ahead`, 15 min) and
+/// the cooling previous one (`late_arrival_grace`, 15 min), by default.
+const OVERLAP_HOURS: f64 = 0.5;
 
 /// Prices in USD. Defaults are us-east-1 list prices (standard table class)
 /// after the November 2024 on-demand price cut; override them for another
@@ -93,12 +136,17 @@ const fn default_skew() -> f64 {
     1.25
 }
 
-/// Time buckets [`partition_skew`] averages over (consecutive hours: the
-/// bucket is part of each key, so every hour lays the keys out anew).
-pub const SKEW_SAMPLES: u32 = 64;
+const fn default_max_queries() -> u32 {
+    32
+}
 
-/// Most write shards the even-partition search considers.
-pub const MAX_EVEN_SHARDS: u32 = 4096;
+const fn default_quota() -> u32 {
+    DEFAULT_TABLE_QUOTA
+}
+
+/// Most write shards the planner considers (reads would take that many
+/// queries per table).
+pub const MAX_PLANNED_SHARDS: u32 = 1024;
 
 /// What the planner needs to know.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -108,83 +156,310 @@ pub struct SizingInput {
     pub avg_events_per_sec: f64,
     /// Peak events per second, whole stream.
     pub peak_events_per_sec: f64,
-    /// Peak events per second on one logical key (one entity's burst, e.g.
-    /// seed 003's sensor at 2,000/s). Unset: the whole peak, the worst case
-    /// (seed 000's single time-keyed stream).
+    /// Peak events per second of the busiest entity (one entity's burst,
+    /// e.g. seed 003's sensor at 2,000/s). Unset: the whole peak, as if the
+    /// stream were one key (seed 000's single time-keyed stream).
     #[serde(default)]
     pub peak_key_events_per_sec: Option<f64>,
+    /// Entities writing at once (the busiest included). Unset: many, each
+    /// small beside the busiest.
+    #[serde(default)]
+    pub entities: Option<u64>,
     /// Average item size in DynamoDB, bytes (see [`item_bytes_of_sample`]).
     pub avg_item_bytes: u64,
     /// Average Kinesis record size, bytes. Unset: the item size.
     #[serde(default)]
     pub avg_record_bytes: Option<u64>,
-    /// How long data is kept (storage cost). Default 30 days.
+    /// How long data is kept (tables alive, storage). Default 30 days.
     #[serde(with = "humantime_serde", default = "period::default_retention")]
     pub retention: Duration,
-    /// Head-room multiplier for the shard count. Default 2 (seed 003
-    /// suggests 2x to 10x the minimum).
+    /// Head-room of one partition key: at the stated peak a key runs at
+    /// most 1 / this of its 1,000 WCU. Default 2 (seed 003 suggests 2x to
+    /// 10x the minimum).
     #[serde(default = "default_safety")]
     pub safety_factor: f64,
     /// Prices.
     #[serde(default)]
     pub prices: Prices,
-    /// Partitions the table is expected to have. Unset: one per 1,000 WCU
-    /// of the peak, as DynamoDB sizes a provisioned table.
+    /// Partitions the table has (an existing table). Unset: as many as the
+    /// recommended capacity makes (one per 1,000 WCU).
     #[serde(default)]
     pub table_partitions: Option<u32>,
-    /// Highest accepted expected load of the hottest partition over the
-    /// mean. Default 1.25 (80% of the table usable).
+    /// Capacity head-room of the table: it is provisioned at the peak times
+    /// this, so its hottest partition may run this much over the mean.
+    /// Default 1.25 (80% of the table usable).
     #[serde(default = "default_skew")]
     pub max_partition_skew: f64,
+    /// Most queries one read of one entity may take per table (the suffix
+    /// strategies read every suffix). Default 32.
+    #[serde(default = "default_max_queries")]
+    pub max_queries_per_read: u32,
+    /// Tables the account may have in the region. Default 2,500 (DynamoDB's
+    /// default quota; 10,000 at most on request).
+    #[serde(default = "default_quota")]
+    pub table_quota: u32,
+    /// A config's layout, to judge beside the recommendation.
+    #[serde(default)]
+    pub current: Option<CurrentLayout>,
+}
+
+impl SizingInput {
+    /// An input with the defaults for everything but the rates and size.
+    pub fn new(avg_events_per_sec: f64, peak_events_per_sec: f64, avg_item_bytes: u64) -> Self {
+        SizingInput {
+            avg_events_per_sec,
+            peak_events_per_sec,
+            peak_key_events_per_sec: None,
+            entities: None,
+            avg_item_bytes,
+            avg_record_bytes: None,
+            retention: period::default_retention(),
+            safety_factor: default_safety(),
+            prices: Prices::default(),
+            table_partitions: None,
+            max_partition_skew: default_skew(),
+            max_queries_per_read: default_max_queries(),
+            table_quota: default_quota(),
+            current: None,
+        }
+    }
+}
+
+/// The layout a config has: what [`recommend`] judges beside its own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CurrentLayout {
+    /// Where it comes from (a file name), for messages.
+    pub source: String,
+    /// `schema.key`.
+    pub key: KeyStrategy,
+    /// `schema.period`.
+    pub period: Period,
+    /// `schema.billing`.
+    pub billing: Billing,
+    /// `schema.tiers.active.write` (provisioned billing).
+    pub active_write_capacity: u64,
+}
+
+impl CurrentLayout {
+    /// The partitions its active table has: one per 1,000 WCU provisioned,
+    /// or on demand those of its warm throughput (a new on-demand table
+    /// takes about 4,000 writes/s).
+    pub fn table_partitions(&self) -> u32 {
+        let units = match self.billing {
+            Billing::Provisioned => self.active_write_capacity,
+            Billing::OnDemand { warm_write_units } => {
+                warm_write_units.unwrap_or(0).max(ON_DEMAND_INITIAL_WRITES)
+            }
+        };
+        ceil_u32(units as f64 / PARTITION_WCU).max(1)
+    }
+
+    /// Write capacity of its active table (on demand: its warm throughput).
+    fn write_capacity(&self) -> u64 {
+        u64::from(self.table_partitions()) * 1000
+    }
+}
+
+/// How the recommended tables are billed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BillingMode {
+    /// Provisioned capacity, resized by lifecycle state.
+    Provisioned,
+    /// Pay per request.
+    OnDemand,
+}
+
+impl BillingMode {
+    /// The config spelling.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            BillingMode::Provisioned => "provisioned",
+            BillingMode::OnDemand => "on_demand",
+        }
+    }
+}
+
+/// The rates in WCU, and what was assumed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Load {
+    /// WCUs one write of an average item costs.
+    pub wcu_per_item: u64,
+    /// WCU at the average rate.
+    pub avg_wcu: f64,
+    /// WCU at the stream's peak.
+    pub peak_wcu: u64,
+    /// WCU of the busiest entity at its peak.
+    pub hot_key_wcu: u64,
+    /// True when the busiest entity's rate was not given (taken as the
+    /// whole peak).
+    pub hot_key_assumed: bool,
+    /// Entities writing at once, when given.
+    pub entities: Option<u64>,
+    /// `ceil(peak key WCU / 1,000)`: fewer keys per entity throttle (seed
+    /// 003's N).
+    pub min_write_shards: u32,
+    /// `ceil(peak key WCU x safety / 1,000)`: keys per entity with head-room.
+    pub head_room_shards: u32,
+}
+
+/// The recommended layout: what to write in `[schema]`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Recommendation {
+    /// `schema.key`.
+    pub key: KeyStrategy,
+    /// `schema.period`.
+    pub period: Period,
+    /// `schema.billing.mode`.
+    pub billing: BillingMode,
+    /// Write capacity of the active table: `schema.tiers.active.write`, or
+    /// on demand `warm_write_units`.
+    pub active_write_capacity: u64,
+    /// Partitions that capacity gives the table.
+    pub table_partitions: u32,
+}
+
+/// A layout judged on a table.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Evaluation {
+    /// Expected load of the busiest partition key at the peak, WCU.
+    pub hottest_key_wcu: f64,
+    /// Expected load of the busiest partition at the peak, WCU.
+    pub hottest_partition_wcu: f64,
+    /// Mean partition load at the peak, WCU.
+    pub mean_partition_wcu: f64,
+    /// Share of the table's capacity usable before its hottest partition
+    /// is full (mean over hottest).
+    pub usable_fraction: f64,
+    /// Hours until the busiest partition holds 10 GB at the average rate.
+    pub partition_fill_hours: f64,
+    /// Queries one read of one entity takes per table.
+    pub queries_per_read: u32,
+    /// Tables alive at once over the retention (the current and the
+    /// prebuilt next one included).
+    pub tables_alive: u64,
+    /// False when a key or a partition is over 1,000 WCU at the peak.
+    pub holds_peak: bool,
+    /// False when the busiest partition fills 10 GB within a period.
+    pub period_fits: bool,
+}
+
+/// One decision of the plan.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Decision {
+    /// `strategy`, `shards`, `period` or `billing`.
+    pub decision: &'static str,
+    /// The recommended value, as the config spells it.
+    pub value: String,
+    /// Why.
+    pub reason: String,
+    /// What it costs.
+    pub trade_off: String,
+}
+
+/// What one strategy does with the busiest entity.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StrategyVerdict {
+    /// The strategy's config name.
+    pub strategy: &'static str,
+    /// Whether it can spread one entity over several partition keys.
+    pub spreads_one_entity: bool,
+    /// Whether it can take this load.
+    pub fits: bool,
+    /// Why, in a sentence.
+    pub note: String,
+}
+
+/// Where a config differs from the recommendation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Difference {
+    /// `strategy`, `shards`, `period`, `capacity` or `billing`.
+    pub decision: &'static str,
+    /// The config's value.
+    pub config: String,
+    /// The recommended value.
+    pub recommended: String,
+    /// What the config's value does at these rates.
+    pub consequence: String,
+}
+
+/// A config's layout, judged.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ConfigReview {
+    /// Where it comes from.
+    pub source: String,
+    /// Its `schema.key`.
+    pub key: KeyStrategy,
+    /// Its `schema.period`.
+    pub period: Period,
+    /// Its billing mode.
+    pub billing: BillingMode,
+    /// Its active table's write capacity (on demand: warm throughput or
+    /// the initial 4,000).
+    pub active_write_capacity: u64,
+    /// Partitions of its active table.
+    pub table_partitions: u32,
+    /// The same arithmetic as the recommendation's.
+    pub evaluation: Evaluation,
+    /// Where it differs from the recommendation, with what that does.
+    pub differences: Vec<Difference>,
+}
+
+/// Kinesis shards for the stream's peak.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KinesisSizing {
+    /// Shards needed for the record rate.
+    pub shards_by_records: u32,
+    /// Shards needed for the byte rate.
+    pub shards_by_bytes: u32,
+    /// The larger of the two.
+    pub shards: u32,
+}
+
+/// Monthly cost of the recommended layout, writes and storage at the given
+/// prices. Reads, auto scaling and table classes are not priced.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Cost {
+    /// Data kept at steady state (retention), GB.
+    pub stored_gb: f64,
+    /// Storage, USD per month.
+    pub storage_usd: f64,
+    /// Writes on demand at the average rate, USD per month.
+    pub on_demand_writes_usd: f64,
+    /// Provisioned write capacity (the active table's, and the prebuilt
+    /// and cooling tables' at the boundaries), USD per month.
+    pub provisioned_writes_usd: f64,
+    /// On demand, writes plus storage.
+    pub on_demand_usd: f64,
+    /// Provisioned, writes plus storage.
+    pub provisioned_usd: f64,
 }
 
 /// The planner's answer.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SizingPlan {
-    /// WCUs one write of an average item costs.
-    pub wcu_per_item: u64,
-    /// WCU needed at the stream's peak.
-    pub peak_wcu: u64,
-    /// WCU needed on the busiest logical key at its peak.
-    pub peak_key_wcu: u64,
-    /// `ceil(peak key WCU / 1,000)`: fewer shards throttle.
-    pub min_write_shards: u32,
-    /// The minimum times the safety factor, rounded up.
-    pub recommended_write_shards: u32,
-    /// Partitions assumed for the table.
-    pub table_partitions: u32,
-    /// Expected hottest partition's load over the mean with
-    /// `recommended_write_shards` keys per time bucket.
-    pub recommended_partition_skew: f64,
-    /// Fraction of the table's capacity usable with that layout (1 / skew).
-    pub recommended_usable_fraction: f64,
-    /// Fewest write shards (at least `recommended_write_shards`) whose
-    /// expected skew is within `max_partition_skew`; `None` if even
-    /// [`MAX_EVEN_SHARDS`] is not.
-    pub even_write_shards: Option<u32>,
-    /// Expected skew with `even_write_shards`.
-    pub even_partition_skew: Option<f64>,
-    /// Fraction of capacity usable with `even_write_shards`.
-    pub even_usable_fraction: Option<f64>,
-    /// Hours until one 10 GB partition is full at the average rate.
-    pub partition_fill_hours: f64,
-    /// The longest period that fits in `partition_fill_hours`.
-    pub recommended_period: Period,
-    /// False when even an hour of data exceeds one partition (tables will
-    /// split; spread the data over more partition keys).
-    pub period_fits: bool,
-    /// Kinesis shards needed for the record rate.
-    pub kinesis_shards_by_records: u32,
-    /// Kinesis shards needed for the byte rate.
-    pub kinesis_shards_by_bytes: u32,
-    /// Kinesis shards needed (the larger of the two).
-    pub kinesis_shards: u32,
-    /// Data kept at steady state (retention), GB.
-    pub stored_gb: f64,
-    /// Monthly cost on demand: writes plus storage, USD.
-    pub monthly_cost_on_demand_usd: f64,
-    /// Monthly cost provisioned at the peak WCU: writes plus storage, USD.
-    pub monthly_cost_provisioned_usd: f64,
+    /// The rates in WCU.
+    pub load: Load,
+    /// One value per decision.
+    pub recommendation: Recommendation,
+    /// The recommendation, judged.
+    pub evaluation: Evaluation,
+    /// Each decision with its reason and trade-off: strategy, shards,
+    /// period, billing.
+    pub decisions: Vec<Decision>,
+    /// What each strategy does with the busiest entity.
+    pub strategies: Vec<StrategyVerdict>,
+    /// Tables the account may have in the region.
+    pub table_quota: u32,
+    /// The config's layout, judged, when one was given.
+    pub config: Option<ConfigReview>,
+    /// Kinesis shards.
+    pub kinesis: KinesisSizing,
+    /// Monthly cost.
+    pub cost: Cost,
+    /// What the plan cannot promise, or assumed.
+    pub warnings: Vec<String>,
     /// The arithmetic, one step per line.
     pub arithmetic: Vec<String>,
 }
@@ -219,8 +494,51 @@ fn ceil_u64(x: f64) -> u64 {
     }
 }
 
-/// Plans capacity for `input`.
-pub fn recommend(input: &SizingInput) -> Result<SizingPlan, SizingError> {
+/// `6000` as `6,000`.
+pub fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A duration as `30d`, `12h` or `90m` when whole, else humantime's form.
+pub fn days(d: Duration) -> String {
+    let s = d.as_secs();
+    if d.subsec_nanos() == 0 && s > 0 {
+        if s.is_multiple_of(86_400) {
+            return format!("{}d", s / 86_400);
+        }
+        if s.is_multiple_of(3600) {
+            return format!("{}h", s / 3600);
+        }
+        if s.is_multiple_of(60) {
+            return format!("{}m", s / 60);
+        }
+    }
+    humantime_serde::re::humantime::format_duration(d).to_string()
+}
+
+/// A WCU figure, rounded, with separators.
+fn wcu(x: f64) -> String {
+    thousands(x.round().max(0.0) as u64)
+}
+
+/// A rate as given (`5000` or `12.5`), with separators for whole numbers.
+fn rate(x: f64) -> String {
+    if x.fract() == 0.0 && x < 1e15 {
+        thousands(x as u64)
+    } else {
+        format!("{x}")
+    }
+}
+
+fn check(input: &SizingInput) -> Result<(), SizingError> {
     let invalid = |field, problem: &str| {
         Err(SizingError::Invalid {
             field,
@@ -233,10 +551,15 @@ pub fn recommend(input: &SizingInput) -> Result<SizingPlan, SizingError> {
     }
     if !positive(input.peak_events_per_sec) || input.peak_events_per_sec < input.avg_events_per_sec
     {
-        return invalid("peak_events_per_sec", "must be at least avg_events_per_sec");
+        return invalid("peak_events_per_sec", "must be at least the average");
     }
-    if input.peak_key_events_per_sec.is_some_and(|k| !positive(k)) {
-        return invalid("peak_key_events_per_sec", "must be a positive number");
+    if let Some(k) = input.peak_key_events_per_sec
+        && (!positive(k) || k > input.peak_events_per_sec)
+    {
+        return invalid(
+            "peak_key_events_per_sec",
+            "must be a positive number, at most the stream's peak",
+        );
     }
     if input.avg_item_bytes == 0 || input.avg_item_bytes > size::MAX_ITEM_BYTES as u64 {
         return invalid(
@@ -244,278 +567,127 @@ pub fn recommend(input: &SizingInput) -> Result<SizingPlan, SizingError> {
             "must be 1 to 409,600 (DynamoDB's item limit)",
         );
     }
+    if input.avg_record_bytes == Some(0) {
+        return invalid("avg_record_bytes", "must be at least 1");
+    }
+    if input.retention.is_zero() {
+        return invalid("retention", "must be longer than zero");
+    }
     if !input.safety_factor.is_finite() || input.safety_factor < 1.0 {
         return invalid("safety_factor", "must be at least 1");
     }
-    if !input.max_partition_skew.is_finite() || input.max_partition_skew <= 1.0 {
-        return invalid("max_partition_skew", "must be a number above 1");
+    if !input.max_partition_skew.is_finite() || input.max_partition_skew < 1.0 {
+        return invalid("max_partition_skew", "must be a number of at least 1");
     }
     if input.table_partitions == Some(0) {
         return invalid("table_partitions", "must be at least 1");
     }
-
-    let mut lines = Vec::new();
-    let item = input.avg_item_bytes as f64;
-    let wcu_per_item =
-        size::wcu_for_size(usize::try_from(input.avg_item_bytes).unwrap_or(usize::MAX));
-    lines.push(format!(
-        "WCU per item = ceil({} B / {WCU_BYTES} B) = {wcu_per_item}",
-        input.avg_item_bytes
-    ));
-    let w = wcu_per_item as f64;
-    let peak_wcu = ceil_u64(input.peak_events_per_sec * w);
-    lines.push(format!(
-        "peak WCU = {} events/s x {wcu_per_item} = {peak_wcu}",
-        input.peak_events_per_sec
-    ));
-    let key_eps = input
-        .peak_key_events_per_sec
-        .unwrap_or(input.peak_events_per_sec);
-    let peak_key_wcu = ceil_u64(key_eps * w);
-    if input.peak_key_events_per_sec.is_some() {
-        lines.push(format!(
-            "peak WCU on one key = {key_eps} events/s x {wcu_per_item} = {peak_key_wcu}"
-        ));
+    if !(1..=MAX_PLANNED_SHARDS).contains(&input.max_queries_per_read) {
+        return invalid("max_queries_per_read", "must be 1 to 1,024");
     }
-    let min_write_shards = ceil_u32(peak_key_wcu as f64 / PARTITION_WCU).max(1);
-    lines.push(format!(
-        "minimum write shards = ceil({peak_key_wcu} WCU / {PARTITION_WCU} WCU per partition) = {min_write_shards}"
-    ));
-    let recommended_write_shards =
-        ceil_u32(peak_key_wcu as f64 * input.safety_factor / PARTITION_WCU).max(1);
-    lines.push(format!(
-        "recommended write shards = ceil({peak_key_wcu} x safety {} / {PARTITION_WCU}) = {recommended_write_shards}",
-        input.safety_factor
-    ));
+    if !(1..=MAX_TABLE_QUOTA).contains(&input.table_quota) {
+        return invalid("table_quota", "must be 1 to 10,000 (DynamoDB's most)");
+    }
+    if input.entities == Some(0) {
+        return invalid("entities", "must be at least 1");
+    }
+    if let (Some(e), Some(k)) = (input.entities, input.peak_key_events_per_sec)
+        && (e as f64) * k < input.peak_events_per_sec
+    {
+        return invalid(
+            "entities",
+            "is too few: that many entities at the busiest entity's rate stay below the peak",
+        );
+    }
+    Ok(())
+}
 
-    let table_partitions = input
-        .table_partitions
-        .unwrap_or_else(|| ceil_u32(peak_wcu as f64 / PARTITION_WCU).max(1));
-    lines.push(match input.table_partitions {
-        Some(n) => format!("table partitions = {n} (given)"),
-        None => format!(
-            "table partitions = ceil({peak_wcu} WCU / {PARTITION_WCU}) = {table_partitions} (as provisioned for the peak)"
-        ),
-    });
-    let mut sampler = SkewSampler::new(table_partitions);
-    let recommended_partition_skew = sampler.skew(recommended_write_shards);
-    let recommended_usable_fraction = round3(1.0 / recommended_partition_skew);
-    lines.push(format!(
-        "{recommended_write_shards} shard keys on {table_partitions} partitions: hottest partition {recommended_partition_skew:.2} x the mean (expected over {SKEW_SAMPLES} hourly buckets) -> {:.0}% of the table usable",
-        100.0 * recommended_usable_fraction
-    ));
-    let even_write_shards = even_shards(
-        recommended_write_shards,
-        &mut sampler,
-        input.max_partition_skew,
-    );
-    let even_partition_skew = even_write_shards.map(|n| sampler.skew(n));
-    let even_usable_fraction = even_partition_skew.map(|k| round3(1.0 / k));
-    lines.push(match (even_write_shards, even_partition_skew) {
-        (Some(n), Some(k)) => format!(
-            "even partitions: fewest shards with hottest <= {} x mean = {n} ({k:.2} x -> {:.0}% usable)",
-            input.max_partition_skew,
-            100.0 / k
-        ),
-        _ => format!(
-            "even partitions: no shard count up to {MAX_EVEN_SHARDS} keeps the hottest partition within {} x the mean",
-            input.max_partition_skew
-        ),
-    });
-
-    let bytes_per_sec = input.avg_events_per_sec * item;
-    let partition_fill_hours = PARTITION_BYTES / bytes_per_sec / 3600.0;
-    lines.push(format!(
-        "partition fill time = 10 GB / ({} events/s x {} B = {bytes_per_sec:.0} B/s) = {partition_fill_hours:.1} h",
-        input.avg_events_per_sec, input.avg_item_bytes
-    ));
-    let fitting = Period::ALL
-        .iter()
-        .rev()
-        .find(|p| p.max_hours() as f64 <= partition_fill_hours)
-        .copied();
-    let period_fits = fitting.is_some();
-    let recommended_period = fitting.unwrap_or(Period::Hour);
-    if period_fits {
-        lines.push(format!(
-            "period = longest of hour/6h/12h/day/week/month/quarter within {partition_fill_hours:.1} h = {} ({} h)",
-            recommended_period.as_str(),
-            recommended_period.max_hours()
-        ));
+/// Plans capacity for `input`.
+pub fn recommend(input: &SizingInput) -> Result<SizingPlan, SizingError> {
+    check(input)?;
+    let mut p = Planner::new(input);
+    let (key, partitions) = p.layout();
+    let period = p.period(&key, partitions);
+    let capacity = p.capacity(partitions);
+    let evaluation = p.evaluate(&key, partitions, period);
+    let kinesis = p.kinesis();
+    let cost = p.cost(capacity, period);
+    let billing = if cost.on_demand_usd < cost.provisioned_usd {
+        BillingMode::OnDemand
     } else {
-        lines.push(format!(
-            "period = hour, but one hour ({:.1} GB) exceeds a partition: tables will split; spread data over more partition keys",
-            bytes_per_sec * 3600.0 / 1e9
-        ));
-    }
-
-    let record = input.avg_record_bytes.unwrap_or(input.avg_item_bytes) as f64;
-    let kinesis_shards_by_records =
-        ceil_u32(input.peak_events_per_sec / KINESIS_SHARD_RECORDS).max(1);
-    let kinesis_shards_by_bytes =
-        ceil_u32(input.peak_events_per_sec * record / KINESIS_SHARD_BYTES).max(1);
-    let kinesis_shards = kinesis_shards_by_records.max(kinesis_shards_by_bytes);
-    lines.push(format!(
-        "Kinesis shards = max(ceil({} rec/s / 1000), ceil({} rec/s x {record} B / 1 MiB)) = max({kinesis_shards_by_records}, {kinesis_shards_by_bytes}) = {kinesis_shards}",
-        input.peak_events_per_sec, input.peak_events_per_sec
-    ));
-
-    let retention_s = input.retention.as_secs_f64();
-    let stored_gb =
-        input.avg_events_per_sec * (item + ITEM_STORAGE_OVERHEAD_BYTES) * retention_s / 1e9;
-    let storage_usd = stored_gb * input.prices.storage_gb_month;
-    lines.push(format!(
-        "storage = {} events/s x ({} + 100 B overhead) x {retention_s:.0} s retention = {stored_gb:.1} GB x ${}/GB-month = ${storage_usd:.2}",
-        input.avg_events_per_sec, input.avg_item_bytes, input.prices.storage_gb_month
-    ));
-    let writes_per_month = input.avg_events_per_sec * w * HOURS_PER_MONTH * 3600.0;
-    let od_writes_usd = writes_per_month / 1e6 * input.prices.on_demand_write_per_million;
-    let monthly_cost_on_demand_usd = od_writes_usd + storage_usd;
-    lines.push(format!(
-        "on-demand = {} events/s x {wcu_per_item} WRU x {HOURS_PER_MONTH} h x 3600 = {:.1} M WRU x ${}/M = ${od_writes_usd:.2} + storage = ${monthly_cost_on_demand_usd:.2}/month",
-        input.avg_events_per_sec,
-        writes_per_month / 1e6,
-        input.prices.on_demand_write_per_million
-    ));
-    let prov_writes_usd = peak_wcu as f64 * HOURS_PER_MONTH * input.prices.provisioned_wcu_hour;
-    let monthly_cost_provisioned_usd = prov_writes_usd + storage_usd;
-    lines.push(format!(
-        "provisioned = {peak_wcu} WCU x {HOURS_PER_MONTH} h x ${}/WCU-h = ${prov_writes_usd:.2} + storage = ${monthly_cost_provisioned_usd:.2}/month (reads not included)",
-        input.prices.provisioned_wcu_hour
-    ));
-
+        BillingMode::Provisioned
+    };
+    let recommendation = Recommendation {
+        key,
+        period,
+        billing,
+        active_write_capacity: capacity,
+        table_partitions: partitions,
+    };
+    let decisions = p.decisions(&recommendation, &evaluation, &cost);
+    let config = input
+        .current
+        .as_ref()
+        .map(|c| p.review(c, &recommendation, &evaluation));
+    p.final_warnings(&recommendation, &evaluation);
     Ok(SizingPlan {
-        wcu_per_item,
-        peak_wcu,
-        peak_key_wcu,
-        min_write_shards,
-        recommended_write_shards,
-        table_partitions,
-        recommended_partition_skew,
-        recommended_usable_fraction,
-        even_write_shards,
-        even_partition_skew,
-        even_usable_fraction,
-        partition_fill_hours,
-        recommended_period,
-        period_fits,
-        kinesis_shards_by_records,
-        kinesis_shards_by_bytes,
-        kinesis_shards,
-        stored_gb,
-        monthly_cost_on_demand_usd,
-        monthly_cost_provisioned_usd,
-        arithmetic: lines,
+        load: p.load.clone(),
+        strategies: p.verdicts(),
+        recommendation,
+        evaluation,
+        decisions,
+        table_quota: input.table_quota,
+        config,
+        kinesis,
+        cost,
+        warnings: p.warnings,
+        arithmetic: p.lines,
     })
 }
 
-/// The partition (of `partitions`, equal hash ranges) a string partition
-/// key lands on, as the limits proxy (`tools/limits`) places it: the first
-/// 8 bytes of SHA-256 over the typed key (`S:` and the value), big-endian,
-/// scaled to the partition count.
-pub fn partition_of(pk: &str, partitions: u32) -> u32 {
-    let mut h = Sha256::new();
-    h.update(b"S:");
-    h.update(pk.as_bytes());
-    let d = h.finalize();
-    let mut b = [0u8; 8];
-    b.copy_from_slice(&d[..8]);
-    let x = u128::from(u64::from_be_bytes(b));
-    u32::try_from((x * u128::from(partitions)) >> 64).unwrap_or(0)
-}
-
-/// Expected load of the hottest partition over the mean when `shards`
-/// equally loaded `time_bucket` keys (`{shard}#{hour}`) share `partitions`
-/// partitions: the mean over [`SKEW_SAMPLES`] consecutive hours, each hour's
-/// keys placed with [`partition_of`]. 1.0 is perfectly even.
-pub fn partition_skew(shards: u32, partitions: u32) -> f64 {
-    SkewSampler::new(partitions).skew(shards)
-}
-
-/// [`partition_skew`] for one partition count, each key hashed once: the
-/// shard-count search asks for many growing, overlapping counts, and the
-/// hash (SHA-256 per key, 64 hours) is nearly all of its cost.
-struct SkewSampler {
-    partitions: u32,
-    hours: Vec<String>,
-    /// Per hour, the partition of each shard's key, for the shards placed so far.
-    placed: Vec<Vec<u32>>,
-}
-
-impl SkewSampler {
-    fn new(partitions: u32) -> Self {
-        let base = DateTime::<Utc>::from_timestamp(1_767_225_600, 0).unwrap_or_default();
-        let hours: Vec<String> = (0..SKEW_SAMPLES)
-            .map(|h| {
-                (base + chrono::Duration::hours(i64::from(h)))
-                    .format("%Y-%m-%dT%H")
-                    .to_string()
-            })
-            .collect();
-        SkewSampler {
-            partitions,
-            placed: vec![Vec::new(); hours.len()],
-            hours,
-        }
-    }
-
-    fn skew(&mut self, shards: u32) -> f64 {
-        let partitions = self.partitions;
-        if shards == 0 || partitions <= 1 {
-            return 1.0;
-        }
-        let mut counts = vec![0u32; partitions as usize];
-        let mut total = 0.0;
-        for (hour, placed) in self.hours.iter().zip(&mut self.placed) {
-            for s in placed.len() as u32..shards {
-                placed.push(partition_of(&format!("{s}#{hour}"), partitions));
-            }
-            counts.fill(0);
-            for &p in &placed[..shards as usize] {
-                counts[p as usize] += 1;
-            }
-            let max = counts.iter().copied().max().unwrap_or(0);
-            total += f64::from(max) * f64::from(partitions) / f64::from(shards);
-        }
-        // Three decimals: the sampling is not finer, and a plan prints tidy numbers.
-        (total / f64::from(SKEW_SAMPLES) * 1000.0).round() / 1000.0
+/// `1 partition`, `8 partitions`.
+fn partitions_text(n: u32) -> String {
+    if n == 1 {
+        "1 partition".into()
+    } else {
+        format!("{n} partitions")
     }
 }
 
-fn round3(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
+/// The config name of a strategy.
+pub fn strategy_name(k: &KeyStrategy) -> &'static str {
+    match k {
+        KeyStrategy::Entity => "entity",
+        KeyStrategy::RandomSuffix { .. } => "random_suffix",
+        KeyStrategy::CalculatedSuffix { .. } => "calculated_suffix",
+        KeyStrategy::TimeBucket { .. } => "time_bucket",
+    }
 }
 
-/// Fewest shards from `from` up (to [`MAX_EVEN_SHARDS`]) whose expected
-/// skew is within `bound`: doubling, then bisection (skew falls with more
-/// keys, up to the sampling noise).
-fn even_shards(from: u32, sampler: &mut SkewSampler, bound: f64) -> Option<u32> {
-    let mut ok = |n: u32| sampler.skew(n) <= bound;
-    let mut lo = from.max(1);
-    if ok(lo) {
-        return Some(lo);
-    }
-    let mut hi = lo;
-    loop {
-        if hi >= MAX_EVEN_SHARDS {
-            return None;
-        }
-        hi = (hi * 2).min(MAX_EVEN_SHARDS);
-        if ok(hi) {
-            break;
-        }
-        lo = hi;
-    }
-    // ok(hi), !ok(lo)
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        if ok(mid) {
-            hi = mid;
-        } else {
-            lo = mid;
+/// Queries one read of one entity's whole table takes: one per suffix, one
+/// per bucket, or one.
+fn queries_per_read(key: &KeyStrategy, period: Period) -> u32 {
+    match key {
+        KeyStrategy::Entity => 1,
+        KeyStrategy::RandomSuffix { shards } | KeyStrategy::CalculatedSuffix { shards } => *shards,
+        KeyStrategy::TimeBucket { bucket, .. } => {
+            let bucket_h = match bucket {
+                Bucket::Minute => 1.0 / 60.0,
+                Bucket::Hour => 1.0,
+                Bucket::Day => 24.0,
+            };
+            ceil_u32(average_hours(period) / bucket_h).max(1)
         }
     }
-    Some(hi)
+}
+
+/// The average length of a period, hours (months and quarters as billed).
+fn average_hours(p: Period) -> f64 {
+    match p {
+        Period::Month => HOURS_PER_MONTH,
+        Period::Quarter => 3.0 * HOURS_PER_MONTH,
+        other => other.max_hours() as f64,
+    }
 }
 
 /// The DynamoDB size of the item `router` makes from a sample record. A
@@ -533,162 +705,4 @@ pub fn item_bytes_of_sample(router: &Router, sample: &[u8]) -> Result<u64, Route
     let now = DateTime::<Utc>::from_timestamp_millis(event.timestamp_ms).unwrap_or_default();
     let routes = router.route(sample, &origin, 0, now, &mut RouteCache::default())?;
     Ok(routes.new.item.size() as u64)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::route::RouterConfig;
-
-    fn input(avg: f64, peak: f64, bytes: u64) -> SizingInput {
-        SizingInput {
-            avg_events_per_sec: avg,
-            peak_events_per_sec: peak,
-            peak_key_events_per_sec: None,
-            avg_item_bytes: bytes,
-            avg_record_bytes: None,
-            retention: Duration::from_secs(30 * 86_400),
-            safety_factor: 1.0,
-            prices: Prices::default(),
-            table_partitions: None,
-            max_partition_skew: 1.25,
-        }
-    }
-
-    /// The hot-partition benchmark's layout: 10 write shards on a
-    /// 10-partition table landed on 7 partitions, the hottest with 22% of
-    /// the items: skew 2.2, about 45% usable. The expected skew of that
-    /// layout is as bad; the planner finds a count within the bound.
-    #[test]
-    fn ten_shards_on_ten_partitions_fill_them_unevenly() {
-        let hour = "2026-11-22T06";
-        let mut counts = [0u32; 10];
-        for s in 0..10 {
-            counts[partition_of(&format!("{s}#{hour}"), 10) as usize] += 1;
-        }
-        assert_eq!(counts.iter().filter(|&&c| c > 0).count(), 7, "{counts:?}");
-        let skew = partition_skew(10, 10);
-        assert!((2.2..3.5).contains(&skew), "{skew}");
-        let mut i = input(8000.0, 8000.0, 200);
-        i.peak_key_events_per_sec = Some(8000.0);
-        i.table_partitions = Some(10);
-        let p = recommend(&i).unwrap();
-        assert_eq!(p.recommended_write_shards, 8);
-        assert!(p.recommended_usable_fraction < 0.5);
-        let n = p.even_write_shards.unwrap();
-        let k = p.even_partition_skew.unwrap();
-        assert!(k <= 1.25, "{k}");
-        assert!(n > 100 && n < 1000, "{n}");
-        assert!(partition_skew(n - 1, 10) > 1.25, "not the fewest");
-        assert!(p.even_usable_fraction.unwrap() >= 0.8);
-        assert!(p.arithmetic.iter().any(|l| l.contains("even partitions")));
-    }
-
-    /// The search's sampler, asked for growing and shrinking counts, agrees
-    /// with a fresh computation of each.
-    #[test]
-    fn the_memoised_skew_is_the_fresh_one() {
-        let mut s = SkewSampler::new(7);
-        for n in [40, 9, 41, 1, 80, 0, 40] {
-            assert_eq!(s.skew(n), partition_skew(n, 7), "{n} shards");
-        }
-    }
-
-    #[test]
-    fn seed_000_six_hundred_events_of_180_bytes_need_daily_tables() {
-        let p = recommend(&input(600.0, 600.0, 180)).unwrap();
-        assert!(
-            (25.0..27.0).contains(&p.partition_fill_hours),
-            "{}",
-            p.partition_fill_hours
-        );
-        assert_eq!(p.recommended_period, Period::Day);
-        assert!(p.period_fits);
-        assert_eq!(p.wcu_per_item, 1);
-        assert_eq!(p.min_write_shards, 1);
-    }
-
-    #[test]
-    fn seed_000_five_thousand_average_six_thousand_peak() {
-        let p = recommend(&input(5000.0, 6000.0, 1024)).unwrap();
-        assert_eq!(p.wcu_per_item, 1);
-        assert_eq!(p.peak_wcu, 6000);
-        assert_eq!(p.min_write_shards, 6);
-        assert_eq!(p.recommended_write_shards, 6);
-        assert_eq!(p.kinesis_shards_by_records, 6);
-        // 6000 x 1 KiB = 5.86 MiB/s.
-        assert_eq!(p.kinesis_shards_by_bytes, 6);
-        // One byte over 1 KB doubles the write cost.
-        let p2 = recommend(&input(5000.0, 6000.0, 1025)).unwrap();
-        assert_eq!(p2.peak_wcu, 12_000);
-        assert_eq!(p2.min_write_shards, 12);
-    }
-
-    #[test]
-    fn seed_003_bursting_sensor_needs_two_shards_and_ten_with_head_room() {
-        let mut i = input(50_000.0, 50_000.0, 500);
-        i.peak_key_events_per_sec = Some(2000.0);
-        let p = recommend(&i).unwrap();
-        assert_eq!(p.peak_key_wcu, 2000);
-        assert_eq!(p.min_write_shards, 2);
-        i.safety_factor = 5.0;
-        assert_eq!(recommend(&i).unwrap().recommended_write_shards, 10);
-    }
-
-    #[test]
-    fn costs_follow_the_shown_arithmetic() {
-        let p = recommend(&input(1000.0, 2000.0, 200)).unwrap();
-        let writes = 1000.0 * 730.0 * 3600.0 / 1e6 * 0.625;
-        let storage = 1000.0 * 300.0 * 30.0 * 86_400.0 / 1e9 * 0.25;
-        assert!((p.monthly_cost_on_demand_usd - (writes + storage)).abs() < 1e-6);
-        let prov = 2000.0 * 730.0 * 0.00065;
-        assert!((p.monthly_cost_provisioned_usd - (prov + storage)).abs() < 1e-6);
-        assert!(
-            p.arithmetic.iter().any(|l| l.contains("1642.50")),
-            "{:#?}",
-            p.arithmetic
-        );
-        // 20,000 events/s of 1 KB fill 10 GB in 8 minutes: no period fits.
-        let huge = recommend(&input(20_000.0, 20_000.0, 1000)).unwrap();
-        assert!(!huge.period_fits);
-        assert_eq!(huge.recommended_period, Period::Hour);
-        // Slow streams get the longest period.
-        assert_eq!(
-            recommend(&input(1.0, 1.0, 100)).unwrap().recommended_period,
-            Period::Quarter
-        );
-    }
-
-    #[test]
-    fn invalid_input_names_the_field() {
-        let e = recommend(&input(100.0, 50.0, 100)).unwrap_err();
-        assert!(e.to_string().contains("peak_events_per_sec"));
-        let e = recommend(&input(100.0, 100.0, 500_000)).unwrap_err();
-        assert!(e.to_string().contains("avg_item_bytes"));
-        let e = recommend(&input(f64::NAN, 100.0, 100)).unwrap_err();
-        assert!(e.to_string().contains("avg_events_per_sec"));
-    }
-
-    #[test]
-    fn sample_sizing_routes_the_sample() {
-        let r = Router::new(RouterConfig::with_prefix("tm")).unwrap();
-        let with_id = br#"{"deviceId":"d","timestamp":"1999-01-01T00:00:00Z","eventId":"e","t":1}"#;
-        let n = item_bytes_of_sample(&r, with_id).unwrap();
-        // pk(2+1) sk(2+26) entity_id(9+1) event_id(8+1) ts(2+24) ts_ms(5+5) t(1+2)
-        assert_eq!(n, 3 + 28 + 10 + 9 + 26 + 10 + 3);
-        let without = br#"{"deviceId":"d","timestamp":"1999-01-01T00:00:00Z","t":1}"#;
-        assert!(item_bytes_of_sample(&r, without).unwrap() > n + 100);
-    }
-
-    #[test]
-    fn input_from_toml() {
-        let i: SizingInput = toml::from_str(
-            "avg_events_per_sec = 600\npeak_events_per_sec = 900\navg_item_bytes = 180\nretention = \"7d\"\n[prices]\nstorage_gb_month = 0.3",
-        )
-        .unwrap();
-        assert_eq!(i.retention, Duration::from_secs(7 * 86_400));
-        assert!((i.prices.storage_gb_month - 0.3).abs() < 1e-12);
-        assert!((i.prices.on_demand_write_per_million - 0.625).abs() < 1e-12);
-        assert!((i.safety_factor - 2.0).abs() < 1e-12);
-    }
 }

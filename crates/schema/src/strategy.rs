@@ -206,17 +206,20 @@ pub enum KeyStrategy {
     /// the event's identity: uniform, yet stable across replays.
     RandomSuffix {
         /// Number of suffixes (1..=10,000).
+        #[schemars(range(min = 1, max = 10_000))]
         shards: u32,
     },
     /// Partition key = `{entity}#{H(event id) mod shards}`: deterministic from the event id.
     CalculatedSuffix {
         /// Number of suffixes (1..=10,000).
+        #[schemars(range(min = 1, max = 10_000))]
         shards: u32,
     },
     /// Partition key = `{H(entity) mod shards}#{bucket}`, sort key starts with
     /// the entity id (a hash of the entity spreads entities over `shards` partitions per bucket).
     TimeBucket {
         /// Number of shard prefixes (1..=10,000).
+        #[schemars(range(min = 1, max = 10_000))]
         shards: u32,
         /// Width of the time bucket in the partition key.
         bucket: Bucket,
@@ -286,6 +289,16 @@ impl KeyStrategy {
             | KeyStrategy::CalculatedSuffix { shards }
             | KeyStrategy::TimeBucket { shards, .. } => shards,
         }
+    }
+
+    /// True when one entity's events spread over several partition keys
+    /// (the suffix strategies); `entity` and `time_bucket` keep one entity
+    /// on one partition key, which takes at most 1,000 WCU.
+    pub fn spreads_one_entity(&self) -> bool {
+        matches!(
+            self,
+            KeyStrategy::RandomSuffix { .. } | KeyStrategy::CalculatedSuffix { .. }
+        )
     }
 
     /// True when `#` in an entity id would make keys ambiguous: the

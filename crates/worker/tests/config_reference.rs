@@ -191,7 +191,12 @@ impl Doc<'_> {
                 "duration (`\"250ms\"`, `\"10s\"`, `\"30d\"`)".into()
             }
             ("string", Some("date-time")) => "RFC 3339 time".into(),
-            ("integer", Some(f)) if f.starts_with('u') => "integer ≥ 0".into(),
+            ("integer", f) => match (s["minimum"].as_u64(), s["maximum"].as_u64()) {
+                (Some(lo), Some(hi)) => format!("integer {lo} to {hi}"),
+                (Some(lo), None) => format!("integer ≥ {lo}"),
+                _ if f.is_some_and(|f| f.starts_with('u')) => "integer ≥ 0".into(),
+                _ => ty,
+            },
             _ => ty,
         };
         if s["type"]
@@ -457,4 +462,22 @@ fn the_schema_accepts_what_the_loader_accepts() {
         let v: toml::Value = text.parse().unwrap();
         check("", &v, &schema, defs);
     }
+}
+
+/// Editors must refuse what the loader refuses: every `shards` is 1 to
+/// 10,000 in the schema, as `KeyStrategy::validate` says.
+#[test]
+fn shard_counts_are_bounded_in_the_schema() {
+    let schema = json_schema();
+    let defs = &schema["definitions"];
+    let strategy = resolve(&defs["KeyStrategy"], defs);
+    let mut seen = 0;
+    for v in strategy["oneOf"].as_array().unwrap() {
+        if let Some(shards) = v["properties"].get("shards") {
+            assert_eq!(shards["minimum"], 1, "{v}");
+            assert_eq!(shards["maximum"], 10_000, "{v}");
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, 3);
 }

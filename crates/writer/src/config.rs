@@ -127,39 +127,59 @@ impl WriterConfig {
     /// Checks the values that would make the writer stall or spin, naming the
     /// key and the fix.
     pub fn validate(&self) -> Result<(), String> {
+        match self.problems().into_iter().next() {
+            Some((key, problem)) => Err(format!("writer.{key} {problem}")),
+            None => Ok(()),
+        }
+    }
+
+    /// Every problem, as (the key under `writer`, what is wrong), so a
+    /// config check names each key.
+    pub fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
         if self.max_in_flight_items == 0 {
-            return Err("writer.max_in_flight_items must be at least 1".into());
+            out.push(("max_in_flight_items", "must be at least 1".into()));
         }
         if self.max_in_flight_bytes < tidemark_schema::size::MAX_ITEM_BYTES {
-            return Err(format!(
-                "writer.max_in_flight_bytes must be at least {} (one maximal item)",
-                tidemark_schema::size::MAX_ITEM_BYTES
+            out.push((
+                "max_in_flight_bytes",
+                format!(
+                    "must be at least {} (one maximal item)",
+                    tidemark_schema::size::MAX_ITEM_BYTES
+                ),
             ));
         }
         if !(self.capacity_share > 0.0 && self.capacity_share <= 1.0) {
-            return Err("writer.capacity_share must be > 0 and <= 1".into());
+            out.push(("capacity_share", "must be > 0 and <= 1".into()));
         }
         if self.max_concurrency_per_table == 0 {
-            return Err("writer.max_concurrency_per_table must be at least 1".into());
+            out.push(("max_concurrency_per_table", "must be at least 1".into()));
         }
         if !(self.min_rate_wcu > 0.0 && self.on_demand_initial_wcu >= self.min_rate_wcu) {
-            return Err(
-                "writer.min_rate_wcu must be > 0 and <= writer.on_demand_initial_wcu".into(),
-            );
+            out.push((
+                "min_rate_wcu",
+                "must be > 0 and <= writer.on_demand_initial_wcu".into(),
+            ));
         }
         if self.backoff_base.is_zero() || self.backoff_cap < self.backoff_base {
-            return Err("writer.backoff_base must be > 0 and <= writer.backoff_cap".into());
+            out.push((
+                "backoff_base",
+                "must be > 0 and <= writer.backoff_cap".into(),
+            ));
         }
-        if self.call_timeout.is_zero() || self.capacity_refresh.is_zero() {
-            return Err("writer.call_timeout and writer.capacity_refresh must be > 0".into());
+        if self.call_timeout.is_zero() {
+            out.push(("call_timeout", "must be > 0".into()));
+        }
+        if self.capacity_refresh.is_zero() {
+            out.push(("capacity_refresh", "must be > 0".into()));
         }
         if !(self.max_key_wcu.is_finite() && self.max_key_wcu >= 1.0) {
-            return Err("writer.max_key_wcu must be at least 1 (WCU/s)".into());
+            out.push(("max_key_wcu", "must be at least 1 (WCU/s)".into()));
         }
         if self.max_paced_keys == 0 {
-            return Err("writer.max_paced_keys must be at least 1".into());
+            out.push(("max_paced_keys", "must be at least 1".into()));
         }
-        Ok(())
+        out
     }
 }
 
@@ -191,5 +211,21 @@ mod tests {
             ..WriterConfig::default()
         };
         assert!(c.validate().unwrap_err().contains("max_in_flight_bytes"));
+    }
+
+    #[test]
+    fn every_problem_is_named_by_its_key() {
+        let c = WriterConfig {
+            max_in_flight_items: 0,
+            capacity_share: 2.0,
+            call_timeout: Duration::ZERO,
+            ..WriterConfig::default()
+        };
+        let keys: Vec<&str> = c.problems().iter().map(|(k, _)| *k).collect();
+        assert_eq!(
+            keys,
+            ["max_in_flight_items", "capacity_share", "call_timeout"]
+        );
+        assert!(WriterConfig::default().problems().is_empty());
     }
 }

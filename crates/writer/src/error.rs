@@ -146,18 +146,12 @@ pub(crate) fn classify_describe(
         }
         // No response came back: DescribeTable only reads, so asking again is safe.
         SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
-            Failure::Transient(format!(
-                "{}",
-                aws_smithy_types::error::display::DisplayErrorContext(err)
-            ))
+            Failure::Transient(tidemark_aws_errors::describe(err))
         }
         // The request could not even be built (credentials, region, ...).
         _ => Failure::Fatal {
             code: "RequestConstruction".into(),
-            message: format!(
-                "{}",
-                aws_smithy_types::error::display::DisplayErrorContext(err)
-            ),
+            message: tidemark_aws_errors::describe(err),
         },
     }
 }

@@ -34,7 +34,6 @@ use aws_smithy_runtime_api::client::interceptors::context::{
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::body::SdkBody;
 use aws_smithy_types::config_bag::ConfigBag;
-use aws_smithy_types::error::display::DisplayErrorContext;
 use aws_types::SdkConfig;
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -136,9 +135,9 @@ impl SdkTransport {
     pub async fn probe(&self) -> Result<(), TransportError> {
         match self.client.list_tables().limit(1).send().await {
             Ok(_) => Ok(()),
-            Err(e) => Err(TransportError::Unavailable(
-                DisplayErrorContext(&e).to_string(),
-            )),
+            Err(e) => Err(TransportError::Unavailable(tidemark_aws_errors::describe(
+                &e,
+            ))),
         }
     }
 }
@@ -199,14 +198,12 @@ fn answer_of<E: std::error::Error + Send + Sync + 'static>(
         }
         // The request could not be built: configuration, not the network.
         SdkError::ConstructionFailure(_) => {
-            Err(TransportError::Invalid(DisplayErrorContext(&e).to_string()))
+            Err(TransportError::Invalid(tidemark_aws_errors::causes(&e)))
         }
         // Timeouts, connection failures (credentials and endpoint trouble
         // arrive here too: retried, and /readyz reports them), unreadable
         // answers.
-        _ => Err(TransportError::Unavailable(
-            DisplayErrorContext(&e).to_string(),
-        )),
+        _ => Err(TransportError::Unavailable(tidemark_aws_errors::causes(&e))),
     }
 }
 

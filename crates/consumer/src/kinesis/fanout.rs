@@ -298,7 +298,7 @@ fn stream_error<R>(
     >,
 ) -> AwsError
 where
-    R: std::fmt::Debug,
+    R: std::fmt::Debug + 'static,
 {
     let (class, message) = match e {
         aws_sdk_kinesis::error::SdkError::ServiceError(s) => {
@@ -313,13 +313,7 @@ where
                 ),
             )
         }
-        other => (
-            ErrorClass::Retry,
-            format!(
-                "{}",
-                aws_smithy_types::error::display::DisplayErrorContext(other)
-            ),
-        ),
+        other => (ErrorClass::Retry, tidemark_aws_errors::describe(other)),
     };
     AwsError {
         op: "SubscribeToShard",

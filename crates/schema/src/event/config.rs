@@ -42,7 +42,7 @@ pub struct EventConfig {
     pub timezone: Option<String>,
     /// Several fields whose values, joined by `entity_separator`, make the
     /// entity id, e.g. `["tenant", "device"]` gives `acme:d1`. Replaces
-    /// `entity_field` (leave that unset). Each part is a string or number and
+    /// `entity_field` (setting both is refused). Each part is a string or number and
     /// is removed from the payload like `entity_field`. Default: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub entity_fields: Vec<String>,

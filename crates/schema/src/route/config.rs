@@ -8,7 +8,7 @@ use thiserror::Error;
 
 use crate::event::{EventConfig, EventConfigError};
 use crate::period::{self, Lifecycle, Period, TableNaming};
-use crate::strategy::{KeyAttributes, KeyStrategy, ShardMigration, StrategyError};
+use crate::strategy::{Bucket, KeyAttributes, KeyStrategy, ShardMigration, StrategyError};
 
 /// Names of the non-key attributes every item carries.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
@@ -177,6 +177,16 @@ pub enum RouterConfigError {
 }
 
 impl RouterConfigError {
+    /// What is wrong and the fix, without the key (for a message that
+    /// names the key already).
+    pub fn problem(&self) -> String {
+        match self {
+            RouterConfigError::Event(e) => e.problem.clone(),
+            RouterConfigError::Invalid { problem, .. } => problem.clone(),
+            RouterConfigError::Strategy(e) => e.to_string(),
+        }
+    }
+
     /// The offending key as a dotted path of the configuration file
     /// (`event.timezone`, `schema.retention`), for errors that point at
     /// the line to fix.
@@ -197,20 +207,43 @@ impl RouterConfig {
     /// fields' (which building the [`Extractor`](crate::Extractor) makes):
     /// the first problem, naming its key.
     pub(super) fn validate(&self) -> Result<(), RouterConfigError> {
+        match self.problems().into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Every problem of these settings (not of the event fields), each
+    /// naming its key, so a config check lists them all in one run.
+    pub fn problems(&self) -> Vec<RouterConfigError> {
         let config = self;
-        config.key.validate()?;
-        let invalid = |key, problem: String| Err(RouterConfigError::Invalid { key, problem });
-        if let Some(from) = &config.migrate_from {
-            from.validate()?;
-            if *from == config.key {
-                return invalid(
-                    "migrate_from",
-                    "is the same layout as `key`: remove it (no migration in progress)".into(),
+        let mut out = Vec::new();
+        let mut invalid =
+            |key, problem: String| out.push(RouterConfigError::Invalid { key, problem });
+        for (name, strategy) in [
+            ("key", Some(&config.key)),
+            ("migrate_from", config.migrate_from.as_ref()),
+        ] {
+            let Some(strategy) = strategy else { continue };
+            if let Err(e) = strategy.validate() {
+                invalid(
+                    if name == "key" {
+                        "key.shards"
+                    } else {
+                        "migrate_from.shards"
+                    },
+                    e.to_string(),
                 );
             }
         }
+        if config.migrate_from.as_ref() == Some(&config.key) {
+            invalid(
+                "migrate_from",
+                "is the same layout as `key`: remove it (no migration in progress)".into(),
+            );
+        }
         if !TableNaming::prefix_is_valid(&config.table_prefix) {
-            return invalid(
+            invalid(
                 "table_prefix",
                 format!(
                     "is {:?}: use 1 to 200 characters of A-Z a-z 0-9 _ . -",
@@ -227,13 +260,12 @@ impl RouterConfig {
         }
         for (i, (key, name)) in names.iter().enumerate() {
             if name.is_empty() || name.len() > 255 {
-                return invalid(
+                invalid(
                     key,
                     format!("is {name:?}: attribute names are 1 to 255 bytes"),
                 );
-            }
-            if let Some((other, _)) = names[..i].iter().find(|(_, n)| n == name) {
-                return invalid(
+            } else if let Some((other, _)) = names[..i].iter().find(|(_, n)| n == name) {
+                invalid(
                     key,
                     format!("is {name:?}, the same as `{other}`: pick distinct names"),
                 );
@@ -241,7 +273,7 @@ impl RouterConfig {
         }
         for target in config.event.rename.values() {
             if let Some((key, _)) = names.iter().find(|(_, n)| n == target) {
-                return invalid(
+                invalid(
                     "event.rename",
                     format!(
                         "renames a field to {target:?}, the name of `{key}`: pick another name"
@@ -253,30 +285,70 @@ impl RouterConfig {
             && config.forbids_hash_in_entity()
             && config.event.entity_separator.contains('#')
         {
-            return invalid(
+            invalid(
                 "event.entity_separator",
                 "contains `#`, the key separator of the time_bucket strategy".into(),
             );
         }
         if config.retention.is_zero() {
-            return invalid(
+            invalid(
                 "retention",
                 "is zero: give how long data is kept, e.g. \"30d\"".into(),
             );
         }
         if config.late_arrival_grace > config.retention {
-            return invalid(
+            invalid(
                 "late_arrival_grace",
                 "exceeds `retention`: late events would target an expired table".into(),
             );
         }
         if config.max_future_skew > config.prebuild_ahead {
-            return invalid(
+            invalid(
                 "max_future_skew",
                 "exceeds `prebuild_ahead`: an accepted event could target a table not built yet; raise prebuild_ahead or lower the skew".into(),
             );
         }
-        Ok(())
+        out
+    }
+
+    /// What works but is likely a mistake, as (key under `schema`, why).
+    pub fn warnings(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        let period_ms = self.period.max_hours() * 3_600_000;
+        if !self.retention.is_zero() && (self.retention.as_millis() as u64) < period_ms {
+            out.push((
+                "retention",
+                format!(
+                    "is shorter than one period (\"{}\"): items expire (TTL) while their table still takes writes, and each table is deleted that soon after its period ends",
+                    self.period.as_str()
+                ),
+            ));
+        }
+        // A bucket longer than the table: it works (reads cover it), but
+        // each table holds a slice of one bucket, so the bucket splits
+        // nothing and reads still query per bucket.
+        for (name, strategy) in [
+            ("key", Some(&self.key)),
+            ("migrate_from", self.migrate_from.as_ref()),
+        ] {
+            if let Some(KeyStrategy::TimeBucket {
+                bucket: Bucket::Day,
+                ..
+            }) = strategy
+                && self.period.max_hours() < 24
+            {
+                out.push((
+                    if name == "key" { "key.bucket" } else { "migrate_from.bucket" },
+                    format!(
+                        "is \"day\", longer than period = \"{}\": each table holds a slice of one bucket; use bucket = \"hour\" (or a period of a day or more)",
+                        self.period.as_str()
+                    ),
+                ));
+            }
+        }
+        // (A hot entity under `time_bucket` or `entity` is `tidemark plan`'s
+        // to name: only it knows the entity's rate.)
+        out
     }
 }
 

@@ -1,11 +1,14 @@
 //! The `tidemark` command line: parses it, starts logging, loads the config,
 //! dispatches to a command module (`cmd/`, each owning its clap arguments),
-//! and maps errors to the documented exit code (`cmd::exit_code`). `run` is
-//! [`Worker`](crate::Worker). The binary's `main` only calls [`main`].
+//! bounds every AWS command (`--timeout`, `--give-up-after`) and maps errors
+//! to the documented exit codes with a message a person can act on
+//! (`aws::explain`). `run` is [`Worker`](crate::Worker). The binary's `main`
+//! only calls [`main`].
 //!
 //! The one part of the library that uses `anyhow`: a command's error is
 //! printed and turned into an exit status, never matched on by a caller.
 
+mod aws;
 mod cmd;
 
 use crate::config::{Config, LogFormat};
@@ -40,10 +43,10 @@ enum Command {
     #[command(
         after_help = "Examples:\n  tidemark run --config localstack/tidemark.toml\n  TIDEMARK__SOURCE__STREAM=events tidemark run --config deploy/tidemark.toml"
     )]
-    Run(cmd::ConfigArg),
+    Run(cmd::RunArgs),
     /// Size tables, write shards, Kinesis shards and monthly cost.
     #[command(
-        after_help = "Examples:\n  tidemark plan --events-per-sec 5000 --peak-events-per-sec 6000 --item-bytes 1000\n  tidemark plan --events-per-sec 600 --item-bytes 180 --json\n  tidemark plan --events-per-sec 2000 --sample-event '{\"deviceId\":\"d1\",\"timestamp\":1763790000000,\"t\":21.5}'"
+        after_help = "Examples:\n  tidemark plan --events-per-sec 5000 --peak-events-per-sec 6000 --item-bytes 1000\n  tidemark plan --events-per-sec 600 --item-bytes 180 -o json\n  tidemark plan --events-per-sec 2000 --sample-event '{\"deviceId\":\"d1\",\"timestamp\":1763790000000,\"t\":21.5}'"
     )]
     Plan(cmd::plan::Args),
     /// Print the table and key one event is written to, as `run` would.
@@ -76,7 +79,7 @@ enum Command {
     Verify(cmd::verify::Args),
     /// Read an entity's events back (parallel queries, merged in time order).
     #[command(
-        after_help = "Examples:\n  tidemark query --config localstack/tidemark.toml --entity device-0000 --latest\n  tidemark query --config localstack/tidemark.toml --entity device-0007 --from 2026-11-22T05:00:00Z --to 2026-11-22T06:00:00Z --format csv"
+        after_help = "Examples:\n  tidemark query --config localstack/tidemark.toml --entity device-0000 --latest\n  tidemark query --config localstack/tidemark.toml --entity device-0007 --from 2026-11-22T05:00:00Z --to 2026-11-22T06:00:00Z -o csv\n  tidemark query --config localstack/tidemark.toml --entity device-0007 --since 1h"
     )]
     Query(cmd::query::Args),
     /// Per shard: owner, checkpoint and lag; per table: period, state, capacity.
@@ -117,21 +120,29 @@ enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
-    /// Print the man page (roff).
-    #[command(after_help = "Example:\n  tidemark man | man -l -")]
-    Man,
+    /// Print the man page of tidemark or of a subcommand (roff), or write
+    /// every page into a directory.
+    #[command(
+        after_help = "Examples:\n  tidemark man | man -l -\n  tidemark man tables ensure | man -l -\n  tidemark man --out /usr/local/share/man/man1"
+    )]
+    Man(cmd::man::Args),
 }
 
 /// Runs the command the process was started with; returns its exit status.
 pub fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    let verbose = cli.global.verbose > 0;
     match real_main(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        // The reader of our output went away (`| head`): nothing to say.
+        Err(e) if cmd::render::is_closed_pipe(&e) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            // `{:#}` prints the whole cause chain on one line, without the
-            // backtrace anyhow would add under RUST_BACKTRACE.
-            eprintln!("error: {e:#}");
-            std::process::ExitCode::from(cmd::exit_code(&e))
+            let journal = cmd::journal();
+            let x = aws::explain(&e, Some(journal), cmd::origins(), verbose);
+            for line in &x.lines {
+                eprintln!("{line}");
+            }
+            std::process::ExitCode::from(x.code)
         }
     }
 }
@@ -147,68 +158,135 @@ fn real_main(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Plan(args) => cmd::plan::run(&args),
         Command::Key(args) => cmd::key::run(&args.config.load_router()?, &args),
-        Command::Config(args) => cmd::config::run(&args),
+        Command::Config(args) => match cmd::config::environment(&args) {
+            Some(aws) => aws_command(&aws, false, async move {
+                cmd::config::run_environment(&args).await
+            }),
+            None => cmd::config::run(&args),
+        },
         Command::Completions { shell } => {
-            clap_complete::generate(
-                shell,
-                &mut Cli::command(),
-                "tidemark",
-                &mut std::io::stdout(),
-            );
-            Ok(())
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "tidemark", &mut out);
+            cmd::render::write_out(&out)
         }
-        Command::Man => {
-            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
-            Ok(())
-        }
+        Command::Man(args) => cmd::man::run(&Cli::command(), &args),
         Command::Healthcheck(args) => runtime()?.block_on(cmd::healthcheck::run(&args)),
         Command::Produce(args) => {
             let config = args.config.load()?;
-            runtime()?.block_on(cmd::produce::run(&config, &args))
+            aws_command(&args.aws.clone(), false, async move {
+                cmd::produce::run(&config, &args).await
+            })
         }
         Command::Verify(args) => {
             let config = args.config.load()?;
-            runtime()?.block_on(cmd::verify::run(&config, &args))
+            aws_command(&args.aws.clone(), false, async move {
+                cmd::verify::run(&config, &args).await
+            })
         }
         Command::Query(args) => {
             let schema = args.config.load_router()?;
-            runtime()?.block_on(cmd::query::run(&schema, &args))
+            aws_command(&args.aws.clone(), false, async move {
+                cmd::query::run(&schema, &args).await
+            })
         }
         Command::Status(args) => {
             let config = args.config.load()?;
-            runtime()?.block_on(cmd::status::run(&config, &args))
+            aws_command(&args.aws.clone(), false, async move {
+                cmd::status::run(&config, &args).await
+            })
         }
         Command::Record(args) => {
             let config = args.config.load()?;
-            runtime()?.block_on(cmd::record::run(&config, &args))
+            aws_command(&args.aws.clone(), false, async move {
+                cmd::record::run(&config, &args).await
+            })
         }
         Command::Replay(args) => {
             let config = args.config.load()?;
-            runtime()?.block_on(cmd::replay::run(&config, &args))
+            aws_command(&args.aws.clone(), false, async move {
+                cmd::replay::run(&config, &args).await
+            })
         }
         Command::Consumer(args) => {
             let config = args.config.load()?;
-            runtime()?.block_on(cmd::consumer::run(&config, &args))
+            aws_command(&args.aws.clone(), false, async move {
+                cmd::consumer::run(&config, &args).await
+            })
         }
         Command::Tables(args) => {
             let config = args.config.load()?;
-            runtime()?.block_on(cmd::tables::run(&config, &args))
+            aws_command(&args.aws.clone(), false, async move {
+                cmd::tables::run(&config, &args).await
+            })
         }
         Command::Migrate(args) => {
             let config = args.config.load()?;
-            runtime()?.block_on(cmd::migrate::run(&config, &args))
+            aws_command(&args.aws.clone(), false, async move {
+                cmd::migrate::run(&config, &args).await
+            })
         }
         Command::Run(args) => {
-            let config = args.load()?;
+            let config = args.config.load()?;
             init_logs(global, Some(&config));
-            let rt = runtime()?;
-            let result = rt.block_on(cmd::run::run(&config));
-            // A stop past shutdown_timeout abandons tasks that may be blocked
-            // (file I/O on the blocking pool): do not wait for them again.
-            rt.shutdown_timeout(std::time::Duration::from_secs(1));
-            result
+            // What `config check` warns about, in the worker's own log.
+            let env = crate::config::process_env();
+            for w in Config::warnings(args.config.config.as_deref(), &env) {
+                tracing::warn!(key = %w.key, "{w}");
+            }
+            aws_command(&args.aws, true, async move { cmd::run::run(&config).await })
         }
     }
+}
+
+/// Runs an AWS command on a fresh runtime, bounded: by `--timeout` (the
+/// whole command) and by `--give-up-after` (no answer from AWS; for `run`
+/// only until AWS first answers). Either ends it with exit 69.
+fn aws_command(
+    aws: &cmd::AwsArgs,
+    is_run: bool,
+    command: impl std::future::Future<Output = Result<()>>,
+) -> Result<()> {
+    cmd::set_aws(aws);
+    let rt = runtime()?;
+    let give_up = aws.give_up_after;
+    let timeout = aws.timeout;
+    let result = rt.block_on(async move {
+        let watchdog = async {
+            loop {
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                let journal = cmd::journal();
+                if is_run && journal.answered_once() {
+                    return std::future::pending().await;
+                }
+                let origins = cmd::origins().cloned().unwrap_or_default();
+                if let Some(m) = journal.given_up(give_up, &origins) {
+                    return m;
+                }
+            }
+        };
+        let deadline = async {
+            match timeout {
+                Some(t) => {
+                    tokio::time::sleep(t).await;
+                    t
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            r = command => r,
+            m = watchdog => Err(cmd::Unavailable(m).into()),
+            t = deadline => Err(cmd::Unavailable(format!(
+                "the command did not finish within {} (--timeout)",
+                humantime_serde::re::humantime::format_duration(t)
+            ))
+            .into()),
+        }
+    });
+    // A stop past shutdown_timeout, or a command cut short, may leave tasks
+    // blocked (file I/O on the blocking pool): do not wait for them.
+    rt.shutdown_timeout(std::time::Duration::from_secs(1));
+    result
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -220,7 +298,9 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 
 /// Logs to stderr for every command. The filter: `RUST_LOG`, else
 /// `--log-level`, else `-v` (info, debug, trace), else the config's
-/// `telemetry.log_level` for `run` and `warn` for the other commands.
+/// `telemetry.log_level` for `run` and `warn` for the other commands. The
+/// format: `--log-format`, else the config's for `run`, else text; colour
+/// only when stderr is a terminal and `NO_COLOR` is unset.
 fn init_logs(global: &cmd::Global, config: Option<&Config>) {
     use std::io::IsTerminal;
     let level = global
@@ -229,14 +309,20 @@ fn init_logs(global: &cmd::Global, config: Option<&Config>) {
         .unwrap_or_else(|| "warn".into());
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    let format = config.map_or(LogFormat::Text, |c| c.telemetry.log_format);
-    let json = match format {
-        LogFormat::Json => true,
-        LogFormat::Text => false,
-        LogFormat::Auto => !std::io::stderr().is_terminal(),
+    let terminal = std::io::stderr().is_terminal();
+    let json = match global.log_format {
+        cmd::LogFormatArg::Json => true,
+        cmd::LogFormatArg::Text => false,
+        cmd::LogFormatArg::Auto => match config.map(|c| c.telemetry.log_format) {
+            Some(LogFormat::Json) => true,
+            Some(LogFormat::Auto) => !terminal,
+            Some(LogFormat::Text) | None => false,
+        },
     };
+    let colour = terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr);
     // A second init (none is made) would fail; logs are best effort.
     if json {

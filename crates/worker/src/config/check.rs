@@ -154,6 +154,111 @@ pub(crate) fn value_at(root: &toml::Table, key: &str) -> Option<String> {
     })
 }
 
+/// The value a serde error message complains about.
+#[derive(Debug, PartialEq)]
+enum Offending<'a> {
+    Str(&'a str),
+    /// The text of a number or boolean.
+    Scalar(&'a str),
+}
+
+fn offending(message: &str) -> Option<Offending<'_>> {
+    let after = |marker: &str| {
+        let rest = &message[message.find(marker)? + marker.len()..];
+        Some(rest)
+    };
+    if let Some(rest) = after("string \"") {
+        return rest.split('"').next().map(Offending::Str);
+    }
+    if let Some(rest) = after("unknown variant `") {
+        return rest.split('`').next().map(Offending::Str);
+    }
+    for marker in ["integer `", "floating point `", "boolean `"] {
+        if let Some(rest) = after(marker) {
+            return rest.split('`').next().map(Offending::Scalar);
+        }
+    }
+    None
+}
+
+/// The dotted path, under `key` of `root`, of the value a serde `message`
+/// complains about (`invalid type: string "six"`, `unknown variant
+/// `oldest``). Serde names only the table of an internally tagged section
+/// (`schema.key`, `source`, `source.initial_position`); this names the
+/// field, so the problem gets that field's own line or variable.
+pub(crate) fn locate(root: &toml::Value, key: &str, message: &str) -> Option<String> {
+    let wanted = offending(message)?;
+    let mut node = root;
+    if key != "." {
+        for part in key.split('.') {
+            node = node.as_table()?.get(part)?;
+        }
+    }
+    fn find(v: &toml::Value, path: &str, wanted: &Offending<'_>) -> Option<String> {
+        match v {
+            toml::Value::Table(t) => t.iter().find_map(|(k, sub)| {
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                find(sub, &p, wanted)
+            }),
+            toml::Value::String(s) => {
+                (*wanted == Offending::Str(s.as_str())).then(|| path.to_string())
+            }
+            toml::Value::Integer(_) | toml::Value::Float(_) | toml::Value::Boolean(_) => {
+                (*wanted == Offending::Scalar(v.to_string().as_str())).then(|| path.to_string())
+            }
+            _ => None,
+        }
+    }
+    let base = if key == "." { "" } else { key };
+    find(node, base, &wanted).filter(|p| p != base)
+}
+
+/// Settings that contradict each other in the file and variables as
+/// written (before defaults hide which were set): one problem each, at the
+/// key that would be ignored or is wrong.
+pub(crate) fn contradictions(root: &toml::Table) -> Vec<Problem> {
+    let mut out = Vec::new();
+    let mut events: Vec<(String, &toml::Table)> = Vec::new();
+    if let Some(toml::Value::Table(e)) = root.get("event") {
+        events.push(("event".into(), e));
+    }
+    if let Some(toml::Value::Table(src)) = root.get("source")
+        && let Some(toml::Value::Array(streams)) = src.get("streams")
+    {
+        for (i, s) in streams.iter().enumerate() {
+            if let Some(toml::Value::Table(e)) = s.get("event") {
+                events.push((format!("source.streams.{i}.event"), e));
+            }
+        }
+    }
+    for (path, e) in events {
+        if e.contains_key("entity_field")
+            && e.get("entity_fields")
+                .and_then(toml::Value::as_array)
+                .is_some_and(|a| !a.is_empty())
+        {
+            out.push(Problem {
+                key: format!("{path}.entity_fields"),
+                value: value_at_table(e, "entity_fields"),
+                origin: None,
+                message:
+                    "is set with `entity_field`: `entity_fields` would win and `entity_field` be \
+                          ignored; keep one of them"
+                        .into(),
+            });
+        }
+    }
+    out
+}
+
+fn value_at_table(t: &toml::Table, key: &str) -> Option<String> {
+    t.get(key).map(toml::Value::to_string)
+}
+
 /// Removes the value at dotted `key` from `root`; true when there was one.
 pub(crate) fn remove_at(root: &mut toml::Table, key: &str) -> bool {
     let Some((parents, last)) = key.rsplit_once('.').map_or(Some(("", key)), Some) else {
@@ -540,6 +645,55 @@ mod tests {
         );
         let m = humanize("invalid type: integer `5`, expected struct WriterConfig");
         assert!(!m.contains("WriterConfig"), "{m}");
+    }
+
+    #[test]
+    fn a_complaint_is_located_at_its_field() {
+        let root: toml::Value = toml::from_str(
+            "[schema]\nkey = { strategy = \"time_bucket\", shards = \"six\", bucket = \"hour\" }\n[source]\ninitial_position = { type = \"oldest\" }\nmax_leases = -1\n",
+        )
+        .unwrap();
+        let at = |key, message| locate(&root, key, message);
+        assert_eq!(
+            at("schema.key", "invalid type: string \"six\", expected u32").as_deref(),
+            Some("schema.key.shards")
+        );
+        assert_eq!(
+            at(
+                "source",
+                "unknown variant `oldest`, expected one of `trim_horizon`"
+            )
+            .as_deref(),
+            Some("source.initial_position.type")
+        );
+        assert_eq!(
+            at("source", "invalid value: integer `-1`, expected u32").as_deref(),
+            Some("source.max_leases")
+        );
+        assert_eq!(at("source", "missing field `stream`"), None);
+    }
+
+    #[test]
+    fn entity_field_with_entity_fields_is_a_contradiction_unless_empty() {
+        let keys = |text: &str| -> Vec<String> {
+            contradictions(&toml::from_str(text).unwrap())
+                .into_iter()
+                .map(|p| p.key)
+                .collect()
+        };
+        assert_eq!(
+            keys("[event]\nentity_field = \"a\"\nentity_fields = [\"b\"]\n"),
+            ["event.entity_fields"]
+        );
+        assert_eq!(
+            keys(
+                "[[source.streams]]\nstream = \"s\"\nevent = { entity_field = \"a\", entity_fields = [\"b\"] }\n"
+            ),
+            ["source.streams.0.event.entity_fields"]
+        );
+        // An empty list sets nothing: `entity_field` is used.
+        assert!(keys("[event]\nentity_field = \"a\"\nentity_fields = []\n").is_empty());
+        assert!(keys("[event]\nentity_fields = [\"b\"]\n").is_empty());
     }
 
     #[test]

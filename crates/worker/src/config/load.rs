@@ -67,7 +67,10 @@ impl Merged {
                 },
             );
         }
-        for mut p in check::unknown_keys(&mut root, &json_schema()) {
+        for mut p in check::unknown_keys(&mut root, &json_schema())
+            .into_iter()
+            .chain(check::contradictions(&root))
+        {
             p.origin = origins.of(&p.key).cloned();
             problems.push(p);
         }
@@ -102,6 +105,20 @@ impl Merged {
                     break;
                 }
                 Err(LoadError::Key { key, message }) => {
+                    // A value taken out inside a tagged table comes back
+                    // as that table's missing field (`source.type` for the
+                    // `source.initial_position.type` taken out): the same key.
+                    let key = match key.rsplit_once('.') {
+                        Some((table, field)) if !removed.contains(&key) => removed
+                            .iter()
+                            .find(|r| {
+                                r.starts_with(&format!("{table}."))
+                                    && r.ends_with(&format!(".{field}"))
+                            })
+                            .cloned()
+                            .unwrap_or(key),
+                        _ => key,
+                    };
                     // A required value we took out: already reported.
                     if !removed.contains(&key) {
                         let p = self.problem(key.clone(), message);
@@ -128,6 +145,11 @@ impl Merged {
         // read as their defaults), so they report alongside the rest.
         if let Some(config) = &typed {
             for (key, message) in config.problems() {
+                // One problem a key: a contradiction the raw file showed is
+                // not said again by the typed checks.
+                if self.problems.iter().any(|p| p.key == key) {
+                    continue;
+                }
                 if !removed
                     .iter()
                     .any(|r| key == *r || key.starts_with(&format!("{r}.")))
@@ -162,6 +184,33 @@ impl Config {
         Merged::new(text, path, env)?.into_config()
     }
 
+    /// What loads but is likely a mistake, each with its key, value and
+    /// source (a retention shorter than a period, a `time_bucket` bucket
+    /// longer than the period): `config check` prints them. Read from the
+    /// merged file and variables, so they show beside any problem.
+    pub(crate) fn warnings(path: Option<&Path>, env: &BTreeMap<String, String>) -> Vec<Problem> {
+        let Ok((text, shown)) = read(path) else {
+            return Vec::new();
+        };
+        let Ok(merged) = Merged::new(&text, &shown, env) else {
+            return Vec::new();
+        };
+        let schema = merged.root.get("schema").and_then(|v| {
+            let mut t = v.as_table()?.clone();
+            // Read beside the router's settings, not by them.
+            for key in ["tiers", "billing", "event"] {
+                t.remove(key);
+            }
+            toml::Value::Table(t).try_into::<RouterConfig>().ok()
+        });
+        schema
+            .map(|s| s.warnings())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(key, message)| merged.problem(format!("schema.{key}"), message))
+            .collect()
+    }
+
     /// Every key of the effective config with its value and where it came
     /// from (file and line, environment variable, or default); fails as
     /// [`Config::load`] does.
@@ -186,6 +235,15 @@ impl Config {
         path: Option<&Path>,
         env: &BTreeMap<String, String>,
     ) -> Result<RouterConfig, LoadError> {
+        Ok(Config::load_routing(path, env)?.0)
+    }
+
+    /// [`Config::load_router`] with `schema.tiers` and `schema.billing`, for
+    /// `plan`, which judges a config's capacity.
+    pub(crate) fn load_routing(
+        path: Option<&Path>,
+        env: &BTreeMap<String, String>,
+    ) -> Result<(RouterConfig, SchemaExtras), LoadError> {
         #[derive(Deserialize)]
         struct Routing {
             #[serde(default)]
@@ -203,10 +261,21 @@ impl Config {
                 routing.insert(section.into(), v);
             }
         }
+        let mut extras = toml::Table::new();
         if let Some(toml::Value::Table(schema)) = routing.get_mut("schema") {
-            schema.remove("tiers");
-            schema.remove("billing");
+            for key in ["tiers", "billing"] {
+                if let Some(v) = schema.remove(key) {
+                    extras.insert(key.to_string(), v);
+                }
+            }
         }
+        let extras: SchemaExtras =
+            strict(toml::Value::Table(extras), "schema.").map_err(|e| match e {
+                LoadError::Key { key, message } => {
+                    LoadError::Invalid(vec![merged.problem(key, message)])
+                }
+                e => e,
+            })?;
         merged.root = routing;
         let r: Routing =
             strict(toml::Value::Table(merged.root.clone()), "").map_err(|e| match e {
@@ -219,7 +288,7 @@ impl Config {
         schema.event = r.event;
         Router::new(schema.clone())
             .map_err(|e| LoadError::Invalid(vec![merged.problem(e.key_path(), e.to_string())]))?;
-        Ok(schema)
+        Ok((schema, extras))
     }
 
     /// The typed config of a merged tree (serde's first error only).
@@ -261,11 +330,13 @@ fn read(path: Option<&Path>) -> Result<(String, String), LoadError> {
 /// Tiers and billing, read from `[schema]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct SchemaExtras {
+pub(crate) struct SchemaExtras {
+    /// `schema.tiers`.
     #[serde(default)]
-    tiers: CapacityTiers,
+    pub(crate) tiers: CapacityTiers,
+    /// `schema.billing`.
     #[serde(default)]
-    billing: Billing,
+    pub(crate) billing: Billing,
 }
 
 /// Deserializes `value`, turning errors into [`LoadError::Key`] with the
@@ -274,9 +345,14 @@ fn strict<T: serde::de::DeserializeOwned>(
     value: toml::Value,
     prefix: &str,
 ) -> Result<T, LoadError> {
+    // Kept to find the field a complaint is about (see `check::locate`).
+    let searched = value.clone();
     serde_path_to_error::deserialize(value).map_err(|e| {
         let message = e.inner().to_string();
         let mut key = e.path().to_string();
+        if let Some(leaf) = check::locate(&searched, &key, &message) {
+            key = leaf;
+        }
         // Internally tagged sections (source) report the section, not the
         // field: name the field too.
         if let Some(field) = backticked_after(&message, "unknown field ")

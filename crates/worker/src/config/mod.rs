@@ -11,7 +11,9 @@
 //! Files (each imports only files listed after it):
 //! - `load.rs`: [`Config::load`] and [`Config::from_toml`]: the file merged
 //!   with its environment overrides, typed section by section so that one
-//!   load reports every bad value; `effective` and `load_router`;
+//!   load reports every bad value; `effective`, `load_router` (and
+//!   `load_routing`, with tiers and billing), `warnings` (what loads but is
+//!   likely a mistake);
 //! - `validate.rs`: the cross-field checks ([`Config::validate`]);
 //! - `check.rs`: where each value came from, unknown keys, messages without
 //!   Rust type names, near-miss variables, the effective config;
@@ -36,7 +38,7 @@ pub use check::{Problem, ValueOrigin};
 pub use env::ENV_PREFIX;
 pub(crate) use env::{default_worker_id, process_env};
 pub use error::LoadError;
-pub(crate) use load::env_warnings;
+pub(crate) use load::{SchemaExtras, env_warnings};
 pub use schema::json_schema;
 pub use sections::{
     Config, ExpiryAction, ExportConfig, ExportFormat, LogFormat, MaintenanceConfig, TelemetryConfig,

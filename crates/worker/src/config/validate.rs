@@ -34,12 +34,19 @@ impl Config {
     /// Every cross-field problem, as (dotted key, what is wrong and the fix).
     pub(super) fn problems(&self) -> Vec<(String, String)> {
         let mut out = Vec::new();
-        if let Err(e) = Router::new(self.schema.clone()) {
-            // The key itself, so the error points at its line in the file.
-            out.push((e.key_path(), e.to_string()));
+        // The event fields' first problem (the router builds them first),
+        // then every problem of the other router settings; each at its key,
+        // so the error points at its line in the file.
+        if let Err(e @ tidemark_schema::route::RouterConfigError::Event(_)) =
+            Router::new(self.schema.clone())
+        {
+            out.push((e.key_path(), e.problem()));
         }
-        if let Err(message) = self.writer.validate() {
-            out.push(("writer".into(), message));
+        for e in self.schema.problems() {
+            out.push((e.key_path(), e.problem()));
+        }
+        for (key, message) in self.writer.problems() {
+            out.push((format!("writer.{key}"), message));
         }
         // The same checks each source runs when it starts, so every command
         // (not only `run`, and before any AWS call) refuses a bad source

@@ -59,7 +59,7 @@ impl DeadLetterSink for DynamoDbSink {
                     .map_err(|e| {
                         DeadLetterError::of_class(
                             format!("dynamodb table {}", self.table),
-                            aws_sdk_dynamodb::error::DisplayErrorContext(&e).to_string(),
+                            tidemark_aws_errors::describe(&e),
                             tidemark_aws_errors::classify(&e),
                         )
                     })?;
@@ -113,7 +113,7 @@ pub(crate) async fn check_dead_letter_table(
             Ok(())
         }
         Err(e) => {
-            warn!(table, error = %aws_sdk_dynamodb::error::DisplayErrorContext(e), "cannot read the dead-letter table at start");
+            warn!(table, error = %tidemark_aws_errors::describe(&e), "cannot read the dead-letter table at start");
             Ok(())
         }
     }

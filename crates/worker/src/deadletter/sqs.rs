@@ -72,7 +72,7 @@ impl DeadLetterSink for SqsSink {
                     .map_err(|e| {
                         DeadLetterError::of_class(
                             self.queue_url.clone(),
-                            aws_sdk_sqs::error::DisplayErrorContext(&e).to_string(),
+                            tidemark_aws_errors::describe(&e),
                             tidemark_aws_errors::classify(&e),
                         )
                     })?;

@@ -2,17 +2,26 @@
 
 use std::time::Duration;
 
-use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata};
+use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use tidemark_consumer::keyschema::KeySchemaMismatch;
 use tracing::error;
 
 use crate::metrics as m;
 
+/// ` of table {table}`, or nothing for a call on no table (ListTables).
+fn on_table(table: &str) -> String {
+    if table.is_empty() {
+        String::new()
+    } else {
+        format!(" of table {table}")
+    }
+}
+
 /// Errors of table maintenance calls.
 #[derive(Debug, thiserror::Error)]
 pub enum TablesError {
     /// A DynamoDB call failed.
-    #[error("{operation} {table}: {message}")]
+    #[error("{operation}{}: {message}", on_table(table))]
     Call {
         /// The operation.
         operation: &'static str,
@@ -29,8 +38,9 @@ pub enum TablesError {
     /// An account quota refused the call (LimitExceededException on
     /// CreateTable or a capacity change): an operator must act.
     #[error(
-        "{operation} {table}: account quota reached ({message}); raise the DynamoDB \
-         table or capacity quota, lower schema.tiers, or delete old tables"
+        "{operation}{}: account quota reached ({message}); raise the DynamoDB \
+         table or capacity quota, lower schema.tiers, or delete old tables",
+        on_table(table)
     )]
     Quota {
         /// The operation.
@@ -95,7 +105,7 @@ impl TablesError {
             operation,
             table: table.to_string(),
             code,
-            message: DisplayErrorContext(e).to_string(),
+            message: tidemark_aws_errors::describe(&e),
             unreachable,
         }
     }
@@ -120,7 +130,7 @@ impl TablesError {
         let err = TablesError::Quota {
             operation,
             table: table.to_string(),
-            message: DisplayErrorContext(e).to_string(),
+            message: tidemark_aws_errors::causes(&e),
         };
         metrics::counter!(m::QUOTA_ERRORS, "operation" => operation).increment(1);
         error!(table, operation, error = %err, "DynamoDB quota reached");

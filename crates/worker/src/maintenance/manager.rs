@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::operation::create_table::CreateTableError;
 use aws_sdk_dynamodb::operation::delete_table::DeleteTableError;
 use aws_sdk_dynamodb::operation::describe_table::DescribeTableError;
@@ -39,8 +38,12 @@ const FROZEN_CHECKS_PER_ROUND: usize = 5;
 
 /// A read's answer, or `None` (warned) when it failed: the setting is then
 /// not reconciled this round.
-fn read_or_warn<T, E: std::error::Error>(table: &str, what: &str, r: Result<T, E>) -> Option<T> {
-    r.map_err(|e| warn!(table, error = %DisplayErrorContext(&e), "reading {what} failed"))
+fn read_or_warn<T, E: std::error::Error + 'static>(
+    table: &str,
+    what: &str,
+    r: Result<T, E>,
+) -> Option<T> {
+    r.map_err(|e| warn!(table, error = %tidemark_aws_errors::causes(&e), "reading {what} failed"))
         .ok()
 }
 
@@ -325,7 +328,7 @@ impl TableManager {
             Err(e) => match classify(&e) {
                 // Unknown to DynamoDB: started again.
                 ErrorClass::NotFound | ErrorClass::Invalid => {
-                    ExportState::Failed(DisplayErrorContext(e).to_string())
+                    ExportState::Failed(tidemark_aws_errors::describe(&e))
                 }
                 // Cannot tell: wait (never delete on a guess).
                 _ => ExportState::InProgress,

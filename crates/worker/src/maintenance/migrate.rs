@@ -19,7 +19,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::operation::describe_table::DescribeTableError;
 use aws_sdk_dynamodb::types::{AttributeValue, Tag};
 use serde::Serialize;
@@ -172,7 +171,7 @@ pub async fn table_layout(
         {
             return Ok(None);
         }
-        Err(e) => return Err(call("DescribeTable", DisplayErrorContext(e).to_string())),
+        Err(e) => return Err(call("DescribeTable", tidemark_aws_errors::describe(&e))),
     };
     let mut tags = BTreeMap::new();
     let mut next = None;
@@ -183,7 +182,7 @@ pub async fn table_layout(
             .set_next_token(next.take())
             .send()
             .await
-            .map_err(|e| call("ListTagsOfResource", DisplayErrorContext(e).to_string()))?;
+            .map_err(|e| call("ListTagsOfResource", tidemark_aws_errors::describe(&e)))?;
         for t in out.tags() {
             tags.insert(t.key().to_string(), t.value().to_string());
         }
@@ -220,7 +219,7 @@ pub(crate) async fn set_state(
         .map_err(|e| MigrateError::Call {
             operation: "TagResource",
             table: table.to_string(),
-            message: DisplayErrorContext(e).to_string(),
+            message: tidemark_aws_errors::describe(&e),
         })?;
     Ok(())
 }
@@ -369,7 +368,7 @@ pub async fn backfill(
         .consistent_read(true)
         .send()
         .await
-        .map_err(|e| call("GetItem", DisplayErrorContext(e).to_string()))?;
+        .map_err(|e| call("GetItem", tidemark_aws_errors::describe(&e)))?;
     let mut start = None;
     if let Some(c) = cursor_item.item() {
         let n = |k: &str| match c.get(k) {
@@ -409,7 +408,7 @@ pub async fn backfill(
             .await
         {
             Ok(p) => p,
-            Err(e) => break Err(call("Scan", DisplayErrorContext(e).to_string())),
+            Err(e) => break Err(call("Scan", tidemark_aws_errors::describe(&e))),
         };
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let mut subs = Vec::new();
@@ -561,7 +560,7 @@ async fn save_cursor(
     req.send().await.map_err(|e| MigrateError::Call {
         operation: "PutItem",
         table: coordinator.to_string(),
-        message: DisplayErrorContext(e).to_string(),
+        message: tidemark_aws_errors::describe(&e),
     })?;
     Ok(())
 }

@@ -19,7 +19,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::types::AttributeValue;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
@@ -143,7 +142,7 @@ pub(crate) async fn run(
         match tokio::time::timeout(REPORT_INTERVAL, put).await {
             Ok(Ok(_)) => debug!(shards = report.shard_lag_ms.len(), "worker report written"),
             Ok(Err(e)) => {
-                warn!(table, error = %DisplayErrorContext(e), "writing the worker report failed")
+                warn!(table, error = %tidemark_aws_errors::describe(&e), "writing the worker report failed")
             }
             Err(_) => warn!(table, "writing the worker report timed out"),
         }
@@ -158,7 +157,7 @@ pub(crate) async fn run(
         )
         .send();
     if let Ok(Err(e)) = tokio::time::timeout(Duration::from_secs(2), delete).await {
-        debug!(error = %DisplayErrorContext(e), "deleting the worker report failed");
+        debug!(error = %tidemark_aws_errors::describe(&e), "deleting the worker report failed");
     }
 }
 
@@ -167,7 +166,10 @@ pub(crate) async fn run(
 pub(crate) async fn read(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
-) -> Result<BTreeMap<String, WorkerReport>, aws_sdk_dynamodb::Error> {
+) -> Result<
+    BTreeMap<String, WorkerReport>,
+    aws_sdk_dynamodb::error::SdkError<aws_sdk_dynamodb::operation::scan::ScanError>,
+> {
     let now = chrono::Utc::now().timestamp_millis();
     let mut out = BTreeMap::new();
     let mut pages = client

@@ -21,12 +21,19 @@ pub(crate) const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest wait to connect (the SDK's own default).
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_millis(3100);
 
-/// Timeouts with `attempt` as the per-attempt limit.
-pub(crate) fn timeouts(attempt: Duration) -> TimeoutConfig {
+/// Timeouts with `attempt` per attempt and `connect` to connect.
+pub(crate) fn timeouts_with(attempt: Duration, connect: Duration) -> TimeoutConfig {
     TimeoutConfig::builder()
-        .connect_timeout(CONNECT_TIMEOUT)
+        .connect_timeout(connect)
         .operation_attempt_timeout(attempt)
         .build()
+}
+
+/// The connect timeout of `sdk` (the command line may have set it).
+fn connect_timeout_of(sdk: &SdkConfig) -> Duration {
+    sdk.timeout_config()
+        .and_then(TimeoutConfig::connect_timeout)
+        .unwrap_or(CONNECT_TIMEOUT)
 }
 
 /// What the command line sets on top of the standard chain
@@ -40,14 +47,17 @@ pub(crate) struct AwsOverrides {
     pub region: Option<String>,
     /// One endpoint for every service (a local emulator).
     pub endpoint_url: Option<String>,
+    /// Longest wait to connect (default [`CONNECT_TIMEOUT`]).
+    pub connect_timeout: Option<Duration>,
 }
 
 /// The SDK configuration: the standard chain with [`ATTEMPT_TIMEOUT`] and
 /// `overrides` applied, its credentials kept in use while valid when a
 /// refresh fails ([`credentials::KeepValid`]).
 pub(crate) async fn load_with(overrides: &AwsOverrides) -> SdkConfig {
-    let mut loader =
-        aws_config::defaults(BehaviorVersion::latest()).timeout_config(timeouts(ATTEMPT_TIMEOUT));
+    let connect = overrides.connect_timeout.unwrap_or(CONNECT_TIMEOUT);
+    let mut loader = aws_config::defaults(BehaviorVersion::latest())
+        .timeout_config(timeouts_with(ATTEMPT_TIMEOUT, connect));
     if let Some(p) = &overrides.profile {
         loader = loader.profile_name(p);
     }
@@ -67,7 +77,7 @@ pub(crate) async fn load_with(overrides: &AwsOverrides) -> SdkConfig {
 pub(crate) fn single_attempt(sdk: &SdkConfig, attempt: Duration) -> SdkConfig {
     sdk.to_builder()
         .retry_config(aws_config::retry::RetryConfig::disabled())
-        .timeout_config(timeouts(attempt))
+        .timeout_config(timeouts_with(attempt, connect_timeout_of(sdk)))
         .build()
 }
 
@@ -118,7 +128,11 @@ mod tests {
         let hung = tokio::time::timeout(Duration::from_secs(2), plain.list_tables().send()).await;
         assert!(hung.is_err(), "expected the SDK's default to wait");
         // With one, both attempts time out and the call fails.
-        let bounded = client(&url, Some(timeouts(Duration::from_millis(300)))).await;
+        let bounded = client(
+            &url,
+            Some(timeouts_with(Duration::from_millis(300), CONNECT_TIMEOUT)),
+        )
+        .await;
         let started = Instant::now();
         let result = tokio::time::timeout(Duration::from_secs(20), bounded.list_tables().send())
             .await
@@ -138,6 +152,7 @@ mod tests {
             profile: None,
             region: Some("eu-west-3".into()),
             endpoint_url: Some("http://127.0.0.1:1".into()),
+            connect_timeout: Some(Duration::from_millis(700)),
         })
         .await;
         assert_eq!(
@@ -145,11 +160,14 @@ mod tests {
             Some("eu-west-3")
         );
         assert_eq!(sdk.endpoint_url(), Some("http://127.0.0.1:1"));
+        assert_eq!(connect_timeout_of(&sdk), Duration::from_millis(700));
+        let one = single_attempt(&sdk, Duration::from_secs(1));
+        assert_eq!(connect_timeout_of(&one), Duration::from_millis(700));
     }
 
     #[test]
     fn production_timeouts() {
-        let t = timeouts(ATTEMPT_TIMEOUT);
+        let t = timeouts_with(ATTEMPT_TIMEOUT, CONNECT_TIMEOUT);
         assert_eq!(t.operation_attempt_timeout(), Some(ATTEMPT_TIMEOUT));
         assert_eq!(t.connect_timeout(), Some(CONNECT_TIMEOUT));
     }

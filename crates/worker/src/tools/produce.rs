@@ -221,7 +221,7 @@ async fn send_sqs(
             .send()
             .await
             .map_err(|e| {
-                let text = aws_sdk_sqs::error::DisplayErrorContext(&e).to_string();
+                let text = tidemark_aws_errors::describe(&e);
                 CallFailed::of(&e, text)
             })?;
         Ok(out
@@ -357,7 +357,7 @@ async fn put_kinesis(
                 .send()
                 .await
                 .map_err(|e| {
-                    let text = aws_sdk_kinesis::error::DisplayErrorContext(&e).to_string();
+                    let text = tidemark_aws_errors::describe(&e);
                     CallFailed::of(&e, text)
                 })?;
             Ok(out

@@ -8,7 +8,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use aws_sdk_dynamodb::error::DisplayErrorContext;
 use futures::StreamExt;
 use tidemark_schema::Item;
 use tidemark_schema::period::TableNaming;
@@ -226,7 +225,7 @@ async fn run_one(
             Err(e) => {
                 return Err(QueryError::Call {
                     table: q.table.clone(),
-                    message: DisplayErrorContext(e).to_string(),
+                    message: tidemark_aws_errors::describe(&e),
                 });
             }
         };

@@ -191,7 +191,14 @@ pub async fn verify(
         .config()
         .to_builder()
         .retry_config(RetryConfig::disabled())
-        .timeout_config(crate::sdk::timeouts(options.attempt_timeout))
+        .timeout_config(crate::sdk::timeouts_with(
+            options.attempt_timeout,
+            client
+                .config()
+                .timeout_config()
+                .and_then(|t| t.connect_timeout())
+                .unwrap_or(crate::sdk::CONNECT_TIMEOUT),
+        ))
         .build();
     let once = aws_sdk_dynamodb::Client::from_conf(conf);
     let (pk, sk) = (attrs.pk.as_str(), attrs.sk.as_str());
@@ -504,7 +511,7 @@ async fn batch_get(
 /// Sorts a failed call into back off, missing table, or give up, by the
 /// shared classifier (one list of throttling codes for the whole worker).
 fn classify(e: &SdkError<BatchGetItemError>) -> CallError {
-    let text = aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string();
+    let text = tidemark_aws_errors::describe(e);
     if e.as_service_error()
         .is_some_and(BatchGetItemError::is_resource_not_found_exception)
     {
@@ -573,9 +580,7 @@ pub async fn fetch(
             Ok(o) => o,
             Err(e) if is_missing_table(&e) => break,
             Err(e) => {
-                return Err(VerifyError::Failed(
-                    aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string(),
-                ));
+                return Err(VerifyError::Failed(tidemark_aws_errors::describe(&e)));
             }
         };
         for item in out

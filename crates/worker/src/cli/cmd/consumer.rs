@@ -7,6 +7,7 @@ use anyhow::{Result, bail};
 use tidemark_consumer::KinesisConfig;
 use tidemark_consumer::error::AwsError;
 
+use super::render::outln;
 use super::source::kinesis_source;
 
 /// Arguments of `consumer`.
@@ -16,6 +17,8 @@ pub(crate) struct Args {
     action: Action,
     #[command(flatten)]
     pub(crate) config: super::ConfigArg,
+    #[command(flatten)]
+    pub(crate) aws: super::AwsArgs,
 }
 
 #[derive(Debug, Clone, Copy, clap::Subcommand)]
@@ -56,20 +59,20 @@ async fn deregister_one(k: &KinesisConfig, args: &Args) -> Result<()> {
             k.stream
         );
     }
-    let sdk = super::sdk().await;
+    let sdk = super::sdk().await?;
     let kinesis = aws_sdk_kinesis::Client::new(&sdk);
     if deregister(&kinesis, k).await? {
-        println!(
+        outln!(
             "stream consumer {} of {} deregistered",
             k.consumer_name(),
             k.stream
-        );
+        )?;
     } else {
-        println!(
+        outln!(
             "stream consumer {} of {} was not registered",
             k.consumer_name(),
             k.stream
-        );
+        )?;
     }
     Ok(())
 }
@@ -96,10 +99,11 @@ pub(crate) async fn deregister(
             Ok(false)
         }
         Err(e) if tidemark_aws_errors::error_code(&e) == Some("ResourceInUseException") => {
-            bail!(
+            Err(super::Failed(format!(
                 "stream consumer {} is not ACTIVE (being registered or deregistered); try again shortly",
                 config.consumer_name()
-            )
+            ))
+            .into())
         }
         Err(e) => Err(AwsError::new("DeregisterStreamConsumer", &e).into()),
     }

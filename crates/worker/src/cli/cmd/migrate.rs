@@ -10,7 +10,7 @@ use anyhow::{Result, bail};
 use chrono::Utc;
 use serde::Serialize;
 
-use super::render::{self, Output};
+use super::render::{self, Output, outln};
 
 /// Arguments of `migrate`.
 #[derive(Debug, clap::Args)]
@@ -19,6 +19,8 @@ pub(crate) struct Args {
     action: Action,
     #[command(flatten)]
     pub(crate) config: super::ConfigArg,
+    #[command(flatten)]
+    pub(crate) aws: super::AwsArgs,
 }
 
 /// Which table a step acts on.
@@ -52,9 +54,6 @@ enum Action {
         /// Stop after this many pages (run again to go on from the cursor).
         #[arg(long)]
         max_pages: Option<u64>,
-        /// No progress bar.
-        #[arg(long)]
-        quiet: bool,
     },
     /// Record a backfilled table as new-only: reads use the new layout
     /// alone, and old-layout items may be removed.
@@ -98,7 +97,7 @@ impl Target {
 }
 
 pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
-    let sdk = super::sdk().await;
+    let sdk = super::sdk().await?;
     let client = aws_sdk_dynamodb::Client::new(&sdk);
     let schema = &config.schema;
     match &args.action {
@@ -161,7 +160,6 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
             capacity_share,
             page_size,
             max_pages,
-            quiet,
         } => {
             let table = target.table(config)?;
             if !(*capacity_share > 0.0 && *capacity_share <= 1.0) {
@@ -175,7 +173,7 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
                 writer,
             };
             let transport = Arc::new(tidemark_writer::SdkTransport::new(&sdk)?);
-            let bar = super::progress_bar(0, "{spinner} {msg} {elapsed}", *quiet);
+            let bar = super::progress_bar(0, "{spinner} {msg} {elapsed}");
             bar.enable_steady_tick(std::time::Duration::from_millis(200));
             let done = migrate::backfill(
                 &client,
@@ -207,7 +205,7 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
         Action::Cutover { target } => {
             let table = target.table(config)?;
             let state = migrate::cutover(&client, schema, &table).await?;
-            println!("{table}: {state}");
+            outln!("{table}: {state}")?;
         }
     }
     Ok(())

@@ -5,6 +5,7 @@ pub(crate) mod config;
 pub(crate) mod consumer;
 pub(crate) mod healthcheck;
 pub(crate) mod key;
+pub(crate) mod man;
 pub(crate) mod migrate;
 pub(crate) mod plan;
 pub(crate) mod produce;
@@ -21,58 +22,75 @@ pub(crate) mod verify;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use crate::config::{Config, LoadError, env_warnings, process_env};
+use std::sync::Arc;
+
+use crate::config::{Config, env_warnings, process_env};
 use crate::sdk::AwsOverrides;
-use crate::tools::verify::VerifyError;
 use anyhow::{Result, bail};
-use aws_smithy_runtime_api::client::result::ConnectorError;
 use tidemark_schema::route::RouterConfig;
+
+use super::aws::{Journal, Origins, check_setup};
 
 use render::Output;
 
 /// The exit codes, as `--help` shows them.
 pub(crate) const EXIT_CODES: &str = "Exit status:\n  \
-0   success\n  \
-1   failure; for `verify`: some events missing or different\n  \
-2   usage error (unknown option, missing argument)\n  \
-69  AWS unavailable (no connection or no answer; `verify`: none in --give-up-after)\n  \
-78  bad configuration (`tidemark config check` lists every problem)";
+0   success (a closed output pipe ends a command quietly, with 0)\n  \
+1   the command's own failure: `verify` events missing or different, `replay` records\n      \
+dead-lettered, `tables rotate` actions failed, a stream or table not found, ...\n  \
+2   usage error (unknown option, missing or impossible argument)\n  \
+69  AWS unavailable: connection refused, DNS, no answer for --give-up-after,\n      \
+throttled past it, or --timeout reached\n  \
+77  permission denied (AccessDenied)\n  \
+78  local configuration: the config (`tidemark config check` lists every problem), no\n      \
+region, no credentials, an unknown profile, credentials AWS does not accept";
 
+/// Exit status for a usage error (clap's).
+pub(crate) const EXIT_USAGE: u8 = 2;
 /// Exit status for a configuration error (EX_CONFIG of sysexits.h).
 pub(crate) const EXIT_CONFIG: u8 = 78;
 /// Exit status when the backend, not the data, is the problem
 /// (EX_UNAVAILABLE), so a caller can tell "try later" from "missing".
 pub(crate) const EXIT_UNAVAILABLE: u8 = 69;
 
-/// The exit status of a failed command (see [`EXIT_CODES`]).
-pub(crate) fn exit_code(e: &anyhow::Error) -> u8 {
-    if e.downcast_ref::<LoadError>().is_some() {
-        return EXIT_CONFIG;
-    }
-    if let Some(VerifyError::Unavailable { .. }) = e.downcast_ref::<VerifyError>() {
-        return EXIT_UNAVAILABLE;
-    }
-    if e.downcast_ref::<Unavailable>().is_some()
-        || e.chain().any(|c| {
-            c.downcast_ref::<crate::maintenance::TablesError>()
-                .is_some_and(crate::maintenance::TablesError::is_unreachable)
-        })
-    {
-        return EXIT_UNAVAILABLE;
-    }
-    // A call that got no answer at all (no connection, DNS, a connect or
-    // read timeout): the SDK's DispatchFailure carries the connector's
-    // error. The service is unreachable, whatever the command.
-    if e.chain().any(|c| c.is::<ConnectorError>()) {
-        return EXIT_UNAVAILABLE;
-    }
-    1
+/// The command line asks for something impossible (exit 2, as clap's own
+/// usage errors).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct Usage(pub(crate) String);
+
+/// The command's own documented failure (exit 1): records dead-lettered,
+/// events missing, maintenance actions failed. Not an AWS failure, whatever
+/// the calls before it did.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct Failed(pub(crate) String);
+
+/// A command's own exit status, with its message (`config check
+/// --environment`: the worst check).
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub(crate) struct Exit {
+    pub(crate) code: u8,
+    pub(crate) message: String,
 }
 
-/// An AWS service gave no answer to any call of a command (exit 69).
+/// An AWS service gave no answer to any call of a command, or the command
+/// ran past `--timeout` (exit 69).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub(crate) struct Unavailable(pub(crate) String);
+
+/// The log format of every command (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum LogFormatArg {
+    /// `run`: the config's `telemetry.log_format`; other commands: text.
+    Auto,
+    /// Human-readable (colour only on a terminal, and never with NO_COLOR).
+    Text,
+    /// One JSON object per line.
+    Json,
+}
 
 /// Options every command takes.
 #[derive(Debug, Clone, clap::Args)]
@@ -81,22 +99,50 @@ pub(crate) struct Global {
     /// and `key`: jsonl).
     #[arg(long, short, value_enum, global = true)]
     pub(crate) output: Option<Output>,
-    /// More log output on stderr: -v info, -vv debug, -vvv trace (default: warnings).
+    /// More log output on stderr: -v info, -vv debug, -vvv trace (default:
+    /// warnings); -v also prints an error's whole cause chain.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
-    verbose: u8,
+    pub(crate) verbose: u8,
     /// Log filter: trace, debug, info, warn, error, or TARGET=LEVEL pairs;
     /// wins over -v and the config; RUST_LOG wins over it.
     #[arg(long, global = true, value_parser = parse_log_level)]
     log_level: Option<String>,
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value = "auto")]
+    pub(crate) log_format: LogFormatArg,
+}
+
+/// Options of every command that calls AWS (not of those that do not).
+#[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "AWS")]
+pub(crate) struct AwsArgs {
+    /// No progress bars or spinners (they show only on a terminal anyway).
+    #[arg(short, long, global = true)]
+    pub(crate) quiet: bool,
     /// AWS profile (shared config and credentials files); default: AWS_PROFILE.
     #[arg(long, global = true)]
     profile: Option<String>,
     /// AWS region; default: AWS_REGION, then the profile's.
     #[arg(long, global = true)]
     region: Option<String>,
-    /// One endpoint for every AWS service (a local emulator); default: AWS_ENDPOINT_URL.
+    /// One endpoint for every AWS service (a local emulator); default:
+    /// AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_<SERVICE>.
     #[arg(long, global = true)]
     endpoint_url: Option<String>,
+    /// Longest the whole command may take (e.g. 30s, 5m); exit 69 past it.
+    /// Default: no limit (see --give-up-after).
+    #[arg(long, global = true, value_parser = humantime_serde::re::humantime::parse_duration)]
+    pub(crate) timeout: Option<std::time::Duration>,
+    /// Longest wait to connect to an AWS endpoint.
+    #[arg(long, global = true, default_value = "3100ms",
+          value_parser = humantime_serde::re::humantime::parse_duration)]
+    connect_timeout: std::time::Duration,
+    /// Exit 69 when AWS has answered none of the command's calls for this
+    /// long (a quarter of it when every connection is refused). `run`: only
+    /// until AWS first answers.
+    #[arg(long, global = true, default_value = "20s",
+          value_parser = humantime_serde::re::humantime::parse_duration)]
+    pub(crate) give_up_after: std::time::Duration,
 }
 
 /// `--log-level`, checked as the config's `telemetry.log_level` is.
@@ -119,6 +165,13 @@ impl Global {
 /// The global options, set once by `main` before any command runs.
 static GLOBAL: OnceLock<Global> = OnceLock::new();
 
+/// The AWS options of the command running, set once before it runs.
+static AWS: OnceLock<AwsArgs> = OnceLock::new();
+
+/// Every AWS call of this process, and where its settings came from.
+static JOURNAL: OnceLock<Arc<Journal>> = OnceLock::new();
+static ORIGINS: OnceLock<Origins> = OnceLock::new();
+
 /// Records the global options for [`output`] and [`sdk`].
 pub(crate) fn set_global(global: &Global) {
     let _ = GLOBAL.set(global.clone());
@@ -129,16 +182,64 @@ pub(crate) fn output(default: Output) -> Output {
     GLOBAL.get().and_then(|g| g.output).unwrap_or(default)
 }
 
-/// The AWS SDK configuration with `--profile`, `--region`, `--endpoint-url`.
-pub(crate) async fn sdk() -> aws_config::SdkConfig {
-    let overrides = GLOBAL
+/// Records the AWS options of the command about to run.
+pub(crate) fn set_aws(aws: &AwsArgs) {
+    let _ = AWS.set(aws.clone());
+}
+
+/// `--quiet`.
+pub(crate) fn quiet() -> bool {
+    AWS.get().is_some_and(|a| a.quiet)
+}
+
+/// `--give-up-after`.
+pub(crate) fn give_up_after() -> std::time::Duration {
+    AWS.get()
+        .map_or(std::time::Duration::from_secs(20), |a| a.give_up_after)
+}
+
+/// The journal of this process's AWS calls.
+pub(crate) fn journal() -> &'static Arc<Journal> {
+    JOURNAL.get_or_init(Journal::new)
+}
+
+/// Where the AWS settings came from, once [`sdk`] has run.
+pub(crate) fn origins() -> Option<&'static Origins> {
+    ORIGINS.get()
+}
+
+/// The AWS SDK configuration with `--profile`, `--region`,
+/// `--endpoint-url` and `--connect-timeout`, checked (an unknown profile,
+/// no region or no credentials fail here, exit 78), every call recorded in
+/// the [`journal`].
+pub(crate) async fn sdk() -> Result<aws_config::SdkConfig> {
+    let overrides = AWS
         .get()
-        .map_or_else(AwsOverrides::default, |g| AwsOverrides {
-            profile: g.profile.clone(),
-            region: g.region.clone(),
-            endpoint_url: g.endpoint_url.clone(),
+        .map_or_else(AwsOverrides::default, |a| AwsOverrides {
+            profile: a.profile.clone(),
+            region: a.region.clone(),
+            endpoint_url: a.endpoint_url.clone(),
+            connect_timeout: Some(a.connect_timeout),
         });
-    crate::sdk::load_with(&overrides).await
+    let sdk = crate::sdk::load_with(&overrides).await;
+    let origins = check_setup(
+        &sdk,
+        overrides.profile.as_deref(),
+        overrides.region.as_deref(),
+        overrides.endpoint_url.as_deref(),
+    )
+    .await?;
+    let _ = ORIGINS.set(origins);
+    Ok(journal().watch(&sdk))
+}
+
+/// `run`'s arguments: the config and the AWS options.
+#[derive(Debug, clap::Args)]
+pub(crate) struct RunArgs {
+    #[command(flatten)]
+    pub(crate) config: ConfigArg,
+    #[command(flatten)]
+    pub(crate) aws: AwsArgs,
 }
 
 /// The `--config` option every config-reading command takes.
@@ -156,6 +257,13 @@ impl ConfigArg {
         let env = process_env();
         warn_env(&env);
         Ok(Config::load(self.config.as_deref(), &env)?)
+    }
+
+    /// `[event]` and `[schema]` with its tiers and billing, for `plan`.
+    pub(crate) fn load_routing(&self) -> Result<(RouterConfig, crate::config::SchemaExtras)> {
+        let env = process_env();
+        warn_env(&env);
+        Ok(Config::load_routing(self.config.as_deref(), &env)?)
     }
 
     /// Only `[event]` and `[schema]`, for the commands that only route.
@@ -224,11 +332,11 @@ pub(crate) fn one_stream(
     Ok(one)
 }
 
-/// A progress bar of `len` in `template`, hidden when `quiet` or when
+/// A progress bar of `len` in `template`, hidden with `--quiet` or when
 /// stdout or stderr is not a terminal (a pipe, a log file, CI).
-pub(crate) fn progress_bar(len: u64, template: &str, quiet: bool) -> indicatif::ProgressBar {
+pub(crate) fn progress_bar(len: u64, template: &str) -> indicatif::ProgressBar {
     use std::io::IsTerminal;
-    let bar = if quiet || !std::io::stdout().is_terminal() || !std::io::stderr().is_terminal() {
+    let bar = if quiet() || !std::io::stdout().is_terminal() || !std::io::stderr().is_terminal() {
         indicatif::ProgressBar::hidden()
     } else {
         indicatif::ProgressBar::new(len)

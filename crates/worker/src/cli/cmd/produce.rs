@@ -11,6 +11,7 @@ use anyhow::{Context, Result};
 use chrono::Utc;
 use futures::StreamExt as _;
 
+use super::render::outln;
 use super::source::{PerKind, per_kind};
 use super::stream_name;
 
@@ -19,6 +20,8 @@ use super::stream_name;
 pub(crate) struct Args {
     #[command(flatten)]
     pub(crate) config: super::ConfigArg,
+    #[command(flatten)]
+    pub(crate) aws: super::AwsArgs,
     /// With `source.streams`: the stream to write to.
     #[arg(long)]
     stream: Option<String>,
@@ -47,9 +50,6 @@ pub(crate) struct Args {
     /// Calls in flight at once.
     #[arg(long, default_value_t = 4)]
     concurrency: usize,
-    /// Hide the progress bar.
-    #[arg(long)]
-    quiet: bool,
     /// Generate events in this template's shape instead of the IoT one: a
     /// JSON event whose strings may hold placeholders such as `{{entity}}`,
     /// `{{int|1|9}}`, `{{time|epoch_micros}}` (docs/event-mapping.md).
@@ -60,7 +60,7 @@ pub(crate) struct Args {
 pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
     // Produce retries failed calls itself (one budget of 50 attempts); an
     // attempt gets 30 s, as a loaded emulator can take seconds per call.
-    let sdk = crate::sdk::single_attempt(&super::sdk().await, std::time::Duration::from_secs(30));
+    let sdk = crate::sdk::single_attempt(&super::sdk().await?, std::time::Duration::from_secs(30));
     let target = per_kind(
         &config.source,
         Destination {
@@ -95,7 +95,6 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
     let bar = super::progress_bar(
         args.count,
         "{bar:40} {pos}/{len} events {per_sec} eta {eta}",
-        args.quiet,
     );
     let start = std::time::Instant::now();
     let batch = target.batch_size() as u64;
@@ -146,13 +145,13 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
         m.flush()?;
     }
     let secs = start.elapsed().as_secs_f64();
-    println!(
+    outln!(
         "produced {} events from {} devices in {:.1}s ({:.0} events/s)",
         args.count,
         args.devices,
         secs,
         args.count as f64 / secs.max(1e-9)
-    );
+    )?;
     Ok(())
 }
 

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use crate::config::Config;
 use anyhow::Result;
 
+use super::render::outln;
 use super::source::kinesis_source;
 use super::stream_name;
 
@@ -13,6 +14,8 @@ use super::stream_name;
 pub(crate) struct Args {
     #[command(flatten)]
     pub(crate) config: super::ConfigArg,
+    #[command(flatten)]
+    pub(crate) aws: super::AwsArgs,
     /// Fixture file to write.
     #[arg(long)]
     out: PathBuf,
@@ -23,14 +26,10 @@ pub(crate) struct Args {
 
 pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
     let k = &super::one_stream(kinesis_source(config)?, args.stream.as_deref())?;
-    let sdk = super::sdk().await;
+    let sdk = super::sdk().await?;
     // The total is unknown until the stream is read: a count, a rate and
     // the shards done (hidden off a terminal).
-    let bar = super::progress_bar(
-        0,
-        "{spinner} {msg}: {pos} records {per_sec} {elapsed}",
-        false,
-    );
+    let bar = super::progress_bar(0, "{spinner} {msg}: {pos} records {per_sec} {elapsed}");
     bar.set_message(format!("recording {}", k.stream));
     bar.enable_steady_tick(std::time::Duration::from_millis(120));
     let progress = |records: u64, (done, shards): (usize, usize)| {
@@ -45,10 +44,10 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
         .record_with(&stream_name(&k.stream), &args.out, &progress)
         .await?;
     bar.finish_and_clear();
-    println!(
+    outln!(
         "recorded {n} records of {} into {}",
         k.stream,
         args.out.display()
-    );
+    )?;
     Ok(())
 }

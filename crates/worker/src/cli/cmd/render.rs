@@ -1,5 +1,8 @@
 //! Every command's text output, formatted in one place: aligned tables
-//! (comfy-table, no borders), CSV (the `csv` crate) and JSON lines.
+//! (comfy-table, no borders), CSV (the `csv` crate) and JSON lines; and
+//! written in one place ([`write_out`], [`outln!`]): a closed pipe
+//! (`tidemark ... | head -1`) becomes [`ClosedPipe`], which ends the
+//! command quietly instead of a panic.
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -8,6 +11,50 @@ use crate::maintenance::TableInfo;
 use anyhow::Result;
 use comfy_table::{CellAlignment, Table};
 use tidemark_schema::route::RouterConfig;
+
+/// The reader of standard output went away (`| head`).
+#[derive(Debug, thiserror::Error)]
+#[error("the output pipe was closed")]
+pub(crate) struct ClosedPipe;
+
+fn pipe_error(e: std::io::Error) -> anyhow::Error {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        ClosedPipe.into()
+    } else {
+        anyhow::Error::from(e).context("writing the output")
+    }
+}
+
+/// True when `e` is (or was caused by) a closed output pipe.
+pub(crate) fn is_closed_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.is::<ClosedPipe>()
+            || c.downcast_ref::<std::io::Error>()
+                .is_some_and(|i| i.kind() == std::io::ErrorKind::BrokenPipe)
+            || c.downcast_ref::<csv::Error>().is_some_and(|c| {
+                matches!(c.kind(), csv::ErrorKind::Io(i) if i.kind() == std::io::ErrorKind::BrokenPipe)
+            })
+    })
+}
+
+/// Writes `bytes` to standard output.
+pub(crate) fn write_out(bytes: &[u8]) -> Result<()> {
+    let mut o = std::io::stdout().lock();
+    o.write_all(bytes)
+        .and_then(|()| o.flush())
+        .map_err(pipe_error)
+}
+
+/// `println!` to standard output through [`write_out`]: `outln!(...)?`.
+macro_rules! outln {
+    () => {
+        $crate::cli::cmd::render::write_out(b"\n")
+    };
+    ($($t:tt)*) => {
+        $crate::cli::cmd::render::write_out(format!("{}\n", format_args!($($t)*)).as_bytes())
+    };
+}
+pub(crate) use outln;
 
 /// The output format of every command that prints data (`--output`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -61,9 +108,14 @@ pub(crate) fn json_text(value: &impl serde::Serialize, output: Output) -> Result
 pub(crate) fn print_json(value: &impl serde::Serialize, output: Output) -> Result<()> {
     let text = json_text(value, output)?;
     if !text.is_empty() {
-        println!("{text}");
+        outln!("{text}")?;
     }
     Ok(())
+}
+
+/// Prints text as it is (it ends with its own newline).
+pub(crate) fn print_text(text: &str) -> Result<()> {
+    write_out(text.as_bytes())
 }
 
 /// Prints `rows` under `header` as a table or CSV, or `objects` as JSON.
@@ -75,7 +127,7 @@ pub(crate) fn print_rows(
     objects: &impl serde::Serialize,
 ) -> Result<()> {
     match output {
-        Output::Table => println!("{}", table(Some(header), rows, right)),
+        Output::Table => outln!("{}", table(Some(header), rows, right))?,
         Output::Csv => {
             let mut w = csv::Writer::from_writer(std::io::stdout().lock());
             w.write_record(header)?;
@@ -254,15 +306,6 @@ pub(crate) fn status_queue(q: &QueueRow) -> String {
         ]],
         &[1, 2, 3, 4],
     )
-}
-
-/// `plan`: name and value, the values right-aligned.
-pub(crate) fn key_values(rows: &[(&str, String)]) -> String {
-    let rows = rows
-        .iter()
-        .map(|(k, v)| vec![(*k).to_string(), v.clone()])
-        .collect();
-    table(None, rows, &[1])
 }
 
 /// The columns of `query` rows: time, entity and event id first, then the

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use super::render::outln;
 use crate::config::Config;
 use crate::run::DataPath;
 use anyhow::{Context, Result};
@@ -13,12 +14,11 @@ use tokio_util::sync::CancellationToken;
 pub(crate) struct Args {
     #[command(flatten)]
     pub(crate) config: super::ConfigArg,
+    #[command(flatten)]
+    pub(crate) aws: super::AwsArgs,
     /// Fixture file to replay.
     #[arg(long)]
     fixture: PathBuf,
-    /// Hide the progress bar.
-    #[arg(long)]
-    quiet: bool,
 }
 
 pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
@@ -29,13 +29,9 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
     let replay =
         tidemark_consumer::fixture::ReplaySource::open(&args.fixture)?.with_record_format(format);
     let total = replay.record_count() as u64;
-    let sdk = super::sdk().await;
+    let sdk = super::sdk().await?;
     let data = DataPath::start(config, &sdk).await?;
-    let bar = super::progress_bar(
-        total,
-        "{bar:40} {pos}/{len} records {per_sec} eta {eta}",
-        args.quiet,
-    );
+    let bar = super::progress_bar(total, "{bar:40} {pos}/{len} records {per_sec} eta {eta}");
     // The replay delivers into a relay that counts what passes, for the bar.
     let (tx, mut relay_rx) = mpsc::channel::<Vec<tidemark_consumer::Record>>(16);
     let (pipe_tx, pipe_rx) = mpsc::channel(16);
@@ -53,13 +49,21 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
     relay.await.context("relay task")?;
     let report = pipe.await.context("pipeline task")??;
     bar.finish_and_clear();
-    println!(
+    outln!(
         "replayed {} records from {} shards: {} stored, {} dead-lettered ({} corrupt aggregates)",
         report.records,
         summary.per_shard.len(),
         report.stored,
         report.dead_lettered(),
         summary.corrupt_aggregates
-    );
+    )?;
+    if report.dead_lettered() > 0 {
+        return Err(super::Failed(format!(
+            "{} of {} records were dead-lettered (their reasons are in the dead-letter destination)",
+            report.dead_lettered(),
+            report.records
+        ))
+        .into());
+    }
     Ok(())
 }

@@ -11,8 +11,8 @@ use tracing::{error, warn};
 /// at once, status 0: nothing was read yet, so nothing is left to drain.
 pub(crate) async fn run(config: &Config) -> Result<()> {
     let starting = async {
-        let sdk = super::sdk().await;
-        Worker::build(config, &sdk).await
+        let sdk = super::sdk().await?;
+        anyhow::Ok(Worker::build(config, &sdk).await?)
     };
     let worker = tokio::select! {
         built = starting => built?,

@@ -20,7 +20,7 @@ use futures::future::LocalBoxFuture;
 use std::collections::BTreeMap;
 use tidemark_consumer::lease::{Checkpoint, LeaseTable};
 
-use super::render::{self, Output, ShardRow};
+use super::render::{self, Output, ShardRow, outln};
 use super::source::{PerKind, per_kind};
 use super::stream_name;
 
@@ -29,6 +29,8 @@ use super::stream_name;
 pub(crate) struct Args {
     #[command(flatten)]
     pub(crate) config: super::ConfigArg,
+    #[command(flatten)]
+    pub(crate) aws: super::AwsArgs,
     /// Former spelling of the global `--output json`.
     #[arg(long, hide = true)]
     json: bool,
@@ -93,18 +95,28 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
             _ => Ok(()),
         };
     };
+    // On a terminal each look replaces the last, as watch(1) does; into a
+    // file or pipe they follow each other, each under its time.
+    let terminal = {
+        use std::io::IsTerminal;
+        std::io::stdout().is_terminal()
+    };
     loop {
         let snap = snapshot(config, args).await?;
         if output == Output::Table {
-            // Clear the screen and go home, as watch(1) does.
-            print!("\x1b[2J\x1b[H");
-            println!(
+            if terminal {
+                super::render::write_out(b"\x1b[2J\x1b[H")?;
+            }
+            outln!(
                 "every {}  {}",
                 humantime_serde::re::humantime::format_duration(every),
-                Utc::now().format("%H:%M:%S")
-            );
+                Utc::now().format("%Y-%m-%dT%H:%M:%SZ")
+            )?;
         }
         print(&snap, args, output)?;
+        if output == Output::Table && !terminal {
+            outln!()?;
+        }
         tokio::select! {
             () = tokio::time::sleep(every) => {}
             _ = tokio::signal::ctrl_c() => return Ok(()),
@@ -115,7 +127,7 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
 /// One look at the leases, the queue and the tables; a failed part is
 /// reported in its section, the others still shown.
 async fn snapshot(config: &Config, args: &Args) -> Result<Snapshot> {
-    let sdk = super::sdk().await;
+    let sdk = super::sdk().await?;
     let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
     let mut snap = Snapshot {
         summary: None,
@@ -134,7 +146,12 @@ async fn snapshot(config: &Config, args: &Args) -> Result<Snapshot> {
     let reports = if config.maintenance.enabled {
         report::read(&dynamodb, &config.maintenance.coordinator_table)
             .await
-            .map_err(|e| format!("worker reports unreadable: {e}"))
+            .map_err(|e| {
+                format!(
+                    "worker reports unreadable: {}",
+                    tidemark_aws_errors::describe(&e)
+                )
+            })
     } else {
         Err("no worker reports (maintenance disabled)".to_string())
     };
@@ -236,32 +253,35 @@ fn print(snap: &Snapshot, args: &Args, output: Output) -> Result<()> {
         return render::print_json(snap, output);
     }
     if let Some(e) = &snap.shards_error {
-        println!("shards: error: {e}\n");
+        outln!("shards: error: {e}\n")?;
     }
     if let Some(s) = &snap.summary {
         let lag = s
             .max_lag_ms
             .map_or(String::new(), |ms| format!(", max lag {}", render::lag(ms)));
-        println!(
+        outln!(
             "{} shards ({} finished), {} unowned, {} workers{lag}",
-            s.shards, s.finished, s.unowned, s.owners
-        );
+            s.shards,
+            s.finished,
+            s.unowned,
+            s.owners
+        )?;
         if !snap.shards.is_empty() {
-            println!("{}\n", render::status_shards(&snap.shards, args.wide));
+            outln!("{}\n", render::status_shards(&snap.shards, args.wide))?;
         }
     }
     if let Some(e) = &snap.reports_error {
-        println!("lag: {e}\n");
+        outln!("lag: {e}\n")?;
     }
     if let Some(e) = &snap.queue_error {
-        println!("queue: error: {e}\n");
+        outln!("queue: error: {e}\n")?;
     }
     if let Some(q) = &snap.queue {
-        println!("{}\n", render::status_queue(q));
+        outln!("{}\n", render::status_queue(q))?;
     }
     match &snap.tables_error {
-        Some(e) => println!("tables: error: {e}"),
-        None => println!("{}", render::status_tables(&snap.tables)?),
+        Some(e) => outln!("tables: error: {e}")?,
+        None => outln!("{}", render::status_tables(&snap.tables)?)?,
     }
     Ok(())
 }

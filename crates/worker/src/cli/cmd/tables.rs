@@ -3,10 +3,10 @@
 use crate::config::Config;
 use crate::maintenance::RoundKind;
 use crate::maintenance::TableManager;
-use anyhow::{Result, bail};
+use anyhow::Result;
 use chrono::{DateTime, Utc};
 
-use super::render::{self, Output};
+use super::render::{self, Output, outln};
 
 /// Arguments of `tables`.
 #[derive(Debug, clap::Args)]
@@ -15,6 +15,8 @@ pub(crate) struct Args {
     action: Action,
     #[command(flatten)]
     pub(crate) config: super::ConfigArg,
+    #[command(flatten)]
+    pub(crate) aws: super::AwsArgs,
     /// Act as if it were this time (RFC 3339); default: now.
     #[arg(long, global = true)]
     now: Option<DateTime<Utc>>,
@@ -37,7 +39,7 @@ enum Action {
 }
 
 pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
-    let sdk = super::sdk().await;
+    let sdk = super::sdk().await?;
     let manager = TableManager::from_config(config, aws_sdk_dynamodb::Client::new(&sdk));
     let now = args.now.unwrap_or_else(Utc::now);
     let output = super::output(if args.json {
@@ -61,7 +63,7 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
         Action::Rotate => RoundKind::Rotate,
     };
     // Creating a table and waiting for ACTIVE takes seconds to minutes.
-    let spinner = super::progress_bar(0, "{spinner} {msg} {elapsed}", false);
+    let spinner = super::progress_bar(0, "{spinner} {msg} {elapsed}");
     spinner.set_message("creating and updating tables, waiting until ACTIVE");
     spinner.enable_steady_tick(std::time::Duration::from_millis(200));
     let applied = manager.round(now, kind, args.dry_run).await;
@@ -70,14 +72,14 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
     if output != Output::Table {
         render::print_json(&applied, output)?;
     } else if applied.is_empty() {
-        println!("nothing to do at {}", now.to_rfc3339());
+        outln!("nothing to do at {}", now.to_rfc3339())?;
     } else {
         for a in &applied {
             let what = serde_json::to_string(&a.action)?;
             match (&a.error, args.dry_run) {
-                (_, true) => println!("would {what}"),
-                (None, false) => println!("done  {what}"),
-                (Some(e), false) => println!("FAILED {what}: {e} (retried next round)"),
+                (_, true) => outln!("would {what}")?,
+                (None, false) => outln!("done  {what}")?,
+                (Some(e), false) => outln!("FAILED {what}: {e} (retried next round)")?,
             }
         }
     }
@@ -87,7 +89,10 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
                 super::Unavailable("DynamoDB did not answer the maintenance calls".into()).into(),
             );
         }
-        bail!("some maintenance actions failed; they are retried next round");
+        return Err(super::Failed(
+            "some maintenance actions failed; they are retried next round".into(),
+        )
+        .into());
     }
     Ok(())
 }

@@ -4,36 +4,32 @@ use std::path::PathBuf;
 
 use crate::config::Config;
 use crate::tools::verify::{VerifyOptions, verify};
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use tidemark_schema::route::Router;
 
-use super::render::{self, Output};
+use super::render::{self, Output, outln};
 
 /// Arguments of `verify`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     #[command(flatten)]
     pub(crate) config: super::ConfigArg,
+    #[command(flatten)]
+    pub(crate) aws: super::AwsArgs,
     /// Events to look for, one JSON per line.
     #[arg(long)]
     manifest: PathBuf,
     /// Former spelling of the global `--output json`.
     #[arg(long, hide = true)]
     json: bool,
-    /// Hide the progress bar.
-    #[arg(long)]
-    quiet: bool,
     /// With `source.streams`: the stream the manifest's events were sent
     /// to (its own event mapping, if it has one, routes them).
     #[arg(long)]
     stream: Option<String>,
-    /// Stop with exit status 69 when DynamoDB has not answered for this long.
-    #[arg(long, default_value = "120s", value_parser = humantime_serde::re::humantime::parse_duration)]
-    give_up_after: std::time::Duration,
 }
 
 pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
-    let sdk = super::sdk().await;
+    let sdk = super::sdk().await?;
     let schema = match &args.stream {
         None => config.schema.clone(),
         Some(s) => {
@@ -57,10 +53,9 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
     let bar = super::progress_bar(
         events.len() as u64,
         "{bar:40} {pos}/{len} events read {per_sec} eta {eta}",
-        args.quiet,
     );
     let options = VerifyOptions {
-        unavailable_after: args.give_up_after,
+        unavailable_after: super::give_up_after(),
         progress: Some(bar.clone()),
         ..VerifyOptions::for_sdk(&sdk)
     };
@@ -81,20 +76,25 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
     if matches!(output, Output::Json | Output::Jsonl) {
         render::print_json(&report, output)?;
     } else {
-        println!(
+        outln!(
             "events {}  found {}  missing {}  mismatched {}  unroutable {}",
-            report.events, report.found, report.missing, report.mismatched, report.unroutable
-        );
+            report.events,
+            report.found,
+            report.missing,
+            report.mismatched,
+            report.unroutable
+        )?;
         for e in &report.examples {
-            println!("  {e}");
+            outln!("  {e}")?;
         }
     }
     if !report.complete() {
-        bail!(
+        return Err(super::Failed(format!(
             "{} of {} events are not stored as produced",
             report.events - report.found,
             report.events
-        );
+        ))
+        .into());
     }
     Ok(())
 }

@@ -1,0 +1,1040 @@
+//! The command line's side of AWS: what a person needs when a call fails.
+//!
+//! - [`Journal`]: every attempt of every AWS call a command makes goes
+//!   through an HTTP client around the SDK's default ([`Journal::watch`]),
+//!   which records its service, operation, endpoint and outcome: answered
+//!   (with the error code of an error answer), refused, not resolved, or
+//!   no answer in time. From it, [`Journal::given_up`] trips when AWS has
+//!   answered none of a command's calls for `--give-up-after` (a quarter of
+//!   it when every attempt was refused), so no command hangs on a black
+//!   hole; and [`explain`] names the failed call.
+//! - [`Origins`]: where the endpoint, region and profile came from (flag,
+//!   variable, profile, default), for messages.
+//! - [`check_setup`]: a missing region, missing credentials or an unknown
+//!   profile, found before any call: [`Setup`] (exit 78) with the fix.
+//! - [`explain`]: a failed command's exit status and its message: one line
+//!   naming the operation, the endpoint and its origin, and a hint; the
+//!   error chain only under `-v`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use aws_smithy_runtime_api::client::http::{
+    HttpClient, HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpClient,
+    SharedHttpConnector,
+};
+use aws_smithy_runtime_api::client::orchestrator::{HttpRequest, HttpResponse};
+use aws_smithy_runtime_api::client::result::ConnectorError;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_types::body::SdkBody;
+
+use crate::config::LoadError;
+use crate::tools::verify::VerifyError;
+
+use super::cmd::{EXIT_CONFIG, EXIT_UNAVAILABLE, EXIT_USAGE, Exit, Failed, Unavailable, Usage};
+
+/// Exit status when AWS refused the caller's identity (EX_NOPERM).
+pub(crate) const EXIT_DENIED: u8 = 77;
+
+/// One AWS call, as the journal names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Call {
+    /// `DynamoDB`, `Kinesis`, `SQS`, ...
+    pub(crate) service: String,
+    /// `DescribeTable`, ... (empty when the request does not say).
+    pub(crate) operation: String,
+    /// `scheme://host:port`.
+    pub(crate) endpoint: String,
+}
+
+impl Call {
+    fn of(request: &HttpRequest) -> Call {
+        let uri = request.uri();
+        let endpoint = match uri.find("://") {
+            Some(i) => {
+                let rest = &uri[i + 3..];
+                let host = rest.split(['/', '?']).next().unwrap_or(rest);
+                format!("{}://{host}", &uri[..i])
+            }
+            None => uri.to_string(),
+        };
+        // JSON protocols name the call in `X-Amz-Target`:
+        // `DynamoDB_20120810.DescribeTable`, `Kinesis_20131202.ListShards`,
+        // `AmazonSQS.ReceiveMessage`.
+        let (service, operation) = match request.headers().get("x-amz-target") {
+            Some(t) => {
+                let (svc, op) = t.split_once('.').unwrap_or((t, ""));
+                let svc = svc.split('_').next().unwrap_or(svc);
+                let svc = match svc {
+                    "AmazonSQS" => "SQS",
+                    other => other,
+                };
+                (svc.to_string(), op.to_string())
+            }
+            None => (service_of_host(&endpoint), String::new()),
+        };
+        Call {
+            service,
+            operation,
+            endpoint,
+        }
+    }
+
+    /// `DynamoDB DescribeTable`.
+    fn name(&self) -> String {
+        if self.operation.is_empty() {
+            self.service.clone()
+        } else {
+            format!("{} {}", self.service, self.operation)
+        }
+    }
+}
+
+/// The service of an AWS host name (`dynamodb.us-east-1.amazonaws.com`).
+fn service_of_host(endpoint: &str) -> String {
+    let host = endpoint.split("://").nth(1).unwrap_or(endpoint);
+    match host.split('.').next().unwrap_or_default() {
+        "dynamodb" => "DynamoDB".into(),
+        "kinesis" => "Kinesis".into(),
+        "sqs" => "SQS".into(),
+        "sts" => "STS".into(),
+        _ => "AWS".into(),
+    }
+}
+
+/// Why an attempt got no answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum NoAnswer {
+    /// Nothing listens at the address.
+    Refused,
+    /// The host name does not resolve.
+    NotResolved,
+    /// No connection within the connect timeout.
+    ConnectTimeout,
+    /// Connected, but no answer within the attempt timeout.
+    Timeout,
+    /// Another transport error (reset, TLS, ...).
+    Other(String),
+}
+
+impl fmt::Display for NoAnswer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NoAnswer::Refused => f.write_str("connection refused"),
+            NoAnswer::NotResolved => f.write_str("host name not resolved"),
+            NoAnswer::ConnectTimeout => f.write_str("no connection in time"),
+            NoAnswer::Timeout => f.write_str("no answer in time"),
+            NoAnswer::Other(m) => f.write_str(m),
+        }
+    }
+}
+
+/// An error answer: the service is reachable but said no.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ErrorAnswer {
+    pub(crate) call: Call,
+    pub(crate) status: u16,
+    pub(crate) code: Option<String>,
+    pub(crate) message: Option<String>,
+}
+
+#[derive(Debug)]
+struct State {
+    next_id: u64,
+    /// When AWS last answered anything (an error answer too).
+    last_answer: Option<Instant>,
+    /// Attempts in flight: id, start and call.
+    pending: BTreeMap<u64, (Instant, Call)>,
+    /// Start of the first attempt since the last answer that got none.
+    unanswered_since: Option<Instant>,
+    /// Failed attempts since the last answer.
+    failures: u32,
+    /// Every failure since the last answer was a refused connection.
+    refused_only: bool,
+    /// The latest attempt without an answer, and why.
+    last_failure: Option<(Call, NoAnswer)>,
+    /// The latest error answer, unless a success came after it.
+    last_error: Option<ErrorAnswer>,
+    /// Whether the latest outcome was a success.
+    last_ok: bool,
+}
+
+/// What the command's AWS calls did (see the module doc).
+#[derive(Debug)]
+pub(crate) struct Journal {
+    state: Mutex<State>,
+}
+
+impl Journal {
+    pub(crate) fn new() -> Arc<Journal> {
+        Arc::new(Journal {
+            state: Mutex::new(State {
+                next_id: 0,
+                last_answer: None,
+                pending: BTreeMap::new(),
+                unanswered_since: None,
+                failures: 0,
+                refused_only: true,
+                last_failure: None,
+                last_error: None,
+                last_ok: false,
+            }),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A poisoned journal still holds good records.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn begin(&self, call: &Call) -> (u64, Instant) {
+        let mut s = self.lock();
+        s.next_id += 1;
+        let id = s.next_id;
+        let now = Instant::now();
+        s.pending.insert(id, (now, call.clone()));
+        (id, now)
+    }
+
+    fn answered(&self, id: u64, error: Option<ErrorAnswer>) {
+        let mut s = self.lock();
+        s.pending.remove(&id);
+        s.last_answer = Some(Instant::now());
+        s.unanswered_since = None;
+        s.failures = 0;
+        s.refused_only = true;
+        s.last_ok = error.is_none();
+        match error {
+            Some(e) => s.last_error = Some(e),
+            None => s.last_error = None,
+        }
+    }
+
+    fn failed(&self, id: u64, started: Instant, call: Call, why: NoAnswer) {
+        let mut s = self.lock();
+        s.pending.remove(&id);
+        s.failures += 1;
+        s.refused_only &= why == NoAnswer::Refused;
+        s.unanswered_since.get_or_insert(started);
+        s.last_failure = Some((call, why));
+        s.last_ok = false;
+    }
+
+    /// The SDK configuration with every call recorded here.
+    pub(crate) fn watch(self: &Arc<Self>, sdk: &aws_config::SdkConfig) -> aws_config::SdkConfig {
+        let inner = sdk.http_client().or_else(default_http_client);
+        match inner {
+            Some(inner) => sdk
+                .to_builder()
+                .http_client(Watched {
+                    inner,
+                    journal: self.clone(),
+                })
+                .build(),
+            None => sdk.clone(),
+        }
+    }
+
+    /// A message when AWS has answered nothing for `limit` while calls were
+    /// made (a quarter of it when every attempt was refused); with `armed`
+    /// false, never (`run` after its first answer).
+    pub(crate) fn given_up(&self, limit: Duration, origins: &Origins) -> Option<String> {
+        let s = self.lock();
+        let now = Instant::now();
+        let oldest_pending = s.pending.values().min_by_key(|(t, _)| *t);
+        let since = match (s.unanswered_since, oldest_pending.map(|(t, _)| *t)) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b)?,
+        };
+        let limit = if s.refused_only && s.failures > 0 && s.pending.is_empty() {
+            limit / 4
+        } else {
+            limit
+        };
+        if now.duration_since(since) < limit {
+            return None;
+        }
+        let (call, why) = match (&s.last_failure, oldest_pending) {
+            (Some((c, w)), _) => (c.clone(), w.clone()),
+            (None, Some((_, c))) => (c.clone(), NoAnswer::Timeout),
+            (None, None) => (
+                Call {
+                    service: "AWS".into(),
+                    operation: String::new(),
+                    endpoint: String::new(),
+                },
+                NoAnswer::Timeout,
+            ),
+        };
+        let attempts = s.failures + s.pending.len() as u32;
+        Some(format!(
+            "{}: no answer for {} ({attempts} attempt{}: {why})",
+            origins.at(&call),
+            secs(now.duration_since(since)),
+            if attempts == 1 { "" } else { "s" }
+        ))
+    }
+
+    /// True once AWS answered any call.
+    pub(crate) fn answered_once(&self) -> bool {
+        self.lock().last_answer.is_some()
+    }
+
+    /// The latest failure, when nothing succeeded after it: an attempt
+    /// without an answer, or an error answer.
+    fn last_problem(&self) -> Option<Problem> {
+        let s = self.lock();
+        if s.last_ok {
+            return None;
+        }
+        match (&s.last_error, &s.last_failure, s.failures) {
+            (_, Some((call, why)), n) if n > 0 => Some(Problem::NoAnswer {
+                call: call.clone(),
+                why: why.clone(),
+                attempts: n,
+                for_: s.unanswered_since.map(|t| t.elapsed()),
+            }),
+            (Some(e), _, _) => Some(Problem::Refused(e.clone())),
+            _ => None,
+        }
+    }
+}
+
+/// `12.5s`.
+fn secs(d: Duration) -> String {
+    format!("{:.1}s", d.as_secs_f64())
+}
+
+/// The SDK's own default HTTPS client (what a client gets when none is
+/// configured), to wrap.
+fn default_http_client() -> Option<SharedHttpClient> {
+    use aws_smithy_runtime_api::client::runtime_components::RuntimeComponentsBuilder;
+    use aws_smithy_runtime_api::client::runtime_plugin::RuntimePlugin;
+    let plugin = aws_smithy_runtime::client::defaults::default_http_client_plugin_v2(
+        aws_config::BehaviorVersion::latest(),
+    )?;
+    let components = plugin.runtime_components(&RuntimeComponentsBuilder::new("tidemark"));
+    components.http_client()
+}
+
+/// The HTTP client that records each attempt in the journal.
+#[derive(Debug, Clone)]
+struct Watched {
+    inner: SharedHttpClient,
+    journal: Arc<Journal>,
+}
+
+impl HttpClient for Watched {
+    fn http_connector(
+        &self,
+        settings: &HttpConnectorSettings,
+        components: &RuntimeComponents,
+    ) -> SharedHttpConnector {
+        SharedHttpConnector::new(WatchedConnector {
+            inner: self.inner.http_connector(settings, components),
+            journal: self.journal.clone(),
+        })
+    }
+
+    fn connector_metadata(
+        &self,
+    ) -> Option<aws_smithy_runtime_api::client::connector_metadata::ConnectorMetadata> {
+        self.inner.connector_metadata()
+    }
+}
+
+#[derive(Debug)]
+struct WatchedConnector {
+    inner: SharedHttpConnector,
+    journal: Arc<Journal>,
+}
+
+/// Records an attempt the SDK abandoned (its attempt timeout dropped it).
+struct Abandoned {
+    journal: Arc<Journal>,
+    id: u64,
+    started: Instant,
+    call: Option<Call>,
+}
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        if let Some(call) = self.call.take() {
+            self.journal
+                .failed(self.id, self.started, call, NoAnswer::Timeout);
+        }
+    }
+}
+
+/// Most bytes of an error answer read to find its code.
+const ERROR_BODY_LIMIT: usize = 64 * 1024;
+
+impl HttpConnector for WatchedConnector {
+    fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
+        let call = Call::of(&request);
+        let (id, started) = self.journal.begin(&call);
+        let journal = self.journal.clone();
+        let future = self.inner.call(request);
+        HttpConnectorFuture::new(async move {
+            let mut guard = Abandoned {
+                journal: journal.clone(),
+                id,
+                started,
+                call: Some(call),
+            };
+            let result = future.await;
+            let call = guard.call.take().unwrap_or_else(|| Call {
+                service: "AWS".into(),
+                operation: String::new(),
+                endpoint: String::new(),
+            });
+            match result {
+                Ok(response) if response.status().as_u16() >= 400 => {
+                    let (response, code, message) = read_error(response).await;
+                    journal.answered(
+                        id,
+                        Some(ErrorAnswer {
+                            status: response.status().as_u16(),
+                            call,
+                            code,
+                            message,
+                        }),
+                    );
+                    Ok(response)
+                }
+                Ok(response) => {
+                    journal.answered(id, None);
+                    Ok(response)
+                }
+                Err(e) => {
+                    journal.failed(id, started, call, no_answer(&e));
+                    Err(e)
+                }
+            }
+        })
+    }
+}
+
+/// Why a connector error got no answer.
+fn no_answer(e: &ConnectorError) -> NoAnswer {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    let mut texts = Vec::new();
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::ConnectionRefused
+        {
+            return NoAnswer::Refused;
+        }
+        texts.push(s.to_string());
+        source = s.source();
+    }
+    let all = texts.join(": ");
+    if all.contains("dns error") || all.contains("failed to lookup address") {
+        NoAnswer::NotResolved
+    } else if e.is_timeout() {
+        NoAnswer::ConnectTimeout
+    } else {
+        // The innermost cause is the most specific.
+        NoAnswer::Other(
+            texts
+                .last()
+                .cloned()
+                .unwrap_or_else(|| "transport error".into()),
+        )
+    }
+}
+
+/// The code and message of an error answer (JSON `__type` / `message`, or
+/// XML `<Code>` / `<Message>`), with the response rebuilt from its bytes.
+async fn read_error(response: HttpResponse) -> (HttpResponse, Option<String>, Option<String>) {
+    use http_body_util::BodyExt as _;
+    let status = response.status();
+    let headers = response.headers().clone();
+    let header_code = headers
+        .get("x-amzn-errortype")
+        .map(|t| t.split(':').next().unwrap_or(t).to_string());
+    let body = response.into_body();
+    let bytes = match http_body_util::Limited::new(body, ERROR_BODY_LIMIT)
+        .collect()
+        .await
+    {
+        Ok(c) => c.to_bytes(),
+        Err(_) => bytes::Bytes::new(),
+    };
+    let (code, message) = parse_error(&bytes);
+    let mut rebuilt = HttpResponse::new(status, SdkBody::from(bytes));
+    *rebuilt.headers_mut() = headers;
+    (rebuilt, code.or(header_code), message)
+}
+
+/// The error code and message of an error body.
+fn parse_error(body: &[u8]) -> (Option<String>, Option<String>) {
+    if let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) {
+        let code = v
+            .get("__type")
+            .or_else(|| v.get("code"))
+            .and_then(|c| c.as_str())
+            // `com.amazonaws.dynamodb.v20120810#ResourceNotFoundException`
+            .map(|c| c.rsplit('#').next().unwrap_or(c).to_string());
+        let message = v
+            .get("message")
+            .or_else(|| v.get("Message"))
+            .and_then(|m| m.as_str())
+            .map(str::to_string);
+        return (code, message);
+    }
+    let text = String::from_utf8_lossy(body);
+    let tag = |name: &str| {
+        let open = format!("<{name}>");
+        let start = text.find(&open)? + open.len();
+        let end = text[start..].find("</")? + start;
+        Some(text[start..end].to_string())
+    };
+    (tag("Code"), tag("Message"))
+}
+
+/// Where the endpoint, region and profile came from.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Origins {
+    /// `--endpoint-url`.
+    pub(crate) endpoint_flag: Option<String>,
+    /// The region and where it came from.
+    pub(crate) region: Option<(String, String)>,
+    /// The profile and where it came from.
+    pub(crate) profile: Option<(String, String)>,
+    /// `AWS_ENDPOINT_URL*` variables set.
+    pub(crate) endpoint_vars: BTreeMap<String, String>,
+}
+
+impl Origins {
+    /// Where `call`'s endpoint came from, in words.
+    pub(crate) fn endpoint_origin(&self, call: &Call) -> String {
+        if self.endpoint_flag.is_some() {
+            return "--endpoint-url".into();
+        }
+        let service_var = format!("AWS_ENDPOINT_URL_{}", call.service.to_ascii_uppercase());
+        for var in [service_var.as_str(), "AWS_ENDPOINT_URL"] {
+            if self.endpoint_vars.contains_key(var) {
+                return var.into();
+            }
+        }
+        match &self.region {
+            Some((region, from)) => format!("the {region} endpoint; region from {from}"),
+            None => "the default endpoint".into(),
+        }
+    }
+
+    /// `DynamoDB DescribeTable at http://127.0.0.1:9 (from --endpoint-url)`.
+    pub(crate) fn at(&self, call: &Call) -> String {
+        if call.endpoint.is_empty() {
+            return call.name();
+        }
+        format!(
+            "{} at {} (from {})",
+            call.name(),
+            call.endpoint,
+            self.endpoint_origin(call)
+        )
+    }
+
+    /// What to check when nothing answered at `call`'s endpoint.
+    fn unreachable_hint(&self, call: &Call) -> String {
+        let origin = self.endpoint_origin(call);
+        if origin == "--endpoint-url" || origin.starts_with("AWS_ENDPOINT_URL") {
+            format!(
+                "is something listening at {}? Check {origin}, or drop it to use AWS",
+                call.endpoint
+            )
+        } else {
+            "check the network, the region (--region, AWS_REGION) and any proxy (HTTPS_PROXY)"
+                .into()
+        }
+    }
+}
+
+/// A local AWS setup that cannot work: no call is made (exit 78).
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub(crate) struct Setup {
+    pub(crate) message: String,
+    pub(crate) hint: String,
+}
+
+/// The profile's name and where it was chosen, when one was chosen.
+fn chosen_profile(flag: Option<&str>) -> Option<(String, String)> {
+    if let Some(p) = flag {
+        return Some((p.to_string(), "--profile".into()));
+    }
+    std::env::var("AWS_PROFILE")
+        .ok()
+        .filter(|p| !p.is_empty())
+        .map(|p| (p, "AWS_PROFILE".into()))
+}
+
+/// The region's source: flag, variable, or the profile.
+fn region_origin(
+    flag: Option<&str>,
+    sdk: &aws_config::SdkConfig,
+    profile: &str,
+) -> Option<(String, String)> {
+    let region = sdk.region()?.to_string();
+    let from = if flag.is_some() {
+        "--region".to_string()
+    } else if std::env::var("AWS_REGION").is_ok_and(|r| r == region) {
+        "AWS_REGION".into()
+    } else if std::env::var("AWS_DEFAULT_REGION").is_ok_and(|r| r == region) {
+        "AWS_DEFAULT_REGION".into()
+    } else {
+        format!("profile {profile}")
+    };
+    Some((region, from))
+}
+
+/// Checks what the SDK needs before any call: the chosen profile exists, a
+/// region is set, credentials load. Returns where things came from.
+pub(crate) async fn check_setup(
+    sdk: &aws_config::SdkConfig,
+    profile_flag: Option<&str>,
+    region_flag: Option<&str>,
+    endpoint_flag: Option<&str>,
+) -> Result<Origins, Setup> {
+    use aws_config::profile::parser::load;
+    use aws_types::os_shim_internal::{Env, Fs};
+    let chosen = chosen_profile(profile_flag);
+    // The SDK's own files and rules (AWS_CONFIG_FILE, AWS_SHARED_CREDENTIALS_FILE).
+    let files = load(&Fs::real(), &Env::real(), &Default::default(), None).await;
+    let known: Vec<String> = files
+        .as_ref()
+        .map(|f| f.profiles().map(str::to_string).collect())
+        .unwrap_or_default();
+    if let Some((name, from)) = &chosen
+        && !known.iter().any(|k| k == name)
+    {
+        return Err(Setup {
+            message: format!(
+                "AWS profile `{name}` (from {from}) is not in the shared config or credentials files"
+            ),
+            hint: if known.is_empty() {
+                "there are no profiles: create it with `aws configure --profile NAME`, or use the default credential chain".into()
+            } else {
+                format!(
+                    "profiles there: {}; or create it with `aws configure --profile {name}`",
+                    known.join(", ")
+                )
+            },
+        });
+    }
+    let profile = chosen
+        .clone()
+        .map_or_else(|| "default".to_string(), |(n, _)| n);
+    let mut origins = Origins {
+        endpoint_flag: endpoint_flag.map(str::to_string),
+        region: region_origin(region_flag, sdk, &profile),
+        profile: chosen,
+        endpoint_vars: std::env::vars()
+            .filter(|(k, _)| k.starts_with("AWS_ENDPOINT_URL"))
+            .collect(),
+    };
+    if origins.region.is_none() {
+        return Err(Setup {
+            message: "no AWS region".into(),
+            hint: format!(
+                "give --region, set AWS_REGION, or set `region` in profile {profile} (`aws configure`)"
+            ),
+        });
+    }
+    let Some(provider) = sdk.credentials_provider() else {
+        return Err(no_credentials(&profile, "no credential provider"));
+    };
+    use aws_credential_types::provider::ProvideCredentials as _;
+    use aws_credential_types::provider::error::CredentialsError;
+    match tokio::time::timeout(Duration::from_secs(20), provider.provide_credentials()).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(CredentialsError::CredentialsNotLoaded(_))) => {
+            return Err(no_credentials(&profile, "no provider of the chain had any"));
+        }
+        Ok(Err(e)) => {
+            let detail = aws_smithy_types::error::display::DisplayErrorContext(&e).to_string();
+            return Err(Setup {
+                message: format!("AWS credentials of profile {profile} could not be loaded: {}", first_line(&detail)),
+                hint: "if the profile uses AWS SSO, run `aws sso login`; otherwise check AWS_PROFILE and the profile's settings".into(),
+            });
+        }
+        Err(_) => {
+            return Err(Setup {
+                message: "AWS credentials did not load within 20s".into(),
+                hint: "the credential provider (SSO, STS, instance metadata) does not answer: check the network, or set AWS_PROFILE to a profile with keys".into(),
+            });
+        }
+    }
+    origins.endpoint_vars.retain(|_, v| !v.is_empty());
+    Ok(origins)
+}
+
+fn no_credentials(profile: &str, why: &str) -> Setup {
+    Setup {
+        message: format!("unable to locate AWS credentials ({why})"),
+        hint: format!(
+            "set AWS_PROFILE to a profile with credentials (now {profile}), run `aws sso login`, or set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+        ),
+    }
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or(s)
+}
+
+/// A failure the journal saw.
+#[derive(Debug)]
+enum Problem {
+    /// No answer, `attempts` times.
+    NoAnswer {
+        call: Call,
+        why: NoAnswer,
+        attempts: u32,
+        for_: Option<Duration>,
+    },
+    /// An error answer.
+    Refused(ErrorAnswer),
+}
+
+/// Codes meaning the credentials themselves are wrong.
+const BAD_CREDENTIAL_CODES: &[&str] = &[
+    "UnrecognizedClientException",
+    "InvalidClientTokenId",
+    "InvalidSignatureException",
+    "SignatureDoesNotMatch",
+    "ExpiredTokenException",
+    "ExpiredToken",
+    "MissingAuthenticationToken",
+    "MissingAuthenticationTokenException",
+    "IncompleteSignature",
+];
+
+/// A failed command's exit status and what to print: the error line, the
+/// hint, and (under `-v`) the chain.
+pub(crate) struct Explained {
+    pub(crate) code: u8,
+    pub(crate) lines: Vec<String>,
+}
+
+/// The exit status and message of `e`, with what `journal` saw.
+pub(crate) fn explain(
+    e: &anyhow::Error,
+    journal: Option<&Journal>,
+    origins: Option<&Origins>,
+    verbose: bool,
+) -> Explained {
+    let mut lines = Vec::new();
+    let chain = || format!("{e:#}");
+    let done = |code: u8, mut lines: Vec<String>| {
+        // The whole chain, when it says more than the first line did.
+        if verbose && e.chain().count() > 1 {
+            lines.push(format!("caused by: {}", chain()));
+        }
+        Explained { code, lines }
+    };
+    if e.downcast_ref::<Usage>().is_some() {
+        return Explained {
+            code: EXIT_USAGE,
+            lines: vec![format!("error: {e}")],
+        };
+    }
+    if e.downcast_ref::<Failed>().is_some() {
+        return done(1, vec![format!("error: {e}")]);
+    }
+    if let Some(x) = e.downcast_ref::<Exit>() {
+        return done(x.code, vec![format!("error: {e}")]);
+    }
+    if e.downcast_ref::<LoadError>().is_some() {
+        return Explained {
+            code: EXIT_CONFIG,
+            lines: vec![format!("error: {e}")],
+        };
+    }
+    if let Some(s) = e.downcast_ref::<Setup>() {
+        lines.push(format!("error: {}", s.message));
+        lines.push(format!("hint: {}", s.hint));
+        return done(EXIT_CONFIG, lines);
+    }
+    let default_origins = Origins::default();
+    let origins = origins.unwrap_or(&default_origins);
+    let context = own_context(e);
+    let prefix = context
+        .as_deref()
+        .map_or(String::new(), |c| format!("{c}: "));
+    // Our own "no answer" verdicts carry the call already.
+    if let Some(u) = e.downcast_ref::<Unavailable>() {
+        lines.push(format!("error: {u}"));
+        if let Some(Problem::NoAnswer { call, .. }) = journal.and_then(Journal::last_problem) {
+            lines.push(format!("hint: {}", origins.unreachable_hint(&call)));
+        }
+        return done(EXIT_UNAVAILABLE, lines);
+    }
+    let unreachable_marker = matches!(
+        e.downcast_ref::<VerifyError>(),
+        Some(VerifyError::Unavailable { .. })
+    ) || e.chain().any(|c| {
+        c.is::<ConnectorError>()
+            || c.downcast_ref::<crate::maintenance::TablesError>()
+                .is_some_and(crate::maintenance::TablesError::is_unreachable)
+    });
+    match journal.and_then(Journal::last_problem) {
+        Some(Problem::NoAnswer {
+            call,
+            why,
+            attempts,
+            for_,
+        }) => {
+            lines.push(format!(
+                "error: {prefix}{}: {why} ({attempts} attempt{}{})",
+                origins.at(&call),
+                if attempts == 1 { "" } else { "s" },
+                for_.map_or(String::new(), |d| format!(" in {}", secs(d)))
+            ));
+            lines.push(format!("hint: {}", origins.unreachable_hint(&call)));
+            done(EXIT_UNAVAILABLE, lines)
+        }
+        Some(Problem::Refused(answer)) => {
+            let code = answer.code.as_deref();
+            let what = format!(
+                "error: {prefix}{}: {}{}",
+                origins.at(&answer.call),
+                code.unwrap_or("HTTP error"),
+                answer
+                    .message
+                    .as_deref()
+                    .map_or(String::new(), |m| format!(": {}", first_line(m)))
+            );
+            lines.push(what);
+            let class = tidemark_aws_errors::classify_error(
+                code,
+                answer.message.as_deref(),
+                Some(answer.status),
+            );
+            let (exit, hint) = if tidemark_aws_errors::is_access_denied(code) {
+                (
+                    EXIT_DENIED,
+                    format!(
+                        "the identity ({}) lacks a permission for {}: see the IAM policy in docs/operations.md",
+                        origins
+                            .profile
+                            .as_ref()
+                            .map_or("the default credential chain".into(), |(p, from)| format!(
+                                "profile {p} from {from}"
+                            )),
+                        answer.call.name()
+                    ),
+                )
+            } else if code.is_some_and(|c| BAD_CREDENTIAL_CODES.contains(&c))
+                && !tidemark_aws_errors::is_stale_signature(code, answer.message.as_deref())
+            {
+                (
+                    EXIT_CONFIG,
+                    "the credentials are not valid here: check AWS_PROFILE or AWS_ACCESS_KEY_ID, or run `aws sso login`".into(),
+                )
+            } else if class.is_retryable() {
+                (
+                    EXIT_UNAVAILABLE,
+                    "AWS kept failing or throttling this call: try again later".into(),
+                )
+            } else if class == tidemark_aws_errors::ErrorClass::NotFound {
+                (
+                    1,
+                    format!(
+                        "check the name in the config and the region ({})",
+                        origins
+                            .region
+                            .as_ref()
+                            .map_or("none".into(), |(r, from)| format!("{r} from {from}"))
+                    ),
+                )
+            } else {
+                (1, String::new())
+            };
+            if !hint.is_empty() {
+                lines.push(format!("hint: {hint}"));
+            }
+            done(exit, lines)
+        }
+        None if unreachable_marker => {
+            lines.push(format!(
+                "error: {}",
+                context.as_deref().unwrap_or("AWS did not answer")
+            ));
+            done(EXIT_UNAVAILABLE, lines)
+        }
+        None => Explained {
+            code: 1,
+            lines: vec![format!("error: {}", chain())],
+        },
+    }
+}
+
+/// The outermost message of `e` when it is the command's own words (not
+/// the SDK's generic "dispatch failure", "service error", ...), cut before
+/// any SDK text glued on.
+fn own_context(e: &anyhow::Error) -> Option<String> {
+    let top = e.to_string();
+    let generic = [
+        "dispatch failure",
+        "service error",
+        "unhandled error",
+        "response error",
+        "failed to construct request",
+        "timeout",
+        "io error",
+    ];
+    if generic.iter().any(|g| top.starts_with(g)) {
+        return None;
+    }
+    let top = first_line(&top);
+    let cut = [
+        ": dispatch failure",
+        ": service error",
+        ": unhandled error",
+        " : ",
+    ]
+    .iter()
+    .filter_map(|m| top.find(m))
+    .min()
+    .map_or(top, |i| &top[..i])
+    .trim_end_matches(':')
+    .trim();
+    (!cut.is_empty()).then(|| cut.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn call() -> Call {
+        Call {
+            service: "DynamoDB".into(),
+            operation: "DescribeTable".into(),
+            endpoint: "http://127.0.0.1:9".into(),
+        }
+    }
+
+    #[test]
+    fn error_bodies_give_code_and_message() {
+        let (c, m) = parse_error(
+            br#"{"__type":"com.amazonaws.dynamodb.v20120810#ResourceNotFoundException","message":"Requested resource not found"}"#,
+        );
+        assert_eq!(c.as_deref(), Some("ResourceNotFoundException"));
+        assert_eq!(m.as_deref(), Some("Requested resource not found"));
+        let (c, m) = parse_error(
+            b"<ErrorResponse><Error><Code>AccessDenied</Code><Message>no</Message></Error></ErrorResponse>",
+        );
+        assert_eq!(c.as_deref(), Some("AccessDenied"));
+        assert_eq!(m.as_deref(), Some("no"));
+    }
+
+    #[test]
+    fn refused_attempts_give_up_after_a_quarter_of_the_limit() {
+        let j = Journal::new();
+        let origins = Origins {
+            endpoint_flag: Some("http://127.0.0.1:9".into()),
+            ..Origins::default()
+        };
+        let (id, started) = j.begin(&call());
+        j.failed(
+            id,
+            started - Duration::from_secs(3),
+            call(),
+            NoAnswer::Refused,
+        );
+        assert!(j.given_up(Duration::from_secs(20), &origins).is_none());
+        let (id, started) = j.begin(&call());
+        j.failed(id, started, call(), NoAnswer::Refused);
+        // The first unanswered attempt started 3 s ago; a quarter of 12 s is 3 s.
+        let m = j.given_up(Duration::from_secs(12), &origins).unwrap();
+        assert!(
+            m.starts_with("DynamoDB DescribeTable at http://127.0.0.1:9 (from --endpoint-url): no answer for 3."),
+            "{m}"
+        );
+        assert!(m.contains("2 attempts: connection refused"), "{m}");
+        // An answer resets it.
+        let (id, _) = j.begin(&call());
+        j.answered(id, None);
+        assert!(j.given_up(Duration::ZERO, &origins).is_none());
+        assert!(j.answered_once());
+    }
+
+    #[test]
+    fn a_pending_attempt_counts_from_its_start() {
+        let j = Journal::new();
+        let (_id, _) = j.begin(&call());
+        assert!(
+            j.given_up(Duration::from_secs(60), &Origins::default())
+                .is_none()
+        );
+        let m = j.given_up(Duration::ZERO, &Origins::default()).unwrap();
+        assert!(
+            m.starts_with("DynamoDB DescribeTable at http://127.0.0.1:9"),
+            "{m}"
+        );
+        assert!(m.ends_with("(1 attempt: no answer in time)"), "{m}");
+    }
+
+    #[test]
+    fn messages_name_the_call_and_where_the_endpoint_came_from() {
+        let o = Origins {
+            region: Some(("eu-west-1".into(), "AWS_REGION".into())),
+            endpoint_vars: [("AWS_ENDPOINT_URL_DYNAMODB".to_string(), "x".to_string())]
+                .into_iter()
+                .collect(),
+            ..Origins::default()
+        };
+        assert_eq!(
+            o.at(&call()),
+            "DynamoDB DescribeTable at http://127.0.0.1:9 (from AWS_ENDPOINT_URL_DYNAMODB)"
+        );
+        let plain = Origins {
+            region: Some(("eu-west-1".into(), "AWS_REGION".into())),
+            ..Origins::default()
+        };
+        assert!(
+            plain
+                .at(&call())
+                .ends_with("(from the eu-west-1 endpoint; region from AWS_REGION)")
+        );
+    }
+
+    #[test]
+    fn an_error_answer_decides_the_exit_status() {
+        let o = Origins::default();
+        for (code, exit) in [
+            ("AccessDeniedException", EXIT_DENIED),
+            ("UnrecognizedClientException", EXIT_CONFIG),
+            ("ProvisionedThroughputExceededException", EXIT_UNAVAILABLE),
+            ("ResourceNotFoundException", 1),
+        ] {
+            let j = Journal::new();
+            let (id, _) = j.begin(&call());
+            j.answered(
+                id,
+                Some(ErrorAnswer {
+                    call: call(),
+                    status: 400,
+                    code: Some(code.into()),
+                    message: Some("m".into()),
+                }),
+            );
+            let e = anyhow::anyhow!("describing table t");
+            let x = explain(&e, Some(&j), Some(&o), false);
+            assert_eq!(x.code, exit, "{code}");
+            assert!(x.lines[0].contains(code), "{:?}", x.lines);
+            assert!(
+                x.lines[0].starts_with("error: describing table t: DynamoDB DescribeTable"),
+                "{:?}",
+                x.lines
+            );
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! `tidemark plan` through the binary: one recommendation per decision
+//! (strategy, shards, period, billing), whose lines agree, with the hot
+//! key's problem named, the period sized from the table's partitions, the
+//! table count checked against the account quota, and a config compared
+//! with the recommendation.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tidemark");
+
+fn tidemark(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOSTNAME", "test-host")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The case a newcomer tried: 5,000 events/s average, 6,000 peak, 180-byte
+/// items, one key at 2,000/s.
+const WHY: [&str; 9] = [
+    "plan",
+    "--events-per-sec",
+    "5000",
+    "--peak-events-per-sec",
+    "6000",
+    "--item-bytes",
+    "180",
+    "--peak-key-events-per-sec",
+    "2000",
+];
+
+fn plan_json(extra: &[&str]) -> Value {
+    let mut args = WHY.to_vec();
+    args.extend(extra);
+    args.extend(["-o", "json"]);
+    let o = tidemark(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    serde_json::from_str(&text(&o.stdout)).unwrap()
+}
+
+/// Every whole number in `s` (thousands separators allowed).
+fn numbers(s: &str) -> Vec<u64> {
+    s.split(|c: char| !(c.is_ascii_digit() || c == ','))
+        .filter_map(|n| n.replace(',', "").parse().ok())
+        .collect()
+}
+
+#[test]
+fn the_why_case_gets_one_shard_count_one_period_and_one_strategy_that_agree() {
+    let p = plan_json(&[]);
+    let rec = &p["recommendation"];
+    // The busiest entity needs 2,000 WCU: only a suffix strategy spreads
+    // one entity over several partition keys.
+    let strategy = rec["key"]["strategy"].as_str().unwrap();
+    assert!(
+        strategy == "calculated_suffix" || strategy == "random_suffix",
+        "{p:#}"
+    );
+    let shards = rec["key"]["shards"].as_u64().unwrap();
+    assert!(shards >= 4, "{p:#}");
+    // One decision each, in this order, each with its reason and trade-off.
+    let decisions: Vec<&str> = p["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["decision"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        decisions,
+        ["strategy", "shards", "period", "billing"],
+        "{p:#}"
+    );
+    for d in p["decisions"].as_array().unwrap() {
+        assert!(!d["reason"].as_str().unwrap().is_empty(), "{d}");
+        assert!(!d["trade_off"].as_str().unwrap().is_empty(), "{d}");
+    }
+    // The shard decision says what a read costs with that count.
+    let e = &p["evaluation"];
+    assert_eq!(e["queries_per_read"].as_u64(), Some(shards), "{p:#}");
+    let shard_decision = &p["decisions"][1];
+    assert_eq!(shard_decision["value"].as_str(), Some(&*shards.to_string()));
+    assert!(
+        shard_decision["trade_off"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("{shards} queries")),
+        "{shard_decision}"
+    );
+    // The hot key's problem is named: one partition key takes 1,000 WCU,
+    // and the strategies that keep an entity on one partition cannot.
+    let all = p.to_string();
+    for word in ["time_bucket", "entity", "one partition"] {
+        assert!(all.contains(word), "{word} not in {p:#}");
+    }
+    // The recommended layout keeps the expected hottest partition under
+    // 1,000 WCU on the partitions the recommended capacity makes.
+    let partitions = rec["table_partitions"].as_u64().unwrap();
+    let capacity = rec["active_write_capacity"].as_u64().unwrap();
+    assert!(
+        capacity >= 6000 && partitions == capacity.div_ceil(1000),
+        "{p:#}"
+    );
+    let hottest = e["hottest_partition_wcu"].as_f64().unwrap();
+    assert!(hottest <= 1000.0, "{p:#}");
+    let usable = e["usable_fraction"].as_f64().unwrap();
+    let mean = 6000.0 / partitions as f64;
+    assert!((usable - mean / hottest).abs() < 0.01, "{p:#}");
+    // The period is sized from the table's partitions (the hottest one's
+    // share of the data), not as if the table were one partition.
+    let fill = e["partition_fill_hours"].as_f64().unwrap();
+    let one_partition = 1e10 / (5000.0 * 180.0) / 3600.0;
+    assert!(fill > 2.0 * one_partition, "{fill} h: {p:#}");
+    let hours = match rec["period"].as_str().unwrap() {
+        "hour" => 1,
+        "six_hours" => 6,
+        "twelve_hours" => 12,
+        "day" => 24,
+        other => panic!("{other}"),
+    };
+    assert!(f64::from(hours) <= fill, "{p:#}");
+    assert_ne!(rec["period"], "hour", "{p:#}");
+    // The table count over the retention is checked against the quota.
+    let alive = e["tables_alive"].as_u64().unwrap();
+    assert_eq!(alive, 30 * 24 / hours as u64 + 2, "{p:#}");
+    assert_eq!(p["table_quota"].as_u64(), Some(2500), "{p:#}");
+}
+
+#[test]
+fn the_why_case_text_names_one_shard_count_and_its_read_cost() {
+    let o = tidemark(&WHY);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    let p = plan_json(&[]);
+    let shards = p["recommendation"]["key"]["shards"].as_u64().unwrap();
+    // Every line that counts write shards counts the recommended ones.
+    for line in out.lines() {
+        let l = line.to_ascii_lowercase();
+        if l.contains("kinesis") || !l.contains("shard") {
+            continue;
+        }
+        let counted: Vec<u64> = numbers(&l)
+            .into_iter()
+            .filter(|n| {
+                l.contains(&format!("{n} shard")) || l.contains(&format!("{n} write shard"))
+            })
+            .collect();
+        assert!(
+            counted.iter().all(|n| *n == shards),
+            "a line counts {counted:?} shards, the plan {shards}: {line}\n{out}"
+        );
+    }
+    assert!(out.contains(&format!("{shards} queries")), "{out}");
+    assert!(out.contains("2,500"), "table quota: {out}");
+}
+
+/// With `--config` the plan uses the config's retention (unless the flag
+/// says otherwise) and reports where the config differs.
+#[test]
+fn a_config_is_compared_with_the_recommendation() {
+    let dir = std::env::temp_dir().join(format!("tidemark-plan-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("t.toml");
+    std::fs::write(
+        &file,
+        "[schema]\ntable_prefix = \"x\"\nperiod = \"day\"\nretention = \"7d\"\n\
+         key = { strategy = \"time_bucket\", shards = 10, bucket = \"hour\" }\n\
+         tiers = { active = { read = 300, write = 1000 } }\n",
+    )
+    .unwrap();
+    let p = plan_json(&["--config", file.to_str().unwrap()]);
+    let period_hours = match p["recommendation"]["period"].as_str().unwrap() {
+        "six_hours" => 6,
+        "twelve_hours" => 12,
+        "day" => 24,
+        other => panic!("{other}"),
+    };
+    assert_eq!(
+        p["evaluation"]["tables_alive"].as_u64(),
+        Some(7 * 24 / period_hours + 2),
+        "the config's 7d retention: {p:#}"
+    );
+    let c = &p["config"];
+    assert_eq!(c["key"]["strategy"], "time_bucket", "{p:#}");
+    let differences: Vec<&str> = c["differences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["decision"].as_str().unwrap())
+        .collect();
+    for d in ["strategy", "shards", "capacity"] {
+        assert!(
+            differences.contains(&d),
+            "{d} not in {differences:?}: {p:#}"
+        );
+    }
+    // The config's layout is judged by the same arithmetic: its busiest
+    // key takes more than one partition key can.
+    assert!(
+        c["evaluation"]["hottest_key_wcu"].as_f64().unwrap() > 1000.0,
+        "{p:#}"
+    );
+    let with_flag = plan_json(&["--config", file.to_str().unwrap(), "--retention-days", "30"]);
+    assert!(
+        with_flag["evaluation"]["tables_alive"].as_u64() > p["evaluation"]["tables_alive"].as_u64()
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Input the planner cannot use is a usage error (exit 2), naming the flag.
+#[test]
+fn bad_plan_input_is_a_usage_error() {
+    for (args, flag) in [
+        (
+            &[
+                "--events-per-sec",
+                "100",
+                "--peak-events-per-sec",
+                "50",
+                "--item-bytes",
+                "100",
+            ][..],
+            "--peak-events-per-sec",
+        ),
+        (
+            &["--events-per-sec", "0", "--item-bytes", "100"],
+            "--events-per-sec",
+        ),
+        (
+            &["--events-per-sec", "100", "--item-bytes", "500000"],
+            "--item-bytes",
+        ),
+    ] {
+        let mut all = vec!["plan"];
+        all.extend(args);
+        let o = tidemark(&all);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o.stderr));
+        assert!(
+            text(&o.stderr).contains(flag),
+            "{args:?}: {}",
+            text(&o.stderr)
+        );
+    }
+}
