@@ -52,6 +52,7 @@ pub const EMF_METRICS: &[&str] = &[
     "ItemsStored",
     "ItemsThrottled",
     "DeadLetters",
+    "DeadLetterFallbacks",
     "WriterItemsInFlight",
     "SecondsSinceMaintenance",
     "NextTableReady",

@@ -114,6 +114,11 @@ const OPERATOR_ONLY: &[(&str, &str, &str)] = &[
         "sqs:GetQueueAttributes",
         "`tidemark status` shows an SQS source's queue depth to an operator",
     ),
+    (
+        "crates/worker/src/cli/cmd/config/environment.rs",
+        "sqs:GetQueueAttributes",
+        "`tidemark config check --environment` checks the queue from an operator's shell",
+    ),
 ];
 
 /// (file, method name, why it is not an SDK call): zero-argument calls that

@@ -23,11 +23,12 @@ use tidemark_writer::metrics as writer;
 use crate::metrics as m;
 
 /// The counters a snapshot holds.
-const COUNTERS: [&str; 6] = [
+const COUNTERS: [&str; 7] = [
     kinesis::GET_RECORDS,
     writer::ITEMS_STORED,
     writer::UNPROCESSED,
     m::DEAD_LETTERS,
+    m::DEAD_LETTER_FALLBACKS,
     m::QUOTA_ERRORS,
     sqs::MESSAGES_RECEIVED,
 ];
