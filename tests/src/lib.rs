@@ -57,6 +57,7 @@ pub const EMF_METRICS: &[&str] = &[
     "ItemsStored",
     "ItemsThrottled",
     "DeadLetters",
+    "DeadLetterFallbacks",
     "WriterItemsInFlight",
     "SecondsSinceMaintenance",
     "NextTableReady",

@@ -626,6 +626,40 @@ impl Statement {
     fn requires_prefix_tag(&self, key: &str) -> bool {
         self.has_condition("StringEquals", key)
     }
+
+    /// The values its Condition block gives `key` under `op`: the rest of
+    /// the key's line, or the `- item` lines of a block list under it.
+    fn condition_values(&self, op: &str, key: &str) -> Vec<String> {
+        let mut current = "";
+        let mut out = Vec::new();
+        let mut in_key = false;
+        for line in &self.condition {
+            if let Some(item) = line.strip_prefix("- ") {
+                if in_key {
+                    out.push(unquote(item));
+                }
+                continue;
+            }
+            in_key = false;
+            if let Some(name) = line.strip_suffix(':')
+                && (!name.contains(':')
+                    || name.starts_with("ForAllValues:")
+                    || name.starts_with("ForAnyValue:"))
+            {
+                current = name;
+            } else if current == op
+                && let Some(v) = line.strip_prefix(key).and_then(|r| r.strip_prefix(':'))
+            {
+                let v = v.trim();
+                if v.is_empty() {
+                    in_key = true;
+                } else {
+                    out.push(unquote(v));
+                }
+            }
+        }
+        out
+    }
 }
 
 fn indent(line: &str) -> usize {
@@ -1031,6 +1065,16 @@ fn period_table_changes_need_the_prefix_tag() {
         "dynamodb:DeleteTable",
         "dynamodb:UpdateTimeToLive",
         "dynamodb:UpdateContinuousBackups",
+        // An export copies a whole table out: our tables only.
+        "dynamodb:ExportTableToPointInTime",
+    ];
+    /// The tags CreateTable puts on a period table
+    /// (crates/worker/src/maintenance/tags.rs).
+    const CREATION_TAGS: &[&str] = &[
+        "tidemark:prefix",
+        "tidemark:layout",
+        "tidemark:layout-from",
+        "tidemark:migration",
     ];
     let mut seen = BTreeSet::new();
     for st in &statements {
@@ -1045,8 +1089,12 @@ fn period_table_changes_need_the_prefix_tag() {
                     st.text
                 );
             } else if tags {
-                // Tagging with our prefix is fine on an untagged table (and
-                // at CreateTable), never over another prefix's tag.
+                // Tagging a table that carries no tidemark:prefix is what
+                // CreateTable with tags is authorised as: IAM cannot tell it
+                // from tagging another application's untagged table, so that
+                // grant sets only the tags a creation sets (not the expired
+                // or export tags), with our prefix, never over another
+                // prefix's tag. Any other tagging is of our own tables.
                 let own_table = st.requires_prefix_tag("aws:ResourceTag/tidemark:prefix");
                 let our_tag_on_no_other = st.requires_prefix_tag("aws:RequestTag/tidemark:prefix")
                     && st.has_condition("StringEqualsIfExists", "aws:ResourceTag/tidemark:prefix");
@@ -1056,6 +1104,17 @@ fn period_table_changes_need_the_prefix_tag() {
                     st.sid,
                     st.text
                 );
+                if !own_table {
+                    let keys = st.condition_values("ForAllValues:StringEquals", "aws:TagKeys");
+                    assert!(
+                        !keys.is_empty()
+                            && keys.iter().all(|k| CREATION_TAGS.contains(&k.as_str())),
+                        "statement {} lets TagResource set any tag on a table that is not yet ours \
+                         (aws:TagKeys {keys:?}; creation sets only {CREATION_TAGS:?}):\n{}",
+                        st.sid,
+                        st.text
+                    );
+                }
             } else if CHANGES.contains(&a.as_str()) {
                 assert!(
                     st.requires_prefix_tag("aws:ResourceTag/tidemark:prefix"),
@@ -1120,6 +1179,38 @@ fn period_table_changes_need_the_prefix_tag() {
             st.sid
         );
     }
+}
+
+/// The worker reads period tables only to count (`Scan` with `Select =
+/// COUNT`, `Limit 1`: does a table hold items?): the role may not read
+/// their items, whatever the code does.
+#[test]
+fn period_table_scans_only_count() {
+    let statements = task_role_statements(&template_text()).unwrap_or_else(|e| panic!("{e}"));
+    let mut seen = false;
+    for st in statements
+        .iter()
+        .filter(|s| s.actions.iter().any(|a| a == "dynamodb:Scan"))
+        .filter(|s| s.text.contains("table/${TablePrefix}_*"))
+    {
+        seen = true;
+        assert_eq!(
+            st.condition_values("StringEquals", "dynamodb:Select"),
+            ["COUNT"],
+            "statement {} grants Scan on period tables beyond counting:\n{}",
+            st.sid,
+            st.text
+        );
+        assert!(
+            st.actions.iter().all(|a| a == "dynamodb:Scan"),
+            "statement {}: the Select condition would bind its other actions too",
+            st.sid
+        );
+    }
+    assert!(
+        seen,
+        "no statement grants the start-up count of period tables"
+    );
 }
 
 #[test]

@@ -91,7 +91,7 @@ async fn capacity_of(ddb: &aws_sdk_dynamodb::Client, table: &str) -> Capacity {
     ignore = "needs the local AWS stack (scripts/test runs it)"
 )]
 #[tokio::test]
-async fn a_round_restores_ttl_capacity_pitr_and_tags_changed_behind_its_back() {
+async fn a_round_restores_ttl_capacity_pitr_and_leaves_a_table_without_our_tag_alone() {
     let stack = tidemark_tests::stack().await;
     let ddb = stack.dynamodb();
     let prefix = unique_name("drift").replace('-', "_");
@@ -131,7 +131,7 @@ async fn a_round_restores_ttl_capacity_pitr_and_tags_changed_behind_its_back() {
     assert_eq!(prefix_tag_of(&ddb, &table).await, Some(prefix.clone()));
     assert_eq!(capacity_of(&ddb, &table).await, tiers.active);
 
-    // Behind the worker's back: TTL off, capacity cut, PITR off, tag gone.
+    // Behind the worker's back: TTL off, capacity cut, PITR off.
     ddb.update_time_to_live()
         .table_name(&table)
         .time_to_live_specification(
@@ -175,12 +175,6 @@ async fn a_round_restores_ttl_capacity_pitr_and_tags_changed_behind_its_back() {
         .find(|t| t.name == table)
         .unwrap()
         .arn;
-    ddb.untag_resource()
-        .resource_arn(&arn)
-        .tag_keys(PREFIX_TAG)
-        .send()
-        .await
-        .unwrap();
     assert_eq!(ttl_of(&ddb, &table).await, None);
 
     let repaired = m.round(now, RoundKind::Rotate, false).await.unwrap();
@@ -190,15 +184,39 @@ async fn a_round_restores_ttl_capacity_pitr_and_tags_changed_behind_its_back() {
         .filter(|a| a.action.table() == table)
         .map(|a| a.action.kind())
         .collect();
-    assert_eq!(
-        kinds,
-        ["resize", "set_ttl", "set_pitr", "tag_prefix"],
-        "{repaired:?}"
-    );
+    assert_eq!(kinds, ["resize", "set_ttl", "set_pitr"], "{repaired:?}");
     assert_eq!(ttl_of(&ddb, &table).await.as_deref(), Some("expires_at"));
     assert!(pitr_of(&ddb, &table).await);
     assert_eq!(prefix_tag_of(&ddb, &table).await, Some(prefix.clone()));
     assert_eq!(capacity_of(&ddb, &table).await, tiers.active);
+
+    // Without the prefix tag the table is not ours: left alone, not
+    // adopted, however far it drifts.
+    ddb.untag_resource()
+        .resource_arn(&arn)
+        .tag_keys(PREFIX_TAG)
+        .send()
+        .await
+        .unwrap();
+    ddb.update_time_to_live()
+        .table_name(&table)
+        .time_to_live_specification(
+            TimeToLiveSpecification::builder()
+                .enabled(false)
+                .attribute_name("expires_at")
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let foreign = m.round(now, RoundKind::Rotate, false).await.unwrap();
+    assert!(
+        foreign.iter().all(|a| a.action.table() != table),
+        "a table without our tag was changed: {foreign:?}"
+    );
+    assert_eq!(prefix_tag_of(&ddb, &table).await, None);
+    assert_eq!(ttl_of(&ddb, &table).await, None);
 
     for t in m.list(now).await.unwrap() {
         ddb.delete_table().table_name(&t.name).send().await.ok();

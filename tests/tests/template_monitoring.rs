@@ -207,6 +207,7 @@ fn alarms_read_the_workers_metrics_with_the_prefix_dimension() {
     for needed in [
         "LagSeconds",
         "DeadLetters",
+        "DeadLetterFallbacks",
         "ItemsThrottled",
         "NextTableReady",
         "SecondsToNextPeriod",

@@ -68,6 +68,14 @@ pub const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 /// bombs, well above Kinesis' 10 MiB record limit.
 pub const MAX_INFLATED_BYTES: u64 = 64 * 1024 * 1024;
 
+/// Most events one record may hold. Each event costs a few hundred bytes
+/// while in flight (its record, acknowledgement and, if bad, dead letter),
+/// so a gzip record of 60 KB inflating to 20 million one-line events would
+/// take gigabytes; past this bound the record is refused whole, as one
+/// dead letter (`too_many_events`). A 10 MiB Kinesis record of 100-byte
+/// events holds about 100,000.
+pub const MAX_EVENTS_PER_RECORD: usize = 100_000;
+
 /// Why a record cannot be split; its dead letter carries the whole record.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum FramingError {
@@ -83,6 +91,9 @@ pub enum FramingError {
     /// `json_or_array` record that is neither a JSON object nor an array.
     #[error("record is {0}")]
     NotObjectOrArray(String),
+    /// Holds more than [`MAX_EVENTS_PER_RECORD`] events.
+    #[error("record holds more than {MAX_EVENTS_PER_RECORD} events (a decompression bomb?)")]
+    TooManyEvents,
 }
 
 impl FramingError {
@@ -91,6 +102,7 @@ impl FramingError {
         match self {
             FramingError::Gzip(_) | FramingError::TooLarge => Reason::UndecodableMessage,
             FramingError::NotArray(_) | FramingError::NotObjectOrArray(_) => Reason::InvalidJson,
+            FramingError::TooManyEvents => Reason::TooManyEvents,
         }
     }
 }
@@ -148,14 +160,19 @@ pub fn frame(format: RecordFormat, data: &Bytes, one_object: bool) -> Result<Fra
             }
             Some(b'[') => split_array(&data)
                 .map(|events| framed(Shape::Array, events))
-                .map_err(|e| FramingError::NotObjectOrArray(format!("not valid JSON: {e}"))),
+                .map_err(|e| match e {
+                    ArrayError::TooMany => FramingError::TooManyEvents,
+                    ArrayError::Invalid(e) => {
+                        FramingError::NotObjectOrArray(format!("not valid JSON: {e}"))
+                    }
+                }),
             _ => Err(FramingError::NotObjectOrArray(describe(&data))),
         },
         RecordFormat::Ndjson => {
             if one_object {
                 return Ok(framed(Shape::Single, vec![data]));
             }
-            let lines = split_lines(&data);
+            let lines = split_lines(&data).ok_or(FramingError::TooManyEvents)?;
             // Several lines may be one pretty-printed object; one line is
             // one event either way.
             if lines.len() > 1 && first_byte(&data) == Some(b'{') && is_one_value(&data) {
@@ -166,7 +183,10 @@ pub fn frame(format: RecordFormat, data: &Bytes, one_object: bool) -> Result<Fra
         RecordFormat::JsonArray => match first_byte(&data) {
             Some(b'[') => split_array(&data)
                 .map(|events| framed(Shape::Array, events))
-                .map_err(FramingError::NotArray),
+                .map_err(|e| match e {
+                    ArrayError::TooMany => FramingError::TooManyEvents,
+                    ArrayError::Invalid(e) => FramingError::NotArray(e),
+                }),
             Some(b'{') if one_object || is_one_value(&data) => {
                 Err(FramingError::NotArray("a JSON object".into()))
             }
@@ -197,8 +217,9 @@ fn describe(data: &[u8]) -> String {
     }
 }
 
-/// Non-blank lines, without their line ends or surrounding blanks.
-fn split_lines(data: &Bytes) -> Vec<Bytes> {
+/// Non-blank lines, without their line ends or surrounding blanks; `None`
+/// past [`MAX_EVENTS_PER_RECORD`] of them (counting stops there).
+fn split_lines(data: &Bytes) -> Option<Vec<Bytes>> {
     let mut out = Vec::new();
     let mut start = 0;
     for end in memchr_iter(b'\n', data).chain(std::iter::once(data.len())) {
@@ -210,11 +231,14 @@ fn split_lines(data: &Bytes) -> Vec<Bytes> {
             .take_while(|b| b.is_ascii_whitespace())
             .count();
         if lead + trail < line.len() {
+            if out.len() == MAX_EVENTS_PER_RECORD {
+                return None;
+            }
             out.push(data.slice(start + lead..end - trail));
         }
         start = end + 1;
     }
-    out
+    Some(out)
 }
 
 fn memchr_iter(needle: u8, data: &[u8]) -> impl Iterator<Item = usize> + '_ {
@@ -224,10 +248,28 @@ fn memchr_iter(needle: u8, data: &[u8]) -> impl Iterator<Item = usize> + '_ {
         .map(|(i, _)| i)
 }
 
-/// The elements of a JSON array, each as its own text (a slice, no copy).
-fn split_array(data: &Bytes) -> Result<Vec<Bytes>, String> {
-    let text = std::str::from_utf8(data).map_err(|e| format!("not UTF-8 text: {e}"))?;
-    let elems: Vec<&RawValue> = serde_json::from_str(text).map_err(|e| e.to_string())?;
+/// Why a JSON array cannot be split.
+enum ArrayError {
+    /// More than [`MAX_EVENTS_PER_RECORD`] elements.
+    TooMany,
+    /// Not valid JSON (or not an array), with the parser's message.
+    Invalid(String),
+}
+
+/// The elements of a JSON array, each as its own text (a slice, no copy),
+/// at most [`MAX_EVENTS_PER_RECORD`] of them (parsing stops past that).
+fn split_array(data: &Bytes) -> Result<Vec<Bytes>, ArrayError> {
+    let text = std::str::from_utf8(data)
+        .map_err(|e| ArrayError::Invalid(format!("not UTF-8 text: {e}")))?;
+    let mut de = serde_json::Deserializer::from_str(text);
+    let too_many = std::cell::Cell::new(false);
+    // Stopping early may also read as a parse error: the flag decides.
+    let parsed = serde::Deserializer::deserialize_seq(&mut de, Elements(&too_many))
+        .and_then(|elems| de.end().map(|()| elems));
+    if too_many.get() {
+        return Err(ArrayError::TooMany);
+    }
+    let elems = parsed.map_err(|e| ArrayError::Invalid(e.to_string()))?;
     let base = text.as_ptr() as usize;
     Ok(elems
         .iter()
@@ -238,6 +280,31 @@ fn split_array(data: &Bytes) -> Result<Vec<Bytes>, String> {
             data.slice(start..start + e.get().len())
         })
         .collect())
+}
+
+/// Collects an array's elements as raw text; past
+/// [`MAX_EVENTS_PER_RECORD`] it sets its flag and stops (the rest is not
+/// read).
+struct Elements<'f>(&'f std::cell::Cell<bool>);
+
+impl<'de> serde::de::Visitor<'de> for Elements<'_> {
+    type Value = Vec<&'de RawValue>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON array")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(e) = seq.next_element::<&'de RawValue>()? {
+            if out.len() == MAX_EVENTS_PER_RECORD {
+                self.0.set(true);
+                return Ok(Vec::new());
+            }
+            out.push(e);
+        }
+        Ok(out)
+    }
 }
 
 #[cfg(test)]
@@ -322,6 +389,41 @@ mod tests {
         // Known to be one object: not parsed again.
         let f = frame(RecordFormat::Ndjson, &b(r#"{"a":1}"#), true).unwrap();
         assert_eq!(f.shape, Shape::Single);
+    }
+
+    /// A record holding more events than a record may (a decompression
+    /// bomb: 60 KB of gzip inflating to millions of `{}` lines) is refused
+    /// whole with `too_many_events`, without a slice per event; one at the
+    /// bound is split as usual.
+    #[test]
+    fn a_record_of_too_many_events_is_refused_whole() {
+        let at_bound = 100_000;
+        let lines = |n: usize| Bytes::from(gzip(&b"{}\n".repeat(n)));
+        let elems = |n: usize| {
+            let mut a = b"[{}".to_vec();
+            a.extend(b",{}".repeat(n - 1));
+            a.push(b']');
+            Bytes::from(gzip(&a))
+        };
+        assert_eq!(
+            split(RecordFormat::Ndjson, &lines(at_bound)).unwrap().len(),
+            at_bound
+        );
+        assert_eq!(
+            split(RecordFormat::JsonArray, &elems(at_bound))
+                .unwrap()
+                .len(),
+            at_bound
+        );
+        for (format, data) in [
+            (RecordFormat::Ndjson, lines(at_bound + 1)),
+            (RecordFormat::JsonArray, elems(at_bound + 1)),
+            (RecordFormat::JsonOrArray, elems(at_bound + 1)),
+        ] {
+            let err = frame(format, &data, false).unwrap_err();
+            assert_eq!(err.reason(), Reason::TooManyEvents, "{format:?}: {err}");
+            assert!(err.to_string().contains("100000 events"), "{err}");
+        }
     }
 
     fn event() -> impl Strategy<Value = String> {

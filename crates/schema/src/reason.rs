@@ -37,6 +37,10 @@ pub enum Reason {
     /// events, or that waited longer than `writer.late_max_wait`: set aside
     /// so that late data never stalls the worker.
     LateBacklog,
+    /// A record (a Kinesis record, an SQS body) holding more events than
+    /// `max_events_per_record`, most likely a decompression bomb: it is
+    /// dead-lettered whole, as one entry, instead of event by event.
+    TooManyEvents,
 }
 
 impl Reason {
@@ -54,6 +58,7 @@ impl Reason {
         Reason::DynamodbRejected,
         Reason::TableMissing,
         Reason::LateBacklog,
+        Reason::TooManyEvents,
     ];
 
     /// The stable snake_case name.
@@ -71,6 +76,7 @@ impl Reason {
             Reason::DynamodbRejected => "dynamodb_rejected",
             Reason::TableMissing => "table_missing",
             Reason::LateBacklog => "late_backlog",
+            Reason::TooManyEvents => "too_many_events",
         }
     }
 }

@@ -8,11 +8,13 @@
 pub(crate) const RECORDS_READ: &str = "tidemark_records_read_total";
 /// Records dead-lettered, by reason.
 pub(crate) const DEAD_LETTERS: &str = "tidemark_dead_letters_total";
-/// Failed writes to the dead-letter destination (retried, split, then sent
-/// to the fallback file).
+/// Failed writes to the dead-letter destination (transient ones retried
+/// until it answers; refusals split, then sent to the fallback file).
 pub(crate) const DEAD_LETTER_WRITE_ERRORS: &str = "tidemark_dead_letter_write_errors_total";
 /// Dead letters written to the local fallback file.
 pub(crate) const DEAD_LETTER_FALLBACKS: &str = "tidemark_dead_letter_fallbacks_total";
+/// Bytes of dead letters queued or being written (bounded).
+pub(crate) const DEAD_LETTER_QUEUE_BYTES: &str = "tidemark_dead_letter_queue_bytes";
 
 /// Maintenance actions applied, by action and outcome (`ok`, `error`):
 /// each one is drift a round repaired.
@@ -39,6 +41,7 @@ pub(crate) const ALL: [&str; 10] = [
     DEAD_LETTERS,
     DEAD_LETTER_WRITE_ERRORS,
     DEAD_LETTER_FALLBACKS,
+    DEAD_LETTER_QUEUE_BYTES,
     MAINTENANCE_ACTIONS,
     QUOTA_ERRORS,
     MAINTENANCE_HELD,
@@ -62,7 +65,12 @@ pub(crate) fn describe() {
     metrics::describe_counter!(
         DEAD_LETTER_WRITE_ERRORS,
         metrics::Unit::Count,
-        "Failed writes to the dead-letter destination; retried a few times, split, then sent to the fallback file."
+        "Failed writes to the dead-letter destination; transient ones are retried until it answers, refusals split and sent to the fallback file."
+    );
+    metrics::describe_gauge!(
+        DEAD_LETTER_QUEUE_BYTES,
+        metrics::Unit::Bytes,
+        "Bytes of dead letters queued or being written; at its bound the pipeline waits."
     );
     metrics::describe_counter!(
         DEAD_LETTER_FALLBACKS,

@@ -601,3 +601,86 @@ fn an_unreachable_aws_endpoint_exits_69_for_any_command() {
         assert_eq!(o.status.code(), Some(69), "{command:?}: {}", stderr(&o));
     }
 }
+
+/// `run` against an AWS endpoint that accepts connections and never
+/// answers: `/healthz` answers within a second or two, saying `starting`
+/// (an orchestrator's health check must not kill a task that is waiting
+/// for AWS), `/readyz` is 503, and SIGTERM during start-up stops it at
+/// once with status 0 (nothing was read, so nothing is left to drain).
+#[test]
+fn run_answers_healthz_while_starting_and_stops_on_sigterm() {
+    use std::io::{Read, Write};
+    use std::time::{Duration, Instant};
+    let d = dir("starting");
+    let aws = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", aws.local_addr().unwrap());
+    // Accepts and holds every connection, answering nothing.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in aws.incoming() {
+            held.push(s);
+        }
+    });
+    let telemetry = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let file = d.join("t.toml");
+    std::fs::write(
+        &file,
+        format!("{GOOD}\n[telemetry]\nlisten = \"{telemetry}\"\n"),
+    )
+    .unwrap();
+    let mut child = Command::new(BIN)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOSTNAME", "test-host")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .args(["run", "--config", file.to_str().unwrap()])
+        .args(["--region", "us-east-1", "--endpoint-url", &endpoint])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let get = |path: &str| -> Option<String> {
+        let mut s = std::net::TcpStream::connect(telemetry).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+        write!(s, "GET {path} HTTP/1.0\r\n\r\n").ok()?;
+        let mut text = String::new();
+        s.read_to_string(&mut text).ok()?;
+        Some(text)
+    };
+    let started = Instant::now();
+    let health = loop {
+        if let Some(text) = get("/healthz") {
+            break text;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "/healthz did not answer within 3 s of start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(health.starts_with("HTTP/1.0 200"), "{health}");
+    assert!(health.contains("starting"), "{health}");
+    let ready = get("/readyz").unwrap_or_default();
+    assert!(ready.starts_with("HTTP/1.0 503"), "{ready}");
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let stopped = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if stopped.elapsed() > Duration::from_secs(5) {
+            child.kill().unwrap();
+            panic!("SIGTERM during start-up: still running after 5 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0), "SIGTERM during start-up");
+}

@@ -14,7 +14,8 @@ pub(crate) struct BatchAnswer {
     /// Capacity units reported for the table (None if not reported).
     pub consumed: Option<f64>,
     /// Keys of the unprocessed puts for the table; `None` for one whose key
-    /// cannot be read (the caller then resends the whole batch).
+    /// cannot be read, or that is listed under another key than the table
+    /// name (the caller then resends the whole batch).
     pub unprocessed: Vec<Option<ItemKey>>,
 }
 
@@ -66,21 +67,23 @@ pub(crate) fn parse(body: &[u8], table: &str, pk: &str, sk: &str) -> Result<Batc
         .filter(|c| c.table.as_deref().is_none_or(|t| t == table))
         .filter_map(|c| c.units)
         .collect();
-    let unprocessed = out
-        .unprocessed
-        .get(table)
-        .map(|reqs| {
-            reqs.iter()
-                .map(|r| {
-                    let item = &r.put.as_ref()?.item;
-                    Some(ItemKey::new(
-                        key_value(item.get(pk))?,
-                        key_value(item.get(sk))?,
-                    ))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut unprocessed: Vec<Option<ItemKey>> = Vec::new();
+    for (name, reqs) in &out.unprocessed {
+        if name == table {
+            unprocessed.extend(reqs.iter().map(|r| {
+                let item = &r.put.as_ref()?.item;
+                Some(ItemKey::new(
+                    key_value(item.get(pk))?,
+                    key_value(item.get(sk))?,
+                ))
+            }));
+        } else {
+            // Listed under another key (an ARN, another spelling): these
+            // cannot be matched to this call's items, so none of the call
+            // counts as confirmed (the whole batch is sent again).
+            unprocessed.extend(reqs.iter().map(|_| None));
+        }
+    }
     Ok(BatchAnswer {
         consumed: (!units.is_empty()).then(|| units.iter().sum()),
         unprocessed,
@@ -122,6 +125,25 @@ mod tests {
         let a = parse(body, "t", "pk", "sk").unwrap();
         assert_eq!(a.consumed, Some(1.0));
         assert_eq!(a.unprocessed, vec![key("a"), None, None]);
+    }
+
+    #[test]
+    fn unprocessed_items_under_another_key_read_as_unknown_keys() {
+        // An ARN, another table, a differently spelled name: none can be
+        // matched to this call's submissions, so each counts as an
+        // unprocessed item whose key is unknown (the whole batch goes again).
+        let body = br#"{"UnprocessedItems":{
+            "arn:aws:dynamodb:us-east-1:1:table/t":[
+                {"PutRequest":{"Item":{"pk":{"S":"a"},"sk":{"S":"s"}}}},
+                {"PutRequest":{"Item":{"pk":{"S":"b"},"sk":{"S":"s"}}}}
+            ],
+            "t":[{"PutRequest":{"Item":{"pk":{"S":"c"},"sk":{"S":"s"}}}}],
+            "empty":[]
+        }}"#;
+        let a = parse(body, "t", "pk", "sk").unwrap();
+        assert_eq!(a.unprocessed.len(), 3, "{:?}", a.unprocessed);
+        assert!(a.unprocessed.contains(&key("c")));
+        assert_eq!(a.unprocessed.iter().filter(|k| k.is_none()).count(), 2);
     }
 
     #[test]

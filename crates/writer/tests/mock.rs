@@ -427,6 +427,36 @@ impl Transport for FirstItemBack {
     }
 }
 
+/// Answers the first call with every item unprocessed, listed under the
+/// table's ARN instead of the name the request used; stores everything
+/// after. Counts each call's items.
+#[derive(Default)]
+struct AllBackUnderArn(Mutex<Vec<usize>>);
+
+impl Transport for AllBackUnderArn {
+    fn batch_write_item(
+        &self,
+        body: Bytes,
+    ) -> BoxFuture<'static, Result<RawResponse, TransportError>> {
+        let (table, reqs) = requests(&body);
+        let mut calls = self.0.lock().unwrap();
+        let mut out = serde_json::json!({
+            "UnprocessedItems": {},
+            "ConsumedCapacity": [{"TableName": table, "CapacityUnits": 0}],
+        });
+        if calls.is_empty() {
+            let arn = format!("arn:aws:dynamodb:us-east-1:123456789012:table/{table}");
+            out["UnprocessedItems"][arn] = serde_json::Value::Array(reqs.clone());
+        }
+        calls.push(reqs.len());
+        let answer = RawResponse {
+            status: 200,
+            body: serde_json::to_vec(&out).unwrap().into(),
+        };
+        Box::pin(async move { Ok(answer) })
+    }
+}
+
 /// The writer reads the keys DynamoDB returns unprocessed by the key
 /// attribute names it is built with: with `id` / `at`, the one item
 /// returned is resent alone, the others are acknowledged (were the names
@@ -461,6 +491,48 @@ async fn unprocessed_keys_are_read_by_the_writers_key_attributes() {
     }
     h.flush().await;
     assert_eq!(*transport.0.lock().unwrap(), vec![3, 1]);
+    let out = drain(&mut rx);
+    assert_eq!(out.len(), 3);
+    assert!(out.values().all(|v| v == &vec![WriteOutcome::Stored]));
+    h.close();
+    task.await.unwrap().unwrap();
+}
+
+/// UnprocessedItems listed under any key but the table name the request
+/// used (an ARN, say) cannot be matched to submissions: the safe reading
+/// is "nothing of this call is confirmed", so every item is sent again and
+/// none is acknowledged before that second call stored it.
+#[tokio::test(start_paused = true)]
+async fn unprocessed_items_under_another_table_key_are_all_sent_again() {
+    let transport = Arc::new(AllBackUnderArn::default());
+    let (h, task) = Writer::builder(
+        Fake::default().client(false),
+        transport.clone(),
+        KeyAttributes::default(),
+    )
+    .config(config())
+    .start();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    for i in 0..3 {
+        let mut it = Item::new();
+        it.insert("pk".into(), AttributeValue::S(format!("d{i}")));
+        it.insert("sk".into(), AttributeValue::S("2026".into()));
+        let tx = tx.clone();
+        h.submit(Submission {
+            table: "t".into(),
+            key: ItemKey::new(&format!("d{i}"), "2026"),
+            item: WireItem::encode(&it),
+            done: Completion::from_fn(move |o| tx.send((format!("d{i}"), o)).unwrap()),
+        })
+        .await
+        .unwrap();
+    }
+    h.flush().await;
+    assert_eq!(
+        *transport.0.lock().unwrap(),
+        vec![3, 3],
+        "every item of the first call is sent again"
+    );
     let out = drain(&mut rx);
     assert_eq!(out.len(), 3);
     assert!(out.values().all(|v| v == &vec![WriteOutcome::Stored]));

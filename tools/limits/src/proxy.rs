@@ -95,6 +95,10 @@ pub struct FaultCounters {
     pub dynamodb_requests: u64,
     /// DynamoDB requests held back by a brownout.
     pub brownout_delayed: u64,
+    /// DynamoDB requests on a denied table answered AccessDeniedException.
+    pub access_denied: u64,
+    /// SQS requests held while SQS hung.
+    pub sqs_held: u64,
 }
 
 /// A DynamoDB brownout: until `until`, every DynamoDB request is held for
@@ -118,6 +122,10 @@ struct State {
     since: Instant,
     rng: fastrand::Rng,
     brownout: Option<Brownout>,
+    /// Table whose every DynamoDB request is refused (AccessDenied).
+    denied_table: Option<String>,
+    /// Until when every SQS request is held.
+    sqs_hang_until: Option<Instant>,
 }
 
 /// The stats document served at `GET /_limits/stats`.
@@ -183,6 +191,12 @@ fn parse_upstream(s: &str) -> Result<Uri, ProxyError> {
     Ok(uri)
 }
 
+/// True when a DynamoDB JSON request body names `table` as its `TableName`.
+fn names_table(body: &[u8], table: &str) -> bool {
+    let needle = format!("\"TableName\":\"{table}\"");
+    body.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
 fn op_of(headers: &HeaderMap) -> Option<(&str, &str)> {
     let target = headers.get("x-amz-target")?.to_str().ok()?;
     target.split_once('.')
@@ -212,6 +226,8 @@ impl Proxy {
             since: Instant::now(),
             rng,
             brownout: None,
+            denied_table: None,
+            sqs_hang_until: None,
         };
         Ok(Self {
             cfg,
@@ -275,6 +291,30 @@ impl Proxy {
             let mut st = self.lock();
             let st = &mut *st;
             let mut delay = self.cfg.faults.delay(&mut st.rng);
+            if service == Service::DynamoDb
+                && let Some(t) = &st.denied_table
+                && names_table(&body, t)
+            {
+                st.fault_counters.access_denied += 1;
+                return Ok(aws_error::dynamodb_error(
+                    StatusCode::BAD_REQUEST,
+                    "AccessDeniedException",
+                    &format!(
+                        "User: arn:aws:sts::000000000000:assumed-role/task/test is not authorized to perform this operation on resource: table/{t} (denied by the limits proxy)"
+                    ),
+                ));
+            }
+            if service == Service::Sqs
+                && let Some(until) = st.sqs_hang_until
+            {
+                let now = Instant::now();
+                if now < until {
+                    st.fault_counters.sqs_held += 1;
+                    // Held until the hang ends, then forwarded (a client
+                    // that gave up meanwhile never sees the answer).
+                    delay += until - now;
+                }
+            }
             if service == Service::DynamoDb {
                 st.fault_counters.dynamodb_requests += 1;
                 if let Some(b) = st.brownout
@@ -319,6 +359,20 @@ impl Proxy {
             until: Instant::now() + length,
             delay,
         });
+    }
+
+    /// From now on, every DynamoDB request naming `table` (its
+    /// `TableName`) is answered with an AccessDeniedException, as IAM
+    /// answers once a role's permission on the table is revoked; `None`
+    /// lifts it.
+    pub fn deny_table(&self, table: Option<&str>) {
+        self.lock().denied_table = table.map(str::to_owned);
+    }
+
+    /// For `length`, every SQS request is held until the hang ends, then
+    /// forwarded (a queue that stops answering for a while).
+    pub fn hang_sqs(&self, length: Duration) {
+        self.lock().sqs_hang_until = Some(Instant::now() + length);
     }
 
     fn admin(&self, parts: &Parts) -> ProxyResponse {
@@ -1374,6 +1428,18 @@ fn injected_error(service: Service, code: u16, headers: &HeaderMap) -> ProxyResp
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_denied_table_is_named_exactly() {
+        let body = br#"{"TableName":"run-leases","Key":{"leaseKey":{"S":"s"}}}"#;
+        assert!(names_table(body, "run-leases"));
+        assert!(!names_table(body, "run-lease"));
+        assert!(!names_table(body, "run"));
+        assert!(!names_table(
+            br#"{"TableName":"run-leases-2"}"#,
+            "run-leases"
+        ));
+    }
 
     #[test]
     fn description_parsing_covers_both_billing_modes() {

@@ -47,6 +47,7 @@ use crate::kinesis::lease::balance::Observations;
 use crate::kinesis::lease::item::Lease;
 use crate::kinesis::lease::leader_store::{Heartbeat, LeaderStore};
 use crate::kinesis::lease::timing::LeasePhase;
+use crate::kinesis::listing::listing_failed;
 use crate::kinesis::reader;
 use crate::kinesis::run::StreamRun;
 
@@ -74,6 +75,9 @@ pub(crate) struct Assigner {
     next_sync: Instant,
     sync_asked: bool,
     sync_failures: u32,
+    /// Consecutive lease-table reads refused for good
+    /// (`listing::listing_failed`).
+    list_refusals: u32,
     /// Finished leases at the last shard discovery (a set, not a count:
     /// finished leases may also be deleted).
     finished_synced: HashSet<String>,
@@ -101,6 +105,7 @@ impl Assigner {
             next_sync: Instant::now(),
             sync_asked: false,
             sync_failures: 0,
+            list_refusals: 0,
             finished_synced: HashSet::new(),
         }
     }
@@ -141,7 +146,7 @@ impl Assigner {
         if leading {
             self.lead(stream).await?;
         } else {
-            self.follow(stream).await;
+            self.follow(stream).await?;
         }
         Ok(wake)
     }
@@ -195,11 +200,12 @@ impl Assigner {
         let me = cfg.worker_id.as_str();
         let mut leases = match stream.table.list_with(false).await {
             Ok(l) => l,
-            Err(e) => {
-                warn!(error = %e, "listing leases failed");
-                return Ok(());
-            }
+            Err(e) => match listing_failed(e, &mut self.list_refusals) {
+                Some(e) => return Err(e),
+                None => return Ok(()),
+            },
         };
+        self.list_refusals = 0;
         // Discovery: when due, asked, on an empty table, or when a shard
         // ended since the last one (children must be created).
         let finished: HashSet<String> = leases
@@ -314,7 +320,7 @@ impl Assigner {
         Ok(())
     }
 
-    async fn follow(&mut self, stream: &Arc<StreamRun>) {
+    async fn follow(&mut self, stream: &Arc<StreamRun>) -> Result<(), ConsumerError> {
         // A follower's view goes stale: forget it, so that a later
         // leadership starts from fresh observations.
         self.obs = Observations::default();
@@ -322,16 +328,18 @@ impl Assigner {
         let me = stream.config.worker_id.as_str();
         let keys = match stream.table.owned_by(me).await {
             Ok(k) => k,
-            Err(e) => {
-                warn!(error = %e, "querying the owner index failed");
-                return;
-            }
+            Err(e) => match listing_failed(e, &mut self.list_refusals) {
+                Some(e) => return Err(e),
+                None => return Ok(()),
+            },
         };
+        self.list_refusals = 0;
         let new: Vec<String> = keys
             .into_iter()
             .filter(|k| !stream.held.contains(k))
             .collect();
         self.adopt(stream, new).await;
+        Ok(())
     }
 
     /// Starts reading leases assigned to this worker: a consistent read

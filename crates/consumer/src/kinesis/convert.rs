@@ -305,6 +305,40 @@ mod tests {
         assert_eq!(tracker.checkpoint(), Some(Position::new("102", 0)));
     }
 
+    /// A decompression bomb (gzip NDJSON of more events than a record may
+    /// hold) is one record with a `too_many_events` defect and the record's
+    /// own (compressed) bytes, acknowledged through its one position: one
+    /// dead letter, not one per line.
+    #[test]
+    fn a_record_of_too_many_events_is_one_defect() {
+        use std::io::Write;
+        let tracker = Arc::new(AckTracker::new());
+        let mut out = Vec::new();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        gz.write_all(&b"{}\n".repeat(1_000_000)).unwrap();
+        let bomb = gz.finish().unwrap();
+        push_user_records(
+            &"s".into(),
+            &"sh".into(),
+            raw("7", bomb.clone()),
+            None,
+            &tracker,
+            RecordFormat::Ndjson,
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(out.len(), 1, "one record, not one per line");
+        let defect = out[0].defect.as_ref().unwrap();
+        assert_eq!(defect.reason, Reason::TooManyEvents, "{}", defect.message);
+        assert_eq!(
+            &out[0].data[..],
+            &bomb[..],
+            "the record as read, compressed"
+        );
+        out.pop().unwrap().ack.done();
+        assert_eq!(tracker.checkpoint(), Some(Position::new("7", 0)));
+    }
+
     /// NDJSON records, one gzip-compressed: one record per event, naming
     /// its position; the user record's one position is acknowledged once
     /// all its events are. A record that cannot be split is one record with

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
-use crate::error::ConsumerError;
+use crate::error::{ConsumerError, ErrorClass};
 use crate::kinesis::discovery::{sync_failed, sync_shards};
 use crate::kinesis::lease::balance::{
     BalanceInput, Observations, is_sync_leader, live_workers, takes_and_steals,
@@ -27,12 +27,40 @@ use crate::metrics::kinesis as metric;
 /// one failover time.
 const SMALL_FLEET: usize = 4;
 
+/// Consecutive listings the lease table refuses for good (access denied,
+/// a deleted table, a KMS key the role cannot use) before the source stops
+/// with the error: three passes, one failover time. Such a worker renews
+/// nothing and holds nothing; retrying it for ever would look healthy to
+/// the orchestrator while doing no work.
+pub(crate) const REFUSED_LISTINGS: u32 = 3;
+
+/// A failed listing of the lease table: the error when it is the
+/// [`REFUSED_LISTINGS`]th refusal for good in a row (the source stops with
+/// it), else `None` (logged; the next pass tries again). A failure that
+/// passes (throttling, a timeout) resets nothing and counts nothing.
+pub(crate) fn listing_failed(e: ConsumerError, refusals: &mut u32) -> Option<ConsumerError> {
+    let refused = matches!(&e, ConsumerError::Aws(a) if matches!(a.class, ErrorClass::NotFound | ErrorClass::Fatal));
+    if !refused {
+        warn!(error = %e, "listing leases failed");
+        return None;
+    }
+    *refusals += 1;
+    if *refusals >= REFUSED_LISTINGS {
+        error!(error = %e, refusals = *refusals, "the lease table refuses this worker; stopping");
+        return Some(e);
+    }
+    warn!(error = %e, refusals = *refusals, "listing leases refused; the source stops if it persists");
+    None
+}
+
 /// Listing-mode state of one worker.
 #[derive(Debug)]
 pub(crate) struct ListingBalancer {
     obs: Observations,
     next_sync: Instant,
     sync_failures: u32,
+    /// Consecutive listings refused for good ([`listing_failed`]).
+    list_refusals: u32,
     passes: u64,
     /// A reader saw a shard end: sync on this worker, leader or not.
     sync_asked: bool,
@@ -46,6 +74,7 @@ impl ListingBalancer {
             obs: Observations::default(),
             next_sync: Instant::now(),
             sync_failures: 0,
+            list_refusals: 0,
             passes: 0,
             sync_asked: false,
             steal_armed: false,
@@ -116,11 +145,12 @@ impl ListingBalancer {
         }
         let leases = match listed {
             Ok(leases) => leases,
-            Err(e) => {
-                warn!(error = %e, "listing leases failed");
-                return Ok(wake);
-            }
+            Err(e) => match listing_failed(e, &mut self.list_refusals) {
+                Some(e) => return Err(e),
+                None => return Ok(wake),
+            },
         };
+        self.list_refusals = 0;
         let now = Instant::now();
         self.obs.observe(&leases, now);
         // Published before any reader starts: a new reader checks its
@@ -239,4 +269,36 @@ fn pass_jitter(me: &str, pass: u64) -> f64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     (me, pass).hash(&mut h);
     0.9 + (h.finish() % 1000) as f64 / 5000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::AwsError;
+
+    fn aws(class: ErrorClass) -> ConsumerError {
+        ConsumerError::Aws(AwsError {
+            op: "Scan",
+            class,
+            message: "AccessDeniedException: no".into(),
+        })
+    }
+
+    /// A lease table that refuses for good (access denied, deleted) stops
+    /// the source at the third listing in a row; what passes (throttling,
+    /// timeouts) never does.
+    #[test]
+    fn a_lease_table_refusing_for_good_stops_the_source() {
+        for class in [ErrorClass::Fatal, ErrorClass::NotFound] {
+            let mut refusals = 0;
+            assert!(listing_failed(aws(class), &mut refusals).is_none());
+            assert!(listing_failed(aws(class), &mut refusals).is_none());
+            assert!(listing_failed(aws(class), &mut refusals).is_some());
+        }
+        let mut refusals = 0;
+        for _ in 0..10 {
+            assert!(listing_failed(aws(ErrorClass::Throttled), &mut refusals).is_none());
+            assert!(listing_failed(aws(ErrorClass::Retry), &mut refusals).is_none());
+        }
+    }
 }

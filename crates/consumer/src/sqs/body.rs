@@ -21,6 +21,7 @@ use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;
+use tidemark_schema::Reason;
 use tidemark_schema::framing::{self, Shape};
 
 pub use tidemark_schema::framing::RecordFormat;
@@ -131,32 +132,50 @@ pub struct Undecodable {
     pub body: String,
     /// What is wrong with it.
     pub reason: String,
+    /// Its dead-letter reason: `too_many_events` for a body of more events
+    /// than a record may hold, `undecodable_message` otherwise.
+    pub kind: Reason,
+}
+
+/// Why a body is undecodable: its dead-letter reason and the text.
+type Why = (Reason, String);
+
+fn undecodable(text: String) -> Why {
+    (Reason::UndecodableMessage, text)
+}
+
+fn framing_failed(e: framing::FramingError) -> Why {
+    match e {
+        framing::FramingError::TooManyEvents => (Reason::TooManyEvents, e.to_string()),
+        e => undecodable(e.to_string()),
+    }
 }
 
 /// Decodes a message body laid out as `format`, or hands it back with the
 /// reason it is none of the accepted shapes.
 pub fn decode(body: String, format: RecordFormat) -> Result<Decoded, Undecodable> {
     let raw = Bytes::from(body);
-    unwrap_and_frame(&raw, format).map_err(|reason| Undecodable {
+    unwrap_and_frame(&raw, format).map_err(|(kind, reason)| Undecodable {
         // The body came in as a String: its bytes are UTF-8.
         body: String::from_utf8(Vec::from(raw)).unwrap_or_default(),
         reason,
+        kind,
     })
 }
 
 /// Takes off the base64 gzip and the SNS envelope around a body, then
 /// frames what is inside.
-fn unwrap_and_frame(body: &Bytes, format: RecordFormat) -> Result<Decoded, String> {
-    let (data, compressed) = inflate(body)?;
+fn unwrap_and_frame(body: &Bytes, format: RecordFormat) -> Result<Decoded, Why> {
+    let (data, compressed) = inflate(body).map_err(undecodable)?;
     // A body that parses as one object is probed for an envelope, and then
     // known to be one object: the framing does not parse it again.
     let mut one_object = false;
     if first_byte(&data) == Some(b'{')
         && let Ok(probe) = serde_json::from_slice::<Probe<'_>>(&data)
     {
-        if let Some(message) = sns_message(&probe)? {
+        if let Some(message) = sns_message(&probe).map_err(undecodable)? {
             let inner = frame_message(&Bytes::from(message), format)
-                .map_err(|e| format!("SNS Message: {e}"))?;
+                .map_err(|(kind, e)| (kind, format!("SNS Message: {e}")))?;
             return Ok(Decoded {
                 format: Format::Sns,
                 events: inner.events,
@@ -165,7 +184,7 @@ fn unwrap_and_frame(body: &Bytes, format: RecordFormat) -> Result<Decoded, Strin
         }
         one_object = true;
     }
-    let framed = framing::frame(format, &data, one_object).map_err(|e| e.to_string())?;
+    let framed = framing::frame(format, &data, one_object).map_err(framing_failed)?;
     Ok(Decoded {
         format: Format::of(framed.shape),
         events: framed.events,
@@ -174,9 +193,9 @@ fn unwrap_and_frame(body: &Bytes, format: RecordFormat) -> Result<Decoded, Strin
 }
 
 /// An SNS `Message`'s events (envelopes do not nest).
-fn frame_message(message: &Bytes, format: RecordFormat) -> Result<Decoded, String> {
-    let (data, compressed) = inflate(message)?;
-    let framed = framing::frame(format, &data, false).map_err(|e| e.to_string())?;
+fn frame_message(message: &Bytes, format: RecordFormat) -> Result<Decoded, Why> {
+    let (data, compressed) = inflate(message).map_err(undecodable)?;
+    let framed = framing::frame(format, &data, false).map_err(framing_failed)?;
     Ok(Decoded {
         format: Format::of(framed.shape),
         events: framed.events,
@@ -266,6 +285,25 @@ mod tests {
             "Timestamp": "2026-11-22T05:00:00.000Z",
         })
         .to_string()
+    }
+
+    /// A base64 gzip body inflating to more events than a record may hold
+    /// (a decompression bomb, also inside an SNS envelope) is refused whole,
+    /// as one dead letter, instead of one event per line or element.
+    #[test]
+    fn a_body_of_too_many_events_is_refused_whole() {
+        let lines = "{}\n".repeat(100_001);
+        let elems = format!("[{}{{}}]", "{},".repeat(100_000));
+        for (format, text) in [
+            (RecordFormat::Ndjson, &lines),
+            (RecordFormat::JsonOrArray, &elems),
+        ] {
+            for body in [gzip64(text), sns(&gzip64(text))] {
+                let u = super::decode(body, format).unwrap_err();
+                assert!(u.reason.contains("100000 events"), "{}", u.reason);
+                assert_eq!(u.kind, Reason::TooManyEvents);
+            }
+        }
     }
 
     #[test]

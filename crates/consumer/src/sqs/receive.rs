@@ -11,7 +11,7 @@ use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
 use aws_smithy_types::timeout::TimeoutConfig;
 use backon::{BackoffBuilder, ExponentialBuilder};
 use bytes::Bytes;
-use tidemark_schema::{Origin, Reason};
+use tidemark_schema::Origin;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
@@ -239,7 +239,7 @@ async fn dispatch(queue: &Arc<QueueRun>, messages: Vec<Message>, sent_at: Instan
                         .increment(1);
                     warn!(message_id, reason = %u.reason, "undecodable sqs message");
                     let defect = Defect {
-                        reason: Reason::UndecodableMessage,
+                        reason: u.kind,
                         message: u.reason,
                     };
                     vec![(Bytes::from(u.body), Some(defect))]

@@ -45,10 +45,6 @@ impl DeadLetterSink for DynamoDbSink {
         entries: &'a [DeadLetter],
     ) -> BoxFuture<'a, Result<(), DeadLetterError>> {
         Box::pin(async move {
-            let err = |message: String| DeadLetterError::Destination {
-                destination: format!("dynamodb table {}", self.table),
-                message,
-            };
             // PutItem one by one: dead letters are rare, and a put per entry
             // keeps a large entry from failing its neighbours.
             for e in entries {
@@ -60,7 +56,13 @@ impl DeadLetterSink for DynamoDbSink {
                     .send();
                 tidemark_governor::Governor::run_opt(self.gov.as_ref(), put)
                     .await
-                    .map_err(|e| err(tidemark_aws_errors::describe(&e)))?;
+                    .map_err(|e| {
+                        DeadLetterError::of_class(
+                            format!("dynamodb table {}", self.table),
+                            tidemark_aws_errors::describe(&e),
+                            tidemark_aws_errors::classify(&e),
+                        )
+                    })?;
             }
             Ok(())
         })
@@ -97,8 +99,8 @@ fn dead_letter_key_spec() -> KeySpec {
 
 /// Refuses to start with a dead-letter table of another key schema (every
 /// dead letter would then fail); an absent or unreadable table is only
-/// warned about here (`tidemark tables ensure` creates it; a failing
-/// destination falls back to the local file).
+/// warned about here (`tidemark tables ensure` creates it; writes to a
+/// missing table are refusals for good).
 pub(crate) async fn check_dead_letter_table(
     dynamodb: &aws_sdk_dynamodb::Client,
     table: &str,

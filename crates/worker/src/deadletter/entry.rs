@@ -82,6 +82,13 @@ impl DeadLetter {
         }
     }
 
+    /// About how many bytes this entry holds in memory: what the
+    /// dead-letter queue's bound counts.
+    pub(crate) fn cost(&self) -> usize {
+        // Strings, plus the struct and the position's parts.
+        self.payload_base64.len() + self.error.len() + self.payload_sha256.len() + 256
+    }
+
     /// The raw payload (or its kept prefix when truncated).
     pub fn payload(&self) -> Result<Vec<u8>, base64::DecodeError> {
         base64::engine::general_purpose::STANDARD.decode(&self.payload_base64)

@@ -38,9 +38,12 @@ impl DeadLetterSink for FileSink {
     ) -> BoxFuture<'a, Result<(), DeadLetterError>> {
         Box::pin(async move {
             let _guard = self.lock.lock().await;
+            // A file that cannot be written (no space, read-only, no
+            // permission) is not going to heal by itself in time.
             let err = |e: std::io::Error| DeadLetterError::Destination {
                 destination: self.path.display().to_string(),
                 message: e.to_string(),
+                permanent: true,
             };
             let mut text = String::new();
             for e in entries {

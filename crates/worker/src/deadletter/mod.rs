@@ -10,20 +10,25 @@
 //!   destination's limit (SQS: 256 KiB per message and per batch; DynamoDB:
 //!   400 KB per item) before it is sent, by truncating the payload (its full
 //!   size and SHA-256 are kept).
-//! - Retries are bounded: a failing batch is retried a few times, then split
-//!   in halves down to single entries, all within `WRITE_DEADLINE` (30 s); an entry
-//!   that still fails goes to the fallback file (`fallback_path`), so the
-//!   shard moves on. Only when the fallback file cannot be written either is
-//!   the dead-letter task's error fatal (the worker stops; the records stay
-//!   unacknowledged).
+//! - A slow or failing destination is waited for, never given up: a
+//!   transient failure (throttling, a timeout, a 5xx, no connection) is
+//!   retried with capped back-off until it answers, with `CONCURRENCY`
+//!   batches in flight. The queue is bounded by bytes (`QUEUE_BYTES`):
+//!   while it is full the pipeline waits, and so do the sources.
+//! - Only an entry the destination refuses for good (access denied, a
+//!   missing queue or table, a refused message) goes to the fallback file,
+//!   and only when `fallback_path` is configured (it must be on durable
+//!   storage: its records are acknowledged); without one such a refusal is
+//!   fatal (the worker stops; the records stay unacknowledged).
 //! - On a FIFO queue the deduplication id is a hash of the source position
 //!   and the reason: two different records with the same bytes are both kept.
 //!
 //! One file per part: [`DeadLetterConfig`] (`config.rs`); [`DeadLetter`]
 //! (the entry, `entry.rs`); the [`DeadLetterSink`] trait and
 //! [`DeadLetterError`] (`sink.rs`); the destinations behind it, each sized
-//! to its limits (`sqs.rs`, `dynamodb.rs`, `file.rs`); `DeadLetters`, the
-//! queue and its task with retries, splitting and the fallback file
+//! to its limits and telling a transient failure from a refusal for good
+//! (`sqs.rs`, `dynamodb.rs`, `file.rs`); `DeadLetters`, the bounded queue
+//! and its task with retries, concurrency, splitting and the fallback file
 //! (`delivery.rs`). The files import each other, never this one.
 
 mod config;

@@ -43,9 +43,10 @@ impl DeadLetterSink for SqsSink {
     ) -> BoxFuture<'a, Result<(), DeadLetterError>> {
         Box::pin(async move {
             let fifo = self.queue_url.ends_with(".fifo");
-            let err = |message: String| DeadLetterError::Destination {
+            let err = |message: String, permanent: bool| DeadLetterError::Destination {
                 destination: self.queue_url.clone(),
                 message,
+                permanent,
             };
             for batch in sqs_batches(entries) {
                 let n = batch.len();
@@ -59,7 +60,7 @@ impl DeadLetterSink for SqsSink {
                             .message_group_id(e.reason.as_str())
                             .message_deduplication_id(e.dedup_id());
                     }
-                    request.push(b.build().map_err(|e| err(e.to_string()))?);
+                    request.push(b.build().map_err(|e| err(e.to_string(), true))?);
                 }
                 let out = self
                     .client
@@ -68,13 +69,27 @@ impl DeadLetterSink for SqsSink {
                     .set_entries(Some(request))
                     .send()
                     .await
-                    .map_err(|e| err(tidemark_aws_errors::describe(&e)))?;
+                    .map_err(|e| {
+                        DeadLetterError::of_class(
+                            self.queue_url.clone(),
+                            tidemark_aws_errors::describe(&e),
+                            tidemark_aws_errors::classify(&e),
+                        )
+                    })?;
                 if let Some(f) = out.failed().first() {
-                    return Err(err(format!(
-                        "{} of {n} entries failed: {}",
-                        out.failed().len(),
-                        f.message().unwrap_or(f.code())
-                    )));
+                    // SenderFault: SQS refuses the entries themselves
+                    // (their content); otherwise its own trouble, which
+                    // passes.
+                    let refused = out.failed().iter().all(|f| f.sender_fault());
+                    return Err(err(
+                        format!(
+                            "{} of {n} entries failed: {} ({})",
+                            out.failed().len(),
+                            f.message().unwrap_or(f.code()),
+                            f.code()
+                        ),
+                        refused,
+                    ));
                 }
             }
             Ok(())

@@ -150,14 +150,6 @@ pub enum Action {
         /// Wanted.
         enabled: bool,
     },
-    /// Put the `tidemark:prefix` tag on a table that lacks it.
-    TagPrefix {
-        /// Table name.
-        table: String,
-        /// Table ARN.
-        #[serde(skip)]
-        arn: String,
-    },
     /// Record the config's key layout on a table that has none.
     TagLayout {
         /// Table name.
@@ -233,7 +225,6 @@ impl Action {
             Action::SetTtl { .. } => "set_ttl",
             Action::SetPitr { .. } => "set_pitr",
             Action::SetDeletionProtection { .. } => "set_deletion_protection",
-            Action::TagPrefix { .. } => "tag_prefix",
             Action::TagLayout { .. } => "tag_layout",
             Action::Export { .. } => "export",
             Action::Delete { .. } => "delete",
@@ -266,7 +257,6 @@ impl Action {
             | Action::SetTtl { table, .. }
             | Action::SetPitr { table, .. }
             | Action::SetDeletionProtection { table, .. }
-            | Action::TagPrefix { table, .. }
             | Action::TagLayout { table, .. }
             | Action::Export { table, .. }
             | Action::Delete { table }
@@ -439,6 +429,12 @@ pub(crate) fn round_actions(
         if t.status != TableStatus::Active.as_str() {
             continue;
         }
+        // A table that does not carry our prefix tag is not ours, whatever
+        // its name: never adopted (tagging it would make it ours to resize
+        // and delete), never changed.
+        if !is_ours(policy, t) {
+            continue;
+        }
         match t.state {
             // Exported or deleted only once the expiry guard has passed:
             // every write accepted (until the guard before expiry) has
@@ -565,6 +561,17 @@ fn lift(
     true
 }
 
+/// False for a table whose tags were read and do not carry this stack's
+/// `tidemark:prefix` tag (another application's `<prefix>_*` table, or
+/// one tagged with another prefix). A table whose tags were not read this
+/// round counts as ours: IAM refuses changes to it unless it is.
+pub(crate) fn is_ours(policy: &TablePolicy, t: &TableInfo) -> bool {
+    t.details
+        .tags
+        .as_ref()
+        .is_none_or(|tags| tags.get(PREFIX_TAG) == Some(&policy.naming.prefix))
+}
+
 /// The actions that bring a live table to its desired state.
 fn reconcile(policy: &TablePolicy, t: &TableInfo, state: LifecycleState, out: &mut Vec<Action>) {
     let want = policy.desired(state);
@@ -612,14 +619,6 @@ fn reconcile(policy: &TablePolicy, t: &TableInfo, state: LifecycleState, out: &m
         out.push(Action::SetPitr {
             table: table(),
             enabled,
-        });
-    }
-    if let Some(tags) = &t.details.tags
-        && tags.get(PREFIX_TAG) != Some(&policy.naming.prefix)
-    {
-        out.push(Action::TagPrefix {
-            table: table(),
-            arn: t.arn.clone(),
         });
     }
     // A table from before layouts were recorded is taken to have been

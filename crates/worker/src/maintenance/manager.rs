@@ -27,7 +27,7 @@ use tracing::{info, warn};
 
 use super::clock::{ServerClock, skew_refusal};
 use super::drift::{
-    Action, Details, ExportState, RoundKind, TableInfo, TablePolicy, round_actions,
+    Action, Details, ExportState, RoundKind, TableInfo, TablePolicy, is_ours, round_actions,
 };
 use super::error::TablesError;
 use super::lift::{self, Backlog, Lift};
@@ -607,6 +607,16 @@ impl TableManager {
         // (a worker's start-up among them), and the SDK's futures are large.
         let mut existing =
             Box::pin(self.list_with(now, (kind == RoundKind::Rotate).then_some(round))).await?;
+        for t in existing.iter().filter(|t| !is_ours(&self.policy, t)) {
+            warn!(
+                table = t.name,
+                tag = PREFIX_TAG,
+                prefix = self.policy.naming.prefix,
+                "a table named like a period table lacks the prefix tag: not ours, left alone \
+                 (if it is this stack's, tag it: aws dynamodb tag-resource --resource-arn <arn> \
+                 --tags Key=tidemark:prefix,Value=<prefix>)"
+            );
+        }
         let lifts = if kind == RoundKind::Rotate {
             Box::pin(self.lifts()).await
         } else {
@@ -781,9 +791,6 @@ impl TableManager {
             }),
             Action::SetTtl { table, to, .. } => Box::pin(self.enable_ttl(table, to)),
             Action::SetPitr { table, enabled } => Box::pin(self.set_pitr(table, *enabled)),
-            Action::TagPrefix { table, arn } => {
-                Box::pin(self.tag(table, arn, PREFIX_TAG, &self.policy.naming.prefix))
-            }
             Action::TagLayout { table, arn } => {
                 Box::pin(self.tag(table, arn, LAYOUT_TAG, &self.policy.layout))
             }

@@ -13,6 +13,7 @@
 //! | `LagSeconds` | Seconds | [TablePrefix], [TablePrefix, Shard] | `millis_behind_latest` of each shard read since the last flush (`Shard` is `stream/shardId` with `source.streams`) |
 //! | `ItemsStored`, `ItemsThrottled` | Count | [TablePrefix], [TablePrefix, Table] | writer counters, per interval (throttled = items DynamoDB returned unprocessed) |
 //! | `DeadLetters` | Count | [TablePrefix], [TablePrefix, Reason] | dead letters per interval (0 when none) |
+//! | `DeadLetterFallbacks` | Count | [TablePrefix] | dead letters written to the local fallback file, per interval (0 when none) |
 //! | `WriterItemsInFlight` | Count | [TablePrefix] | the writer's in-flight items |
 //! | `MaintenanceQuotaErrors` | Count | [TablePrefix] | quota refusals of table maintenance, per interval |
 //! | `SecondsSinceMaintenance`, `NextTableReady`, `SecondsToNextPeriod` | Seconds, None, Seconds | [TablePrefix] | only from the worker holding the maintenance lease |
@@ -177,7 +178,14 @@ impl Emf {
             .iter()
             .map(|(operation, total)| delta(&mut self.last, m::QUOTA_ERRORS, operation, *total))
             .sum();
+        let fallbacks = delta(
+            &mut self.last,
+            m::DEAD_LETTER_FALLBACKS,
+            "",
+            snap.dead_letter_fallbacks,
+        );
         let mut worker = vec![
+            ("DeadLetterFallbacks", "Count", fallbacks),
             ("WriterItemsInFlight", "Count", (self.in_flight)() as f64),
             ("MaintenanceQuotaErrors", "Count", quota),
         ];

@@ -37,6 +37,7 @@ use tidemark_consumer::SourceContext;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 use tracing::{error, info, warn};
 
 use super::background::{probe_dynamodb, rotate_round};
@@ -67,8 +68,13 @@ pub struct Worker {
     maintenance: Option<MaintenanceLease>,
     /// This worker's id (lease owner name, report key).
     worker_id: String,
-    listener: TcpListener,
+    listener: Arc<TcpListener>,
     telemetry_addr: SocketAddr,
+    /// Shared with the endpoints: `starting` until [`Worker::run`].
+    readiness: Arc<Readiness>,
+    /// The endpoints served while `build` waits for AWS; stopped (and
+    /// aborted if `build` fails) before `run` serves them for good.
+    starting: (CancellationToken, AbortOnDropHandle<()>),
 }
 
 impl Worker {
@@ -83,6 +89,19 @@ impl Worker {
             .await
             .map_err(listen_error)?;
         let telemetry_addr = listener.local_addr().map_err(listen_error)?;
+        // `/healthz` answers from now on (`starting`), while the rest waits
+        // for AWS: a health check must not kill a task that is starting.
+        let listener = Arc::new(listener);
+        let (prometheus, _) = telemetry::install_recorder()?;
+        let readiness = Arc::new(Readiness::default());
+        readiness.starting.store(true, Ordering::Relaxed);
+        let stop_starting = CancellationToken::new();
+        let starting = AbortOnDropHandle::new(tokio::spawn(telemetry::serve(
+            listener.clone(),
+            prometheus,
+            readiness.clone(),
+            stop_starting.clone(),
+        )));
         // Boxed: these futures are large, and callers (tests, the binary's
         // main) hold `build` on their own stack.
         let data = Box::pin(DataPath::start(config, sdk)).await?;
@@ -119,6 +138,8 @@ impl Worker {
             worker_id,
             listener,
             telemetry_addr,
+            readiness,
+            starting: (stop_starting, starting),
         })
     }
 
@@ -173,9 +194,14 @@ impl Worker {
             worker_id,
             listener,
             telemetry_addr,
+            readiness,
+            starting: (stop_starting, starting),
         } = self;
         let (prometheus, typed_metrics) = telemetry::install_recorder()?;
-        let readiness = Arc::new(Readiness::default());
+        // The start-up endpoints hand the listener over.
+        stop_starting.cancel();
+        let _ = starting.await;
+        readiness.starting.store(false, Ordering::Relaxed);
         let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
 
         // Telemetry outlives the drain (/metrics stays up while draining):

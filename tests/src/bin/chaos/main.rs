@@ -20,11 +20,17 @@
 //! (amplification, at most 1.5) and the time from recovery until every
 //! checkpoint is at its end (at most 30 s); its last line is
 //! `brownout: lost N, duplicates N, amplification X.Yx, recovery N s`.
+//!
+//! `chaos bomb`, `chaos revoked` and `chaos dlq-hang` run one short
+//! scenario each (`scenarios.rs`): a decompression bomb among good records,
+//! the lease table's permission revoked under a running worker, and a
+//! dead-letter queue that hangs while poison arrives.
 
 mod check;
 mod events;
 mod overlap;
 mod producer;
+mod scenarios;
 mod workers;
 
 use std::collections::BTreeMap;
@@ -65,13 +71,26 @@ enum Scenario {
     /// advances every `--late-check-every`, and every late event is stored
     /// or dead-lettered as `late_backlog`.
     Late,
+    /// One worker; a gzip record inflating to `--bomb-lines` NDJSON events
+    /// among `--bomb-good` good events: bounded memory, one dead letter,
+    /// every good event stored, the checkpoint past it.
+    Bomb,
+    /// One worker; once it holds its leases, every call on the lease table
+    /// is refused (AccessDenied): it must stop or turn unhealthy within
+    /// three failover times.
+    Revoked,
+    /// One worker with an SQS dead-letter queue that hangs for
+    /// `--hang-for` while poison arrives: every entry reaches the queue,
+    /// none only a local file, no checkpoint passes an entry not yet stored.
+    DlqHang,
 }
 
 /// Chaos run: three workers, faults, kills, reshards, throttling, poison.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "chaos", about)]
 struct Args {
-    /// A named scenario instead of the full run (`brownout`).
+    /// A named scenario instead of the full run (`brownout`, `bomb`,
+    /// `revoked`, `dlq-hang`).
     #[arg(value_enum)]
     scenario: Option<Scenario>,
     /// brownout: how long every DynamoDB call is held.
@@ -116,6 +135,25 @@ struct Args {
     /// production ends.
     #[arg(long, default_value = "60s", value_parser = duration)]
     late_current_within: Duration,
+    /// bomb: `{}` lines the bomb record inflates to (3 bytes each).
+    #[arg(long, default_value_t = 20_971_520)]
+    bomb_lines: u64,
+    /// bomb: good events around it (half before, half after).
+    #[arg(long, default_value_t = 2_000)]
+    bomb_good: u64,
+    /// bomb: the worker's peak RSS must stay under this, bytes.
+    #[arg(long, default_value_t = 256_000_000)]
+    bomb_rss_limit: u64,
+    /// bomb: the checkpoint must pass the last record within this.
+    #[arg(long, default_value = "60s", value_parser = duration)]
+    bomb_within: Duration,
+    /// bomb: a worker whose RSS passes this is killed (spares the machine
+    /// when the bound does not hold), bytes.
+    #[arg(long, default_value_t = 2_000_000_000)]
+    rss_guard: u64,
+    /// dlq-hang: how long every SQS call is held.
+    #[arg(long, default_value = "35s", value_parser = duration)]
+    hang_for: Duration,
     /// The `tidemark` binary to run as workers.
     #[arg(long)]
     tidemark: PathBuf,
@@ -386,6 +424,9 @@ async fn main() -> Result<()> {
 }
 
 async fn run(mut args: Args) -> Result<bool> {
+    if let Some(s @ (Scenario::Bomb | Scenario::Revoked | Scenario::DlqHang)) = args.scenario {
+        return scenarios::run(s, &args).await;
+    }
     let brownout = args.scenario == Some(Scenario::Brownout);
     if brownout {
         args.events = args.brownout_events;

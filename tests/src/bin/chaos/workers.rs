@@ -149,6 +149,26 @@ impl Fleet {
         Ok(crashed)
     }
 
+    /// The process id of the worker in `slot`.
+    pub(crate) fn pid(&self, slot: usize) -> Option<u32> {
+        self.running.get(slot).map(|(c, _)| c.id())
+    }
+
+    /// The exit status of the worker in `slot` if it exited (recorded as
+    /// crashed, not restarted: for scenarios where exiting is the point).
+    pub(crate) fn exited(&mut self, slot: usize) -> Result<Option<ExitStatus>> {
+        let Some((child, n)) = self.running.get_mut(slot) else {
+            return Ok(None);
+        };
+        let Some(status) = child.try_wait().context("checking a worker")? else {
+            return Ok(None);
+        };
+        let n = *n;
+        self.history[n].ended = Some((Utc::now(), Ending::Crashed(status.to_string())));
+        self.running.remove(slot);
+        Ok(Some(status))
+    }
+
     /// Number of slots.
     pub(crate) fn slots(&self) -> usize {
         self.running.len()

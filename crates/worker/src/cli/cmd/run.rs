@@ -7,11 +7,36 @@ use tracing::{error, warn};
 
 /// Builds the worker and runs it until the first SIGTERM/SIGINT; a second
 /// signal exits at once.
+/// A signal during start-up (connecting to AWS, checking tables) stops it
+/// at once, status 0: nothing was read yet, so nothing is left to drain.
 pub(crate) async fn run(config: &Config) -> Result<()> {
-    let sdk = super::sdk().await?;
-    let worker = Worker::build(config, &sdk).await?;
+    let starting = async {
+        let sdk = super::sdk().await?;
+        anyhow::Ok(Worker::build(config, &sdk).await?)
+    };
+    let worker = tokio::select! {
+        built = starting => built?,
+        () = first_signal() => {
+            warn!("shutdown requested during start-up: stopping");
+            return Ok(());
+        }
+    };
     worker.run(signals()).await?;
     Ok(())
+}
+
+/// Completes at the first SIGTERM/SIGINT (never, when SIGTERM cannot be
+/// watched: `signals` says so once the worker runs).
+async fn first_signal() {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => std::future::pending().await,
+    }
 }
 
 /// Completes at the first SIGTERM/SIGINT, and keeps watching: a second one

@@ -173,7 +173,7 @@ fn drift_behind_the_workers_back_is_repaired() {
     let mut drifted = clean.clone();
     drifted.capacity = Some(Capacity { read: 5, write: 5 });
     drifted.details.ttl = Some(None);
-    drifted.details.tags.as_mut().unwrap().remove(PREFIX_TAG);
+    drifted.details.tags.as_mut().unwrap().remove(LAYOUT_TAG);
     let actions = round_actions(&p, &[drifted], now, RoundKind::Rotate);
     assert_eq!(
         actions,
@@ -189,11 +189,42 @@ fn drift_behind_the_workers_back_is_repaired() {
                 from: None,
                 to: "expires_at".into(),
             },
-            Action::TagPrefix {
+            Action::TagLayout {
                 table: "iot_2026-11-22".into(),
                 arn: clean.arn.clone(),
             },
         ]
+    );
+}
+
+/// A `<prefix>_<period>` table without this stack's `tidemark:prefix` tag
+/// (another application's, or tagged with another prefix) is not ours: no
+/// round tags it (adopting it would make it ours to resize and delete),
+/// resizes it or deletes it, however expired its name says it is.
+#[test]
+fn a_table_without_our_prefix_tag_is_left_alone() {
+    let p = policy(ExpiryAction::Delete);
+    let now = at("2026-11-22T01:00:00Z");
+    for tags in [
+        vec![],
+        vec![(PREFIX_TAG.to_string(), "someone-else".to_string())],
+    ] {
+        for name in ["iot_2026-11-22", "iot_2026-11-10"] {
+            let mut t = read(&p, info(&p, name, now, Capacity { read: 5, write: 5 }));
+            t.details.tags = Some(tags.clone().into_iter().collect());
+            assert_eq!(actions_for(&p, &t, now), [], "{name} tagged {tags:?}");
+        }
+    }
+    // The same expired table carrying our tag is ours: deleted.
+    let expired = info(&p, "iot_2026-11-10", now, Capacity { read: 5, write: 5 });
+    assert_eq!(expired.state, LifecycleState::Expired);
+    let ours = read(&p, expired);
+    assert_eq!(
+        actions_for(&p, &ours, now),
+        [Action::Delete {
+            table: "iot_2026-11-10".into()
+        }],
+        "an expired table of ours is still deleted"
     );
 }
 

@@ -311,3 +311,28 @@ async fn run_writes_one_line_per_document_each_interval_and_at_shutdown() {
         check_emf(line).unwrap();
     }
 }
+
+/// Dead letters written to the local fallback file reach CloudWatch as
+/// `DeadLetterFallbacks`, per interval, with a zero when there were none
+/// (the alarm sees data).
+#[test]
+fn fallback_file_entries_reach_cloudwatch() {
+    let recorder = TypedRecorder::new(PrometheusBuilder::new().build_recorder());
+    let mut emf = Emf::new(
+        "Tidemark".into(),
+        "events".into(),
+        Period::Hour,
+        recorder.metrics(),
+        || 0,
+    );
+    metrics::with_local_recorder(&recorder, || {
+        metrics::counter!(m::DEAD_LETTER_FALLBACKS).increment(3);
+    });
+    let first = emf.documents(at("2026-11-24T10:56:00Z"));
+    let second = emf.documents(at("2026-11-24T10:57:00Z"));
+    for doc in first.iter().chain(&second) {
+        check_emf(&doc.to_string()).unwrap();
+    }
+    assert_eq!(value_of(&first, "DeadLetterFallbacks", None), Some(3.0));
+    assert_eq!(value_of(&second, "DeadLetterFallbacks", None), Some(0.0));
+}

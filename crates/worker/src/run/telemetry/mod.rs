@@ -34,6 +34,10 @@ pub(crate) struct Readiness {
     /// The last DynamoDB probe, on the writer's own client (same endpoint,
     /// credentials, HTTP client and proxy as the writes), succeeded.
     pub dynamodb_reachable: AtomicBool,
+    /// The worker is still starting (connecting to AWS, checking tables):
+    /// `/healthz` answers 200 `starting`, so a health check does not kill a
+    /// task that waits for AWS; `/readyz` is 503.
+    pub starting: AtomicBool,
     /// The fatal error stopping the worker (the first one), if any.
     fatal: OnceLock<String>,
 }
@@ -94,7 +98,7 @@ pub(crate) fn describe_all() {
 
 /// Serves the endpoints on `listener` until `shutdown`.
 pub(crate) async fn serve(
-    listener: TcpListener,
+    listener: Arc<TcpListener>,
     metrics: PrometheusHandle,
     ready: Arc<Readiness>,
     shutdown: CancellationToken,
@@ -135,6 +139,9 @@ fn respond(path: &str, metrics: &PrometheusHandle, ready: &Readiness) -> Respons
             metrics.render(),
         ),
         "/healthz" => match ready.fatal() {
+            None if ready.starting.load(Ordering::Relaxed) => {
+                (StatusCode::OK, "text/plain", "starting\n".to_string())
+            }
             None => (StatusCode::OK, "text/plain", "ok\n".to_string()),
             // Not healthy, whatever else works: the process is stopping.
             Some(cause) => (
@@ -236,7 +243,12 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let ready = Arc::new(Readiness::default());
         let shutdown = CancellationToken::new();
-        let server = tokio::spawn(serve(listener, handle, ready.clone(), shutdown.clone()));
+        let server = tokio::spawn(serve(
+            Arc::new(listener),
+            handle,
+            ready.clone(),
+            shutdown.clone(),
+        ));
 
         let t = Duration::from_secs(5);
         check(addr, "/healthz", t).await.unwrap();

@@ -23,11 +23,12 @@ use tidemark_writer::metrics as writer;
 use crate::metrics as m;
 
 /// The counters a snapshot holds.
-const COUNTERS: [&str; 6] = [
+const COUNTERS: [&str; 7] = [
     kinesis::GET_RECORDS,
     writer::ITEMS_STORED,
     writer::UNPROCESSED,
     m::DEAD_LETTERS,
+    m::DEAD_LETTER_FALLBACKS,
     m::QUOTA_ERRORS,
     sqs::MESSAGES_RECEIVED,
 ];
@@ -58,6 +59,8 @@ pub(crate) struct MetricsSnapshot {
     pub(crate) dead_letters: BTreeMap<String, u64>,
     /// Quota refusals of table maintenance, by operation.
     pub(crate) quota_errors: BTreeMap<String, u64>,
+    /// Dead letters written to the local fallback file.
+    pub(crate) dead_letter_fallbacks: u64,
     /// 1 while this worker holds the maintenance lease.
     pub(crate) maintenance_held: Option<f64>,
     /// Unix time (s) of the last fully successful maintenance round.
@@ -133,6 +136,7 @@ impl TypedMetrics {
                     Some(label(key, "operation").unwrap_or_default()),
                 ),
                 sqs::MESSAGES_RECEIVED => s.sqs_messages_received += total,
+                m::DEAD_LETTER_FALLBACKS => s.dead_letter_fallbacks += total,
                 _ => {}
             }
         });
