@@ -45,7 +45,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, for metrics pre-registration and exhaustive tests.
-    pub const ALL: [Reason; 12] = [
+    pub const ALL: [Reason; 13] = [
         Reason::InvalidJson,
         Reason::MissingField,
         Reason::InvalidField,

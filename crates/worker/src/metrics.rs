@@ -36,7 +36,7 @@ pub(crate) const CLOCK_SKIPS: &str = "tidemark_maintenance_clock_skips_total";
 
 /// Every metric of this crate, for tests that check each is described.
 #[cfg(test)]
-pub(crate) const ALL: [&str; 10] = [
+pub(crate) const ALL: [&str; 11] = [
     RECORDS_READ,
     DEAD_LETTERS,
     DEAD_LETTER_WRITE_ERRORS,

@@ -11,6 +11,7 @@
 mod aws;
 mod cmd;
 mod exit;
+mod journal;
 
 use crate::config::{Config, LogFormat};
 use anyhow::{Context, Result};
@@ -260,7 +261,7 @@ fn aws_command(
                     return std::future::pending().await;
                 }
                 let origins = cmd::origins().cloned().unwrap_or_default();
-                if let Some(m) = journal.given_up(give_up, &origins) {
+                if let Some(m) = journal.given_up(give_up, &|c| origins.at(c)) {
                     return m;
                 }
             }

@@ -55,12 +55,12 @@ pub(crate) async fn run(scenario: Scenario, args: &Args) -> Result<bool> {
         Scenario::Bomb => bomb(args).await,
         Scenario::Revoked => revoked(args).await,
         Scenario::DlqHang => dlq_hang(args).await,
-        Scenario::Brownout => unreachable_scenario(),
+        Scenario::Brownout | Scenario::Late => unreachable_scenario(),
     }
 }
 
 fn unreachable_scenario() -> Result<bool> {
-    Err(anyhow!("brownout runs in the main loop"))
+    Err(anyhow!("brownout and late run in the main loop"))
 }
 
 /// One scenario's world: the limits proxy (no faults but the scenario's

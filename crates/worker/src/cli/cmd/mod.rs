@@ -29,8 +29,9 @@ use crate::sdk::AwsOverrides;
 use anyhow::{Result, bail};
 use tidemark_schema::route::RouterConfig;
 
-use super::aws::{Journal, Origins, check_setup};
+use super::aws::{Origins, check_setup};
 pub(crate) use super::exit::{EXIT_CODES, EXIT_UNAVAILABLE, Exit, Failed, Unavailable, Usage};
+use super::journal::Journal;
 
 use render::Output;
 
