@@ -41,6 +41,33 @@ async fn write_capacity(client: &aws_sdk_dynamodb::Client, table: &str) -> Optio
     d.table()?.provisioned_throughput()?.write_capacity_units()
 }
 
+/// Tags `table` `tidemark:prefix` = `prefix`, as the worker's CreateTable does.
+async fn tag_ours(client: &aws_sdk_dynamodb::Client, table: &str, prefix: &str) {
+    let arn = client
+        .describe_table()
+        .table_name(table)
+        .send()
+        .await
+        .unwrap()
+        .table()
+        .and_then(|t| t.table_arn())
+        .unwrap()
+        .to_string();
+    client
+        .tag_resource()
+        .resource_arn(arn)
+        .tags(
+            aws_sdk_dynamodb::types::Tag::builder()
+                .key("tidemark:prefix")
+                .value(prefix)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+}
+
 #[cfg_attr(
     not(feature = "stack"),
     ignore = "needs the local AWS stack (scripts/test runs it)"
@@ -75,6 +102,9 @@ async fn a_host_clock_ahead_of_dynamodbs_neither_scales_down_nor_deletes() {
             },
         )
         .await;
+        // Ours, as a worker creates them: maintenance leaves alone a table
+        // without this stack's prefix tag.
+        tag_ours(&direct, t, &prefix).await;
     }
     let m = TableManager::new(stack.dynamodb_at(&proxy.url), p);
     let applied = m.round(now, RoundKind::Rotate, false).await.unwrap();
