@@ -1,6 +1,6 @@
 //! Metrics and health over HTTP: Prometheus text at `/metrics`, liveness at
 //! `/healthz` (503 with the cause once a fatal error is stopping the
-//! worker), readiness at `/readyz` (sources running and DynamoDB reachable
+//! worker, or while it makes no progress holding work: `stall.rs`), readiness at `/readyz` (sources running and DynamoDB reachable
 //! through the writer's own client). Also the client side of `tidemark
 //! healthcheck`, and the process's recorder: Prometheus plus the typed
 //! `MetricsSnapshot` that worker reports and EMF lines read (`snapshot.rs`).
@@ -159,7 +159,16 @@ fn respond(path: &str, metrics: &PrometheusHandle, ready: &Readiness) -> Respons
             None if ready.starting.load(Ordering::Relaxed) => {
                 (StatusCode::OK, "text/plain", "starting\n".to_string())
             }
-            None => (StatusCode::OK, "text/plain", "ok\n".to_string()),
+            // Alive but not moving while it holds work: let the
+            // orchestrator replace it (`stall.rs`).
+            None => match ready.stalled() {
+                Some(cause) => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain",
+                    format!("stalled: {cause}\n"),
+                ),
+                None => (StatusCode::OK, "text/plain", "ok\n".to_string()),
+            },
             // Not healthy, whatever else works: the process is stopping.
             Some(cause) => (
                 StatusCode::SERVICE_UNAVAILABLE,

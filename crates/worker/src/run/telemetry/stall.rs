@@ -80,8 +80,23 @@ impl StallWatch {
     /// One look at `now`: `progress` is a total that grows with every step
     /// of progress, `work` what the worker holds. The cause when stalled,
     /// `None` when healthy.
-    pub(crate) fn observe(&mut self, _now: Instant, _progress: u64, _work: Work) -> Option<String> {
-        None
+    pub(crate) fn observe(&mut self, now: Instant, progress: u64, work: Work) -> Option<String> {
+        let moved = self.last.is_some_and(|last| progress != last);
+        self.last = Some(progress);
+        // Progress, or nothing to make progress on: the clock restarts.
+        if moved || work.is_idle() {
+            self.since = now;
+            return None;
+        }
+        let still = now.saturating_duration_since(self.since);
+        (still >= self.limit).then(|| {
+            format!(
+                "no progress for {}s while holding work ({}): nothing read, stored, \
+                 dead-lettered or renewed",
+                still.as_secs(),
+                work.describe()
+            )
+        })
     }
 }
 
