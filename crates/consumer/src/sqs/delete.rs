@@ -132,3 +132,99 @@ async fn delete_batch(queue: Arc<QueueRun>, batch: Vec<(u64, String)>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use aws_sdk_sqs::Client;
+    use aws_sdk_sqs::operation::change_message_visibility_batch::ChangeMessageVisibilityBatchOutput;
+    use aws_sdk_sqs::operation::delete_message_batch::DeleteMessageBatchError;
+    use aws_sdk_sqs::operation::receive_message::{ReceiveMessageError, ReceiveMessageOutput};
+    use aws_sdk_sqs::types::Message;
+    use aws_smithy_mocks::{MockResponseInterceptor, RuleMode, create_mock_http_client, mock};
+    use aws_smithy_types::error::ErrorMetadata;
+    use tokio::sync::mpsc;
+    use tokio_util::sync::CancellationToken;
+
+    use crate::record::Ack;
+    use crate::sqs::{SqsConfig, SqsSource};
+
+    /// DeleteMessage refused for good (AccessDenied): the message was
+    /// stored, can never be deleted, and comes back after its visibility
+    /// timeout to be stored again, for ever. The source stops with the
+    /// error (the worker exits non-zero) instead of retrying while it looks
+    /// healthy.
+    #[tokio::test]
+    async fn delete_refused_for_good_stops_the_source() {
+        let receive = mock!(Client::receive_message)
+            .sequence()
+            .output(|| {
+                ReceiveMessageOutput::builder()
+                    .messages(
+                        Message::builder()
+                            .message_id("m1")
+                            .receipt_handle("r1")
+                            .body("{}")
+                            .build(),
+                    )
+                    .build()
+            })
+            .times(1)
+            // Then the queue is slow to answer: retried with back-off.
+            .error(|| {
+                ReceiveMessageError::generic(
+                    ErrorMetadata::builder().code("ServiceUnavailable").build(),
+                )
+            })
+            .repeatedly()
+            .build();
+        let delete = mock!(Client::delete_message_batch).then_error(|| {
+            DeleteMessageBatchError::generic(
+                ErrorMetadata::builder()
+                    .code("AccessDenied")
+                    .message("not authorized to perform sqs:DeleteMessage")
+                    .build(),
+            )
+        });
+        let visibility = mock!(Client::change_message_visibility_batch).then_output(|| {
+            ChangeMessageVisibilityBatchOutput::builder()
+                .set_successful(Some(vec![]))
+                .set_failed(Some(vec![]))
+                .build()
+                .unwrap()
+        });
+        // `mock_client!` without the SDK's test-util feature (which would
+        // build the SQS crate a second time for this one test).
+        let mocks = MockResponseInterceptor::new()
+            .rule_mode(RuleMode::MatchAny)
+            .with_rule(&receive)
+            .with_rule(&delete)
+            .with_rule(&visibility);
+        let client = Client::from_conf(
+            aws_sdk_sqs::Config::builder()
+                .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+                .region(aws_sdk_sqs::config::Region::new("eu-west-1"))
+                .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+                    "AKID", "secret", None, None, "test",
+                ))
+                .http_client(create_mock_http_client())
+                .interceptor(mocks)
+                .build(),
+        );
+        let mut config = SqsConfig::new("https://sqs.eu-west-1.amazonaws.com/1/q");
+        config.shutdown_grace = Duration::from_secs(1);
+        let (sink, mut pipeline) = mpsc::channel(4);
+        let source = SqsSource::new(config, client);
+        let run = tokio::spawn(source.run(sink, CancellationToken::new()));
+        let records = pipeline.recv().await.expect("the message's record");
+        Ack::done_all(records.into_iter().map(|r| r.ack));
+        let ended = tokio::time::timeout(Duration::from_secs(15), run)
+            .await
+            .expect("the source stops within 15 s of a delete refused for good")
+            .unwrap();
+        let err = ended.expect_err("stopped with the error");
+        assert!(err.to_string().contains("AccessDenied"), "{err}");
+        assert!(delete.num_calls() >= 1);
+    }
+}
