@@ -802,3 +802,125 @@ mod tests {
         assert!(assignments(&again).is_empty());
     }
 }
+
+#[cfg(test)]
+mod refusal_tests {
+    use super::*;
+    use aws_sdk_dynamodb::Client;
+    use aws_sdk_dynamodb::operation::query::QueryError;
+    use aws_sdk_dynamodb::operation::scan::ScanError;
+    use aws_smithy_mocks::{RuleMode, mock, mock_client};
+    use aws_smithy_types::error::ErrorMetadata;
+    use futures::future::BoxFuture;
+
+    use crate::error::AwsError;
+    use crate::kinesis::config::KinesisConfig;
+    use crate::kinesis::lease::leader_store::LeaderLock;
+    use crate::kinesis::lease::table::LeaseTable;
+    use crate::kinesis::lease::timing::LeaseTiming;
+    use crate::kinesis::run::RunParts;
+    use crate::kinesis::shard::unused_kinesis;
+
+    /// A coordinator table that refuses every call (the role lost its
+    /// DynamoDB permissions).
+    #[derive(Debug)]
+    struct Refusing;
+
+    fn denied(op: &'static str) -> AwsError {
+        AwsError {
+            op,
+            class: ErrorClass::Fatal,
+            message: "AccessDeniedException: not authorized".into(),
+        }
+    }
+
+    impl LeaderStore for Refusing {
+        fn ensure(&self, _: Duration) -> BoxFuture<'_, Result<(), ConsumerError>> {
+            Box::pin(async { Err(denied("DescribeTable").into()) })
+        }
+        fn now_ms(&self) -> u64 {
+            0
+        }
+        fn heartbeat<'a>(&'a self, _: &'a str, _: u64) -> BoxFuture<'a, Result<(), AwsError>> {
+            Box::pin(async { Err(denied("PutItem")) })
+        }
+        fn remove_heartbeat<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<(), AwsError>> {
+            Box::pin(async { Err(denied("DeleteItem")) })
+        }
+        fn heartbeats(&self) -> BoxFuture<'_, Result<Vec<Heartbeat>, AwsError>> {
+            Box::pin(async { Err(denied("Scan")) })
+        }
+        fn lock(&self) -> BoxFuture<'_, Result<Option<LeaderLock>, AwsError>> {
+            Box::pin(async { Err(denied("GetItem")) })
+        }
+        fn write_lock<'a>(
+            &'a self,
+            _: &'a str,
+            _: Option<u64>,
+            _: u64,
+        ) -> BoxFuture<'a, Result<(), AwsError>> {
+            Box::pin(async { Err(denied("PutItem")) })
+        }
+        fn release_lock<'a>(&'a self, _: &'a str, _: u64) -> BoxFuture<'a, Result<(), AwsError>> {
+            Box::pin(async { Err(denied("DeleteItem")) })
+        }
+    }
+
+    /// Leader mode with every DynamoDB call refused: the heartbeat fails,
+    /// so the worker never counts as alive, and it used to skip listing the
+    /// lease table at every pass: it held nothing, did nothing and looked
+    /// healthy for ever. The refusal stops the source within
+    /// `REFUSED_LISTINGS` passes, as in listing mode.
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_lease_table_stops_leader_mode_without_a_heartbeat() {
+        let denied_meta = || {
+            ErrorMetadata::builder()
+                .code("AccessDeniedException")
+                .message("not authorized")
+                .build()
+        };
+        let query = mock!(Client::query).then_error(move || QueryError::generic(denied_meta()));
+        let scan = mock!(Client::scan).then_error(move || {
+            ScanError::generic(
+                ErrorMetadata::builder()
+                    .code("AccessDeniedException")
+                    .build(),
+            )
+        });
+        let ddb = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&query, &scan]);
+        let failover = Duration::from_secs(10);
+        let mut config = KinesisConfig::new("s", "t", "me");
+        config.failover_time = failover;
+        let (sink, _pipeline) = tokio::sync::mpsc::channel(1);
+        let store: Arc<dyn LeaderStore> = Arc::new(Refusing);
+        let stream = Arc::new(StreamRun::new(RunParts {
+            table: LeaseTable::with_timing(ddb, "t", LeaseTiming::new(failover)),
+            config,
+            kinesis: unused_kinesis(),
+            status: Default::default(),
+            sink,
+            shutdown: Default::default(),
+            governors: None,
+            consumer_arn: None,
+            leader_store: Some(store.clone()),
+        }));
+        let mut assigner = Assigner::start(&stream, store);
+        let mut stopped = None;
+        for pass in 1..=10u32 {
+            match assigner.pass(&stream).await {
+                Ok(wake) => tokio::time::sleep_until(wake).await,
+                Err(e) => {
+                    stopped = Some((pass, e));
+                    break;
+                }
+            }
+        }
+        let (pass, e) = stopped.expect("the source stops on a refused lease table");
+        assert!(
+            pass <= crate::kinesis::listing::REFUSED_LISTINGS + 1,
+            "stopped only at pass {pass}"
+        );
+        assert!(e.to_string().contains("AccessDenied"), "{e}");
+        assigner.stop(&stream).await;
+    }
+}
