@@ -39,15 +39,15 @@ use futures::StreamExt;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
-use crate::error::{ConsumerError, ErrorClass};
+use crate::error::{AwsError, ConsumerError, ErrorClass};
 use crate::kinesis::discovery::{sync_failed, sync_shards};
 use crate::kinesis::lease::balance::Observations;
 use crate::kinesis::lease::item::Lease;
 use crate::kinesis::lease::leader_store::{Heartbeat, LeaderStore};
 use crate::kinesis::lease::timing::LeasePhase;
-use crate::kinesis::listing::listing_failed;
+use crate::kinesis::listing::{REFUSED_LISTINGS, listing_failed};
 use crate::kinesis::reader;
 use crate::kinesis::run::StreamRun;
 
@@ -65,6 +65,8 @@ pub(crate) struct Assigner {
     store: Arc<dyn LeaderStore>,
     /// Send time of this worker's last successful heartbeat.
     beat: Arc<std::sync::Mutex<Option<Instant>>>,
+    /// Heartbeats refused for good in a row, and the last such error.
+    beat_refusals: Arc<std::sync::Mutex<(u32, Option<AwsError>)>>,
     beats: AbortOnDropHandle<()>,
     beats_stop: CancellationToken,
     /// The lock counter this worker wrote last, and that write's send time.
@@ -87,16 +89,18 @@ impl Assigner {
     /// Starts the heartbeat task.
     pub(crate) fn start(stream: &Arc<StreamRun>, store: Arc<dyn LeaderStore>) -> Self {
         let beat = Arc::new(std::sync::Mutex::new(None));
+        let beat_refusals = Arc::new(std::sync::Mutex::new((0, None)));
         let beats_stop = CancellationToken::new();
         let beats = AbortOnDropHandle::new(tokio::spawn(heartbeat_loop(
             stream.clone(),
             store.clone(),
-            beat.clone(),
+            (beat.clone(), beat_refusals.clone()),
             beats_stop.clone(),
         )));
         Self {
             store,
             beat,
+            beat_refusals,
             beats,
             beats_stop,
             lock: None,
@@ -113,6 +117,16 @@ impl Assigner {
     /// A reader saw a shard end on this worker.
     pub(crate) fn sync_asked(&mut self) {
         self.sync_asked = true;
+    }
+
+    /// The heartbeat's error once [`REFUSED_LISTINGS`] heartbeats in a row
+    /// were refused for good.
+    fn beat_refused(&self) -> Option<AwsError> {
+        let refused = self.beat_refusals.lock().ok()?;
+        match &*refused {
+            (n, Some(e)) if *n >= REFUSED_LISTINGS => Some(e.clone()),
+            _ => None,
+        }
     }
 
     fn alive(&self, stream: &StreamRun, now: Instant) -> bool {
@@ -135,7 +149,23 @@ impl Assigner {
         let start = Instant::now();
         let wake = start + cfg.failover_time / 3;
         if !self.alive(stream, start) {
-            // No heartbeat: the leader may count this worker as dead.
+            // No heartbeat: the leader may count this worker as dead, so it
+            // adopts nothing. A coordinator table refusing the heartbeat
+            // for good stops the source; so does a lease table refusing
+            // the worker, which it still reads (else, in leader mode, a
+            // revoked role would go unnoticed: no pass would list).
+            if let Some(e) = self.beat_refused() {
+                error!(error = %e, "the coordinator table refuses this worker's heartbeat; stopping");
+                return Err(e.into());
+            }
+            match stream.table.owned_by(cfg.worker_id.as_str()).await {
+                Ok(_) => self.list_refusals = 0,
+                Err(e) => {
+                    if let Some(e) = listing_failed(e, &mut self.list_refusals) {
+                        return Err(e);
+                    }
+                }
+            }
             return Ok(wake);
         }
         self.elect(stream).await;
@@ -439,7 +469,10 @@ impl Assigner {
 async fn heartbeat_loop(
     stream: Arc<StreamRun>,
     store: Arc<dyn LeaderStore>,
-    beat: Arc<std::sync::Mutex<Option<Instant>>>,
+    (beat, refusals): (
+        Arc<std::sync::Mutex<Option<Instant>>>,
+        Arc<std::sync::Mutex<(u32, Option<AwsError>)>>,
+    ),
     stop: CancellationToken,
 ) {
     let timing = *stream.table.timing();
@@ -459,8 +492,18 @@ async fn heartbeat_loop(
                     if let Ok(mut b) = beat.lock() {
                         *b = Some(sent);
                     }
+                    if let Ok(mut r) = refusals.lock() {
+                        *r = (0, None);
+                    }
                 }
-                Ok(Err(e)) => warn!(error = %e, "heartbeat failed"),
+                Ok(Err(e)) => {
+                    warn!(error = %e, "heartbeat failed");
+                    if matches!(e.class, ErrorClass::Fatal | ErrorClass::NotFound)
+                        && let Ok(mut r) = refusals.lock()
+                    {
+                        *r = (r.0 + 1, Some(e));
+                    }
+                }
                 Err(_) => warn!("heartbeat timed out"),
             }
         }
@@ -813,7 +856,6 @@ mod refusal_tests {
     use aws_smithy_types::error::ErrorMetadata;
     use futures::future::BoxFuture;
 
-    use crate::error::AwsError;
     use crate::kinesis::config::KinesisConfig;
     use crate::kinesis::lease::leader_store::LeaderLock;
     use crate::kinesis::lease::table::LeaseTable;
@@ -888,6 +930,31 @@ mod refusal_tests {
             )
         });
         let ddb = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&query, &scan]);
+        let (pass, e) = passes_until_stopped(ddb).await;
+        assert!(
+            pass <= crate::kinesis::listing::REFUSED_LISTINGS + 1,
+            "stopped only at pass {pass}"
+        );
+        assert!(e.to_string().contains("AccessDenied"), "{e}");
+    }
+
+    /// The lease table answers but the coordinator table refuses every
+    /// heartbeat for good: the worker can never take part, so the source
+    /// stops with the heartbeat's error.
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_heartbeat_stops_leader_mode() {
+        use aws_sdk_dynamodb::operation::query::QueryOutput;
+        let query = mock!(Client::query).then_output(|| QueryOutput::builder().build());
+        let ddb = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&query]);
+        let (pass, e) = passes_until_stopped(ddb).await;
+        assert!(pass <= 6, "stopped only at pass {pass}");
+        assert!(e.to_string().contains("PutItem"), "{e}");
+    }
+
+    /// Passes of an assigner over the lease table `ddb` and the refusing
+    /// coordinator table until the source stops (at most 10): the pass
+    /// that stopped it and the error.
+    async fn passes_until_stopped(ddb: Client) -> (u32, ConsumerError) {
         let failover = Duration::from_secs(10);
         let mut config = KinesisConfig::new("s", "t", "me");
         config.failover_time = failover;
@@ -915,12 +982,7 @@ mod refusal_tests {
                 }
             }
         }
-        let (pass, e) = stopped.expect("the source stops on a refused lease table");
-        assert!(
-            pass <= crate::kinesis::listing::REFUSED_LISTINGS + 1,
-            "stopped only at pass {pass}"
-        );
-        assert!(e.to_string().contains("AccessDenied"), "{e}");
         assigner.stop(&stream).await;
+        stopped.expect("the source stops on a refusal for good")
     }
 }
