@@ -59,6 +59,10 @@ const FORGET_PER_PASS: usize = 10;
 /// Most lease-table writes (assignments, adoptions) in flight at once.
 const MAX_CONCURRENT_WRITES: usize = 16;
 
+/// Heartbeats refused for good in a row, and the last such error (written
+/// by the heartbeat task, read by the passes).
+type BeatRefusals = Arc<std::sync::Mutex<(u32, Option<AwsError>)>>;
+
 /// Leader-mode state of one worker.
 #[derive(Debug)]
 pub(crate) struct Assigner {
@@ -66,7 +70,7 @@ pub(crate) struct Assigner {
     /// Send time of this worker's last successful heartbeat.
     beat: Arc<std::sync::Mutex<Option<Instant>>>,
     /// Heartbeats refused for good in a row, and the last such error.
-    beat_refusals: Arc<std::sync::Mutex<(u32, Option<AwsError>)>>,
+    beat_refusals: BeatRefusals,
     beats: AbortOnDropHandle<()>,
     beats_stop: CancellationToken,
     /// The lock counter this worker wrote last, and that write's send time.
@@ -469,10 +473,7 @@ impl Assigner {
 async fn heartbeat_loop(
     stream: Arc<StreamRun>,
     store: Arc<dyn LeaderStore>,
-    (beat, refusals): (
-        Arc<std::sync::Mutex<Option<Instant>>>,
-        Arc<std::sync::Mutex<(u32, Option<AwsError>)>>,
-    ),
+    (beat, refusals): (Arc<std::sync::Mutex<Option<Instant>>>, BeatRefusals),
     stop: CancellationToken,
 ) {
     let timing = *stream.table.timing();
