@@ -16,6 +16,9 @@ pub mod kinesis {
     /// Counter: lease renewals that succeeded (a checkpoint renews too, and
     /// counts under `CHECKPOINTS`).
     pub const LEASE_RENEWALS: &str = "tidemark_consumer_lease_renewals_total";
+    /// Gauge: 1 while the last read of the lease table (listing, or the
+    /// owner index in leader mode) failed, 0 once one succeeds.
+    pub const LEASE_LISTING_FAILING: &str = "tidemark_consumer_lease_listing_failing";
     /// Counter, label `shard`: GetRecords calls.
     pub const GET_RECORDS: &str = "tidemark_consumer_get_records_calls_total";
     /// Counter, label `shard`: GetRecords calls throttled.
@@ -91,6 +94,11 @@ const HELP: &[(&str, Kind, &str)] = &[
         kinesis::LEASE_RENEWALS,
         Kind::Counter,
         "Lease renewals that succeeded (checkpoints renew too and count as checkpoint writes).",
+    ),
+    (
+        kinesis::LEASE_LISTING_FAILING,
+        Kind::Gauge,
+        "1 while the last read of the lease table failed, 0 once one succeeds.",
     ),
     (
         kinesis::GET_RECORDS,

@@ -38,8 +38,9 @@ const COUNTERS: [&str; 11] = [
 ];
 
 /// The gauges a snapshot holds.
-const GAUGES: [&str; 7] = [
+const GAUGES: [&str; 8] = [
     kinesis::MILLIS_BEHIND,
+    kinesis::LEASE_LISTING_FAILING,
     kinesis::LEASES_HELD,
     sqs::IN_FLIGHT,
     m::MAINTENANCE_HELD,
@@ -85,6 +86,8 @@ pub(crate) struct MetricsSnapshot {
     pub(crate) leases_held: f64,
     /// SQS messages in flight.
     pub(crate) sqs_in_flight: f64,
+    /// 1 while the last read of the lease table failed.
+    pub(crate) lease_listing_failing: f64,
 }
 
 /// Counter totals at the last look, by metric and key (shard, table,
@@ -181,6 +184,7 @@ impl TypedMetrics {
                 sqs::RECEIVE_AGE => s.sqs_receive_age = Some(value),
                 kinesis::LEASES_HELD => s.leases_held += value,
                 sqs::IN_FLIGHT => s.sqs_in_flight += value,
+                kinesis::LEASE_LISTING_FAILING => s.lease_listing_failing += value,
                 _ => {}
             }
         });

@@ -6,7 +6,8 @@
 //! Progress is any of: a record read, an item stored, a dead letter
 //! written, a lease renewed or checkpointed, an SQS message received or
 //! deleted. Work held is any of: items in the writer, leases held, SQS
-//! messages in flight, a shard known to be behind its stream's tip. An idle
+//! messages in flight, a shard known to be behind its stream's tip, a
+//! lease table that does not answer (the stream's work is unknown). An idle
 //! worker (nothing held, nothing behind) is never stalled, however long it
 //! waits: only a worker that should be moving and is not is reported, so
 //! the orchestrator replaces it instead of seeing it healthy for ever.
@@ -31,6 +32,9 @@ pub(crate) struct Work {
     pub(crate) sqs_messages: u64,
     /// A shard read last was behind its stream's tip.
     pub(crate) behind: bool,
+    /// The lease table does not answer: whatever the stream holds, this
+    /// worker cannot know what to read.
+    pub(crate) lease_table_failing: bool,
 }
 
 impl Work {
@@ -52,6 +56,9 @@ impl Work {
         }
         if self.behind {
             parts.push("shards behind their tip".to_string());
+        }
+        if self.lease_table_failing {
+            parts.push("the lease table not answering".to_string());
         }
         parts.join(", ")
     }
@@ -123,6 +130,7 @@ pub(crate) async fn watch(
             leases: s.leases_held.max(0.0) as u64,
             sqs_messages: s.sqs_in_flight.max(0.0) as u64,
             behind: s.millis_behind.values().any(|ms| *ms > 0.0),
+            lease_table_failing: false,
         };
         let stalled = rule.observe(Instant::now(), s.progress, work);
         match (&stalled, ready.stalled()) {
@@ -243,8 +251,22 @@ mod watch_tests {
         renewals.increment(1);
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert_eq!(ready.stalled(), None);
-        // Idle (nothing held): never stalled.
+        // Nothing held, but the lease table does not answer (it hangs: no
+        // refusal stops the source): a stall too.
         held.set(0.0);
+        let failing = metrics::with_local_recorder(&recorder, || {
+            metrics::gauge!(kinesis::LEASE_LISTING_FAILING)
+        });
+        failing.set(1.0);
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        let cause = ready
+            .stalled()
+            .expect("stalled while the lease table fails");
+        assert!(cause.contains("the lease table not answering"), "{cause}");
+        failing.set(0.0);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(ready.stalled(), None);
+        // Idle (nothing held): never stalled.
         tokio::time::sleep(Duration::from_secs(60)).await;
         assert_eq!(ready.stalled(), None);
         stop.cancel();
