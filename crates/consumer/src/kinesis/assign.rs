@@ -47,7 +47,7 @@ use crate::kinesis::lease::balance::Observations;
 use crate::kinesis::lease::item::Lease;
 use crate::kinesis::lease::leader_store::{Heartbeat, LeaderStore};
 use crate::kinesis::lease::timing::LeasePhase;
-use crate::kinesis::listing::{REFUSED_LISTINGS, listing_failed};
+use crate::kinesis::listing::{REFUSED_LISTINGS, listing_answered, listing_failed};
 use crate::kinesis::reader;
 use crate::kinesis::run::StreamRun;
 
@@ -163,7 +163,7 @@ impl Assigner {
                 return Err(e.into());
             }
             match stream.table.owned_by(cfg.worker_id.as_str()).await {
-                Ok(_) => self.list_refusals = 0,
+                Ok(_) => listing_answered(&mut self.list_refusals),
                 Err(e) => {
                     if let Some(e) = listing_failed(e, &mut self.list_refusals) {
                         return Err(e);
@@ -239,7 +239,7 @@ impl Assigner {
                 None => return Ok(()),
             },
         };
-        self.list_refusals = 0;
+        listing_answered(&mut self.list_refusals);
         // Discovery: when due, asked, on an empty table, or when a shard
         // ended since the last one (children must be created).
         let finished: HashSet<String> = leases
@@ -367,7 +367,7 @@ impl Assigner {
                 None => return Ok(()),
             },
         };
-        self.list_refusals = 0;
+        listing_answered(&mut self.list_refusals);
         let new: Vec<String> = keys
             .into_iter()
             .filter(|k| !stream.held.contains(k))

@@ -230,7 +230,8 @@ pub struct TelemetryConfig {
     /// `/healthz` answers 503 (`stalled: ...`) once the worker has made no
     /// progress for this long while it holds work: nothing read, stored,
     /// dead-lettered or renewed while it holds leases, SQS messages, items
-    /// in the writer or shards behind their tip. An idle worker is never
+    /// in the writer or shards behind their tip, or while its lease table
+    /// does not answer. An idle worker is never
     /// stalled. Above the longest AWS trouble you want to ride out in
     /// place (a brownout holds every write), so the orchestrator replaces
     /// only a worker that stopped moving. Default 5m, at least 10s.

@@ -130,7 +130,7 @@ pub(crate) async fn watch(
             leases: s.leases_held.max(0.0) as u64,
             sqs_messages: s.sqs_in_flight.max(0.0) as u64,
             behind: s.millis_behind.values().any(|ms| *ms > 0.0),
-            lease_table_failing: false,
+            lease_table_failing: s.lease_listing_failing > 0.0,
         };
         let stalled = rule.observe(Instant::now(), s.progress, work);
         match (&stalled, ready.stalled()) {
