@@ -317,6 +317,7 @@ impl Worker {
         );
 
         // The first task to end decides how the worker stops.
+        let mut early_report = None;
         let source_result = loop {
             let (task, result) = tokio::select! {
                 Some(ended) = data_tasks.next() => ended,
@@ -327,9 +328,20 @@ impl Worker {
             };
             let e = match (task, result) {
                 (SOURCE, result) => break result,
-                // The source holds the channel open: a data path that ends
-                // first failed (or panicked).
-                (PIPELINE, Ok(_)) => WorkerError::PipelineStopped,
+                // The pipeline ends by itself only once its channel closed,
+                // that is once the source dropped its sender: the source is
+                // ending, and its result (an error at start among them) says
+                // how the worker stops. Only a source that does not end
+                // leaves the pipeline's end unexplained.
+                (PIPELINE, Ok(report)) => {
+                    match data_tasks.wait_for(SOURCE, config.shutdown_timeout).await {
+                        Some(result) => {
+                            early_report = report;
+                            break result;
+                        }
+                        None => WorkerError::PipelineStopped,
+                    }
+                }
                 // Maintenance ends once asked to stop.
                 (_, Ok(_)) => continue,
                 (_, Err(e)) => e,
@@ -368,6 +380,7 @@ impl Worker {
         let report = drained?
             .into_iter()
             .find_map(|(_, report)| report)
+            .or(early_report)
             .ok_or(WorkerError::PipelineStopped)?;
         telemetry_stopped?;
         info!(

@@ -156,6 +156,8 @@ retention = "7d"
 late_arrival_grace = "15m"
 prebuild_ahead = "15m"
 max_future_skew = "5m"
+# Two maintenance rounds of up to an hour (see [maintenance]).
+expiry_guard = "3h"
 key = {{ strategy = "time_bucket", shards = 10, bucket = "hour" }}
 billing = {{ mode = "provisioned" }}
 
