@@ -7,18 +7,24 @@ use ::metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
 /// The Kinesis source's metrics.
 pub mod kinesis {
     /// Counter, label `shard`: user records delivered.
-    pub(crate) const RECORDS_READ: &str = "tidemark_consumer_records_read_total";
+    pub const RECORDS_READ: &str = "tidemark_consumer_records_read_total";
     /// Gauge, label `shard`: MillisBehindLatest of the last GetRecords call
     /// (polling) or subscription event (fan-out).
     pub const MILLIS_BEHIND: &str = "tidemark_consumer_millis_behind_latest";
     /// Gauge: leases held by this worker.
-    pub(crate) const LEASES_HELD: &str = "tidemark_consumer_leases_held";
+    pub const LEASES_HELD: &str = "tidemark_consumer_leases_held";
+    /// Counter: lease renewals that succeeded (a checkpoint renews too, and
+    /// counts under `CHECKPOINTS`).
+    pub const LEASE_RENEWALS: &str = "tidemark_consumer_lease_renewals_total";
+    /// Gauge: 1 while the last read of the lease table (listing, or the
+    /// owner index in leader mode) failed, 0 once one succeeds.
+    pub const LEASE_LISTING_FAILING: &str = "tidemark_consumer_lease_listing_failing";
     /// Counter, label `shard`: GetRecords calls.
     pub const GET_RECORDS: &str = "tidemark_consumer_get_records_calls_total";
     /// Counter, label `shard`: GetRecords calls throttled.
     pub(crate) const THROTTLED: &str = "tidemark_consumer_get_records_throttled_total";
     /// Counter, labels `shard`, `result` (`ok`, `lost`, `error`): checkpoint writes.
-    pub(crate) const CHECKPOINTS: &str = "tidemark_consumer_checkpoint_writes_total";
+    pub const CHECKPOINTS: &str = "tidemark_consumer_checkpoint_writes_total";
     /// Counter, label `kind` (`take`, `steal`, `lost`, `release`,
     /// `deleted_finished`, `deleted_garbage`): lease changes.
     pub(crate) const LEASE_CHANGES: &str = "tidemark_consumer_lease_changes_total";
@@ -47,7 +53,7 @@ pub mod sqs {
     /// Counter: records (events) handed to the pipeline.
     pub(crate) const RECORDS_DELIVERED: &str = "tidemark_consumer_sqs_records_delivered_total";
     /// Counter: messages deleted after full acknowledgement.
-    pub(crate) const MESSAGES_DELETED: &str = "tidemark_consumer_sqs_messages_deleted_total";
+    pub const MESSAGES_DELETED: &str = "tidemark_consumer_sqs_messages_deleted_total";
     /// Counter, label `reason` (`shutdown`, `stale`): messages made visible
     /// again without being deleted.
     pub(crate) const MESSAGES_RELEASED: &str = "tidemark_consumer_sqs_messages_released_total";
@@ -60,7 +66,7 @@ pub mod sqs {
     /// Gauge: receivers running.
     pub const RECEIVERS: &str = "tidemark_consumer_sqs_receivers";
     /// Gauge: messages received and not yet deleted or released.
-    pub(crate) const IN_FLIGHT: &str = "tidemark_consumer_sqs_in_flight_messages";
+    pub const IN_FLIGHT: &str = "tidemark_consumer_sqs_in_flight_messages";
     /// Gauge, seconds: age (receive time minus SentTimestamp) of the oldest
     /// message of the latest receive: how far behind the queue's head the
     /// workers read.
@@ -83,6 +89,16 @@ const HELP: &[(&str, Kind, &str)] = &[
         kinesis::LEASES_HELD,
         Kind::Gauge,
         "Leases held by this worker.",
+    ),
+    (
+        kinesis::LEASE_RENEWALS,
+        Kind::Counter,
+        "Lease renewals that succeeded (checkpoints renew too and count as checkpoint writes).",
+    ),
+    (
+        kinesis::LEASE_LISTING_FAILING,
+        Kind::Gauge,
+        "1 while the last read of the lease table failed, 0 once one succeeds.",
     ),
     (
         kinesis::GET_RECORDS,

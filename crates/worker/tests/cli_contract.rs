@@ -684,3 +684,118 @@ fn run_answers_healthz_while_starting_and_stops_on_sigterm() {
     };
     assert_eq!(status.code(), Some(0), "SIGTERM during start-up");
 }
+
+/// `run` as a new user tries it against an AWS endpoint that is not there
+/// (a closed port, then one that accepts and never answers): within 2 s it
+/// says what it waits for, naming the call, the endpoint and where the
+/// endpoint came from; it says so again with back-off, and exits 69 at its
+/// deadline (`--give-up-after`, shortened here).
+#[test]
+fn run_says_what_it_waits_for_at_start_up_and_exits_69_at_its_deadline() {
+    use std::io::BufRead;
+    use std::time::{Duration, Instant};
+    let d = dir("waiting");
+    let file = d.join("t.toml");
+    let telemetry = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    std::fs::write(
+        &file,
+        format!("{GOOD}\n[telemetry]\nlisten = \"{telemetry}\"\n"),
+    )
+    .unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let hole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let hole_port = hole.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in hole.incoming() {
+            held.push(s);
+        }
+    });
+    for (port, give_up, why) in [
+        (closed, "20s", "connection refused"),
+        (hole_port, "6s", "no answer"),
+    ] {
+        let endpoint = format!("http://127.0.0.1:{port}");
+        let started = Instant::now();
+        let mut child = Command::new(BIN)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOSTNAME", "test-host")
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .args([
+                "run",
+                "--config",
+                file.to_str().unwrap(),
+                "--log-format",
+                "text",
+            ])
+            .args(["--region", "us-east-1", "--endpoint-url", &endpoint])
+            .args(["--give-up-after", give_up])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if tx.send((started.elapsed(), line)).is_err() {
+                    break;
+                }
+            }
+        });
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if started.elapsed() > Duration::from_secs(40) {
+                child.kill().unwrap();
+                panic!("{endpoint}: still running after 40 s");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let took = started.elapsed();
+        std::thread::sleep(Duration::from_millis(200));
+        let lines: Vec<(Duration, String)> = rx.try_iter().collect();
+        let all = lines
+            .iter()
+            .map(|(t, l)| format!("{:.1}s {l}", t.as_secs_f64()))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let waiting: Vec<&(Duration, String)> = lines
+            .iter()
+            .filter(|(_, l)| l.contains("waiting for AWS") && l.contains(&endpoint))
+            .collect();
+        let first = waiting
+            .first()
+            .unwrap_or_else(|| panic!("{endpoint}: no line says what it waits for:\n{all}"));
+        assert!(
+            first.0 <= Duration::from_secs(2),
+            "{endpoint}: the first waiting line came after {:?}:\n{all}",
+            first.0
+        );
+        assert!(
+            first.1.contains("--endpoint-url") && first.1.contains(why),
+            "{endpoint}: the line names the endpoint's origin and why:\n{all}"
+        );
+        assert!(
+            waiting.len() >= 2,
+            "{endpoint}: said again while it waits:\n{all}"
+        );
+        assert_eq!(status.code(), Some(69), "{endpoint}:\n{all}");
+        let limit = humantime_serde::re::humantime::parse_duration(give_up).unwrap();
+        assert!(
+            took <= limit + Duration::from_secs(3),
+            "{endpoint}: exited after {took:?}, deadline {give_up}:\n{all}"
+        );
+    }
+}

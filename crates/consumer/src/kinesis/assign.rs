@@ -39,15 +39,15 @@ use futures::StreamExt;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
-use crate::error::{ConsumerError, ErrorClass};
+use crate::error::{AwsError, ConsumerError, ErrorClass};
 use crate::kinesis::discovery::{sync_failed, sync_shards};
 use crate::kinesis::lease::balance::Observations;
 use crate::kinesis::lease::item::Lease;
 use crate::kinesis::lease::leader_store::{Heartbeat, LeaderStore};
 use crate::kinesis::lease::timing::LeasePhase;
-use crate::kinesis::listing::listing_failed;
+use crate::kinesis::listing::{REFUSED_LISTINGS, listing_answered, listing_failed};
 use crate::kinesis::reader;
 use crate::kinesis::run::StreamRun;
 
@@ -59,12 +59,18 @@ const FORGET_PER_PASS: usize = 10;
 /// Most lease-table writes (assignments, adoptions) in flight at once.
 const MAX_CONCURRENT_WRITES: usize = 16;
 
+/// Heartbeats refused for good in a row, and the last such error (written
+/// by the heartbeat task, read by the passes).
+type BeatRefusals = Arc<std::sync::Mutex<(u32, Option<AwsError>)>>;
+
 /// Leader-mode state of one worker.
 #[derive(Debug)]
 pub(crate) struct Assigner {
     store: Arc<dyn LeaderStore>,
     /// Send time of this worker's last successful heartbeat.
     beat: Arc<std::sync::Mutex<Option<Instant>>>,
+    /// Heartbeats refused for good in a row, and the last such error.
+    beat_refusals: BeatRefusals,
     beats: AbortOnDropHandle<()>,
     beats_stop: CancellationToken,
     /// The lock counter this worker wrote last, and that write's send time.
@@ -87,16 +93,18 @@ impl Assigner {
     /// Starts the heartbeat task.
     pub(crate) fn start(stream: &Arc<StreamRun>, store: Arc<dyn LeaderStore>) -> Self {
         let beat = Arc::new(std::sync::Mutex::new(None));
+        let beat_refusals = Arc::new(std::sync::Mutex::new((0, None)));
         let beats_stop = CancellationToken::new();
         let beats = AbortOnDropHandle::new(tokio::spawn(heartbeat_loop(
             stream.clone(),
             store.clone(),
-            beat.clone(),
+            (beat.clone(), beat_refusals.clone()),
             beats_stop.clone(),
         )));
         Self {
             store,
             beat,
+            beat_refusals,
             beats,
             beats_stop,
             lock: None,
@@ -113,6 +121,16 @@ impl Assigner {
     /// A reader saw a shard end on this worker.
     pub(crate) fn sync_asked(&mut self) {
         self.sync_asked = true;
+    }
+
+    /// The heartbeat's error once [`REFUSED_LISTINGS`] heartbeats in a row
+    /// were refused for good.
+    fn beat_refused(&self) -> Option<AwsError> {
+        let refused = self.beat_refusals.lock().ok()?;
+        match &*refused {
+            (n, Some(e)) if *n >= REFUSED_LISTINGS => Some(e.clone()),
+            _ => None,
+        }
     }
 
     fn alive(&self, stream: &StreamRun, now: Instant) -> bool {
@@ -135,7 +153,23 @@ impl Assigner {
         let start = Instant::now();
         let wake = start + cfg.failover_time / 3;
         if !self.alive(stream, start) {
-            // No heartbeat: the leader may count this worker as dead.
+            // No heartbeat: the leader may count this worker as dead, so it
+            // adopts nothing. A coordinator table refusing the heartbeat
+            // for good stops the source; so does a lease table refusing
+            // the worker, which it still reads (else, in leader mode, a
+            // revoked role would go unnoticed: no pass would list).
+            if let Some(e) = self.beat_refused() {
+                error!(error = %e, "the coordinator table refuses this worker's heartbeat; stopping");
+                return Err(e.into());
+            }
+            match stream.table.owned_by(cfg.worker_id.as_str()).await {
+                Ok(_) => listing_answered(&mut self.list_refusals),
+                Err(e) => {
+                    if let Some(e) = listing_failed(e, &mut self.list_refusals) {
+                        return Err(e);
+                    }
+                }
+            }
             return Ok(wake);
         }
         self.elect(stream).await;
@@ -205,7 +239,7 @@ impl Assigner {
                 None => return Ok(()),
             },
         };
-        self.list_refusals = 0;
+        listing_answered(&mut self.list_refusals);
         // Discovery: when due, asked, on an empty table, or when a shard
         // ended since the last one (children must be created).
         let finished: HashSet<String> = leases
@@ -333,7 +367,7 @@ impl Assigner {
                 None => return Ok(()),
             },
         };
-        self.list_refusals = 0;
+        listing_answered(&mut self.list_refusals);
         let new: Vec<String> = keys
             .into_iter()
             .filter(|k| !stream.held.contains(k))
@@ -439,7 +473,7 @@ impl Assigner {
 async fn heartbeat_loop(
     stream: Arc<StreamRun>,
     store: Arc<dyn LeaderStore>,
-    beat: Arc<std::sync::Mutex<Option<Instant>>>,
+    (beat, refusals): (Arc<std::sync::Mutex<Option<Instant>>>, BeatRefusals),
     stop: CancellationToken,
 ) {
     let timing = *stream.table.timing();
@@ -459,8 +493,18 @@ async fn heartbeat_loop(
                     if let Ok(mut b) = beat.lock() {
                         *b = Some(sent);
                     }
+                    if let Ok(mut r) = refusals.lock() {
+                        *r = (0, None);
+                    }
                 }
-                Ok(Err(e)) => warn!(error = %e, "heartbeat failed"),
+                Ok(Err(e)) => {
+                    warn!(error = %e, "heartbeat failed");
+                    if matches!(e.class, ErrorClass::Fatal | ErrorClass::NotFound)
+                        && let Ok(mut r) = refusals.lock()
+                    {
+                        *r = (r.0 + 1, Some(e));
+                    }
+                }
                 Err(_) => warn!("heartbeat timed out"),
             }
         }
@@ -800,5 +844,146 @@ mod tests {
             ..input
         };
         assert!(assignments(&again).is_empty());
+    }
+}
+
+#[cfg(test)]
+mod refusal_tests {
+    use super::*;
+    use aws_sdk_dynamodb::Client;
+    use aws_sdk_dynamodb::operation::query::QueryError;
+    use aws_sdk_dynamodb::operation::scan::ScanError;
+    use aws_smithy_mocks::{RuleMode, mock, mock_client};
+    use aws_smithy_types::error::ErrorMetadata;
+    use futures::future::BoxFuture;
+
+    use crate::kinesis::config::KinesisConfig;
+    use crate::kinesis::lease::leader_store::LeaderLock;
+    use crate::kinesis::lease::table::LeaseTable;
+    use crate::kinesis::lease::timing::LeaseTiming;
+    use crate::kinesis::run::RunParts;
+    use crate::kinesis::shard::unused_kinesis;
+
+    /// A coordinator table that refuses every call (the role lost its
+    /// DynamoDB permissions).
+    #[derive(Debug)]
+    struct Refusing;
+
+    fn denied(op: &'static str) -> AwsError {
+        AwsError {
+            op,
+            class: ErrorClass::Fatal,
+            message: "AccessDeniedException: not authorized".into(),
+        }
+    }
+
+    impl LeaderStore for Refusing {
+        fn ensure(&self, _: Duration) -> BoxFuture<'_, Result<(), ConsumerError>> {
+            Box::pin(async { Err(denied("DescribeTable").into()) })
+        }
+        fn now_ms(&self) -> u64 {
+            0
+        }
+        fn heartbeat<'a>(&'a self, _: &'a str, _: u64) -> BoxFuture<'a, Result<(), AwsError>> {
+            Box::pin(async { Err(denied("PutItem")) })
+        }
+        fn remove_heartbeat<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<(), AwsError>> {
+            Box::pin(async { Err(denied("DeleteItem")) })
+        }
+        fn heartbeats(&self) -> BoxFuture<'_, Result<Vec<Heartbeat>, AwsError>> {
+            Box::pin(async { Err(denied("Scan")) })
+        }
+        fn lock(&self) -> BoxFuture<'_, Result<Option<LeaderLock>, AwsError>> {
+            Box::pin(async { Err(denied("GetItem")) })
+        }
+        fn write_lock<'a>(
+            &'a self,
+            _: &'a str,
+            _: Option<u64>,
+            _: u64,
+        ) -> BoxFuture<'a, Result<(), AwsError>> {
+            Box::pin(async { Err(denied("PutItem")) })
+        }
+        fn release_lock<'a>(&'a self, _: &'a str, _: u64) -> BoxFuture<'a, Result<(), AwsError>> {
+            Box::pin(async { Err(denied("DeleteItem")) })
+        }
+    }
+
+    /// Leader mode with every DynamoDB call refused: the heartbeat fails,
+    /// so the worker never counts as alive, and it used to skip listing the
+    /// lease table at every pass: it held nothing, did nothing and looked
+    /// healthy for ever. The refusal stops the source within
+    /// `REFUSED_LISTINGS` passes, as in listing mode.
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_lease_table_stops_leader_mode_without_a_heartbeat() {
+        let denied_meta = || {
+            ErrorMetadata::builder()
+                .code("AccessDeniedException")
+                .message("not authorized")
+                .build()
+        };
+        let query = mock!(Client::query).then_error(move || QueryError::generic(denied_meta()));
+        let scan = mock!(Client::scan).then_error(move || {
+            ScanError::generic(
+                ErrorMetadata::builder()
+                    .code("AccessDeniedException")
+                    .build(),
+            )
+        });
+        let ddb = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&query, &scan]);
+        let (pass, e) = passes_until_stopped(ddb).await;
+        assert!(
+            pass <= crate::kinesis::listing::REFUSED_LISTINGS + 1,
+            "stopped only at pass {pass}"
+        );
+        assert!(e.to_string().contains("AccessDenied"), "{e}");
+    }
+
+    /// The lease table answers but the coordinator table refuses every
+    /// heartbeat for good: the worker can never take part, so the source
+    /// stops with the heartbeat's error.
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_heartbeat_stops_leader_mode() {
+        use aws_sdk_dynamodb::operation::query::QueryOutput;
+        let query = mock!(Client::query).then_output(|| QueryOutput::builder().build());
+        let ddb = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&query]);
+        let (pass, e) = passes_until_stopped(ddb).await;
+        assert!(pass <= 6, "stopped only at pass {pass}");
+        assert!(e.to_string().contains("PutItem"), "{e}");
+    }
+
+    /// Passes of an assigner over the lease table `ddb` and the refusing
+    /// coordinator table until the source stops (at most 10): the pass
+    /// that stopped it and the error.
+    async fn passes_until_stopped(ddb: Client) -> (u32, ConsumerError) {
+        let failover = Duration::from_secs(10);
+        let mut config = KinesisConfig::new("s", "t", "me");
+        config.failover_time = failover;
+        let (sink, _pipeline) = tokio::sync::mpsc::channel(1);
+        let store: Arc<dyn LeaderStore> = Arc::new(Refusing);
+        let stream = Arc::new(StreamRun::new(RunParts {
+            table: LeaseTable::with_timing(ddb, "t", LeaseTiming::new(failover)),
+            config,
+            kinesis: unused_kinesis(),
+            status: Default::default(),
+            sink,
+            shutdown: Default::default(),
+            governors: None,
+            consumer_arn: None,
+            leader_store: Some(store.clone()),
+        }));
+        let mut assigner = Assigner::start(&stream, store);
+        let mut stopped = None;
+        for pass in 1..=10u32 {
+            match assigner.pass(&stream).await {
+                Ok(wake) => tokio::time::sleep_until(wake).await,
+                Err(e) => {
+                    stopped = Some((pass, e));
+                    break;
+                }
+            }
+        }
+        assigner.stop(&stream).await;
+        stopped.expect("the source stops on a refusal for good")
     }
 }

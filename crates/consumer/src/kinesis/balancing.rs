@@ -98,5 +98,6 @@ pub(crate) async fn run(stream: Arc<StreamRun>) -> Result<(), ConsumerError> {
         stream.unfinished(&key);
     }
     metrics::gauge!(metric::LEASES_HELD).set(0.0);
+    metrics::gauge!(metric::LEASE_LISTING_FAILING).set(0.0);
     Ok(())
 }

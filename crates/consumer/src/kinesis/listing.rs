@@ -39,6 +39,7 @@ pub(crate) const REFUSED_LISTINGS: u32 = 3;
 /// it), else `None` (logged; the next pass tries again). A failure that
 /// passes (throttling, a timeout) resets nothing and counts nothing.
 pub(crate) fn listing_failed(e: ConsumerError, refusals: &mut u32) -> Option<ConsumerError> {
+    metrics::gauge!(metric::LEASE_LISTING_FAILING).set(1.0);
     let refused = matches!(&e, ConsumerError::Aws(a) if matches!(a.class, ErrorClass::NotFound | ErrorClass::Fatal));
     if !refused {
         warn!(error = %e, "listing leases failed");
@@ -51,6 +52,12 @@ pub(crate) fn listing_failed(e: ConsumerError, refusals: &mut u32) -> Option<Con
     }
     warn!(error = %e, refusals = *refusals, "listing leases refused; the source stops if it persists");
     None
+}
+
+/// A read of the lease table succeeded (see [`listing_failed`]).
+pub(crate) fn listing_answered(refusals: &mut u32) {
+    *refusals = 0;
+    metrics::gauge!(metric::LEASE_LISTING_FAILING).set(0.0);
 }
 
 /// Listing-mode state of one worker.
@@ -150,7 +157,7 @@ impl ListingBalancer {
                 None => return Ok(wake),
             },
         };
-        self.list_refusals = 0;
+        listing_answered(&mut self.list_refusals);
         let now = Instant::now();
         self.obs.observe(&leases, now);
         // Published before any reader starts: a new reader checks its

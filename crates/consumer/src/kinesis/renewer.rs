@@ -95,6 +95,9 @@ async fn renew_one(stream: &StreamRun, lease: Arc<HeldLease>) {
     };
     match renewed {
         Ok(Some(_)) => {
+            if due.is_none() {
+                metrics::counter!(metric::LEASE_RENEWALS).increment(1);
+            }
             if let Some(cp) = due {
                 let labels = with(stream.shard_labels(&lease.key), "result", "ok");
                 metrics::counter!(metric::CHECKPOINTS, labels).increment(1);

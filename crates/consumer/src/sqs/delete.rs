@@ -1,5 +1,6 @@
 //! Deleting: fully acknowledged messages go in DeleteMessageBatch calls (10
-//! per call, a few calls at a time); failed deletes are retried.
+//! per call, a few calls at a time); failed deletes are retried, but a call
+//! refused for good (access denied, no such queue) stops the source.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::warn;
 
-use crate::error::AwsError;
+use crate::error::{AwsError, ErrorClass};
 use crate::metrics::sqs as metric;
 use crate::sqs::config::MAX_RECEIVE_BATCH;
 use crate::sqs::queue::QueueRun;
@@ -124,11 +125,170 @@ async fn delete_batch(queue: Arc<QueueRun>, batch: Vec<(u64, String)>) {
         Err(err) => {
             metrics::counter!(metric::CALL_ERRORS, "op" => "delete").increment(1);
             let e = AwsError::new("DeleteMessageBatch", &err);
-            warn!(error = %e, "delete failed; retrying");
-            let mut ledger = queue.in_flight.lock();
-            for (id, _) in &batch {
-                ledger.delete_failed(*id);
+            {
+                let mut ledger = queue.in_flight.lock();
+                for (id, _) in &batch {
+                    ledger.delete_failed(*id);
+                }
+            }
+            // Refused for good (access denied, the queue deleted): stored
+            // messages would come back and be stored again, for ever, while
+            // the worker looked healthy. Stop, loudly.
+            if matches!(e.class, ErrorClass::Fatal | ErrorClass::NotFound) {
+                queue.fail(e.into());
+            } else {
+                warn!(error = %e, "delete failed; retrying");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use aws_sdk_sqs::Client;
+    use aws_sdk_sqs::operation::change_message_visibility_batch::{
+        ChangeMessageVisibilityBatchError, ChangeMessageVisibilityBatchOutput,
+    };
+    use aws_sdk_sqs::operation::delete_message_batch::DeleteMessageBatchError;
+    use aws_sdk_sqs::operation::receive_message::{ReceiveMessageError, ReceiveMessageOutput};
+    use aws_sdk_sqs::types::Message;
+    use aws_smithy_mocks::{
+        MockResponseInterceptor, Rule, RuleMode, create_mock_http_client, mock,
+    };
+    use aws_smithy_types::error::ErrorMetadata;
+    use tokio::sync::mpsc;
+    use tokio_util::sync::CancellationToken;
+
+    use crate::error::ConsumerError;
+    use crate::record::{Ack, Record};
+    use crate::sqs::{SqsConfig, SqsSource};
+
+    /// ReceiveMessage: one message, then a queue slow to answer (retried
+    /// with back-off).
+    fn one_message() -> Rule {
+        mock!(Client::receive_message)
+            .sequence()
+            .output(|| {
+                ReceiveMessageOutput::builder()
+                    .messages(
+                        Message::builder()
+                            .message_id("m1")
+                            .receipt_handle("r1")
+                            .body("{}")
+                            .build(),
+                    )
+                    .build()
+            })
+            .times(1)
+            .error(|| {
+                ReceiveMessageError::generic(
+                    ErrorMetadata::builder().code("ServiceUnavailable").build(),
+                )
+            })
+            .repeatedly()
+            .build()
+    }
+
+    fn access_denied(op: &str) -> ErrorMetadata {
+        ErrorMetadata::builder()
+            .code("AccessDenied")
+            .message(format!("not authorized to perform sqs:{op}"))
+            .build()
+    }
+
+    /// An SQS client answering by `rules` (`mock_client!` without the
+    /// SDK's test-util feature, which would build the SQS crate a second
+    /// time for these tests).
+    fn client(rules: &[&Rule]) -> Client {
+        let mut mocks = MockResponseInterceptor::new().rule_mode(RuleMode::MatchAny);
+        for r in rules {
+            mocks = mocks.with_rule(r);
+        }
+        Client::from_conf(
+            aws_sdk_sqs::Config::builder()
+                .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+                .region(aws_sdk_sqs::config::Region::new("eu-west-1"))
+                .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+                    "AKID", "secret", None, None, "test",
+                ))
+                .http_client(create_mock_http_client())
+                .interceptor(mocks)
+                .build(),
+        )
+    }
+
+    /// Runs the source on `client` until it stops by itself (at most 15 s),
+    /// handing the first batch's records to `take`.
+    async fn run_until_stopped(
+        config: SqsConfig,
+        client: Client,
+        take: impl FnOnce(Vec<Record>),
+    ) -> Result<(), ConsumerError> {
+        let (sink, mut pipeline) = mpsc::channel(4);
+        let run = tokio::spawn(SqsSource::new(config, client).run(sink, CancellationToken::new()));
+        take(pipeline.recv().await.expect("the message's record"));
+        tokio::time::timeout(Duration::from_secs(15), run)
+            .await
+            .expect("the source stops within 15 s of a call refused for good")
+            .unwrap()
+    }
+
+    fn config() -> SqsConfig {
+        let mut config = SqsConfig::new("https://sqs.eu-west-1.amazonaws.com/1/q");
+        config.shutdown_grace = Duration::from_secs(1);
+        config
+    }
+
+    /// DeleteMessage refused for good (AccessDenied): the message was
+    /// stored, can never be deleted, and comes back after its visibility
+    /// timeout to be stored again, for ever. The source stops with the
+    /// error (the worker exits non-zero) instead of retrying while it looks
+    /// healthy.
+    #[tokio::test]
+    async fn delete_refused_for_good_stops_the_source() {
+        let receive = one_message();
+        let delete = mock!(Client::delete_message_batch)
+            .then_error(|| DeleteMessageBatchError::generic(access_denied("DeleteMessage")));
+        let visibility = mock!(Client::change_message_visibility_batch).then_output(|| {
+            ChangeMessageVisibilityBatchOutput::builder()
+                .set_successful(Some(vec![]))
+                .set_failed(Some(vec![]))
+                .build()
+                .unwrap()
+        });
+        let client = client(&[&receive, &delete, &visibility]);
+        let ended = run_until_stopped(config(), client, |records| {
+            Ack::done_all(records.into_iter().map(|r| r.ack));
+        })
+        .await;
+        let err = ended.expect_err("stopped with the error");
+        assert!(err.to_string().contains("AccessDenied"), "{err}");
+        assert!(delete.num_calls() >= 1);
+    }
+
+    /// ChangeMessageVisibility refused for good while a message is being
+    /// written: it would come back to another worker mid-write, again and
+    /// again. The source stops with the error.
+    #[tokio::test]
+    async fn visibility_refused_for_good_stops_the_source() {
+        let receive = one_message();
+        let visibility = mock!(Client::change_message_visibility_batch).then_error(|| {
+            ChangeMessageVisibilityBatchError::generic(access_denied("ChangeMessageVisibility"))
+        });
+        let client = client(&[&receive, &visibility]);
+        let mut config = config();
+        // The heartbeat falls due a second after the receive.
+        config.visibility_timeout = Duration::from_secs(3);
+        config.heartbeat_margin = Duration::from_secs(2);
+        config.max_processing_time = Duration::from_secs(60);
+        let mut held = Vec::new();
+        // The records stay in flight (a slow write).
+        let ended = run_until_stopped(config, client, |records| held = records).await;
+        let err = ended.expect_err("stopped with the error");
+        assert!(err.to_string().contains("AccessDenied"), "{err}");
+        assert!(visibility.num_calls() >= 1);
+        drop(held);
     }
 }

@@ -12,7 +12,7 @@ use aws_smithy_types::timeout::TimeoutConfig;
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-use crate::error::AwsError;
+use crate::error::{AwsError, ErrorClass};
 use crate::metrics::sqs as metric;
 use crate::sqs::config::MAX_RECEIVE_BATCH;
 use crate::sqs::ledger::{Phase, Released};
@@ -41,6 +41,8 @@ struct VisibilityOutcome {
     ok: HashSet<usize>,
     /// Refused entries with SQS's error code.
     refused: Vec<(usize, String)>,
+    /// A call refused for good (access denied, no such queue), if any.
+    refused_for_good: Option<AwsError>,
 }
 
 /// Sets the visibility of `items` (receipt, seconds), 10 per call, the calls
@@ -51,56 +53,66 @@ async fn change_visibility(
     items: &[(String, i32)],
     call: Option<&aws_sdk_sqs::config::Builder>,
 ) -> VisibilityOutcome {
-    let calls = items.chunks(MAX_RECEIVE_BATCH).enumerate().map(|(c, chunk)| {
-        let entries: Vec<ChangeMessageVisibilityBatchRequestEntry> = chunk
-            .iter()
-            .enumerate()
-            .filter_map(|(i, (receipt, secs))| {
-                ChangeMessageVisibilityBatchRequestEntry::builder()
-                    .id((c * MAX_RECEIVE_BATCH + i).to_string())
-                    .receipt_handle(receipt)
-                    .visibility_timeout(*secs)
-                    .build()
-                    .ok()
-            })
-            .collect();
-        async move {
-            let mut request = client
-                .change_message_visibility_batch()
-                .queue_url(queue_url)
-                .set_entries(Some(entries))
-                .customize();
-            if let Some(call) = call {
-                request = request.config_override(call.clone());
-            }
-            let out = request.send().await;
-            let mut outcome = VisibilityOutcome::default();
-            match out {
-                Ok(out) => {
-                    outcome.ok = out
-                        .successful()
-                        .iter()
-                        .filter_map(|s| s.id().parse::<usize>().ok())
-                        .collect();
-                    outcome.refused = out
-                        .failed()
-                        .iter()
-                        .filter_map(|f| Some((f.id().parse::<usize>().ok()?, f.code().to_string())))
-                        .collect();
+    let calls = items
+        .chunks(MAX_RECEIVE_BATCH)
+        .enumerate()
+        .map(|(c, chunk)| {
+            let entries: Vec<ChangeMessageVisibilityBatchRequestEntry> = chunk
+                .iter()
+                .enumerate()
+                .filter_map(|(i, (receipt, secs))| {
+                    ChangeMessageVisibilityBatchRequestEntry::builder()
+                        .id((c * MAX_RECEIVE_BATCH + i).to_string())
+                        .receipt_handle(receipt)
+                        .visibility_timeout(*secs)
+                        .build()
+                        .ok()
+                })
+                .collect();
+            async move {
+                let mut request = client
+                    .change_message_visibility_batch()
+                    .queue_url(queue_url)
+                    .set_entries(Some(entries))
+                    .customize();
+                if let Some(call) = call {
+                    request = request.config_override(call.clone());
                 }
-                Err(err) => {
-                    metrics::counter!(metric::CALL_ERRORS, "op" => "change_visibility")
-                        .increment(1);
-                    warn!(error = %AwsError::new("ChangeMessageVisibilityBatch", &err), "visibility change failed");
+                let out = request.send().await;
+                let mut outcome = VisibilityOutcome::default();
+                match out {
+                    Ok(out) => {
+                        outcome.ok = out
+                            .successful()
+                            .iter()
+                            .filter_map(|s| s.id().parse::<usize>().ok())
+                            .collect();
+                        outcome.refused = out
+                            .failed()
+                            .iter()
+                            .filter_map(|f| {
+                                Some((f.id().parse::<usize>().ok()?, f.code().to_string()))
+                            })
+                            .collect();
+                    }
+                    Err(err) => {
+                        metrics::counter!(metric::CALL_ERRORS, "op" => "change_visibility")
+                            .increment(1);
+                        let e = AwsError::new("ChangeMessageVisibilityBatch", &err);
+                        warn!(error = %e, "visibility change failed");
+                        if matches!(e.class, ErrorClass::Fatal | ErrorClass::NotFound) {
+                            outcome.refused_for_good = Some(e);
+                        }
+                    }
                 }
+                outcome
             }
-            outcome
-        }
-    });
+        });
     let mut all = VisibilityOutcome::default();
     for o in futures::future::join_all(calls).await {
         all.ok.extend(o.ok);
         all.refused.extend(o.refused);
+        all.refused_for_good = all.refused_for_good.or(o.refused_for_good);
     }
     all
 }
@@ -176,8 +188,14 @@ pub(crate) async fn heartbeat(queue: Arc<QueueRun>) {
             .iter()
             .map(|(_, receipt)| (receipt.clone(), queue.visibility_secs()))
             .collect();
-        let out = change_visibility(&queue.client, &queue.cfg.queue_url, &items, Some(&call)).await;
+        let mut out =
+            change_visibility(&queue.client, &queue.cfg.queue_url, &items, Some(&call)).await;
         debug!(due = due.len(), extended = out.ok.len(), took = ?sent_at.elapsed(), "heartbeat");
+        // Visibility refused for good: every message in flight would come
+        // back to another worker mid-write. Stop, loudly.
+        if let Some(e) = out.refused_for_good.take() {
+            queue.fail(e.into());
+        }
         metrics::counter!(metric::VISIBILITY_EXTENDED).increment(out.ok.len() as u64);
         let until = sent_at + queue.cfg.visibility_timeout;
         let mut ledger = queue.in_flight.lock();

@@ -485,6 +485,40 @@ mod tests {
         assert!(j.answered_once());
     }
 
+    /// A run of error answers is explained by its first: at start-up the
+    /// AccessDenied of the call that failed (ListTables), not that of the
+    /// clean-up calls after it (DeleteItem of a heartbeat), which would name
+    /// the wrong permission.
+    #[test]
+    fn the_first_error_answer_since_a_success_is_the_one_explained() {
+        let j = Journal::new();
+        let denied = |op: &str| ErrorAnswer {
+            call: Call {
+                operation: op.into(),
+                ..call()
+            },
+            status: 400,
+            code: Some("AccessDeniedException".into()),
+            message: Some("not authorized".into()),
+        };
+        let explained = |j: &Journal| match j.last_problem() {
+            Some(Problem::Refused(a)) => a.call.operation,
+            other => panic!("{other:?}"),
+        };
+        for op in ["ListTables", "DescribeTable", "DeleteItem"] {
+            let (id, _) = j.begin(&call());
+            j.answered(id, Some(denied(op)));
+        }
+        assert_eq!(explained(&j), "ListTables");
+        // A success, then a new refusal: that one.
+        let (id, _) = j.begin(&call());
+        j.answered(id, None);
+        assert!(j.last_problem().is_none());
+        let (id, _) = j.begin(&call());
+        j.answered(id, Some(denied("PutItem")));
+        assert_eq!(explained(&j), "PutItem");
+    }
+
     #[test]
     fn a_pending_attempt_counts_from_its_start() {
         let j = Journal::new();

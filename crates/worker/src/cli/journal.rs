@@ -140,7 +140,7 @@ struct State {
     refused_only: bool,
     /// The latest attempt without an answer, and why.
     last_failure: Option<(Call, NoAnswer)>,
-    /// The latest error answer, unless a success came after it.
+    /// The first error answer since the last success, if any.
     last_error: Option<ErrorAnswer>,
     /// Whether the latest outcome was a success.
     last_ok: bool,
@@ -192,9 +192,13 @@ impl Journal {
         s.unanswered_since = None;
         s.failures = 0;
         s.refused_only = true;
+        let after_success = s.last_ok;
         s.last_ok = error.is_none();
         match error {
-            Some(e) => s.last_error = Some(e),
+            // The first of a run of error answers is the cause; later ones
+            // (clean-up calls while stopping) follow from it.
+            Some(e) if after_success || s.last_error.is_none() => s.last_error = Some(e),
+            Some(_) => {}
             None => s.last_error = None,
         }
     }

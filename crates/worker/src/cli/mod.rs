@@ -254,13 +254,18 @@ fn aws_command(
     let timeout = aws.timeout;
     let result = rt.block_on(async move {
         let watchdog = async {
+            let mut waiting = StartUpReport::new(give_up);
             loop {
                 tokio::time::sleep(std::time::Duration::from_millis(200)).await;
                 let journal = cmd::journal();
-                if is_run && journal.answered_once() {
-                    return std::future::pending().await;
-                }
                 let origins = cmd::origins().cloned().unwrap_or_default();
+                // `run` says what it waits for until it has started.
+                if is_run && !cmd::started() {
+                    waiting.tick(journal, &origins);
+                }
+                if is_run && journal.answered_once() {
+                    continue;
+                }
                 if let Some(m) = journal.given_up(give_up, &|c| origins.at(c)) {
                     return m;
                 }
@@ -289,6 +294,52 @@ fn aws_command(
     // blocked (file I/O on the blocking pool): do not wait for them.
     rt.shutdown_timeout(std::time::Duration::from_secs(1));
     result
+}
+
+/// `run`'s start-up lines: while AWS does not answer, one `WARN` line
+/// naming the call, the endpoint and where the endpoint (or the region)
+/// came from, 1 s after the trouble starts, then after 2, 4, 8 ... s (at
+/// most every minute), with the deadline that ends the wait.
+struct StartUpReport {
+    give_up: std::time::Duration,
+    next: std::time::Instant,
+    step: std::time::Duration,
+}
+
+impl StartUpReport {
+    /// How long calls go unanswered before the first line.
+    const FIRST: std::time::Duration = std::time::Duration::from_secs(1);
+    /// The longest gap between two lines.
+    const MAX_STEP: std::time::Duration = std::time::Duration::from_secs(60);
+
+    fn new(give_up: std::time::Duration) -> Self {
+        StartUpReport {
+            give_up,
+            next: std::time::Instant::now(),
+            step: Self::FIRST,
+        }
+    }
+
+    fn tick(&mut self, journal: &journal::Journal, origins: &aws::Origins) {
+        let now = std::time::Instant::now();
+        if now < self.next {
+            return;
+        }
+        let Some(what) = journal.given_up(Self::FIRST, &|c| origins.at(c)) else {
+            // Answered again: a later trouble starts the back-off anew.
+            self.step = Self::FIRST;
+            return;
+        };
+        let fmt = humantime_serde::re::humantime::format_duration;
+        tracing::warn!(
+            "waiting for AWS at start-up: {what}; exit 69 once nothing has answered for {} \
+             (--give-up-after), {} while every connection is refused",
+            fmt(self.give_up),
+            fmt(self.give_up / 4)
+        );
+        self.next = now + self.step;
+        self.step = (self.step * 2).min(Self::MAX_STEP);
+    }
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {

@@ -227,6 +227,17 @@ pub struct TelemetryConfig {
     #[schemars(with = "String")]
     #[serde(with = "humantime_serde")]
     pub emf_interval: Duration,
+    /// `/healthz` answers 503 (`stalled: ...`) once the worker has made no
+    /// progress for this long while it holds work: nothing read, stored,
+    /// dead-lettered or renewed while it holds leases, SQS messages, items
+    /// in the writer or shards behind their tip, or while its lease table
+    /// does not answer. An idle worker is never
+    /// stalled. Above the longest AWS trouble you want to ride out in
+    /// place (a brownout holds every write), so the orchestrator replaces
+    /// only a worker that stopped moving. Default 5m, at least 10s.
+    #[schemars(with = "String")]
+    #[serde(with = "humantime_serde")]
+    pub stall_timeout: Duration,
 }
 
 impl Default for TelemetryConfig {
@@ -238,6 +249,7 @@ impl Default for TelemetryConfig {
             emf: false,
             emf_namespace: "Tidemark".into(),
             emf_interval: Duration::from_secs(60),
+            stall_timeout: Duration::from_secs(300),
         }
     }
 }

@@ -112,6 +112,12 @@ impl Config {
                 "must be at least 1s".into(),
             ));
         }
+        if self.telemetry.stall_timeout < Duration::from_secs(10) {
+            out.push((
+                "telemetry.stall_timeout".into(),
+                "must be at least 10s (a lease renewal or a long poll takes seconds)".into(),
+            ));
+        }
         if self.telemetry.emf && self.telemetry.emf_namespace.trim().is_empty() {
             out.push((
                 "telemetry.emf_namespace".into(),

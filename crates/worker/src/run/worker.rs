@@ -227,6 +227,20 @@ impl Worker {
             )
             .map(Ok),
         );
+        // Health that follows progress: /healthz turns 503 while the
+        // worker holds work and nothing moves.
+        let in_writer = data.progress();
+        telemetry_tasks.spawn(
+            "stall watch",
+            telemetry::watch_progress(
+                typed_metrics.clone(),
+                move || in_writer.writer.items_in_flight(),
+                readiness.clone(),
+                config.telemetry.stall_timeout,
+                telemetry_stop.clone(),
+            )
+            .map(Ok),
+        );
         if config.telemetry.emf {
             let progress = data.progress();
             let emitter = super::emf::Emf::new(

@@ -152,6 +152,19 @@ pub(crate) fn give_up_after() -> std::time::Duration {
         .map_or(std::time::Duration::from_secs(20), |a| a.give_up_after)
 }
 
+/// Set once `run` has started (the worker built, its tables checked).
+static STARTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// `run` has started: its start-up lines stop.
+pub(crate) fn set_started() {
+    STARTED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether `run` has started.
+pub(crate) fn started() -> bool {
+    STARTED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The journal of this process's AWS calls.
 pub(crate) fn journal() -> &'static Arc<Journal> {
     JOURNAL.get_or_init(Journal::new)

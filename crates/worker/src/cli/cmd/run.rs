@@ -21,6 +21,7 @@ pub(crate) async fn run(config: &Config) -> Result<()> {
             return Ok(());
         }
     };
+    super::set_started();
     worker.run(signals()).await?;
     Ok(())
 }

@@ -1,18 +1,20 @@
 //! Metrics and health over HTTP: Prometheus text at `/metrics`, liveness at
 //! `/healthz` (503 with the cause once a fatal error is stopping the
-//! worker), readiness at `/readyz` (sources running and DynamoDB reachable
+//! worker, or while it makes no progress holding work: `stall.rs`), readiness at `/readyz` (sources running and DynamoDB reachable
 //! through the writer's own client). Also the client side of `tidemark
 //! healthcheck`, and the process's recorder: Prometheus plus the typed
 //! `MetricsSnapshot` that worker reports and EMF lines read (`snapshot.rs`).
 
 mod snapshot;
+mod stall;
 
 pub(crate) use snapshot::{Last, TypedMetrics, TypedRecorder, delta};
+pub(crate) use stall::watch as watch_progress;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use http_body_util::Full;
@@ -40,6 +42,9 @@ pub(crate) struct Readiness {
     pub starting: AtomicBool,
     /// The fatal error stopping the worker (the first one), if any.
     fatal: OnceLock<String>,
+    /// Why the worker counts as stalled (no progress while holding work,
+    /// `stall.rs`), if it does: `/healthz` answers 503 meanwhile.
+    stalled: Mutex<Option<String>>,
 }
 
 impl Readiness {
@@ -59,6 +64,18 @@ impl Readiness {
     /// The fatal error stopping the worker, if any.
     pub(crate) fn fatal(&self) -> Option<&str> {
         self.fatal.get().map(String::as_str)
+    }
+
+    /// Sets (or clears, with `None`) the stall `/healthz` reports.
+    pub(crate) fn set_stalled(&self, cause: Option<String>) {
+        if let Ok(mut s) = self.stalled.lock() {
+            *s = cause;
+        }
+    }
+
+    /// Why the worker counts as stalled, if it does.
+    pub(crate) fn stalled(&self) -> Option<String> {
+        self.stalled.lock().ok().and_then(|s| s.clone())
     }
 }
 
@@ -142,7 +159,16 @@ fn respond(path: &str, metrics: &PrometheusHandle, ready: &Readiness) -> Respons
             None if ready.starting.load(Ordering::Relaxed) => {
                 (StatusCode::OK, "text/plain", "starting\n".to_string())
             }
-            None => (StatusCode::OK, "text/plain", "ok\n".to_string()),
+            // Alive but not moving while it holds work: let the
+            // orchestrator replace it (`stall.rs`).
+            None => match ready.stalled() {
+                Some(cause) => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain",
+                    format!("stalled: {cause}\n"),
+                ),
+                None => (StatusCode::OK, "text/plain", "ok\n".to_string()),
+            },
             // Not healthy, whatever else works: the process is stopping.
             Some(cause) => (
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -281,6 +307,39 @@ mod tests {
         s.read_to_string(&mut body).await.unwrap();
         assert!(body.contains("tidemark_records_read_total 3"), "{body}");
 
+        shutdown.cancel();
+        server.await.unwrap();
+    }
+
+    /// A stalled worker (no progress while holding work) answers 503 on
+    /// `/healthz` with the cause, and 200 again once it moves.
+    #[tokio::test]
+    async fn healthz_answers_503_while_stalled() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let ready = Arc::new(Readiness::default());
+        let shutdown = CancellationToken::new();
+        let server = tokio::spawn(serve(
+            Arc::new(listener),
+            recorder.handle(),
+            ready.clone(),
+            shutdown.clone(),
+        ));
+        let t = Duration::from_secs(5);
+        check(addr, "/healthz", t).await.unwrap();
+        ready.set_stalled(Some(
+            "no progress for 300s while holding 2 leases held".into(),
+        ));
+        let err = check(addr, "/healthz", t).await.unwrap_err();
+        assert!(err.contains("503"), "{err}");
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /healthz HTTP/1.0\r\n\r\n").await.unwrap();
+        let mut body = String::new();
+        s.read_to_string(&mut body).await.unwrap();
+        assert!(body.contains("stalled: no progress for 300s"), "{body}");
+        ready.set_stalled(None);
+        check(addr, "/healthz", t).await.unwrap();
         shutdown.cancel();
         server.await.unwrap();
     }

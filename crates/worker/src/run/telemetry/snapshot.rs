@@ -23,8 +23,12 @@ use tidemark_writer::metrics as writer;
 use crate::metrics as m;
 
 /// The counters a snapshot holds.
-const COUNTERS: [&str; 7] = [
+const COUNTERS: [&str; 11] = [
     kinesis::GET_RECORDS,
+    kinesis::RECORDS_READ,
+    kinesis::LEASE_RENEWALS,
+    kinesis::CHECKPOINTS,
+    sqs::MESSAGES_DELETED,
     writer::ITEMS_STORED,
     writer::UNPROCESSED,
     m::DEAD_LETTERS,
@@ -34,8 +38,11 @@ const COUNTERS: [&str; 7] = [
 ];
 
 /// The gauges a snapshot holds.
-const GAUGES: [&str; 5] = [
+const GAUGES: [&str; 8] = [
     kinesis::MILLIS_BEHIND,
+    kinesis::LEASE_LISTING_FAILING,
+    kinesis::LEASES_HELD,
+    sqs::IN_FLIGHT,
     m::MAINTENANCE_HELD,
     m::MAINTENANCE_LAST_SUCCESS,
     m::NEXT_TABLE_ACTIVE,
@@ -71,6 +78,16 @@ pub(crate) struct MetricsSnapshot {
     pub(crate) sqs_messages_received: u64,
     /// Age of the oldest message of the latest SQS receive, seconds.
     pub(crate) sqs_receive_age: Option<f64>,
+    /// Every step of progress together (records read, items stored, dead
+    /// letters, lease renewals and checkpoints, SQS messages received and
+    /// deleted): a total that only grows while the worker moves.
+    pub(crate) progress: u64,
+    /// Kinesis leases held.
+    pub(crate) leases_held: f64,
+    /// SQS messages in flight.
+    pub(crate) sqs_in_flight: f64,
+    /// 1 while the last read of the lease table failed.
+    pub(crate) lease_listing_failing: f64,
 }
 
 /// Counter totals at the last look, by metric and key (shard, table,
@@ -126,6 +143,19 @@ impl TypedMetrics {
                     *map.entry(label).or_default() += total;
                 }
             };
+            if matches!(
+                key.name(),
+                kinesis::RECORDS_READ
+                    | kinesis::LEASE_RENEWALS
+                    | kinesis::CHECKPOINTS
+                    | writer::ITEMS_STORED
+                    | m::DEAD_LETTERS
+                    | sqs::MESSAGES_RECEIVED
+                    | sqs::MESSAGES_DELETED
+            ) && label(key, "result").is_none_or(|r| r == "ok")
+            {
+                s.progress += total;
+            }
             match key.name() {
                 kinesis::GET_RECORDS => by(&mut s.shard_reads, shard_of(key)),
                 writer::ITEMS_STORED => by(&mut s.items_stored, label(key, "table")),
@@ -152,6 +182,9 @@ impl TypedMetrics {
                 m::MAINTENANCE_LAST_SUCCESS => s.maintenance_last_success = Some(value),
                 m::NEXT_TABLE_ACTIVE => s.next_table_active = Some(value),
                 sqs::RECEIVE_AGE => s.sqs_receive_age = Some(value),
+                kinesis::LEASES_HELD => s.leases_held += value,
+                sqs::IN_FLIGHT => s.sqs_in_flight += value,
+                kinesis::LEASE_LISTING_FAILING => s.lease_listing_failing += value,
                 _ => {}
             }
         });
