@@ -214,4 +214,58 @@ mod tests {
         renewer.await.unwrap();
         blocked.abort();
     }
+
+    /// DynamoDB never acknowledges a shard's writes: its checkpoint stays
+    /// where it was while the records read wait. MillisBehindLatest says 0
+    /// (the reader is at the tip); the checkpoint lag must say how many
+    /// records and how long the checkpoint has been standing still, and
+    /// grow while it does; once the records are stored and checkpointed,
+    /// it is 0 again.
+    #[tokio::test(start_paused = true)]
+    async fn a_frozen_checkpoint_shows_a_growing_checkpoint_lag() {
+        let update = mock!(Client::update_item).then_output(|| UpdateItemOutput::builder().build());
+        let mut config = KinesisConfig::new("s", "t", "me");
+        config.checkpoint_interval = Duration::from_secs(1);
+        let (sink, _pipeline) = mpsc::channel(8);
+        let (reader, lease) = test_reader(&update, unused_kinesis(), config, sink);
+        let task = AbortOnDropHandle::new(tokio::spawn(std::future::pending()));
+        reader.stream.held.insert(
+            "s".into(),
+            Held {
+                lease: lease.clone(),
+                task,
+            },
+        );
+        let serials: Vec<u64> = ["1", "2", "3"]
+            .iter()
+            .map(|s| reader.tracker.push(Position::new(*s, 0)).unwrap())
+            .collect();
+        let stop = CancellationToken::new();
+        let renewer = tokio::spawn(run(reader.stream.clone(), stop.clone()));
+        let lag = || {
+            let s = reader.stream.status.snapshot()["s"].clone();
+            (s.checkpoint_lag_records, s.checkpoint_lag_ms)
+        };
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let early = lag();
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        let late = lag();
+        assert_eq!(early.0, 3, "three records read, none checkpointed: {early:?}");
+        assert!(
+            (8_000..=10_000).contains(&early.1),
+            "read 10 s ago, checkpoint lag {early:?}"
+        );
+        assert_eq!(late.0, 3, "{late:?}");
+        assert!(
+            late.1 >= early.1 + 18_000,
+            "the lag grows while the checkpoint stands still: {early:?} then {late:?}"
+        );
+        // Stored at last: checkpointed within a few renewals, lag 0.
+        crate::record::AckTarget::ack_many(&*reader.tracker, &serials);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(lease.written(), Checkpoint::At(Position::new("3", 0)));
+        assert_eq!(lag(), (0, 0), "everything read is checkpointed");
+        stop.cancel();
+        renewer.await.unwrap();
+    }
 }
