@@ -3,6 +3,7 @@
 //! shard's periodic checkpoint from the shard's acknowledgements, whatever
 //! its reader is doing (waiting on the pipeline's back-pressure included).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -33,15 +34,51 @@ pub(crate) async fn run(stream: Arc<StreamRun>, stop: CancellationToken) {
     };
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut shown = HashSet::new();
     loop {
         tokio::select! {
-            _ = stop.cancelled() => return,
+            _ = stop.cancelled() => break,
             _ = tick.tick() => {}
         }
-        futures::stream::iter(stream.held.leases())
+        let leases = stream.held.leases();
+        futures::stream::iter(leases.iter().cloned())
             .for_each_concurrent(MAX_CONCURRENT_RENEWALS, |l| renew_one(&stream, l))
             .await;
+        let now: HashSet<String> = leases
+            .iter()
+            .filter(|l| !l.is_gone())
+            .map(|l| {
+                show_lag(&stream, l);
+                l.key.clone()
+            })
+            .collect();
+        for gone in shown.difference(&now) {
+            clear_lag(&stream, gone);
+        }
+        shown = now;
     }
+    for gone in &shown {
+        clear_lag(&stream, gone);
+    }
+}
+
+/// Shows a held shard's checkpoint lag in its status and gauges.
+fn show_lag(stream: &StreamRun, lease: &HeldLease) {
+    let lag = lease.tracker.checkpoint_lag();
+    stream.status.update(&lease.key, |s| {
+        s.checkpoint_lag_records = lag.records;
+        s.checkpoint_lag_ms = lag.age.as_millis() as u64;
+    });
+    let labels = stream.shard_labels(&lease.key);
+    metrics::gauge!(metric::CHECKPOINT_LAG_RECORDS, labels.clone()).set(lag.records as f64);
+    metrics::gauge!(metric::CHECKPOINT_LAG_SECONDS, labels).set(lag.age.as_secs_f64());
+}
+
+/// A shard no longer held: this worker's gauges no longer claim a lag.
+fn clear_lag(stream: &StreamRun, key: &str) {
+    let labels = stream.shard_labels(key);
+    metrics::gauge!(metric::CHECKPOINT_LAG_RECORDS, labels.clone()).set(0.0);
+    metrics::gauge!(metric::CHECKPOINT_LAG_SECONDS, labels).set(0.0);
 }
 
 /// One renewal, or a checkpoint write in its place; marks the lease lost
@@ -250,7 +287,10 @@ mod tests {
         let early = lag();
         tokio::time::sleep(Duration::from_secs(20)).await;
         let late = lag();
-        assert_eq!(early.0, 3, "three records read, none checkpointed: {early:?}");
+        assert_eq!(
+            early.0, 3,
+            "three records read, none checkpointed: {early:?}"
+        );
         assert!(
             (8_000..=10_000).contains(&early.1),
             "read 10 s ago, checkpoint lag {early:?}"
