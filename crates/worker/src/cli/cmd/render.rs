@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 use std::io::Write;
 
 use crate::maintenance::TableInfo;
+use crate::run::report::CheckpointLag;
 use anyhow::Result;
 use comfy_table::{CellAlignment, Table};
 use tidemark_schema::route::RouterConfig;
@@ -227,6 +228,22 @@ pub(crate) struct ShardRow {
     pub(crate) lag_ms: Option<i64>,
     /// Why the lag is not known (no report from the owner, a failed probe).
     pub(crate) lag_error: Option<String>,
+    /// How far the checkpoint is behind what the owner read, as the owner
+    /// last reported it (`None`: no report from the owner).
+    pub(crate) checkpoint_lag: Option<CheckpointLag>,
+}
+
+/// A checkpoint lag as shown: `0`, or its age and records, `3m 20s (1200)`,
+/// `2h 5m (1.3M)`.
+pub(crate) fn checkpoint_lag(l: &CheckpointLag) -> String {
+    let n = l.records as f64;
+    let records = match l.records {
+        0 => return "0".into(),
+        1..10_000 => l.records.to_string(),
+        10_000..1_000_000 => format!("{:.1}k", n / 1e3),
+        _ => format!("{:.1}M", n / 1e6),
+    };
+    format!("{} ({records})", lag(l.ms))
 }
 
 /// The queue line of `status` for an SQS source.
@@ -271,8 +288,8 @@ fn checkpoint_cell(c: &str, wide: bool) -> String {
     }
 }
 
-/// `status`' shard section: SHARD OWNER [LAG] CHECKPOINT, each column as
-/// wide as its longest cell.
+/// `status`' shard section: SHARD OWNER LAG CKPT LAG CHECKPOINT, each
+/// column as wide as its longest cell.
 pub(crate) fn status_shards(shards: &[ShardRow], wide: bool) -> String {
     let rows = shards
         .iter()
@@ -289,11 +306,18 @@ pub(crate) fn status_shards(shards: &[ShardRow], wide: bool) -> String {
                     (None, Some(e)) => e.chars().take(40).collect::<String>(),
                     (None, None) => "n/a".into(),
                 },
+                r.checkpoint_lag
+                    .as_ref()
+                    .map_or("n/a".into(), checkpoint_lag),
                 checkpoint_cell(&r.checkpoint, wide),
             ]
         })
         .collect();
-    table(Some(&["SHARD", "OWNER", "LAG", "CHECKPOINT"]), rows, &[2])
+    table(
+        Some(&["SHARD", "OWNER", "LAG", "CKPT LAG", "CHECKPOINT"]),
+        rows,
+        &[2, 3],
+    )
 }
 
 /// `status`' queue section: QUEUE VISIBLE IN-FLIGHT DELAYED.
@@ -438,6 +462,10 @@ mod tests {
                 handoff_to: None,
                 lag_ms: Some(i * 1000),
                 lag_error: None,
+                checkpoint_lag: (i % 3 != 0).then_some(CheckpointLag {
+                    records: i as u64 * 100,
+                    ms: i * 2000,
+                }),
             })
             .collect();
         let out = status_shards(&rows, false);
@@ -458,6 +486,19 @@ mod tests {
             status_shards(&rows, true).contains(seq),
             "--wide keeps them"
         );
+        assert!(
+            lines[2].contains(" 2s (100) ") && lines[4].contains(" n/a "),
+            "checkpoint lags: {}\n{}",
+            lines[2],
+            lines[4]
+        );
+        let zero = CheckpointLag { records: 0, ms: 0 };
+        assert_eq!(checkpoint_lag(&zero), "0");
+        let big = CheckpointLag {
+            records: 1_250_000,
+            ms: 7_500_000,
+        };
+        assert_eq!(checkpoint_lag(&big), "2h 5m (1.2M)");
         assert_eq!(lag(200_000), "3m 20s");
         assert_eq!(lag(850), "850ms");
     }

@@ -163,6 +163,8 @@ struct Summary {
     unowned: usize,
     owners: usize,
     max_lag_ms: Option<i64>,
+    /// The largest checkpoint lag the owners reported, ms.
+    max_checkpoint_lag_ms: Option<i64>,
 }
 
 pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
@@ -368,8 +370,11 @@ fn print(snap: &Snapshot, args: &Args, output: Output) -> Result<()> {
         let lag = s
             .max_lag_ms
             .map_or(String::new(), |ms| format!(", max lag {}", render::lag(ms)));
+        let ckpt = s.max_checkpoint_lag_ms.map_or(String::new(), |ms| {
+            format!(", max checkpoint lag {}", render::lag(ms))
+        });
         outln!(
-            "{} shards ({} finished), {} unowned, {} workers{lag}",
+            "{} shards ({} finished), {} unowned, {} workers{lag}{ckpt}",
             s.shards,
             s.finished,
             s.unowned,
@@ -480,6 +485,10 @@ fn summary(rows: &[ShardRow]) -> Summary {
         unowned: open.iter().filter(|r| r.owner.is_none()).count(),
         owners: owners.len(),
         max_lag_ms: rows.iter().filter_map(|r| r.lag_ms).max(),
+        max_checkpoint_lag_ms: rows
+            .iter()
+            .filter_map(|r| r.checkpoint_lag.map(|l| l.ms))
+            .max(),
     }
 }
 
@@ -529,6 +538,7 @@ async fn shards(
             },
             lag_ms: None,
             lag_error: None,
+            checkpoint_lag: None,
             shard: l.key,
             parents: l.parents,
         })
@@ -546,10 +556,17 @@ async fn shards(
                     Some((id, shard)) => format!("{}/{shard}", id.name),
                     None => r.shard.clone(),
                 };
-                match reports.get(owner).and_then(|w| w.shard_lag_ms.get(&key)) {
+                let report = reports.get(owner);
+                match report.and_then(|w| w.shard_lag_ms.get(&key)) {
                     Some(ms) => r.lag_ms = Some(*ms),
+                    None if report.is_some() => {
+                        r.lag_error = Some("not read in the last report".into())
+                    }
                     None => r.lag_error = Some("no report from the owner".into()),
                 }
+                // The owner reports only shards whose checkpoint is behind.
+                r.checkpoint_lag =
+                    report.map(|w| w.checkpoint_lag.get(&key).copied().unwrap_or_default());
             }
         }
     }
