@@ -890,6 +890,11 @@ async fn status_shows_the_lag_each_worker_reported_without_reading_the_stream() 
         assert_eq!(s["owner"], "e2e-worker", "{snap}");
         assert!(s["lag_ms"].as_i64().unwrap() >= 0, "{snap}");
         assert!(s["lag_error"].is_null(), "{snap}");
+        // Every record stored and checkpointed within a few seconds: the
+        // owner reports the shard's checkpoint lag, bounded.
+        let ckpt = &s["checkpoint_lag"];
+        assert!(ckpt["records"].as_u64().unwrap() <= 200, "{snap}");
+        assert!(ckpt["ms"].as_i64().unwrap() < 60_000, "{snap}");
     }
     assert!(snap["reports_error"].is_null(), "{snap}");
     assert_eq!(
@@ -904,6 +909,7 @@ async fn status_shows_the_lag_each_worker_reported_without_reading_the_stream() 
     let after = status();
     for s in after["shards"].as_array().unwrap() {
         assert!(s["lag_ms"].is_null(), "{after}");
+        assert!(s["checkpoint_lag"].is_null(), "{after}");
     }
     env.assert_all_stored(&manifest, 200);
 }
