@@ -1283,3 +1283,53 @@ async fn status_shows_kcl_items_as_such_and_the_streams_settings() {
     loaded.assert_untouched(&env.stack).await;
     loaded.delete_stream(&env.stack).await;
 }
+
+/// A capacity lift maintenance recorded for a late backlog (table, WCU,
+/// since when, why, the backlog last seen) is shown by `status`, read from
+/// the coordinator table; a worker report in the same table is not a lift.
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn status_shows_the_capacity_lifts_recorded_in_the_coordinator_table() {
+    let env = setup().await;
+    let client = env.stack.dynamodb();
+    let coordinator = format!("{}-coordinator", env.prefix);
+    tidemark_tests::create_hash_only(&client, &coordinator, "leaseKey").await;
+    let table = format!("{}_2026-11-19", env.prefix);
+    let since = chrono::Utc::now().timestamp_millis() - 600_000;
+    let n = |v: i64| AttributeValue::N(v.to_string());
+    client
+        .put_item()
+        .table_name(&coordinator)
+        .item(
+            "leaseKey",
+            AttributeValue::S(format!("tidemark-lift#{table}")),
+        )
+        .item("table", AttributeValue::S(table.clone()))
+        .item("write", n(350))
+        .item("reason", AttributeValue::S("late_backlog".into()))
+        .item("since", n(since))
+        .item("renewed", n(since + 540_000))
+        .item("backlogItems", n(20_000))
+        .send()
+        .await
+        .unwrap();
+    let json: Value = serde_json::from_str(&env.output(&["status", "-o", "json"])).unwrap();
+    let lifts = json["lifts"].as_array().cloned().unwrap_or_default();
+    assert_eq!(lifts.len(), 1, "{json}");
+    let lift = &lifts[0];
+    assert_eq!(lift["table"], table.as_str(), "{lift}");
+    assert_eq!(lift["write"], 350, "{lift}");
+    assert_eq!(lift["reason"], "late_backlog", "{lift}");
+    assert_eq!(lift["since_ms"], since, "{lift}");
+    assert_eq!(lift["backlog_items"], 20_000, "{lift}");
+    let text = env.output(&["status"]);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&table) && l.contains("late_backlog"))
+        .unwrap_or_else(|| panic!("no lift line for {table}:\n{text}"));
+    assert!(line.contains("350"), "{line}");
+    assert!(line.contains("10m"), "lifted 10 minutes ago: {line}");
+}
