@@ -10,7 +10,7 @@
 //! lease's), keyed `leaseKey = "tidemark-lift#{table}"`: `table`, `write`
 //! (WCU while lifted), `reason` (`late_backlog`), `since` and `renewed`
 //! (Unix ms), `backlogItems` (the backlog last seen). Only the holder of
-//! the maintenance lease writes them.
+//! the maintenance lease writes them; `tidemark status` lists them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;

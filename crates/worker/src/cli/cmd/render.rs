@@ -246,6 +246,43 @@ pub(crate) fn checkpoint_lag(l: &CheckpointLag) -> String {
     format!("{} ({records})", lag(l.ms))
 }
 
+/// A capacity lift as `status` shows it.
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct LiftRow {
+    pub(crate) table: String,
+    /// Write capacity while lifted, WCU.
+    pub(crate) write: u64,
+    /// Why (`late_backlog`).
+    pub(crate) reason: String,
+    /// When the lift started, Unix ms.
+    pub(crate) since_ms: i64,
+    /// When a backlog was last seen for it, Unix ms.
+    pub(crate) renewed_ms: i64,
+    /// The backlog last seen, items.
+    pub(crate) backlog_items: u64,
+}
+
+/// `status`' lift section at `now_ms`: TABLE WCU SINCE WHY.
+pub(crate) fn status_lifts(lifts: &[LiftRow], now_ms: i64) -> String {
+    let rows = lifts
+        .iter()
+        .map(|l| {
+            vec![
+                l.table.clone(),
+                l.write.to_string(),
+                format!("{} ago", lag(now_ms - l.since_ms)),
+                format!(
+                    "{}: {} items waiting {} ago",
+                    l.reason,
+                    l.backlog_items,
+                    lag(now_ms - l.renewed_ms)
+                ),
+            ]
+        })
+        .collect();
+    table(Some(&["TABLE", "WCU", "SINCE", "WHY"]), rows, &[1, 2])
+}
+
 /// The queue line of `status` for an SQS source.
 #[derive(Debug, serde::Serialize)]
 pub(crate) struct QueueRow {
@@ -501,6 +538,28 @@ mod tests {
         assert_eq!(checkpoint_lag(&big), "2h 5m (1.2M)");
         assert_eq!(lag(200_000), "3m 20s");
         assert_eq!(lag(850), "850ms");
+    }
+
+    #[test]
+    fn status_lifts_say_which_table_how_much_since_when_and_why() {
+        let lift = LiftRow {
+            table: "events_2026-11-19".into(),
+            write: 350,
+            reason: "late_backlog".into(),
+            since_ms: 1_000_000,
+            renewed_ms: 1_540_000,
+            backlog_items: 20_000,
+        };
+        let out = status_lifts(&[lift], 1_600_000);
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(lines[0].starts_with("TABLE"), "{out}");
+        assert!(
+            lines[1].starts_with("events_2026-11-19")
+                && lines[1].contains(" 350 ")
+                && lines[1].contains("10m 0s ago")
+                && lines[1].ends_with("late_backlog: 20000 items waiting 1m 0s ago"),
+            "{out}"
+        );
     }
 
     #[test]

@@ -14,6 +14,7 @@ use std::time::Duration;
 use crate::config::Config;
 use crate::maintenance::TableInfo;
 use crate::maintenance::TableManager;
+use crate::maintenance::lift;
 use crate::run::report::{self, WorkerReport};
 use anyhow::Result;
 use chrono::Utc;
@@ -72,6 +73,12 @@ struct Snapshot {
     queue_error: Option<String>,
     tables: Vec<TableInfo>,
     tables_error: Option<String>,
+    /// Capacity lifts maintenance holds for late backlogs (from the
+    /// coordinator table).
+    lifts: Vec<render::LiftRow>,
+    /// Why the lifts could not be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lifts_error: Option<String>,
     /// The first failure, kept whole (its cause decides the exit status)
     /// for when no section could be read at all.
     #[serde(skip)]
@@ -229,6 +236,8 @@ async fn snapshot(config: &Config, args: &Args) -> Result<Snapshot> {
         queue_error: None,
         tables: Vec::new(),
         tables_error: None,
+        lifts: Vec::new(),
+        lifts_error: None,
         first_error: None,
         read: 0,
     };
@@ -260,6 +269,7 @@ async fn snapshot(config: &Config, args: &Args) -> Result<Snapshot> {
         },
     )
     .await;
+    let dynamodb_for_lifts = dynamodb.clone();
     match TableManager::from_config(config, dynamodb)
         .list(Utc::now())
         .await
@@ -271,6 +281,26 @@ async fn snapshot(config: &Config, args: &Args) -> Result<Snapshot> {
         Err(e) => {
             snap.tables_error = Some(format!("{e:#}"));
             snap.first_error.get_or_insert(e.into());
+        }
+    }
+    if config.maintenance.enabled {
+        match lift::read(&dynamodb_for_lifts, &config.maintenance.coordinator_table).await {
+            Ok(lifts) => {
+                snap.lifts = lifts
+                    .into_iter()
+                    .map(|(table, l)| render::LiftRow {
+                        table,
+                        write: l.write,
+                        reason: l.reason,
+                        since_ms: l.since_ms,
+                        renewed_ms: l.renewed_ms,
+                        backlog_items: l.backlog_items,
+                    })
+                    .collect();
+            }
+            // No coordinator table yet: no worker ran maintenance, no lift.
+            Err(aws_sdk_dynamodb::Error::ResourceNotFoundException(_)) => {}
+            Err(e) => snap.lifts_error = Some(format!("capacity lifts unreadable: {e}")),
         }
     }
     Ok(snap)
@@ -408,6 +438,16 @@ fn print(snap: &Snapshot, args: &Args, output: Output) -> Result<()> {
     match &snap.tables_error {
         Some(e) => outln!("tables: error: {e}")?,
         None => outln!("{}", render::status_tables(&snap.tables)?)?,
+    }
+    if let Some(e) = &snap.lifts_error {
+        outln!("\n{e}")?;
+    }
+    if !snap.lifts.is_empty() {
+        let now = Utc::now().timestamp_millis();
+        outln!(
+            "\ncapacity lifts (maintenance lowers each once its backlog is gone):\n{}",
+            render::status_lifts(&snap.lifts, now)
+        )?;
     }
     Ok(())
 }
