@@ -497,3 +497,151 @@ async fn a_changed_shard_count_on_a_table_with_items_is_refused_at_start() {
         ddb.delete_table().table_name(&t).send().await.ok();
     }
 }
+
+/// Confirms every action (a round run by hand).
+struct Confirm;
+
+impl tidemark_worker::maintenance::ActionGuard for Confirm {
+    fn confirm<'a>(
+        &'a self,
+        _action: &'a Action,
+    ) -> futures::future::BoxFuture<'a, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// `maintenance.late_lift = "on_demand"`, through the limits proxy: a late
+/// backlog on a frozen 1 WCU table switches it to on-demand (its write
+/// throughput capped at the lift budget), the lift recorded in the
+/// coordinator table, which `status` lists; once no backlog is reported
+/// for the hold time, the table goes back to provisioned at its tier and
+/// the record goes.
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn an_on_demand_lift_switches_a_frozen_table_and_back() {
+    use aws_sdk_dynamodb::types::BillingMode;
+    use std::collections::BTreeMap;
+    use tidemark_worker::maintenance::lift::{self, Backlog};
+    let stack = tidemark_tests::stack().await;
+    let ddb = stack.dynamodb();
+    let prefix = unique_name("odlift").replace('-', "_");
+    let mut router = RouterConfig::with_prefix(&prefix);
+    router.period = Period::Day;
+    router.retention = std::time::Duration::from_secs(3 * 86_400);
+    let tiers = CapacityTiers::default();
+    let mut policy = TablePolicy::new(&router, tiers, Billing::Provisioned, ExpiryAction::Delete);
+    policy.late_lift.on_demand = true;
+    policy.late_lift.hold = std::time::Duration::from_secs(60);
+    let coordinator = format!("{prefix}-coordinator");
+    tidemark_tests::create_hash_only(&ddb, &coordinator, "leaseKey").await;
+    let m = TableManager::new(ddb.clone(), policy).with_coordinator(coordinator.clone());
+    let now = Utc::now();
+    // Two days old: frozen at 1 WCU, as maintenance leaves it.
+    let old = now - chrono::Duration::days(2);
+    let table = m
+        .policy()
+        .naming
+        .name_of(&Period::Day.containing(old.timestamp_millis()));
+    tidemark_tests::create_table(
+        &ddb,
+        &table,
+        true,
+        tidemark_tests::TableCapacity::Provisioned {
+            read: i64::try_from(tiers.frozen.read).unwrap(),
+            write: i64::try_from(tiers.frozen.write).unwrap(),
+        },
+    )
+    .await;
+    let arn = ddb
+        .describe_table()
+        .table_name(&table)
+        .send()
+        .await
+        .unwrap()
+        .table()
+        .and_then(|t| t.table_arn())
+        .unwrap()
+        .to_string();
+    ddb.tag_resource()
+        .resource_arn(arn)
+        .tags(
+            aws_sdk_dynamodb::types::Tag::builder()
+                .key(PREFIX_TAG)
+                .value(&prefix)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let billing = |ddb: aws_sdk_dynamodb::Client, table: String| async move {
+        let d = ddb
+            .describe_table()
+            .table_name(&table)
+            .send()
+            .await
+            .unwrap();
+        let t = d.table().unwrap();
+        (
+            t.billing_mode_summary()
+                .and_then(|b| b.billing_mode())
+                .cloned()
+                .unwrap_or(BillingMode::Provisioned),
+            t.provisioned_throughput()
+                .and_then(|p| p.write_capacity_units()),
+        )
+    };
+    let backlog: BTreeMap<String, Backlog> = [(
+        table.clone(),
+        Backlog {
+            items: 2_000,
+            wcu: 6_000,
+        },
+    )]
+    .into();
+    let applied = m
+        .round_guarded(now, RoundKind::Rotate, false, &Confirm, &backlog)
+        .await
+        .unwrap();
+    let ours: Vec<&tidemark_worker::maintenance::Applied> = applied
+        .iter()
+        .filter(|a| a.action.table() == table)
+        .collect();
+    assert!(
+        matches!(&ours[..], [a] if matches!(a.action, Action::LiftOnDemand { max_write: 1000, .. }) && a.error.is_none()),
+        "{ours:?}"
+    );
+    let (mode, _) = billing(ddb.clone(), table.clone()).await;
+    assert_eq!(mode, BillingMode::PayPerRequest, "switched to on-demand");
+    let lifts = lift::read(&ddb, &coordinator).await.unwrap();
+    assert!(lifts[&table].on_demand, "{lifts:?}");
+    // The backlog is gone: held for the hold time, then back to the tier.
+    let none = BTreeMap::new();
+    let held = m
+        .round_guarded(now, RoundKind::Rotate, false, &Confirm, &none)
+        .await
+        .unwrap();
+    assert!(
+        !held.iter().any(|a| a.action.table() == table),
+        "held: {held:?}"
+    );
+    let later = now + chrono::Duration::seconds(90);
+    let ended = m
+        .round_guarded(later, RoundKind::Rotate, false, &Confirm, &none)
+        .await
+        .unwrap();
+    assert!(
+        ended.iter().any(|a| a.action.table() == table
+            && matches!(a.action, Action::EndOnDemandLift { .. })
+            && a.error.is_none()),
+        "{ended:?}"
+    );
+    let (mode, write) = billing(ddb.clone(), table.clone()).await;
+    assert_eq!(mode, BillingMode::Provisioned, "back to provisioned");
+    assert_eq!(write, Some(i64::try_from(tiers.frozen.write).unwrap()));
+    assert!(lift::read(&ddb, &coordinator).await.unwrap().is_empty());
+    let _ = ddb.delete_table().table_name(&table).send().await;
+}

@@ -250,8 +250,10 @@ pub(crate) fn checkpoint_lag(l: &CheckpointLag) -> String {
 #[derive(Debug, serde::Serialize)]
 pub(crate) struct LiftRow {
     pub(crate) table: String,
-    /// Write capacity while lifted, WCU.
+    /// Write capacity while lifted, WCU (0 on demand).
     pub(crate) write: u64,
+    /// Lifted by a switch to on-demand billing.
+    pub(crate) on_demand: bool,
     /// Why (`late_backlog`).
     pub(crate) reason: String,
     /// When the lift started, Unix ms.
@@ -269,7 +271,11 @@ pub(crate) fn status_lifts(lifts: &[LiftRow], now_ms: i64) -> String {
         .map(|l| {
             vec![
                 l.table.clone(),
-                l.write.to_string(),
+                if l.on_demand {
+                    "on demand".into()
+                } else {
+                    l.write.to_string()
+                },
                 format!("{} ago", lag(now_ms - l.since_ms)),
                 format!(
                     "{}: {} items waiting {} ago",
@@ -545,6 +551,7 @@ mod tests {
         let lift = LiftRow {
             table: "events_2026-11-19".into(),
             write: 350,
+            on_demand: false,
             reason: "late_backlog".into(),
             since_ms: 1_000_000,
             renewed_ms: 1_540_000,

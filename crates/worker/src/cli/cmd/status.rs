@@ -291,6 +291,7 @@ async fn snapshot(config: &Config, args: &Args) -> Result<Snapshot> {
                     .map(|(table, l)| render::LiftRow {
                         table,
                         write: l.write,
+                        on_demand: l.on_demand,
                         reason: l.reason,
                         since_ms: l.since_ms,
                         renewed_ms: l.renewed_ms,
