@@ -1333,3 +1333,77 @@ async fn status_shows_the_capacity_lifts_recorded_in_the_coordinator_table() {
     assert!(line.contains("350"), "{line}");
     assert!(line.contains("10m"), "lifted 10 minutes ago: {line}");
 }
+
+/// The current table at 1 WCU behind the limits proxy (capacity enforced):
+/// the worker reads every record at once but stores about one a second, so
+/// its checkpoint stands behind what it read. MillisBehindLatest says the
+/// reader is at the tip; `status` shows the shard's checkpoint lag, in
+/// records and in time, growing from one report to the next.
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn status_shows_a_checkpoint_held_back_by_a_slow_table_as_a_growing_checkpoint_lag() {
+    // A failover time of 10 s (the default): a lease moved under a loaded
+    // machine re-reads from the checkpoint, and the lag starts again.
+    let env = setup_with(1, "", |source| {
+        source.replace("failover_time = \"3s\"", "failover_time = \"10s\"")
+    })
+    .await;
+    let manifest = env.dir.join("produced.jsonl");
+    env.produce(1_500, &manifest);
+    let log = env.dir.join("run.log");
+    let mut run = env
+        .cmd()
+        .arg("run")
+        .env("TIDEMARK__SCHEMA__TIERS__ACTIVE__WRITE", "1")
+        .env("TIDEMARK__SCHEMA__TIERS__ACTIVE__READ", "1")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let status =
+        || -> Value { serde_json::from_str(&env.output(&["status", "-o", "json"])).unwrap() };
+    let lag_of = |snap: &Value| -> Option<(u64, i64)> {
+        let s = &snap["shards"][0]["checkpoint_lag"];
+        Some((s["records"].as_u64()?, s["ms"].as_i64()?))
+    };
+    let deadline = Instant::now() + 3 * tidemark_worker::REPORT_INTERVAL;
+    let first = loop {
+        let snap = status();
+        if let Some(l) = lag_of(&snap).filter(|l| l.0 > 0) {
+            break l;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no checkpoint lag reported: {snap}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let next = loop {
+        let snap = status();
+        let l = lag_of(&snap).unwrap_or_else(|| panic!("{snap}"));
+        if l.1 != first.1 {
+            break (l, snap);
+        }
+        assert!(Instant::now() < deadline, "no second report: {snap}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let (second, snap) = next;
+    assert!(second.0 > 0, "still records past the checkpoint: {snap}");
+    assert!(
+        second.1 >= first.1 + 20_000,
+        "the checkpoint lag grows with the report interval: {first:?} then {second:?}"
+    );
+    assert!(
+        snap["shards"][0]["lag_ms"]
+            .as_i64()
+            .is_none_or(|ms| ms < 10_000),
+        "the reader itself is not behind: {snap}"
+    );
+    let text = env.output(&["status"]);
+    assert!(text.contains("max checkpoint lag"), "{text}");
+    let _ = run.kill();
+    let _ = run.wait();
+}
