@@ -1354,15 +1354,24 @@ async fn status_shows_a_checkpoint_held_back_by_a_slow_table_as_a_growing_checkp
     let manifest = env.dir.join("produced.jsonl");
     env.produce(1_500, &manifest);
     let log = env.dir.join("run.log");
-    let mut run = env
-        .cmd()
-        .arg("run")
-        .env("TIDEMARK__SCHEMA__TIERS__ACTIVE__WRITE", "1")
-        .env("TIDEMARK__SCHEMA__TIERS__ACTIVE__READ", "1")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    /// Kills the worker however the test ends (a failed assertion too).
+    struct Killed(Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _run = Killed(
+        env.cmd()
+            .arg("run")
+            .env("TIDEMARK__SCHEMA__TIERS__ACTIVE__WRITE", "1")
+            .env("TIDEMARK__SCHEMA__TIERS__ACTIVE__READ", "1")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
     let status =
         || -> Value { serde_json::from_str(&env.output(&["status", "-o", "json"])).unwrap() };
     let lag_of = |snap: &Value| -> Option<(u64, i64)> {
@@ -1404,6 +1413,4 @@ async fn status_shows_a_checkpoint_held_back_by_a_slow_table_as_a_growing_checkp
     );
     let text = env.output(&["status"]);
     assert!(text.contains("max checkpoint lag"), "{text}");
-    let _ = run.kill();
-    let _ = run.wait();
 }
