@@ -47,6 +47,8 @@ pub(crate) struct Launch {
     pub(crate) endpoint: String,
     /// Region.
     pub(crate) region: String,
+    /// More environment for every worker (the late scenario's faked clock).
+    pub(crate) env: Vec<(String, String)>,
 }
 
 /// The running slots and every incarnation so far.
@@ -103,6 +105,7 @@ impl Fleet {
             // The config's log level, not the caller's.
             .env_remove("RUST_LOG")
             .env_remove("RUST_BACKTRACE")
+            .envs(l.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(file)
