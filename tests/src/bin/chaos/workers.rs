@@ -120,6 +120,19 @@ impl Fleet {
         Ok((child, n))
     }
 
+    /// Kill -9 the worker in `slot` and leave the slot empty; returns its id.
+    pub(crate) fn kill(&mut self, slot: usize) -> Result<String> {
+        if slot >= self.running.len() {
+            anyhow::bail!("no worker slot {slot}");
+        }
+        let (mut child, n) = self.running.remove(slot);
+        child.kill().context("SIGKILL")?;
+        let _ = child.wait();
+        self.kills += 1;
+        self.history[n].ended = Some((Utc::now(), Ending::Killed));
+        Ok(self.history[n].id.clone())
+    }
+
     /// Kill -9 the worker in `slot` and start a new incarnation there.
     pub(crate) fn kill_and_restart(&mut self, slot: usize) -> Result<String> {
         let Some((child, n)) = self.running.get_mut(slot) else {
