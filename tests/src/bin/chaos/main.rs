@@ -464,6 +464,8 @@ async fn run(mut args: Args) -> Result<bool> {
         args.throttle_wcu = 0;
         // One event per record: a dead letter's payload is the event.
         args.aggregate = 1;
+        // Before anything is created: without libfaketime, nothing to run.
+        faketime_lib()?;
     }
     let began = Instant::now();
     let seed = args.seed.unwrap_or_else(|| fastrand::u64(..));
