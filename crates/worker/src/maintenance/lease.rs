@@ -357,3 +357,123 @@ where
 
 /// How long a stopping worker tries to release the maintenance lease.
 const RELEASE_BUDGET: Duration = Duration::from_secs(2);
+
+/// The maintenance loop's stop, against a mocked coordinator table.
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use aws_sdk_dynamodb::Client;
+    use aws_sdk_dynamodb::operation::describe_table::DescribeTableOutput;
+    use aws_sdk_dynamodb::operation::get_item::GetItemOutput;
+    use aws_sdk_dynamodb::operation::put_item::PutItemOutput;
+    use aws_sdk_dynamodb::operation::update_item::UpdateItemOutput;
+    use aws_sdk_dynamodb::types::{
+        AttributeDefinition, AttributeValue, KeySchemaElement, KeyType, ScalarAttributeType,
+        TableDescription, TableStatus,
+    };
+    use aws_smithy_mocks::{Rule, RuleMode, mock, mock_client};
+
+    fn describe(status: TableStatus) -> Rule {
+        mock!(Client::describe_table).then_output(move || {
+            DescribeTableOutput::builder()
+                .table(
+                    TableDescription::builder()
+                        .table_name("coordinator")
+                        .table_status(status.clone())
+                        .key_schema(
+                            KeySchemaElement::builder()
+                                .attribute_name("leaseKey")
+                                .key_type(KeyType::Hash)
+                                .build()
+                                .unwrap(),
+                        )
+                        .attribute_definitions(
+                            AttributeDefinition::builder()
+                                .attribute_name("leaseKey")
+                                .attribute_type(ScalarAttributeType::S)
+                                .build()
+                                .unwrap(),
+                        )
+                        .build(),
+                )
+                .build()
+        })
+    }
+
+    fn lease(client: Client) -> MaintenanceLease {
+        MaintenanceLease::new(
+            client,
+            "coordinator".into(),
+            "me".into(),
+            Duration::from_secs(60),
+        )
+    }
+
+    /// Runs `maintain` with `round`, asks it to stop after 1 s, and returns
+    /// how long the stop took (`None`: still running 30 s later).
+    async fn stop_time(
+        lease: MaintenanceLease,
+        round: impl for<'a> FnMut(&'a MaintenanceLease) -> BoxFuture<'a, ()> + Send + 'static,
+    ) -> Option<Duration> {
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(maintain(lease, shutdown.clone(), round));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        shutdown.cancel();
+        let asked = Instant::now();
+        tokio::time::timeout(Duration::from_secs(30), task)
+            .await
+            .ok()
+            .map(|joined| {
+                joined.unwrap();
+                asked.elapsed()
+            })
+    }
+
+    /// A coordinator table still CREATING is waited for (up to 5 min), but
+    /// a stop does not wait for it.
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_does_not_wait_for_the_coordinator_table_to_be_active() {
+        let creating = describe(TableStatus::Creating);
+        let took = stop_time(
+            lease(mock_client!(
+                aws_sdk_dynamodb,
+                RuleMode::MatchAny,
+                [&creating]
+            )),
+            |_| Box::pin(async {}),
+        )
+        .await;
+        assert!(
+            took.is_some_and(|t| t <= RELEASE_BUDGET),
+            "stopped after {took:?}"
+        );
+    }
+
+    /// A round that hangs (a table that never turns ACTIVE) is abandoned at
+    /// the stop, and the lease is released for the next maintainer.
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_abandons_a_hanging_round_and_releases_the_lease() {
+        let active = describe(TableStatus::Active);
+        let put = mock!(Client::put_item).then_output(|| PutItemOutput::builder().build());
+        let get = mock!(Client::get_item).then_output(|| {
+            GetItemOutput::builder()
+                .item("leaseKey", AttributeValue::S(MAINTENANCE_KEY.into()))
+                .item("leaseCounter", AttributeValue::N("3".into()))
+                .build()
+        });
+        let update = mock!(Client::update_item).then_output(|| UpdateItemOutput::builder().build());
+        let lease = lease(mock_client!(
+            aws_sdk_dynamodb,
+            RuleMode::MatchAny,
+            [&active, &put, &get, &update]
+        ));
+        let took = stop_time(lease, |_| Box::pin(std::future::pending())).await;
+        assert!(
+            took.is_some_and(|t| t <= RELEASE_BUDGET),
+            "stopped after {took:?}"
+        );
+        // Taken, then released.
+        assert_eq!(update.num_calls(), 2);
+    }
+}

@@ -272,7 +272,7 @@ impl Worker {
                     config.maintenance.coordinator_table.clone(),
                     worker_id.clone(),
                     typed_metrics.clone(),
-                    data.writer.clone(),
+                    Some(data.writer.clone()),
                     telemetry_stop.clone(),
                 )
                 .map(Ok),
