@@ -301,43 +301,15 @@ where
             () = tokio::time::sleep_until(wake) => {}
         }
         wake = Instant::now() + interval;
-        if !ready {
-            match lease.ensure_table().await {
-                Ok(()) => ready = true,
-                Err(e) => {
-                    error!(error = %e, "table maintenance cannot run: the coordinator table is unusable; retrying");
-                    continue;
-                }
-            }
-        }
-        let ticked = lease.tick().await;
-        metrics::gauge!(crate::metrics::MAINTENANCE_HELD).set(if matches!(ticked, Ok(true)) {
-            1.0
-        } else {
-            0.0
-        });
-        match ticked {
-            Ok(true) => {
-                // A round may wait minutes for a table to become ACTIVE: the
-                // lease is renewed alongside, so it is not lost meanwhile.
-                let mut r = round(&lease);
-                loop {
-                    tokio::select! {
-                        () = &mut r => break,
-                        () = tokio::time::sleep(interval) => {
-                            if let Err(e) = lease.tick().await {
-                                warn!(error = %e, "renewing the maintenance lease failed");
-                            }
-                        }
-                    }
-                }
-            }
-            Ok(false) => {
-                if let Some(t) = lease.next_expiry().await {
-                    wake = wake.min(t + Duration::from_millis(5));
-                }
-            }
-            Err(e) => warn!(error = %e, "maintenance lease unavailable"),
+        // Everything a wake does is raced against the stop: a round may
+        // wait minutes for a table to become ACTIVE, and the coordinator
+        // table's own check as long, while the stop has `shutdown_timeout`.
+        // An abandoned round is idempotent (the next maintainer plans from
+        // what it finds); the lease is released below.
+        let step = step(&lease, &mut ready, &mut wake, &mut round);
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            () = step => {}
         }
     }
     metrics::gauge!(crate::metrics::MAINTENANCE_HELD).set(0.0);
@@ -352,6 +324,53 @@ where
             after = ?RELEASE_BUDGET,
             "releasing the maintenance lease timed out; it expires by itself"
         ),
+    }
+}
+
+/// One wake of [`maintain`]: the coordinator table checked (until it is
+/// usable), the lease polled or renewed, and the round run while held.
+async fn step<F>(lease: &MaintenanceLease, ready: &mut bool, wake: &mut Instant, round: &mut F)
+where
+    F: for<'a> FnMut(&'a MaintenanceLease) -> BoxFuture<'a, ()>,
+{
+    let interval = lease.interval();
+    if !*ready {
+        match lease.ensure_table().await {
+            Ok(()) => *ready = true,
+            Err(e) => {
+                error!(error = %e, "table maintenance cannot run: the coordinator table is unusable; retrying");
+                return;
+            }
+        }
+    }
+    let ticked = lease.tick().await;
+    metrics::gauge!(crate::metrics::MAINTENANCE_HELD).set(if matches!(ticked, Ok(true)) {
+        1.0
+    } else {
+        0.0
+    });
+    match ticked {
+        Ok(true) => {
+            // A round may wait minutes for a table to become ACTIVE: the
+            // lease is renewed alongside, so it is not lost meanwhile.
+            let mut r = round(lease);
+            loop {
+                tokio::select! {
+                    () = &mut r => break,
+                    () = tokio::time::sleep(interval) => {
+                        if let Err(e) = lease.tick().await {
+                            warn!(error = %e, "renewing the maintenance lease failed");
+                        }
+                    }
+                }
+            }
+        }
+        Ok(false) => {
+            if let Some(t) = lease.next_expiry().await {
+                *wake = (*wake).min(t + Duration::from_millis(5));
+            }
+        }
+        Err(e) => warn!(error = %e, "maintenance lease unavailable"),
     }
 }
 

@@ -219,7 +219,13 @@ pub(crate) async fn run(
             .table_name(&table)
             .set_item(Some(report.item()))
             .send();
-        match tokio::time::timeout(REPORT_INTERVAL, put).await {
+        // Raced against the stop: a put that hangs (up to its attempts'
+        // timeouts) must not hold up a stop bounded by `shutdown_timeout`.
+        let put = tokio::select! {
+            () = shutdown.cancelled() => break,
+            put = tokio::time::timeout(REPORT_INTERVAL, put) => put,
+        };
+        match put {
             Ok(Ok(_)) => debug!(shards = report.shard_lag_ms.len(), "worker report written"),
             Ok(Err(e)) => {
                 warn!(table, error = %tidemark_aws_errors::describe(&e), "writing the worker report failed")
