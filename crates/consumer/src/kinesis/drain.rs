@@ -194,6 +194,33 @@ mod tests {
         assert_eq!(update.num_calls(), 2);
     }
 
+    /// A fatal stop: the pipeline is gone (its receiver dropped), so the
+    /// acknowledgements still missing can never come. The reader does not
+    /// wait out `shutdown_grace` (20 s, while the worker gives the source
+    /// 5 s): it checkpoints what was acknowledged and releases at once.
+    #[tokio::test(start_paused = true)]
+    async fn with_the_pipeline_gone_the_drain_checkpoints_the_acknowledged_at_once() {
+        let update = mock!(Client::update_item).then_output(|| UpdateItemOutput::builder().build());
+        let (mut reader, lease) = reader(&update);
+        assert!(reader.stream.sink.is_closed(), "the pipeline is gone");
+        let done = reader.tracker.push(Position::new("5", 0)).unwrap();
+        let _never = reader.tracker.push(Position::new("6", 0)).unwrap();
+        reader.tracker.ack(done);
+        reader.handed = 2;
+        reader.stream.shutdown.cancel();
+        let started = Instant::now();
+        drain_and_release(&mut reader).await;
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "waited {:?} for acknowledgements that cannot come",
+            started.elapsed()
+        );
+        assert_eq!(lease.written(), Checkpoint::At(Position::new("5", 0)));
+        assert!(lease.released.load(Ordering::Relaxed));
+        // The final checkpoint, then the release.
+        assert_eq!(update.num_calls(), 2);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_failed_final_release_is_tried_again_within_the_grace() {
         // The final checkpoint goes through; the release meets 12 server
