@@ -77,15 +77,23 @@ pub(crate) async fn finish_shard(
     Ok(Stop::Lost)
 }
 
-/// Shutdown path: wait (bounded) for acknowledgements, checkpoint, release.
+/// Shutdown path: wait (bounded, and not at all once the pipeline is gone)
+/// for acknowledgements, checkpoint, release.
 pub(crate) async fn drain_and_release(reader: &mut ShardReader) {
     let deadline = reader.stream.drain_deadline();
     let lost = reader.lease.lost.clone();
     let handed = reader.handed;
+    let sink = reader.stream.sink.clone();
     tokio::select! {
         _ = reader.tracker.wait_for(|w| w.acked_prefix() >= handed) => {}
         _ = tokio::time::sleep_until(deadline) => {
             warn!(shard = %reader.shard, in_flight = reader.tracker.in_flight(), "shutdown grace over; checkpointing what is done");
+        }
+        // A fatal stop: the pipeline is gone, so what is missing will
+        // never be acknowledged; the worker gives the source seconds, not
+        // the grace.
+        () = sink.closed() => {
+            warn!(shard = %reader.shard, in_flight = reader.tracker.in_flight(), "pipeline gone; checkpointing what was acknowledged");
         }
         _ = lost.cancelled() => return,
     }

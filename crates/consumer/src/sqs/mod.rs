@@ -160,10 +160,17 @@ impl SqsSource {
         let unstarted = in_flight.with_removal(Ledger::drain_unstarted);
         release(&queue, unstarted, |_| 0, "shutdown").await;
         let mut count = in_flight.count.subscribe();
+        // With the pipeline gone (a fatal stop), what is in flight will
+        // never be acknowledged: release it now rather than at the grace.
+        let sink = queue.sink.clone();
         let drained = tokio::time::timeout_at(grace_end, async {
-            let _ = count.wait_for(|n| *n == 0).await;
+            tokio::select! {
+                _ = count.wait_for(|n| *n == 0) => Ok(()),
+                () = sink.closed() => Err(()),
+            }
         })
-        .await;
+        .await
+        .unwrap_or(Err(()));
         if drained.is_err() {
             let left = in_flight.with_removal(Ledger::drain_unfinished);
             warn!(

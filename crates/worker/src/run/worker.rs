@@ -352,6 +352,10 @@ impl Worker {
             shutdown.cancel();
             // Records not stored stay unacknowledged; the source only
             // checkpoints what was acknowledged and releases its leases.
+            // The pipeline goes first: its channel closed tells the source
+            // that what is missing will never be acknowledged, so it does
+            // not wait out `shutdown_grace` (longer than this stop's time).
+            data_tasks.abort(PIPELINE);
             match data_tasks.wait_for(SOURCE, FATAL_STOP_TIME).await {
                 Some(Err(source_error)) => {
                     warn!(error = %source_error, "source stopped with an error too")
