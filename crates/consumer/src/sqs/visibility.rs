@@ -157,11 +157,19 @@ pub(crate) async fn heartbeat(queue: Arc<QueueRun>) {
     let call = heartbeat_call(queue.client.config().timeout_config(), margin);
     let mut interval = tokio::time::interval(tick);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Releases of stale messages run beside the heartbeat: through the
+    // retrying client a slow SQS takes them up to 3 attempts of 10 s, and
+    // the other messages' extensions must not wait that long. Bounded by
+    // the messages in flight (a released message left the ledger); those
+    // still running at the end are dropped (their messages come back when
+    // their visibility ends, as for any failed release).
+    let mut releases = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
             _ = interval.tick() => {}
             _ = queue.finish.cancelled() => return,
         }
+        while releases.try_join_next().is_some() {}
         let now = Instant::now();
         let stale = queue
             .in_flight
@@ -171,13 +179,16 @@ pub(crate) async fn heartbeat(queue: Arc<QueueRun>) {
                 count = stale.len(),
                 "messages unacknowledged for max_processing_time: given up"
             );
-            release(
-                &queue,
-                stale,
-                |r| queue.retry_visibility(r.receive_count),
-                "stale",
-            )
-            .await;
+            let queue = Arc::clone(&queue);
+            releases.spawn(async move {
+                release(
+                    &queue,
+                    stale,
+                    |r| queue.retry_visibility(r.receive_count),
+                    "stale",
+                )
+                .await;
+            });
         }
         let due = queue.in_flight.lock().due_for_heartbeat(now, margin);
         if due.is_empty() {
