@@ -36,6 +36,9 @@ pub struct SourceContext {
     /// The coordinator table: `lease_assignment = "leader"` keeps its lock
     /// and heartbeats there.
     pub coordinator_table: String,
+    /// Set to `true` by the source once its own start is done and it
+    /// reads (lease table checked, stream described; the queue polled).
+    pub running: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 /// The source `config` describes, ready to run.
@@ -57,13 +60,14 @@ pub fn build(config: &SourceConfig, context: &SourceContext) -> Box<dyn Source> 
                     dynamodb,
                 )
                 .with_governors(context.governors.clone())
-                .with_leader_store(Arc::new(leader_store)),
+                .with_leader_store(Arc::new(leader_store))
+                .with_running(context.running.clone()),
             )
         }
-        SourceConfig::Sqs(s) => Box::new(SqsSource::new(
-            s.clone(),
-            aws_sdk_sqs::Client::new(&context.sdk),
-        )),
+        SourceConfig::Sqs(s) => Box::new(
+            SqsSource::new(s.clone(), aws_sdk_sqs::Client::new(&context.sdk))
+                .with_running(context.running.clone()),
+        ),
     }
 }
 

@@ -78,12 +78,24 @@ use visibility::{heartbeat, release};
 pub struct SqsSource {
     config: SqsConfig,
     client: aws_sdk_sqs::Client,
+    running: Option<Arc<watch::Sender<bool>>>,
 }
 
 impl SqsSource {
     /// A source reading `config.queue_url`.
     pub fn new(config: SqsConfig, client: aws_sdk_sqs::Client) -> Self {
-        Self { config, client }
+        Self {
+            config,
+            client,
+            running: None,
+        }
+    }
+
+    /// Set to `true` once the source receives (the worker's start-up ends
+    /// there).
+    pub fn with_running(mut self, running: Arc<watch::Sender<bool>>) -> Self {
+        self.running = Some(running);
+        self
     }
 
     /// Runs until `shutdown` is cancelled (or the sink is closed), then
@@ -129,6 +141,9 @@ impl SqsSource {
         let mut receivers = JoinSet::new();
         receivers.spawn(receiver(Arc::clone(&queue)));
         metrics::gauge!(metric::RECEIVERS).set(1.0);
+        if let Some(running) = &self.running {
+            running.send_replace(true);
+        }
         loop {
             tokio::select! {
                 _ = queue.stop.cancelled() => break,
