@@ -65,8 +65,18 @@ pub fn build(config: &SourceConfig, context: &SourceContext) -> Box<dyn Source> 
             )
         }
         SourceConfig::Sqs(s) => Box::new(
-            SqsSource::new(s.clone(), aws_sdk_sqs::Client::new(&context.sdk))
-                .with_running(context.running.clone()),
+            // Every SQS call of the source is retried by the source itself
+            // (receivers and the deleter with back-off, heartbeats every
+            // tick): one attempt per call, not the SDK's three.
+            SqsSource::new(
+                s.clone(),
+                aws_sdk_sqs::Client::from_conf(
+                    aws_sdk_sqs::config::Builder::from(&context.sdk)
+                        .retry_config(aws_sdk_sqs::config::retry::RetryConfig::disabled())
+                        .build(),
+                ),
+            )
+            .with_running(context.running.clone()),
         ),
     }
 }

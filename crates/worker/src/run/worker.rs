@@ -113,8 +113,10 @@ impl Worker {
             None => default_worker_id(&process_env()),
         };
         let maintenance = if config.maintenance.enabled {
+            // Its writes are fenced single attempts already; its reads are
+            // polled again every interval.
             let lease = MaintenanceLease::new(
-                aws_sdk_dynamodb::Client::new(sdk),
+                aws_sdk_dynamodb::Client::new(&crate::sdk::own_retries(sdk)),
                 config.maintenance.coordinator_table.clone(),
                 worker_id.clone(),
                 config.maintenance.interval,
@@ -213,7 +215,9 @@ impl Worker {
         // The start-up endpoints hand the listener over.
         stop_starting.cancel();
         let _ = starting.await;
-        let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
+        // Reports and the reading of them: tried again next interval (or
+        // round), so one attempt per call.
+        let dynamodb = aws_sdk_dynamodb::Client::new(&crate::sdk::own_retries(&sdk));
 
         // Telemetry outlives the drain (/metrics stays up while draining):
         // its tasks stop on their own token, once the data path has ended.

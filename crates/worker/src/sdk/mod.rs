@@ -85,7 +85,9 @@ pub(crate) fn single_attempt(sdk: &SdkConfig, attempt: Duration) -> SdkConfig {
 /// budget or a deadline: the SDK's retries (3 attempts) would multiply
 /// those and stay outside the governor's retry budget.
 pub(crate) fn own_retries(sdk: &SdkConfig) -> SdkConfig {
-    sdk.clone()
+    sdk.to_builder()
+        .retry_config(aws_config::retry::RetryConfig::disabled())
+        .build()
 }
 
 #[cfg(test)]
