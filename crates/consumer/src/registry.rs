@@ -78,9 +78,17 @@ fn sqs_client(sdk: &aws_types::SdkConfig) -> aws_sdk_sqs::Client {
     )
 }
 
-/// The Kinesis source's client.
+/// The Kinesis source's client. Every Kinesis call of the source is retried
+/// by the source itself: GetRecords by the reader (paced, with back-off),
+/// GetShardIterator with back-off, ListShards at the next balancing pass,
+/// SubscribeToShard by the fan-out reader, DescribeStreamSummary a few
+/// times at start: one attempt per call, not the SDK's three.
 fn kinesis_client(sdk: &aws_types::SdkConfig) -> aws_sdk_kinesis::Client {
-    aws_sdk_kinesis::Client::new(sdk)
+    aws_sdk_kinesis::Client::from_conf(
+        aws_sdk_kinesis::config::Builder::from(sdk)
+            .retry_config(aws_sdk_kinesis::config::retry::RetryConfig::disabled())
+            .build(),
+    )
 }
 
 impl SourceConfig {
