@@ -788,3 +788,68 @@ fn throughput(table: &str, c: Capacity) -> Result<ProvisionedThroughput, TablesE
         .build()
         .map_err(|e| TablesError::build("UpdateTable", table, e))
 }
+
+/// The manager's own retries, against a mocked DynamoDB.
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::config::ExpiryAction;
+    use aws_sdk_dynamodb::Client;
+    use aws_sdk_dynamodb::operation::create_table::CreateTableOutput;
+    use aws_sdk_dynamodb::operation::describe_table::DescribeTableOutput;
+    use aws_sdk_dynamodb::operation::update_time_to_live::UpdateTimeToLiveOutput;
+    use aws_sdk_dynamodb::types::TableDescription;
+    use aws_smithy_mocks::{RuleMode, mock, mock_client};
+    use tidemark_schema::period::Billing;
+    use tidemark_schema::period::CapacityTiers;
+
+    /// Three 500s in a row on CreateTable: the SDK's three attempts used to
+    /// give up on them (outside the governor's retry budget); the manager's
+    /// client makes one attempt per call and the manager retries within
+    /// its own bound (and the governor's budget, when it has one), so the
+    /// fourth call creates the table.
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_create_table_is_retried_by_the_manager_one_attempt_per_call() {
+        let mut router = RouterConfig::with_prefix("iot");
+        router.period = tidemark_schema::period::Period::Day;
+        let policy = TablePolicy::new(
+            &router,
+            CapacityTiers::default(),
+            Billing::OnDemand {
+                warm_write_units: None,
+            },
+            ExpiryAction::Delete,
+        );
+        let spec = policy.key_spec();
+        let create = mock!(Client::create_table)
+            .sequence()
+            .http_status(500, None)
+            .times(3)
+            .output(|| CreateTableOutput::builder().build())
+            .build();
+        let describe = mock!(Client::describe_table).then_output(move || {
+            DescribeTableOutput::builder()
+                .table(
+                    TableDescription::builder()
+                        .table_name("iot_2026-11-26")
+                        .table_status(TableStatus::Active)
+                        .set_key_schema(Some(spec.elements().unwrap()))
+                        .set_attribute_definitions(Some(spec.definitions().unwrap()))
+                        .build(),
+                )
+                .build()
+        });
+        let ttl = mock!(Client::update_time_to_live)
+            .then_output(|| UpdateTimeToLiveOutput::builder().build());
+        let client = mock_client!(
+            aws_sdk_dynamodb,
+            RuleMode::MatchAny,
+            [&create, &describe, &ttl]
+        );
+        let manager = TableManager::new(client, policy);
+        let created = manager.create("iot_2026-11-26", None, None).await;
+        assert!(created.is_ok(), "{created:?}");
+        assert_eq!(create.num_calls(), 4);
+    }
+}
