@@ -35,6 +35,11 @@ use crate::metrics as m;
 
 mod listing;
 
+/// Attempts of one table call (see `TableManager::call`): with the
+/// governor's back-off, a few seconds of trouble; a round that still fails
+/// is reported and tried again next round.
+const CALL_ATTEMPTS: u32 = 4;
+
 /// Frozen tables whose TTL, PITR and tags are read per round, in turn.
 const FROZEN_CHECKS_PER_ROUND: usize = 5;
 /// DynamoDB's clock is judged from answers at most this old.
@@ -114,11 +119,14 @@ impl TableManager {
     /// from every answer (see [`clock`](super::clock)).
     pub fn new(client: aws_sdk_dynamodb::Client, policy: TablePolicy) -> Self {
         let clock = ServerClock::default();
+        // One attempt per call: `call` retries, within the governor's
+        // budget; the SDK's own three attempts would stay outside it.
         let client = aws_sdk_dynamodb::Client::from_conf(
             client
                 .config()
                 .to_builder()
                 .interceptor(clock.interceptor())
+                .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
                 .build(),
         );
         TableManager {
@@ -163,7 +171,9 @@ impl TableManager {
     /// told lately; this host's time when it does not say).
     pub(crate) async fn server_now_checked(&self) -> DateTime<Utc> {
         if self.clock.offset(CLOCK_FRESH).is_none() {
-            let _ = self.call(self.client.list_tables().limit(1).send()).await;
+            let _ = self
+                .call(|| self.client.list_tables().limit(1).send())
+                .await;
         }
         self.clock.server_now(CLOCK_FRESH)
     }
@@ -206,16 +216,47 @@ impl TableManager {
         self
     }
 
-    /// One SDK call, through the governor when there is one.
-    async fn call<T, E, R>(
+    /// One table call, through the governor when there is one: at most
+    /// [`CALL_ATTEMPTS`] attempts (the client makes one per call), a
+    /// throttle, a 5xx, a timeout or no connection tried again after the
+    /// governor's back-off and within its retry budget (a jittered back-off
+    /// without one). Every call is idempotent or refused harmlessly when
+    /// repeated (a table already being created, a capacity already set).
+    async fn call<T, E, R, Fut>(
         &self,
-        fut: impl std::future::Future<Output = Result<T, aws_sdk_dynamodb::error::SdkError<E, R>>>,
+        mut send: impl FnMut() -> Fut,
     ) -> Result<T, aws_sdk_dynamodb::error::SdkError<E, R>>
     where
+        Fut: std::future::Future<Output = Result<T, aws_sdk_dynamodb::error::SdkError<E, R>>>,
         E: aws_sdk_dynamodb::error::ProvideErrorMetadata,
         R: tidemark_aws_errors::HttpStatus,
     {
-        Governor::run_opt(self.gov.as_ref(), fut).await
+        use backon::BackoffBuilder;
+        let mut backoff = backon::ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(100))
+            .with_max_delay(Duration::from_secs(5))
+            .with_jitter()
+            .without_max_times()
+            .build();
+        let mut attempts = 1;
+        loop {
+            match Governor::run_opt(self.gov.as_ref(), send()).await {
+                Err(e)
+                    if attempts < CALL_ATTEMPTS
+                        && tidemark_aws_errors::classify(&e).is_retryable() =>
+                {
+                    attempts += 1;
+                    match &self.gov {
+                        Some(gov) => gov.wait_retry().await,
+                        None => {
+                            let d = backoff.next().unwrap_or(Duration::from_secs(5));
+                            tokio::time::sleep(d).await;
+                        }
+                    }
+                }
+                result => return result,
+            }
+        }
     }
 
     /// The policy.
@@ -380,13 +421,13 @@ impl TableManager {
         let Some(coordinator) = &self.coordinator else {
             return Ok(());
         };
-        self.call(
+        self.call(|| {
             self.client
                 .put_item()
                 .table_name(coordinator)
                 .set_item(Some(lift::item(table, lift)))
-                .send(),
-        )
+                .send()
+        })
         .await
         .map_err(|e| TablesError::call("PutItem", coordinator, e))?;
         Ok(())
@@ -421,7 +462,7 @@ impl TableManager {
                             .write_units_per_second(*to as i64)
                             .build(),
                     );
-                self.update(table, req.send()).await?;
+                self.update(table, || req.clone().send()).await?;
                 info!(table, write_units = to, "warm throughput set");
                 Ok(())
             }),
@@ -431,7 +472,7 @@ impl TableManager {
                     .update_table()
                     .table_name(table)
                     .deletion_protection_enabled(*enabled);
-                self.update(table, req.send()).await?;
+                self.update(table, || req.clone().send()).await?;
                 info!(table, enabled, "deletion protection set");
                 Ok(())
             }),
@@ -485,7 +526,7 @@ impl TableManager {
             .update_table()
             .table_name(table)
             .provisioned_throughput(throughput(table, to)?);
-        self.update(table, req.send()).await
+        self.update(table, || req.clone().send()).await
     }
 
     async fn set_pitr(&self, table: &str, enabled: bool) -> Result<(), TablesError> {
@@ -493,13 +534,13 @@ impl TableManager {
             .point_in_time_recovery_enabled(enabled)
             .build()
             .map_err(|e| TablesError::build("UpdateContinuousBackups", table, e))?;
-        self.call(
+        self.call(|| {
             self.client
                 .update_continuous_backups()
                 .table_name(table)
-                .point_in_time_recovery_specification(spec)
-                .send(),
-        )
+                .point_in_time_recovery_specification(spec.clone())
+                .send()
+        })
         .await
         .map_err(|e| TablesError::call("UpdateContinuousBackups", table, e))?;
         info!(table, enabled, "point-in-time recovery set");
@@ -508,7 +549,7 @@ impl TableManager {
 
     async fn delete(&self, table: &str) -> Result<(), TablesError> {
         match self
-            .call(self.client.delete_table().table_name(table).send())
+            .call(|| self.client.delete_table().table_name(table).send())
             .await
         {
             Ok(_) => {}
@@ -523,7 +564,7 @@ impl TableManager {
 
     async fn tag_expired(&self, table: &str) -> Result<(), TablesError> {
         let d = self
-            .call(self.client.describe_table().table_name(table).send())
+            .call(|| self.client.describe_table().table_name(table).send())
             .await
             .map_err(|e| TablesError::call("DescribeTable", table, e))?;
         let arn = d
@@ -541,7 +582,7 @@ impl TableManager {
         let Some(coordinator) = &self.coordinator else {
             return Ok(());
         };
-        self.call(
+        self.call(|| {
             self.client
                 .delete_item()
                 .table_name(coordinator)
@@ -552,22 +593,25 @@ impl TableManager {
                         lift::KEY_PREFIX
                     )),
                 )
-                .send(),
-        )
+                .send()
+        })
         .await
         .map_err(|e| TablesError::call("DeleteItem", coordinator, e))?;
         Ok(())
     }
 
     /// One UpdateTable; a quota refusal is reported as such.
-    async fn update<R>(
+    async fn update<R, Fut>(
         &self,
         table: &str,
-        fut: impl std::future::Future<
-            Output = Result<R, aws_sdk_dynamodb::error::SdkError<UpdateTableError>>,
-        >,
-    ) -> Result<(), TablesError> {
-        match self.call(fut).await {
+        send: impl FnMut() -> Fut,
+    ) -> Result<(), TablesError>
+    where
+        Fut: std::future::Future<
+                Output = Result<R, aws_sdk_dynamodb::error::SdkError<UpdateTableError>>,
+            >,
+    {
+        match self.call(send).await {
             Ok(_) => Ok(()),
             Err(e)
                 if e.as_service_error()
@@ -599,7 +643,7 @@ impl TableManager {
                 .map_err(|e| TablesError::build("TagResource", table, e))?;
             req = req.tags(tag);
         }
-        self.call(req.send())
+        self.call(|| req.clone().send())
             .await
             .map_err(|e| TablesError::call("TagResource", table, e))?;
         Ok(())
@@ -613,17 +657,21 @@ impl TableManager {
             ExportFormat::DynamodbJson => SdkExportFormat::DynamodbJson,
             ExportFormat::Ion => SdkExportFormat::Ion,
         };
+        // One token for every attempt: an attempt that timed out but
+        // started the export is not started twice.
+        let token = format!("tidemark-{:016x}", fastrand::u64(..));
         let out = self
-            .call(
+            .call(|| {
                 self.client
                     .export_table_to_point_in_time()
+                    .client_token(&token)
                     .table_arn(arn)
                     .s3_bucket(&e.bucket)
                     .s3_prefix(e.prefix_of(table))
                     .set_s3_bucket_owner(e.bucket_owner.clone())
-                    .export_format(format)
-                    .send(),
-            )
+                    .export_format(format.clone())
+                    .send()
+            })
             .await
             .map_err(|err| TablesError::call("ExportTableToPointInTime", table, err))?;
         let export_arn = out
@@ -648,13 +696,13 @@ impl TableManager {
             .build()
             .map_err(|e| TablesError::build("UpdateTimeToLive", table, e))?;
         match self
-            .call(
+            .call(|| {
                 self.client
                     .update_time_to_live()
                     .table_name(table)
-                    .time_to_live_specification(spec)
-                    .send(),
-            )
+                    .time_to_live_specification(spec.clone())
+                    .send()
+            })
             .await
         {
             Ok(_) => {
@@ -724,7 +772,7 @@ impl TableManager {
             });
             req = req.deletion_protection_enabled(young);
         }
-        match self.call(req.send()).await {
+        match self.call(|| req.clone().send()).await {
             Ok(_) => info!(table, "table created"),
             // Another worker is creating it; wait for ACTIVE below.
             Err(e)
@@ -755,7 +803,7 @@ impl TableManager {
         let start = Instant::now();
         loop {
             let d = self
-                .call(self.client.describe_table().table_name(table).send())
+                .call(|| self.client.describe_table().table_name(table).send())
                 .await;
             match d {
                 Ok(d) if d.table().and_then(|t| t.table_status()) == Some(&TableStatus::Active) => {

@@ -53,7 +53,7 @@ impl TableManager {
                 continue;
             };
             let d = match self
-                .call(self.client.describe_table().table_name(&name).send())
+                .call(|| self.client.describe_table().table_name(&name).send())
                 .await
             {
                 Ok(d) => d,
@@ -146,12 +146,12 @@ impl TableManager {
         let exporting = expired && self.policy.on_expiry == ExpiryAction::Export;
         let mut d = Details::default();
         let tags = self
-            .call(
+            .call(|| {
                 self.client
                     .list_tags_of_resource()
                     .resource_arn(&t.arn)
-                    .send(),
-            )
+                    .send()
+            })
             .await;
         d.tags = read_or_warn(&t.name, "tags", tags).map(|out| {
             out.tags()
@@ -161,12 +161,12 @@ impl TableManager {
         });
         if !expired && self.policy.ttl_attribute.is_some() {
             let ttl = self
-                .call(
+                .call(|| {
                     self.client
                         .describe_time_to_live()
                         .table_name(&t.name)
-                        .send(),
-                )
+                        .send()
+                })
                 .await;
             d.ttl = read_or_warn(&t.name, "TTL", ttl).map(|out| {
                 let desc = out.time_to_live_description();
@@ -179,12 +179,12 @@ impl TableManager {
         }
         if (!expired && self.policy.pitr) || exporting {
             let backups = self
-                .call(
+                .call(|| {
                     self.client
                         .describe_continuous_backups()
                         .table_name(&t.name)
-                        .send(),
-                )
+                        .send()
+                })
                 .await;
             d.pitr = read_or_warn(&t.name, "PITR", backups).map(|out| {
                 out.continuous_backups_description()
@@ -201,7 +201,7 @@ impl TableManager {
 
     pub(super) async fn export_state(&self, arn: &str) -> ExportState {
         match self
-            .call(self.client.describe_export().export_arn(arn).send())
+            .call(|| self.client.describe_export().export_arn(arn).send())
             .await
         {
             Ok(out) => match out.export_description().and_then(|e| e.export_status()) {
@@ -272,7 +272,7 @@ impl TableManager {
         takes_writes: bool,
     ) -> Result<Option<TableLayout>, TablesError> {
         let arn = match self
-            .call(self.client.describe_table().table_name(&name).send())
+            .call(|| self.client.describe_table().table_name(&name).send())
             .await
         {
             Ok(d) => match d.table() {
@@ -292,12 +292,12 @@ impl TableManager {
         };
         let t = TableRef { name, arn };
         let tags = self
-            .call(
+            .call(|| {
                 self.client
                     .list_tags_of_resource()
                     .resource_arn(&t.arn)
-                    .send(),
-            )
+                    .send()
+            })
             .await
             .map_err(|e| TablesError::call("ListTagsOfResource", &t.name, e))?;
         // In order: DynamoDB replaces a tag set again, but moto lists both
@@ -344,14 +344,14 @@ impl TableManager {
             }));
         }
         let items = self
-            .call(
+            .call(|| {
                 self.client
                     .scan()
                     .table_name(&t.name)
                     .limit(1)
                     .select(aws_sdk_dynamodb::types::Select::Count)
-                    .send(),
-            )
+                    .send()
+            })
             .await
             .map_err(|e| TablesError::call("Scan", &t.name, e))?;
         if items.count() == 0 && items.last_evaluated_key().is_none() {
