@@ -218,7 +218,20 @@ fn first_line(s: &str) -> &str {
 /// The first line of `s`, without a Rust `Debug` dump some providers'
 /// errors append (` (Name(Name { ... }))`).
 fn readable(s: &str) -> &str {
-    first_line(s)
+    let line = first_line(s);
+    // A dump opens as ` (` then a type name then `(` or ` {`.
+    let dump = line.match_indices(" (").find(|(i, _)| {
+        let rest = &line[i + 2..];
+        let name = rest
+            .find(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+            .map_or(rest, |end| &rest[..end]);
+        name.starts_with(|c: char| c.is_ascii_uppercase())
+            && (rest[name.len()..].starts_with('(') || rest[name.len()..].starts_with(" {"))
+    });
+    match dump {
+        Some((i, _)) => line[..i].trim_end(),
+        None => line,
+    }
 }
 
 /// Codes meaning the credentials themselves are wrong.
