@@ -25,6 +25,29 @@ use crate::maintenance::tags::{
 use super::{FROZEN_CHECKS_PER_ROUND, TableManager, TableRef, read_or_warn};
 
 impl TableManager {
+    /// Every table's name (ListTables, page by page, each page one
+    /// [`call`](Self::call) with its retries).
+    async fn table_names(&self) -> Result<Vec<String>, TablesError> {
+        let mut names = Vec::new();
+        let mut start: Option<String> = None;
+        loop {
+            let page = self
+                .call(|| {
+                    self.client
+                        .list_tables()
+                        .set_exclusive_start_table_name(start.clone())
+                        .send()
+                })
+                .await
+                .map_err(|e| TablesError::call("ListTables", "", e))?;
+            names.extend(page.table_names().iter().cloned());
+            match page.last_evaluated_table_name() {
+                Some(last) => start = Some(last.to_string()),
+                None => return Ok(names),
+            }
+        }
+    }
+
     /// Our tables, oldest period first, with their state at `now`. A table
     /// of ours with another key schema is an error naming it.
     pub async fn list(&self, now: DateTime<Utc>) -> Result<Vec<TableInfo>, TablesError> {
@@ -40,12 +63,7 @@ impl TableManager {
         round: Option<usize>,
     ) -> Result<Vec<TableInfo>, TablesError> {
         let now_ms = now.timestamp_millis();
-        let mut names = Vec::new();
-        let mut pages = self.client.list_tables().into_paginator().send();
-        while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| TablesError::call("ListTables", "", e))?;
-            names.extend(page.table_names().iter().cloned());
-        }
+        let names = self.table_names().await?;
         let spec = self.policy.key_spec();
         let mut out = Vec::new();
         for name in names {
@@ -238,12 +256,7 @@ impl TableManager {
         now: DateTime<Utc>,
     ) -> Result<BTreeMap<String, TableLayout>, TablesError> {
         let now_ms = now.timestamp_millis();
-        let mut names = Vec::new();
-        let mut pages = self.client.list_tables().into_paginator().send();
-        while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| TablesError::call("ListTables", "", e))?;
-            names.extend(page.table_names().iter().cloned());
-        }
+        let names = self.table_names().await?;
         let mut out = BTreeMap::new();
         for name in names {
             let Some(p) = self.policy.naming.parse(&name) else {
