@@ -218,9 +218,9 @@ impl TableManager {
 
     /// One table call, through the governor when there is one: at most
     /// [`CALL_ATTEMPTS`] attempts (the client makes one per call), a
-    /// throttle, a 5xx, a timeout or no connection tried again after the
-    /// governor's back-off and within its retry budget (a jittered back-off
-    /// without one). Every call is idempotent or refused harmlessly when
+    /// throttle, a 5xx or a timeout tried again after the governor's
+    /// back-off and within its retry budget (a jittered back-off without
+    /// one). Every call is idempotent or refused harmlessly when
     /// repeated (a table already being created, a capacity already set).
     async fn call<T, E, R, Fut>(
         &self,
@@ -241,8 +241,12 @@ impl TableManager {
         let mut attempts = 1;
         loop {
             match Governor::run_opt(self.gov.as_ref(), send()).await {
+                // No connection at all (refused, DNS) is not tried again
+                // here: the endpoint is not there, and the next round (or,
+                // at start, the first write) tries anyway.
                 Err(e)
                     if attempts < CALL_ATTEMPTS
+                        && !matches!(e, aws_sdk_dynamodb::error::SdkError::DispatchFailure(_))
                         && tidemark_aws_errors::classify(&e).is_retryable() =>
                 {
                     attempts += 1;
