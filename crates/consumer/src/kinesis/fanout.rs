@@ -370,13 +370,22 @@ mod tests {
         frame
     }
 
-    /// Answers one SubscribeToShard request as Kinesis does at a
-    /// subscription's 5-minute end, but at once: one event with the next
-    /// two records after the starting position, then the body ends cleanly
-    /// (no error). Each request's starting position is logged.
+    /// A subscription's starting position as the server saw it: its type,
+    /// and the sequence number for AFTER_SEQUENCE_NUMBER.
+    type Start = (String, Option<u64>);
+
+    /// How the test server answers the `n`th subscription (from 0), from
+    /// where it starts: the event-stream frames of its whole body.
+    type Script = dyn Fn(usize, &Start) -> Vec<u8> + Send + Sync;
+
+    /// Answers each SubscribeToShard request with the frames `script`
+    /// gives, then ends the body cleanly (as Kinesis does at a
+    /// subscription's 5-minute end). Each request's starting position is
+    /// logged as `TYPE` or `TYPE n`.
     async fn answer(
         req: hyper::Request<hyper::body::Incoming>,
         starts: Arc<Mutex<Vec<String>>>,
+        script: Arc<Script>,
     ) -> Result<hyper::Response<http_body_util::Full<hyper::body::Bytes>>, std::convert::Infallible>
     {
         use http_body_util::BodyExt;
@@ -384,31 +393,25 @@ mod tests {
         let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
         let start = &body["StartingPosition"];
         let kind = start["Type"].as_str().unwrap_or_default().to_string();
-        let after: u64 = match start["SequenceNumber"].as_str() {
-            Some(s) if kind == "AFTER_SEQUENCE_NUMBER" => s.parse().unwrap(),
-            _ => 0,
+        let seq: Option<u64> = start["SequenceNumber"].as_str().map(|s| s.parse().unwrap());
+        let n = {
+            let mut starts = starts.lock().unwrap();
+            starts.push(match seq {
+                Some(seq) => format!("{kind} {seq}"),
+                None => kind.clone(),
+            });
+            starts.len() - 1
         };
-        starts.lock().unwrap().push(match kind.as_str() {
-            "AFTER_SEQUENCE_NUMBER" => format!("{kind} {after}"),
-            _ => kind,
-        });
-        let seqs: Vec<u64> = (after + 1..=RECORDS).take(2).collect();
-        let frames = event(&seqs, seqs.last().copied().unwrap_or(after));
+        let frames = script(n, &(kind, seq));
         Ok(hyper::Response::builder()
             .header("content-type", "application/vnd.amazon.eventstream")
             .body(http_body_util::Full::new(frames.into()))
             .unwrap())
     }
 
-    /// Kinesis ends every subscription after 5 minutes; kinesis-local 0.6.2
-    /// does too, but only after 5 real minutes (not configurable), too long
-    /// for the stack tests, whose renewals are Tidemark's own timer. Here a
-    /// local event-stream server ends each subscription cleanly after one
-    /// event (the SDK's receiver then yields `Ok(None)`), with renewals
-    /// set far off: the reader subscribes again after the last record
-    /// delivered, with no gap and no duplicate.
-    #[tokio::test]
-    async fn a_subscription_the_server_ends_resumes_after_the_last_record() {
+    /// A local SubscribeToShard server answering by `script`, a Kinesis
+    /// client pointed at it, and the log of starting positions.
+    async fn server(script: Arc<Script>) -> (aws_sdk_kinesis::Client, Arc<Mutex<Vec<String>>>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let starts = Arc::new(Mutex::new(Vec::new()));
@@ -416,7 +419,9 @@ mod tests {
         tokio::spawn(async move {
             while let Ok((sock, _)) = listener.accept().await {
                 let log = log.clone();
-                let service = hyper::service::service_fn(move |req| answer(req, log.clone()));
+                let script = script.clone();
+                let service =
+                    hyper::service::service_fn(move |req| answer(req, log.clone(), script.clone()));
                 tokio::spawn(
                     hyper::server::conn::http1::Builder::new()
                         .serve_connection(hyper_util::rt::TokioIo::new(sock), service),
@@ -433,19 +438,31 @@ mod tests {
                 ))
                 .build(),
         );
-        let mut config = crate::kinesis::config::KinesisConfig::new("s", "t", "me");
+        (kinesis, starts)
+    }
+
+    /// A fan-out reader of a lease at `checkpoint` through `kinesis`,
+    /// running until shutdown; its records come out of the receiver.
+    fn spawn_reader(
+        kinesis: aws_sdk_kinesis::Client,
+        config: crate::kinesis::config::KinesisConfig,
+        checkpoint: Checkpoint,
+    ) -> (
+        tokio::sync::mpsc::Receiver<Vec<crate::record::Record>>,
+        tokio_util::sync::CancellationToken,
+        tokio::task::JoinHandle<Result<Stop, ConsumerError>>,
+    ) {
+        let mut config = config;
         config.read_mode = crate::kinesis::config::ReadMode::FanOut;
-        // Any renewal in this test is the server's.
-        config.subscription_renewal = Duration::from_secs(120);
         let update =
             aws_smithy_mocks::mock!(aws_sdk_dynamodb::Client::update_item).then_output(|| {
                 aws_sdk_dynamodb::operation::update_item::UpdateItemOutput::builder().build()
             });
-        let (sink, mut rx) = tokio::sync::mpsc::channel(8);
+        let (sink, rx) = tokio::sync::mpsc::channel(8);
         let (mut reader, _lease) =
             crate::kinesis::shard::test_reader(&update, kinesis, config, sink);
         let shutdown = reader.stream.shutdown.clone();
-        let lease = Lease::new("s", Checkpoint::TrimHorizon, vec![]);
+        let lease = Lease::new("s", checkpoint, vec![]);
         let task = tokio::spawn(async move {
             read(
                 &mut reader,
@@ -454,23 +471,64 @@ mod tests {
             )
             .await
         });
+        (rx, shutdown, task)
+    }
+
+    /// The sequence number of a delivered record.
+    fn seq_of(r: &crate::record::Record) -> String {
+        let tidemark_schema::Origin::Kinesis {
+            sequence_number, ..
+        } = &r.origin
+        else {
+            panic!("kinesis origin")
+        };
+        sequence_number.to_string()
+    }
+
+    /// Receives records until `n` came, acknowledging each.
+    async fn take(
+        rx: &mut tokio::sync::mpsc::Receiver<Vec<crate::record::Record>>,
+        n: usize,
+    ) -> Vec<String> {
         let mut seqs = Vec::new();
-        while seqs.len() < RECORDS as usize {
+        while seqs.len() < n {
             let batch = tokio::time::timeout(Duration::from_secs(20), rx.recv())
                 .await
                 .expect("records within 20 s")
                 .expect("reader alive");
             for r in batch {
-                let tidemark_schema::Origin::Kinesis {
-                    sequence_number, ..
-                } = &r.origin
-                else {
-                    panic!("kinesis origin")
-                };
-                seqs.push(sequence_number.to_string());
+                seqs.push(seq_of(&r));
                 r.ack.done();
             }
         }
+        seqs
+    }
+
+    /// Kinesis ends every subscription after 5 minutes; kinesis-local 0.6.2
+    /// does too, but only after 5 real minutes (not configurable), too long
+    /// for the stack tests, whose renewals are Tidemark's own timer. Here a
+    /// local event-stream server ends each subscription cleanly after one
+    /// event (the SDK's receiver then yields `Ok(None)`), with renewals
+    /// set far off: the reader subscribes again after the last record
+    /// delivered, with no gap and no duplicate.
+    #[tokio::test]
+    async fn a_subscription_the_server_ends_resumes_after_the_last_record() {
+        // One event with the next two records after the starting position.
+        let script: Arc<Script> = Arc::new(|_, (kind, seq): &Start| {
+            let after = if kind == "AFTER_SEQUENCE_NUMBER" {
+                seq.unwrap_or(0)
+            } else {
+                0
+            };
+            let seqs: Vec<u64> = (after + 1..=RECORDS).take(2).collect();
+            event(&seqs, seqs.last().copied().unwrap_or(after))
+        });
+        let (kinesis, starts) = server(script).await;
+        let mut config = crate::kinesis::config::KinesisConfig::new("s", "t", "me");
+        // Any renewal in this test is the server's.
+        config.subscription_renewal = Duration::from_secs(120);
+        let (mut rx, shutdown, task) = spawn_reader(kinesis, config, Checkpoint::TrimHorizon);
+        let seqs = take(&mut rx, RECORDS as usize).await;
         // The next subscriptions start after record 4 and bring nothing.
         let more = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await;
         assert!(more.is_err(), "a record came twice: {more:?}");
@@ -488,6 +546,93 @@ mod tests {
                 "AFTER_SEQUENCE_NUMBER 4"
             ]
         );
+    }
+
+    /// A lease still at `LATEST` on a quiet shard: the first subscription
+    /// brings only an empty event (continuation 10) and ends; record 11
+    /// arrives before the next subscription. Subscribing at `LATEST` again
+    /// would miss it for ever; the reader continues after the continuation
+    /// sequence number instead.
+    #[tokio::test]
+    async fn a_latest_lease_resubscribes_after_the_continuation_number() {
+        let script: Arc<Script> = Arc::new(|n, (kind, seq): &Start| match kind.as_str() {
+            // The tip: record 11 arrived in the gap (after the first
+            // subscription), so LATEST starts after it.
+            "LATEST" if n == 0 => event(&[], 10),
+            "LATEST" => event(&[], 11),
+            "AFTER_SEQUENCE_NUMBER" => {
+                let after = seq.unwrap_or(0);
+                let seqs: Vec<u64> = (after + 1..=11).collect();
+                event(&seqs, 11.max(after))
+            }
+            _ => event(&[], 11),
+        });
+        let (kinesis, starts) = server(script).await;
+        let mut config = crate::kinesis::config::KinesisConfig::new("s", "t", "me");
+        config.subscription_renewal = Duration::from_secs(120);
+        let (mut rx, shutdown, task) = spawn_reader(kinesis, config, Checkpoint::Latest);
+        // Wait (with a deadline) for the second subscription.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while starts.lock().unwrap().len() < 2 {
+            assert!(Instant::now() < deadline, "no second subscription");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let got = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await;
+        shutdown.cancel();
+        let _ = task.await;
+        let starts = starts.lock().unwrap().clone();
+        assert_eq!(starts[..2], ["LATEST", "AFTER_SEQUENCE_NUMBER 10"]);
+        let batch = got
+            .expect("record 11 delivered (it arrived between two subscriptions)")
+            .expect("reader alive");
+        assert_eq!(batch.iter().map(seq_of).collect::<Vec<_>>(), ["11"]);
+    }
+
+    /// An event the subscription already holds when its renewal falls due
+    /// is delivered, not dropped: here the server sends records 1 and 2 in
+    /// two events at once, and the reader (room for one unacknowledged
+    /// record) can take the second only after the renewal time. The next
+    /// subscription therefore starts after record 2, not after record 1.
+    #[tokio::test]
+    async fn an_event_in_hand_at_renewal_time_is_delivered() {
+        let script: Arc<Script> = Arc::new(|_, (kind, seq): &Start| {
+            let after = if kind == "AFTER_SEQUENCE_NUMBER" {
+                seq.unwrap_or(0)
+            } else {
+                0
+            };
+            let mut frames = Vec::new();
+            for s in after + 1..=2 {
+                frames.extend(event(&[s], s));
+            }
+            if frames.is_empty() {
+                frames = event(&[], after);
+            }
+            frames
+        });
+        let (kinesis, starts) = server(script).await;
+        let mut config = crate::kinesis::config::KinesisConfig::new("s", "t", "me");
+        config.subscription_renewal = Duration::from_millis(200);
+        config.max_unacked_per_shard = 1;
+        let (mut rx, shutdown, task) = spawn_reader(kinesis, config, Checkpoint::TrimHorizon);
+        let first = tokio::time::timeout(Duration::from_secs(20), rx.recv())
+            .await
+            .expect("record 1 within 20 s")
+            .expect("reader alive");
+        assert_eq!(first.iter().map(seq_of).collect::<Vec<_>>(), ["1"]);
+        // Hold record 1 unacknowledged past the renewal time: the reader
+        // waits for room with event 2 in hand.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        for r in first {
+            r.ack.done();
+        }
+        let second = take(&mut rx, 1).await;
+        shutdown.cancel();
+        let _ = task.await;
+        assert_eq!(second, ["2"]);
+        let starts = starts.lock().unwrap().clone();
+        assert!(starts.len() >= 2, "{starts:?}");
+        assert_eq!(starts[..2], ["TRIM_HORIZON", "AFTER_SEQUENCE_NUMBER 2"]);
     }
 
     #[test]
