@@ -143,7 +143,8 @@ pub struct KinesisConfig {
     #[serde(default)]
     pub consumer_name: Option<String>,
     /// `fan_out`: a subscription is renewed after this long, before Kinesis
-    /// ends it at 5 minutes, from the last delivered sequence number.
+    /// ends it at 5 minutes, after the continuation sequence number of the
+    /// last event delivered.
     #[schemars(with = "String")]
     #[serde(default = "default_subscription_renewal", with = "humantime_serde")]
     pub subscription_renewal: Duration,

@@ -4,10 +4,13 @@
 //!
 //! Guarantees (besides those of the polling reader, which still hold: the
 //! lease deadline, acks, checkpoints, parents first, SHARD_END):
-//! - no gap across renewals: a new subscription starts after the last
-//!   sequence number delivered (or at the lease checkpoint for the first
-//!   one); records at or before what was delivered are never delivered
-//!   twice by one reader;
+//! - no gap across renewals: a new subscription starts after the
+//!   continuation sequence number of the last event delivered (empty
+//!   events too, so a lease still at `LATEST` does not skip what arrived
+//!   between two subscriptions), or at the lease checkpoint for the first
+//!   one; records at or before what was delivered are never delivered
+//!   twice by one reader; an event already received when the renewal falls
+//!   due is delivered before subscribing again;
 //! - back-pressure: the next event is taken from the subscription only when
 //!   the shard has room under `max_unacked_per_shard` and the sink accepted
 //!   the previous batch, so the server is held by HTTP flow control;
@@ -20,6 +23,7 @@
 use std::time::Duration;
 
 use aws_sdk_kinesis::types::{ShardIteratorType, StartingPosition, SubscribeToShardEventStream};
+use futures::FutureExt;
 use tidemark_schema::SharedStr;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
@@ -41,9 +45,10 @@ use crate::metrics::kinesis as metric;
 /// released (with the 100 ms..10 s back-off, about a minute and a half).
 const SUBSCRIBE_BUDGET: u32 = 15;
 
-/// Where a subscription starts: after the last delivered sequence number,
-/// else at the lease checkpoint (AT, not AFTER: the checkpoint may sit
-/// inside a KPL aggregate whose later sub-records are not done).
+/// Where a subscription starts: after `after`, the continuation sequence
+/// number of the last event delivered (as the KCL does), else at the lease
+/// checkpoint (AT, not AFTER: the checkpoint may sit inside a KPL aggregate
+/// whose later sub-records are not done).
 fn starting_position(
     cp: &Checkpoint,
     after: Option<&SharedStr>,
@@ -109,8 +114,9 @@ pub(crate) async fn read(
 ) -> Result<Stop, ConsumerError> {
     let shard_label = reader.stream.shard_labels(&reader.shard);
     let out = reader.shard_out();
-    // The last record delivered: renewals start after it.
-    let mut after: Option<SharedStr> = None;
+    // Where the reader stands: the last record delivered (never delivered
+    // twice) and the continuation number renewals start after.
+    let mut after = Resume::default();
     let mut failures = 0u32;
     let mut retry = retry_backoff();
     let mut subscriptions = 0u64;
@@ -124,7 +130,7 @@ pub(crate) async fn read(
         }
         let pos = starting_position(
             &lease.checkpoint,
-            after.as_ref(),
+            after.continuation.as_ref(),
             &reader.stream.config.initial_position,
         )?;
         let place = Place {
@@ -178,6 +184,17 @@ pub(crate) async fn read(
     }
 }
 
+/// How far a shard's subscriptions have delivered.
+#[derive(Debug, Default)]
+struct Resume {
+    /// The last record delivered: records at or before it are skipped.
+    delivered: Option<SharedStr>,
+    /// The continuation sequence number of the last event delivered (or the
+    /// last record delivered, if later): the next subscription starts after
+    /// it.
+    continuation: Option<SharedStr>,
+}
+
 /// What a subscription reads, and for whom.
 #[derive(Clone, Copy)]
 struct Place<'a> {
@@ -192,7 +209,7 @@ async fn subscription(
     reader: &mut ShardReader,
     place: Place<'_>,
     pos: StartingPosition,
-    after: &mut Option<SharedStr>,
+    after: &mut Resume,
     last_probe: &mut Instant,
 ) -> Result<Ended, ConsumerError> {
     let cfg = reader.stream.config.clone();
@@ -214,6 +231,8 @@ async fn subscription(
         .stream
         .status
         .update(&reader.shard, |s| s.state = ShardState::Reading);
+    // Once the renewal is due, only events already received are taken.
+    let mut renewing = false;
     loop {
         if let Some(stop) = reader.stopped() {
             return Ok(Ended::Stop(stop));
@@ -231,12 +250,28 @@ async fn subscription(
         {
             return Ok(Ended::Stop(stop));
         }
-        let next = tokio::select! {
-            biased;
-            _ = reader.lease.lost.cancelled() => return Ok(Ended::Stop(Stop::Lost)),
-            _ = reader.stream.shutdown.cancelled() => return Ok(Ended::Stop(Stop::Shutdown)),
-            _ = tokio::time::sleep_until(renew_at) => return Ok(Ended::Renew),
-            r = answer.event_stream.recv() => r,
+        let next = if renewing || Instant::now() >= renew_at {
+            // Renewal due: deliver the event the subscription already
+            // holds, if any (one: on a busy shard there always is one),
+            // then subscribe again after it.
+            if renewing {
+                return Ok(Ended::Renew);
+            }
+            renewing = true;
+            match answer.event_stream.recv().now_or_never() {
+                Some(r) => r,
+                None => return Ok(Ended::Renew),
+            }
+        } else {
+            tokio::select! {
+                biased;
+                _ = reader.lease.lost.cancelled() => return Ok(Ended::Stop(Stop::Lost)),
+                _ = reader.stream.shutdown.cancelled() => return Ok(Ended::Stop(Stop::Shutdown)),
+                r = answer.event_stream.recv() => r,
+                // The receiver keeps a partly read event in its buffer, so
+                // the check above still finds it complete, if it is.
+                _ = tokio::time::sleep_until(renew_at) => continue,
+            }
         };
         let event = match next {
             Ok(Some(SubscribeToShardEventStream::SubscribeToShardEvent(e))) => e,
@@ -248,7 +283,7 @@ async fn subscription(
             Ok(None) => return Ok(Ended::Renew),
             Err(e) => return Ok(Ended::Failed(stream_error(&e))),
         };
-        let skip = match (after.as_ref(), &place.lease.checkpoint) {
+        let skip = match (after.delivered.as_ref(), &place.lease.checkpoint) {
             // Everything of a delivered sequence number was delivered
             // (aggregates are delivered whole).
             (Some(seq), _) => Some(Position::new(seq.clone(), u64::MAX)),
@@ -262,11 +297,23 @@ async fn subscription(
                 Err(stop) => return Ok(Ended::Stop(stop)),
             };
         if delivered.last.is_some() {
-            *after = delivered.last;
+            after.delivered = delivered.last;
+            after.continuation = after.delivered.clone();
         }
         // A null continuation number marks the shard's end; the event
         // carries the children.
         let continuation = event.continuation_sequence_number();
+        if !continuation.is_empty() && after.continuation.as_deref() != Some(continuation) {
+            // Never behind the last record delivered (compared as numbers:
+            // sequence numbers are decimal strings of varying length).
+            let ahead = after
+                .continuation
+                .as_ref()
+                .is_none_or(|c| seq_cmp(continuation, c).is_gt());
+            if ahead {
+                after.continuation = Some(SharedStr::from(continuation));
+            }
+        }
         if continuation.is_empty() {
             let children = event
                 .child_shards()
@@ -288,6 +335,11 @@ async fn subscription(
             }
         }
     }
+}
+
+/// Orders two sequence numbers (decimal strings without leading zeros).
+fn seq_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    a.len().cmp(&b.len()).then_with(|| a.cmp(b))
 }
 
 /// A failed subscription's event stream error, classified.
@@ -627,6 +679,11 @@ mod tests {
             r.ack.done();
         }
         let second = take(&mut rx, 1).await;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while starts.lock().unwrap().len() < 2 {
+            assert!(Instant::now() < deadline, "no second subscription");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         shutdown.cancel();
         let _ = task.await;
         assert_eq!(second, ["2"]);
