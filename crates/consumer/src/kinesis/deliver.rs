@@ -10,6 +10,7 @@ use crate::kinesis::checkpoint::Position;
 use crate::kinesis::convert::{ShardOut, push_kinesis_records};
 use crate::kinesis::shard::{ShardReader, Stop};
 use crate::metrics::kinesis as metric;
+use crate::record::Record;
 
 /// What one delivery read.
 #[derive(Debug)]
@@ -24,6 +25,14 @@ pub(crate) struct Delivered {
 /// positions at or below `skip` are already checkpointed; `behind` is its
 /// MillisBehindLatest. `Ok(Err(stop))` when the lease was lost or shutdown
 /// began while waiting for the sink.
+///
+/// The shard's bounds (`max_unacked_per_shard` user records,
+/// `max_unacked_bytes_per_shard` inflated bytes) are checked before each
+/// Kinesis record is de-aggregated and inflated: past them, what was made
+/// so far is handed on and the rest of the answer waits, still compressed,
+/// for acknowledgements to make room. A shard thus holds at most its bounds
+/// plus one record's worth, however many user records or inflated bytes
+/// one answer carries.
 pub(crate) async fn deliver(
     reader: &mut ShardReader,
     to: &ShardOut,
@@ -32,32 +41,58 @@ pub(crate) async fn deliver(
     behind: Option<i64>,
 ) -> Result<Result<Delivered, Stop>, ConsumerError> {
     let labels = reader.stream.shard_labels(&reader.shard);
-    let mut batch = Vec::with_capacity(records.len());
-    let pushed = push_kinesis_records(records, to, skip, &mut batch)?;
-    if pushed.corrupt > 0 {
-        metrics::counter!(metric::CORRUPT_AGGREGATES, labels.clone())
-            .increment(pushed.corrupt as u64);
-    }
     if let Some(ms) = behind {
         metrics::gauge!(metric::MILLIS_BEHIND, labels.clone()).set(ms as f64);
     }
-    let n = pushed.registered as u64;
-    metrics::counter!(metric::RECORDS_READ, labels).increment(n);
-    let in_flight = reader.tracker.in_flight();
-    reader.stream.status.update(&reader.shard, |s| {
-        s.millis_behind_latest = behind;
-        s.records_read += n;
-        s.in_flight = in_flight;
-    });
-    if !batch.is_empty()
-        && let Err(stop) = reader.submit(batch, n).await
-    {
+    reader
+        .stream
+        .status
+        .update(&reader.shard, |s| s.millis_behind_latest = behind);
+    let mut delivered = Delivered {
+        bytes: 0,
+        last: None,
+    };
+    let mut batch = Vec::new();
+    let mut positions = 0;
+    for (i, r) in records.iter().enumerate() {
+        if i > 0 && !reader.has_room() {
+            let full = std::mem::take(&mut batch);
+            if let Err(stop) = hand_on(reader, full, std::mem::take(&mut positions)).await {
+                return Ok(Err(stop));
+            }
+            if let Err(stop) = reader.wait_room().await {
+                return Ok(Err(stop));
+            }
+        }
+        let pushed = push_kinesis_records(std::slice::from_ref(r), to, skip, &mut batch)?;
+        if pushed.corrupt > 0 {
+            metrics::counter!(metric::CORRUPT_AGGREGATES, labels.clone())
+                .increment(pushed.corrupt as u64);
+        }
+        positions += pushed.registered as u64;
+        delivered.bytes += pushed.bytes;
+        delivered.last = pushed.last;
+    }
+    if let Err(stop) = hand_on(reader, batch, positions).await {
         return Ok(Err(stop));
     }
-    Ok(Ok(Delivered {
-        bytes: pushed.bytes,
-        last: pushed.last,
-    }))
+    Ok(Ok(delivered))
+}
+
+/// Counts `batch` (the records of `positions` user records) as read and
+/// hands it to the sink, if not empty.
+async fn hand_on(reader: &mut ShardReader, batch: Vec<Record>, positions: u64) -> Result<(), Stop> {
+    let labels = reader.stream.shard_labels(&reader.shard);
+    metrics::counter!(metric::RECORDS_READ, labels).increment(positions);
+    let in_flight = reader.tracker.in_flight();
+    reader.stream.status.update(&reader.shard, |s| {
+        s.records_read += positions;
+        s.in_flight = in_flight;
+    });
+    if batch.is_empty() {
+        return Ok(());
+    }
+    reader.submit(batch, positions).await
 }
 
 #[cfg(test)]
@@ -71,7 +106,6 @@ mod tests {
     use crate::kinesis::config::KinesisConfig;
     use crate::kinesis::kpl;
     use crate::kinesis::shard::{test_reader, unused_kinesis};
-    use crate::record::Record;
 
     /// Kinesis records with sequence numbers 1..=n and data `data(i)`.
     fn records(n: usize, data: impl Fn(usize) -> Vec<u8>) -> Vec<aws_sdk_kinesis::types::Record> {

@@ -12,7 +12,8 @@
 //!   twice by one reader; an event already received when the renewal falls
 //!   due is delivered before subscribing again;
 //! - back-pressure: the next event is taken from the subscription only when
-//!   the shard has room under `max_unacked_per_shard` and the sink accepted
+//!   the shard has room under `max_unacked_per_shard` (and its byte bound;
+//!   a large event is handed on as far as room allows) and the sink accepted
 //!   the previous batch, so the server is held by HTTP flow control;
 //! - bounded retries: a shard whose subscription fails
 //!   [`SUBSCRIBE_BUDGET`] times in a row is released (another worker, or
@@ -238,11 +239,7 @@ async fn subscription(
             return Ok(Ended::Stop(stop));
         }
         // Back-pressure: take the next event only with room for it.
-        let max = cfg.max_unacked_per_shard;
-        if let Err(stop) = reader
-            .guard(reader.tracker.wait_for(|w| w.in_flight() < max))
-            .await
-        {
+        if let Err(stop) = reader.wait_room().await {
             return Ok(Ended::Stop(stop));
         }
         if let Some(g) = &reader.stream.governors
