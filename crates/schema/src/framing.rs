@@ -131,18 +131,68 @@ pub struct Framed {
 
 /// The record's bytes, decompressed when they start with the gzip magic.
 pub fn gunzip_if_needed(data: &Bytes) -> Result<Bytes, FramingError> {
+    gunzip_counting(data, None)
+}
+
+/// Inflated bytes read at a time.
+const INFLATE_CHUNK: usize = 64 * 1024;
+
+/// [`gunzip_if_needed`]; with `lines`, counting non-blank lines as it
+/// inflates and refusing the record ([`FramingError::TooManyEvents`]) as
+/// soon as they pass [`MAX_EVENTS_PER_RECORD`]: an NDJSON bomb (a few KB of
+/// gzip holding millions of short lines) then costs what it takes to count
+/// past the bound, not its whole inflated size.
+fn gunzip_counting(data: &Bytes, mut lines: Option<LineCount>) -> Result<Bytes, FramingError> {
     if !data.starts_with(&GZIP_MAGIC) {
         return Ok(data.clone());
     }
+    let mut decoder = flate2::read::MultiGzDecoder::new(&data[..]).take(MAX_INFLATED_BYTES + 1);
     let mut out = Vec::with_capacity(data.len() * 4);
-    flate2::read::MultiGzDecoder::new(&data[..])
-        .take(MAX_INFLATED_BYTES + 1)
-        .read_to_end(&mut out)
-        .map_err(|e| FramingError::Gzip(e.to_string()))?;
+    let mut chunk = vec![0u8; INFLATE_CHUNK];
+    loop {
+        let n = match decoder.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(FramingError::Gzip(e.to_string())),
+        };
+        if let Some(count) = &mut lines
+            && count.feed(&chunk[..n]) > MAX_EVENTS_PER_RECORD
+        {
+            return Err(FramingError::TooManyEvents);
+        }
+        out.extend_from_slice(&chunk[..n]);
+    }
     if out.len() as u64 > MAX_INFLATED_BYTES {
         return Err(FramingError::TooLarge);
     }
     Ok(Bytes::from(out))
+}
+
+/// Non-blank lines seen so far in text fed in pieces (as `split_lines`
+/// counts them).
+#[derive(Debug, Default)]
+struct LineCount {
+    /// Lines ended that held more than blanks.
+    lines: usize,
+    /// The current line holds more than blanks.
+    open: bool,
+}
+
+impl LineCount {
+    /// Counts `bytes`; returns the non-blank lines so far, the current one
+    /// included.
+    fn feed(&mut self, bytes: &[u8]) -> usize {
+        for &b in bytes {
+            if b == b'\n' {
+                self.lines += usize::from(self.open);
+                self.open = false;
+            } else if !b.is_ascii_whitespace() {
+                self.open = true;
+            }
+        }
+        self.lines + usize::from(self.open)
+    }
 }
 
 /// Splits a record laid out as `format` into its events (see the module
@@ -150,7 +200,8 @@ pub fn gunzip_if_needed(data: &Bytes) -> Result<Bytes, FramingError> {
 /// one JSON object (the SQS source does, looking for an SNS envelope), so it
 /// is not parsed again.
 pub fn frame(format: RecordFormat, data: &Bytes, one_object: bool) -> Result<Framed, FramingError> {
-    let data = gunzip_if_needed(data)?;
+    let count = (format == RecordFormat::Ndjson && !one_object).then(LineCount::default);
+    let data = gunzip_counting(data, count)?;
     let framed = |shape, events| Framed { shape, events };
     match format {
         RecordFormat::Json => Ok(framed(Shape::Single, vec![data])),
