@@ -147,7 +147,7 @@ fn gunzip_counting(data: &Bytes, mut lines: Option<LineCount>) -> Result<Bytes, 
         return Ok(data.clone());
     }
     let mut decoder = flate2::read::MultiGzDecoder::new(&data[..]).take(MAX_INFLATED_BYTES + 1);
-    let mut out = Vec::with_capacity(data.len() * 4);
+    let mut out = Vec::with_capacity(inflated_size_hint(data));
     let mut chunk = vec![0u8; INFLATE_CHUNK];
     loop {
         let n = match decoder.read(&mut chunk) {
@@ -167,6 +167,24 @@ fn gunzip_counting(data: &Bytes, mut lines: Option<LineCount>) -> Result<Bytes, 
         return Err(FramingError::TooLarge);
     }
     Ok(Bytes::from(out))
+}
+
+/// The capacity to inflate `data` (gzip) into: its trailer's size of the
+/// last member (exact for the usual single-member record), at least
+/// `data.len() * 4` and at most the inflate cap. Growing the buffer by doubling
+/// instead would copy it each time, and an allocator without `mremap` holds
+/// the old and the new buffer at once: twice the record's inflated size at
+/// the last step. A wrong size (several members, or a lie) only changes
+/// the capacity reserved; the bytes read are what counts.
+fn inflated_size_hint(data: &[u8]) -> usize {
+    let trailer = data
+        .len()
+        .checked_sub(4)
+        .and_then(|i| data.get(i..))
+        .and_then(|t| <[u8; 4]>::try_from(t).ok())
+        .map_or(0, |t| u32::from_le_bytes(t) as usize);
+    let cap = usize::try_from(MAX_INFLATED_BYTES).unwrap_or(usize::MAX);
+    trailer.max(data.len() * 4).min(cap)
 }
 
 /// Non-blank lines seen so far in text fed in pieces (as `split_lines`
@@ -368,6 +386,21 @@ mod tests {
         let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         enc.write_all(data).unwrap();
         enc.finish().unwrap()
+    }
+
+    #[test]
+    fn the_inflate_buffer_is_sized_from_the_gzip_trailer_within_the_cap() {
+        let data = vec![b'a'; 1_000_000];
+        let gz = gzip(&data);
+        assert_eq!(inflated_size_hint(&gz), 1_000_000);
+        // A lying trailer reserves at most the cap; a short one at least 4x.
+        let mut liar = gz.clone();
+        let n = liar.len();
+        liar[n - 4..].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(inflated_size_hint(&liar), MAX_INFLATED_BYTES as usize);
+        liar[n - 4..].copy_from_slice(&0u32.to_le_bytes());
+        assert_eq!(inflated_size_hint(&liar), n * 4);
+        assert_eq!(inflated_size_hint(&[0x1f]), 4);
     }
 
     fn texts(v: &[Bytes]) -> Vec<&str> {
