@@ -58,6 +58,7 @@ pub const EMF_METRICS: &[&str] = &[
     "ItemsThrottled",
     "DeadLetters",
     "DeadLetterFallbacks",
+    "CheckpointLagSeconds",
     "WriterItemsInFlight",
     "SecondsSinceMaintenance",
     "NextTableReady",

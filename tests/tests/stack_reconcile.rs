@@ -497,3 +497,347 @@ async fn a_changed_shard_count_on_a_table_with_items_is_refused_at_start() {
         ddb.delete_table().table_name(&t).send().await.ok();
     }
 }
+
+/// Confirms every action (a round run by hand).
+struct Confirm;
+
+impl tidemark_worker::maintenance::ActionGuard for Confirm {
+    fn confirm<'a>(
+        &'a self,
+        _action: &'a Action,
+    ) -> futures::future::BoxFuture<'a, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// `maintenance.late_lift = "on_demand"`, through the limits proxy: a late
+/// backlog on a frozen 1 WCU table switches it to on-demand (its write
+/// throughput capped at the lift budget), the lift recorded in the
+/// coordinator table, which `status` lists; once no backlog is reported
+/// for the hold time, the table goes back to provisioned at its tier and
+/// the record goes.
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn an_on_demand_lift_switches_a_frozen_table_and_back() {
+    use aws_sdk_dynamodb::types::BillingMode;
+    use std::collections::BTreeMap;
+    use tidemark_worker::maintenance::lift::{self, Backlog};
+    let stack = tidemark_tests::stack().await;
+    let ddb = stack.dynamodb();
+    let prefix = unique_name("odlift").replace('-', "_");
+    let mut router = RouterConfig::with_prefix(&prefix);
+    router.period = Period::Day;
+    router.retention = std::time::Duration::from_secs(3 * 86_400);
+    let tiers = CapacityTiers::default();
+    let mut policy = TablePolicy::new(&router, tiers, Billing::Provisioned, ExpiryAction::Delete);
+    policy.late_lift.on_demand = true;
+    policy.late_lift.hold = std::time::Duration::from_secs(60);
+    let coordinator = format!("{prefix}-coordinator");
+    tidemark_tests::create_hash_only(&ddb, &coordinator, "leaseKey").await;
+    let m = TableManager::new(ddb.clone(), policy).with_coordinator(coordinator.clone());
+    let now = Utc::now();
+    // Two days old: frozen at 1 WCU, as maintenance leaves it.
+    let old = now - chrono::Duration::days(2);
+    let table = m
+        .policy()
+        .naming
+        .name_of(&Period::Day.containing(old.timestamp_millis()));
+    tidemark_tests::create_table(
+        &ddb,
+        &table,
+        true,
+        tidemark_tests::TableCapacity::Provisioned {
+            read: i64::try_from(tiers.frozen.read).unwrap(),
+            write: i64::try_from(tiers.frozen.write).unwrap(),
+        },
+    )
+    .await;
+    let arn = ddb
+        .describe_table()
+        .table_name(&table)
+        .send()
+        .await
+        .unwrap()
+        .table()
+        .and_then(|t| t.table_arn())
+        .unwrap()
+        .to_string();
+    ddb.tag_resource()
+        .resource_arn(arn)
+        .tags(
+            aws_sdk_dynamodb::types::Tag::builder()
+                .key(PREFIX_TAG)
+                .value(&prefix)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let billing = |ddb: aws_sdk_dynamodb::Client, table: String| async move {
+        let d = ddb
+            .describe_table()
+            .table_name(&table)
+            .send()
+            .await
+            .unwrap();
+        let t = d.table().unwrap();
+        (
+            t.billing_mode_summary()
+                .and_then(|b| b.billing_mode())
+                .cloned()
+                .unwrap_or(BillingMode::Provisioned),
+            t.provisioned_throughput()
+                .and_then(|p| p.write_capacity_units()),
+        )
+    };
+    let backlog: BTreeMap<String, Backlog> = [(
+        table.clone(),
+        Backlog {
+            items: 2_000,
+            wcu: 6_000,
+        },
+    )]
+    .into();
+    let applied = m
+        .round_guarded(now, RoundKind::Rotate, false, &Confirm, &backlog)
+        .await
+        .unwrap();
+    let ours: Vec<&tidemark_worker::maintenance::Applied> = applied
+        .iter()
+        .filter(|a| a.action.table() == table)
+        .collect();
+    assert!(
+        matches!(&ours[..], [a] if matches!(a.action, Action::LiftOnDemand { max_write: 1000, .. }) && a.error.is_none()),
+        "{ours:?}"
+    );
+    let (mode, _) = billing(ddb.clone(), table.clone()).await;
+    assert_eq!(mode, BillingMode::PayPerRequest, "switched to on-demand");
+    let lifts = lift::read(&ddb, &coordinator).await.unwrap();
+    assert!(lifts[&table].on_demand, "{lifts:?}");
+    // The backlog is gone: held for the hold time, then back to the tier.
+    let none = BTreeMap::new();
+    let held = m
+        .round_guarded(now, RoundKind::Rotate, false, &Confirm, &none)
+        .await
+        .unwrap();
+    assert!(
+        !held.iter().any(|a| a.action.table() == table),
+        "held: {held:?}"
+    );
+    let later = now + chrono::Duration::seconds(90);
+    let ended = m
+        .round_guarded(later, RoundKind::Rotate, false, &Confirm, &none)
+        .await
+        .unwrap();
+    assert!(
+        ended.iter().any(|a| a.action.table() == table
+            && matches!(a.action, Action::EndOnDemandLift { .. })
+            && a.error.is_none()),
+        "{ended:?}"
+    );
+    let (mode, write) = billing(ddb.clone(), table.clone()).await;
+    assert_eq!(mode, BillingMode::Provisioned, "back to provisioned");
+    assert_eq!(write, Some(i64::try_from(tiers.frozen.write).unwrap()));
+    assert!(lift::read(&ddb, &coordinator).await.unwrap().is_empty());
+    let _ = ddb.delete_table().table_name(&table).send().await;
+}
+
+/// One unsigned S3 GET to moto, the body as bytes (an export's data file
+/// is gzip); `None` unless 200.
+async fn s3_bytes(stack: &tidemark_tests::LocalStack, path: &str) -> Option<Vec<u8>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let host = stack
+        .dynamodb_direct_url
+        .trim_start_matches("http://")
+        .trim_end_matches('/');
+    let mut conn = tokio::net::TcpStream::connect(host).await.unwrap();
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\
+         X-Amz-Date: 20260101T000000Z\r\nX-Amz-Content-Sha256: UNSIGNED-PAYLOAD\r\n\
+         Authorization: AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/s3/aws4_request, \
+         SignedHeaders=host, Signature=0\r\n\r\n"
+    );
+    conn.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    conn.read_to_end(&mut answer).await.unwrap();
+    let split = answer.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&answer[..split]).to_string();
+    let body = answer[split + 4..].to_vec();
+    if !head.starts_with("HTTP/1.1 200") {
+        return None;
+    }
+    assert!(
+        !head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked"),
+        "a chunked answer: {head}"
+    );
+    Some(body)
+}
+
+/// The guard band's promise, against moto's export: events are accepted
+/// until the expiry guard before their table expires (one second later
+/// they are refused, `expired_period`), and maintenance exports the table
+/// no sooner than the guard after the expiry. Every item written (acknowledged)
+/// before the refusal is in the export, and nothing else is. (moto exports
+/// the table as it is when asked, ignoring the point in time; the test
+/// checks the ordering: every acknowledged write lands before the export is
+/// asked, which is when a real export's point in time is taken.)
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn every_item_acknowledged_before_the_guard_is_in_the_export() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use std::collections::BTreeSet;
+    use std::io::Read as _;
+    use tidemark_schema::route::RouteCache;
+    use tidemark_schema::{Origin, Router};
+    let stack = tidemark_tests::stack().await;
+    let ddb = stack.dynamodb();
+    let prefix = unique_name("guard").replace('-', "_");
+    let bucket = unique_name("tidemark-guard");
+    let (status, body) = s3(&stack, "PUT", &format!("/{bucket}")).await;
+    assert_eq!(status, 200, "{body}");
+    let mut router = RouterConfig::with_prefix(&prefix);
+    router.period = Period::Day;
+    router.retention = std::time::Duration::from_secs(3 * 86_400);
+    let guard = chrono::Duration::from_std(router.expiry_guard).unwrap();
+    let mut policy = TablePolicy::new(
+        &router,
+        CapacityTiers::default(),
+        Billing::Provisioned,
+        ExpiryAction::Export,
+    );
+    policy.export.bucket = bucket.clone();
+    policy.export.prefix = Some("archive/".into());
+    let m = TableManager::new(ddb.clone(), policy);
+    // A day five days ago: expired (retention three days) more than the
+    // guard ago by now.
+    let now = Utc::now();
+    let day = Period::Day.containing(now.timestamp_millis() - 5 * 86_400_000);
+    let table = m.policy().naming.name_of(&day);
+    m.create(
+        &table,
+        Some(Capacity {
+            read: 5,
+            write: 100,
+        }),
+        None,
+    )
+    .await
+    .unwrap();
+    let expiry = chrono::DateTime::from_timestamp_millis(day.end_ms()).unwrap()
+        + chrono::Duration::from_std(router.retention).unwrap();
+    assert!(expiry + guard <= now, "the table is past its guard");
+    let events: Vec<String> = (0..60)
+        .map(|i| {
+            let ts = chrono::DateTime::from_timestamp_millis(day.start_ms + i * 60_000).unwrap();
+            format!(
+                r#"{{"deviceId":"d{}","timestamp":"{}","eventId":"e{i}"}}"#,
+                i % 7,
+                ts.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+            )
+        })
+        .collect();
+    let r = Router::new(router.clone()).unwrap();
+    let origin = Origin::Sqs {
+        queue: "q".into(),
+        message_id: "m".into(),
+        index: 0,
+    };
+    let route = |e: &String, at: chrono::DateTime<Utc>| {
+        r.route(e.as_bytes(), &origin, 0, at, &mut RouteCache::default())
+    };
+    // The first 50 arrive a second before the guard: accepted and written.
+    let accepted_at = expiry - guard - chrono::Duration::seconds(1);
+    let mut written = BTreeSet::new();
+    let mut items = Vec::new();
+    for e in &events[..50] {
+        let routed = route(e, accepted_at)
+            .expect("accepted before the guard")
+            .new;
+        assert_eq!(routed.table.as_str(), table);
+        let (pk, sk) = (routed.key.pk().to_owned(), routed.key.sk().to_owned());
+        written.insert((pk.clone(), sk.clone()));
+        items.push(
+            [
+                ("pk".to_string(), AttributeValue::S(pk)),
+                ("sk".to_string(), AttributeValue::S(sk)),
+            ]
+            .into(),
+        );
+    }
+    tidemark_tests::put_items(&ddb, &table, items).await;
+    // The last 10 a second after the guard began: refused, never written.
+    let refused_at = expiry - guard + chrono::Duration::seconds(1);
+    for e in &events[50..] {
+        let err = route(e, refused_at).unwrap_err();
+        assert_eq!(
+            err.reason(),
+            tidemark_schema::Reason::ExpiredPeriod,
+            "{err}"
+        );
+    }
+    // Not exported while inside the guard after expiry; then exported.
+    let inside = m
+        .round(
+            expiry + guard - chrono::Duration::seconds(1),
+            RoundKind::Rotate,
+            true,
+        )
+        .await
+        .unwrap();
+    assert!(
+        !inside
+            .iter()
+            .any(|a| a.action.table() == table && a.action.kind() == "export"),
+        "{inside:?}"
+    );
+    let mut kinds = Vec::new();
+    for _ in 0..4 {
+        let applied = m.round(now, RoundKind::Rotate, false).await.unwrap();
+        assert!(applied.iter().all(|a| a.error.is_none()), "{applied:?}");
+        kinds.extend(
+            applied
+                .iter()
+                .filter(|a| a.action.table() == table)
+                .map(|a| a.action.kind()),
+        );
+    }
+    assert_eq!(kinds, ["set_pitr", "export", "delete"]);
+    let (status, listing) = s3(
+        &stack,
+        "GET",
+        &format!("/{bucket}?list-type=2&prefix=archive/{table}/"),
+    )
+    .await;
+    assert_eq!(status, 200, "{listing}");
+    let keys: Vec<&str> = listing
+        .split("<Key>")
+        .skip(1)
+        .filter_map(|s| s.split("</Key>").next())
+        .filter(|k| k.contains("/data/") && k.ends_with(".gz"))
+        .collect();
+    assert!(!keys.is_empty(), "no data file in the export: {listing}");
+    let mut exported = BTreeSet::new();
+    for key in keys {
+        let gz = s3_bytes(&stack, &format!("/{bucket}/{key}")).await.unwrap();
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(&gz[..])
+            .read_to_string(&mut text)
+            .unwrap();
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            let s = |k: &str| v["Item"][k]["S"].as_str().unwrap().to_string();
+            exported.insert((s("pk"), s("sk")));
+        }
+    }
+    assert_eq!(exported.len(), 50, "every acknowledged item, once");
+    assert_eq!(exported, written);
+}

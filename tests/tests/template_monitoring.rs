@@ -66,7 +66,9 @@ fn dashboard_body(template: &str) -> (String, BTreeSet<String>) {
             "TablePrefix" => "events".to_string(),
             "MetricsNamespace" => "Tidemark".to_string(),
             "AWS::Region" => "us-east-1".to_string(),
-            "LagAlarmSeconds" | "MaintenanceStaleSeconds" => "300".to_string(),
+            "LagAlarmSeconds" | "MaintenanceStaleSeconds" | "CheckpointLagAlarmSeconds" => {
+                "300".to_string()
+            }
             "SourceBacklogMetric" => {
                 r#"["AWS/Kinesis", "GetRecords.IteratorAgeMilliseconds", "StreamName", "s"]"#
                     .to_string()
@@ -208,6 +210,7 @@ fn alarms_read_the_workers_metrics_with_the_prefix_dimension() {
         "LagSeconds",
         "DeadLetters",
         "DeadLetterFallbacks",
+        "CheckpointLagSeconds",
         "ItemsThrottled",
         "NextTableReady",
         "SecondsToNextPeriod",

@@ -54,7 +54,9 @@
 //!   checkpoint it, and a reader whose lease was not renewed in time stops
 //!   submitting before another worker may take the shard. Acknowledged
 //!   progress is checkpointed by the renewer, also while the reader waits on
-//!   the pipeline's back-pressure.
+//!   the pipeline's back-pressure. The renewer also shows each held shard's
+//!   checkpoint lag (records and age of what the written checkpoint does
+//!   not cover) in its status and the `checkpoint_lag_*` gauges.
 //! - Pacing (Kinesis polling): at most 5 GetRecords calls/s and 2 MiB/s per
 //!   shard.
 //! - Honest stops: a Kinesis shutdown whose final checkpoint or lease

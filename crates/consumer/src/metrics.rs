@@ -11,6 +11,12 @@ pub mod kinesis {
     /// Gauge, label `shard`: MillisBehindLatest of the last GetRecords call
     /// (polling) or subscription event (fan-out).
     pub const MILLIS_BEHIND: &str = "tidemark_consumer_millis_behind_latest";
+    /// Gauge, label `shard`: records read that the last written
+    /// checkpoint does not cover (a restart or lease move reads them again).
+    pub const CHECKPOINT_LAG_RECORDS: &str = "tidemark_consumer_checkpoint_lag_records";
+    /// Gauge, label `shard`, seconds: how long ago the oldest record the
+    /// last written checkpoint does not cover was read (0 when none).
+    pub const CHECKPOINT_LAG_SECONDS: &str = "tidemark_consumer_checkpoint_lag_seconds";
     /// Gauge: leases held by this worker.
     pub const LEASES_HELD: &str = "tidemark_consumer_leases_held";
     /// Counter: lease renewals that succeeded (a checkpoint renews too, and
@@ -84,6 +90,16 @@ const HELP: &[(&str, Kind, &str)] = &[
         kinesis::MILLIS_BEHIND,
         Kind::Gauge,
         "MillisBehindLatest of the last GetRecords or fan-out event (label `shard`).",
+    ),
+    (
+        kinesis::CHECKPOINT_LAG_RECORDS,
+        Kind::Gauge,
+        "Records read that the last written checkpoint does not cover (label `shard`).",
+    ),
+    (
+        kinesis::CHECKPOINT_LAG_SECONDS,
+        Kind::Gauge,
+        "Seconds since the oldest record the last written checkpoint does not cover was read (label `shard`).",
     ),
     (
         kinesis::LEASES_HELD,

@@ -890,6 +890,11 @@ async fn status_shows_the_lag_each_worker_reported_without_reading_the_stream() 
         assert_eq!(s["owner"], "e2e-worker", "{snap}");
         assert!(s["lag_ms"].as_i64().unwrap() >= 0, "{snap}");
         assert!(s["lag_error"].is_null(), "{snap}");
+        // Every record stored and checkpointed within a few seconds: the
+        // owner reports the shard's checkpoint lag, bounded.
+        let ckpt = &s["checkpoint_lag"];
+        assert!(ckpt["records"].as_u64().unwrap() <= 200, "{snap}");
+        assert!(ckpt["ms"].as_i64().unwrap() < 60_000, "{snap}");
     }
     assert!(snap["reports_error"].is_null(), "{snap}");
     assert_eq!(
@@ -904,6 +909,7 @@ async fn status_shows_the_lag_each_worker_reported_without_reading_the_stream() 
     let after = status();
     for s in after["shards"].as_array().unwrap() {
         assert!(s["lag_ms"].is_null(), "{after}");
+        assert!(s["checkpoint_lag"].is_null(), "{after}");
     }
     env.assert_all_stored(&manifest, 200);
 }
@@ -1276,4 +1282,135 @@ async fn status_shows_kcl_items_as_such_and_the_streams_settings() {
     }
     loaded.assert_untouched(&env.stack).await;
     loaded.delete_stream(&env.stack).await;
+}
+
+/// A capacity lift maintenance recorded for a late backlog (table, WCU,
+/// since when, why, the backlog last seen) is shown by `status`, read from
+/// the coordinator table; a worker report in the same table is not a lift.
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn status_shows_the_capacity_lifts_recorded_in_the_coordinator_table() {
+    let env = setup().await;
+    let client = env.stack.dynamodb();
+    let coordinator = format!("{}-coordinator", env.prefix);
+    tidemark_tests::create_hash_only(&client, &coordinator, "leaseKey").await;
+    let table = format!("{}_2026-11-19", env.prefix);
+    let since = chrono::Utc::now().timestamp_millis() - 600_000;
+    let n = |v: i64| AttributeValue::N(v.to_string());
+    client
+        .put_item()
+        .table_name(&coordinator)
+        .item(
+            "leaseKey",
+            AttributeValue::S(format!("tidemark-lift#{table}")),
+        )
+        .item("table", AttributeValue::S(table.clone()))
+        .item("write", n(350))
+        .item("reason", AttributeValue::S("late_backlog".into()))
+        .item("since", n(since))
+        .item("renewed", n(since + 540_000))
+        .item("backlogItems", n(20_000))
+        .send()
+        .await
+        .unwrap();
+    let json: Value = serde_json::from_str(&env.output(&["status", "-o", "json"])).unwrap();
+    let lifts = json["lifts"].as_array().cloned().unwrap_or_default();
+    assert_eq!(lifts.len(), 1, "{json}");
+    let lift = &lifts[0];
+    assert_eq!(lift["table"], table.as_str(), "{lift}");
+    assert_eq!(lift["write"], 350, "{lift}");
+    assert_eq!(lift["reason"], "late_backlog", "{lift}");
+    assert_eq!(lift["since_ms"], since, "{lift}");
+    assert_eq!(lift["backlog_items"], 20_000, "{lift}");
+    let text = env.output(&["status"]);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&table) && l.contains("late_backlog"))
+        .unwrap_or_else(|| panic!("no lift line for {table}:\n{text}"));
+    assert!(line.contains("350"), "{line}");
+    assert!(line.contains("10m"), "lifted 10 minutes ago: {line}");
+}
+
+/// The current table at 1 WCU behind the limits proxy (capacity enforced):
+/// the worker reads every record at once but stores about one a second, so
+/// its checkpoint stands behind what it read. MillisBehindLatest says the
+/// reader is at the tip; `status` shows the shard's checkpoint lag, in
+/// records and in time, growing from one report to the next.
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn status_shows_a_checkpoint_held_back_by_a_slow_table_as_a_growing_checkpoint_lag() {
+    // A failover time of 10 s (the default): a lease moved under a loaded
+    // machine re-reads from the checkpoint, and the lag starts again.
+    let env = setup_with(1, "", |source| {
+        source.replace("failover_time = \"3s\"", "failover_time = \"10s\"")
+    })
+    .await;
+    let manifest = env.dir.join("produced.jsonl");
+    env.produce(1_500, &manifest);
+    let log = env.dir.join("run.log");
+    /// Kills the worker however the test ends (a failed assertion too).
+    struct Killed(Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _run = Killed(
+        env.cmd()
+            .arg("run")
+            .env("TIDEMARK__SCHEMA__TIERS__ACTIVE__WRITE", "1")
+            .env("TIDEMARK__SCHEMA__TIERS__ACTIVE__READ", "1")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let status =
+        || -> Value { serde_json::from_str(&env.output(&["status", "-o", "json"])).unwrap() };
+    let lag_of = |snap: &Value| -> Option<(u64, i64)> {
+        let s = &snap["shards"][0]["checkpoint_lag"];
+        Some((s["records"].as_u64()?, s["ms"].as_i64()?))
+    };
+    let deadline = Instant::now() + 3 * tidemark_worker::REPORT_INTERVAL;
+    let first = loop {
+        let snap = status();
+        if let Some(l) = lag_of(&snap).filter(|l| l.0 > 0) {
+            break l;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no checkpoint lag reported: {snap}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let next = loop {
+        let snap = status();
+        let l = lag_of(&snap).unwrap_or_else(|| panic!("{snap}"));
+        if l.1 != first.1 {
+            break (l, snap);
+        }
+        assert!(Instant::now() < deadline, "no second report: {snap}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let (second, snap) = next;
+    assert!(second.0 > 0, "still records past the checkpoint: {snap}");
+    assert!(
+        second.1 >= first.1 + 20_000,
+        "the checkpoint lag grows with the report interval: {first:?} then {second:?}"
+    );
+    assert!(
+        snap["shards"][0]["lag_ms"]
+            .as_i64()
+            .is_none_or(|ms| ms < 10_000),
+        "the reader itself is not behind: {snap}"
+    );
+    let text = env.output(&["status"]);
+    assert!(text.contains("max checkpoint lag"), "{text}");
 }

@@ -6,15 +6,21 @@
 //! a record that is not stored or dead-lettered. [`Watermark`] is the pure law;
 //! [`AckTracker`] wraps it for sharing with [`Ack`](crate::Ack) handles and
 //! lets the reader wait for room (backpressure) or for the shard to drain.
+//! Both also measure the [`CheckpointLag`]: records read that the last
+//! *written* checkpoint does not cover, and how long ago the oldest of them
+//! was read (a checkpoint that stands still shows as a growing lag even
+//! while the reader is at the stream's tip).
 
 use std::cmp::Ordering;
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tidemark_schema::SharedStr;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use crate::record::AckTarget;
 
@@ -106,6 +112,35 @@ pub(crate) struct Watermark {
     last: Option<Position>,
     /// Highest position below which everything is acknowledged.
     checkpoint: Option<Position>,
+    /// Where the checkpoint moved to, with how many records it covered
+    /// then; kept until a written checkpoint passes them, so a written
+    /// position tells how many records it covers.
+    marks: VecDeque<(Position, u64)>,
+    /// Records the last written checkpoint covers.
+    written: u64,
+    /// When records were read: (serial, instant) samples at most one per
+    /// [`READ_SAMPLE_EVERY`], from the one before the oldest record the
+    /// written checkpoint does not cover.
+    reads: VecDeque<(u64, Instant)>,
+}
+
+/// Most checkpoint marks kept: past it, the latest replaces the last (a
+/// written position between marks then counts from the mark below it:
+/// the lag is overstated, never hidden).
+const MAX_MARKS: usize = 1024;
+/// Most read samples kept: past it, every other one is dropped (coarser,
+/// still never later than the truth).
+const MAX_READS: usize = 4096;
+/// The resolution of the checkpoint lag's age.
+const READ_SAMPLE_EVERY: Duration = Duration::from_millis(100);
+
+/// How far a shard's written checkpoint is behind what was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CheckpointLag {
+    /// Records read that the written checkpoint does not cover.
+    pub records: u64,
+    /// How long ago the oldest of them was read (zero when none).
+    pub age: Duration,
 }
 
 impl Watermark {
@@ -154,6 +189,12 @@ impl Watermark {
                 moved = true;
             }
         }
+        if moved && let Some(pos) = &self.checkpoint {
+            if self.marks.len() >= MAX_MARKS {
+                self.marks.pop_back();
+            }
+            self.marks.push_back((pos.clone(), self.front_serial));
+        }
         moved
     }
 
@@ -181,6 +222,63 @@ impl Watermark {
     /// flight may read more.
     pub(crate) fn has_room(&self, max: usize, max_bytes: usize) -> bool {
         self.in_flight() < max && self.bytes < max_bytes as u64
+    }
+
+    /// Records registered since the tracker started.
+    fn registered(&self) -> u64 {
+        self.front_serial + self.entries.len() as u64
+    }
+
+    /// Notes that record `serial` was read `at`.
+    fn note_read(&mut self, serial: u64, at: Instant) {
+        if self
+            .reads
+            .back()
+            .is_some_and(|(_, last)| at.saturating_duration_since(*last) < READ_SAMPLE_EVERY)
+        {
+            return;
+        }
+        if self.reads.len() >= MAX_READS {
+            let mut i = 0;
+            // Keeps the front (the oldest uncovered read) and every other.
+            self.reads.retain(|_| {
+                i += 1;
+                i % 2 == 1
+            });
+        }
+        self.reads.push_back((serial, at));
+    }
+
+    /// A checkpoint was written at `upto` (`None`: the shard's end, which
+    /// covers every record read).
+    pub(crate) fn written(&mut self, upto: Option<&Position>) {
+        let covered = match upto {
+            None => self.registered(),
+            Some(p) => {
+                let mut covered = self.written;
+                while self.marks.front().is_some_and(|(m, _)| m <= p) {
+                    if let Some((_, n)) = self.marks.pop_front() {
+                        covered = covered.max(n);
+                    }
+                }
+                covered
+            }
+        };
+        self.written = covered;
+        // The sample at or before the first uncovered record stays.
+        while self.reads.get(1).is_some_and(|(s, _)| *s <= covered) {
+            self.reads.pop_front();
+        }
+    }
+
+    /// The checkpoint lag at `now`.
+    pub(crate) fn lag(&self, now: Instant) -> CheckpointLag {
+        let records = self.registered().saturating_sub(self.written);
+        let age = match self.reads.front() {
+            Some((_, at)) if records > 0 => now.saturating_duration_since(*at),
+            _ => Duration::ZERO,
+        };
+        CheckpointLag { records, age }
     }
 
     /// The position a checkpoint may be written at, if any record is done.
@@ -223,7 +321,21 @@ impl AckTracker {
     /// Registers the next record (positions must strictly increase) and
     /// returns its serial.
     pub fn push(&self, position: Position) -> Result<u64, OutOfOrder> {
-        self.lock().push(position)
+        let mut w = self.lock();
+        let serial = w.push(position)?;
+        w.note_read(serial, Instant::now());
+        Ok(serial)
+    }
+
+    /// Records that a checkpoint was written at `upto` (`None`: the
+    /// shard's end).
+    pub(crate) fn written(&self, upto: Option<&Position>) {
+        self.lock().written(upto);
+    }
+
+    /// How far the written checkpoint is behind what was read, now.
+    pub fn checkpoint_lag(&self) -> CheckpointLag {
+        self.lock().lag(Instant::now())
     }
 
     /// The current checkpoint position.
@@ -333,6 +445,43 @@ mod tests {
     }
 
     #[test]
+    fn the_checkpoint_lag_counts_from_the_written_checkpoint_not_the_acknowledged_one() {
+        let t0 = Instant::now();
+        let mut w = Watermark::new();
+        let read = |w: &mut Watermark, seq: u64, secs: u64| {
+            let serial = w.push(pos(seq, 0)).unwrap();
+            w.note_read(serial, t0 + Duration::from_secs(secs));
+            serial
+        };
+        let s: Vec<u64> = (1..=5).map(|i| read(&mut w, i, i)).collect();
+        let at = |secs| t0 + Duration::from_secs(secs);
+        assert_eq!(w.lag(at(10)).records, 5);
+        assert_eq!(w.lag(at(10)).age, Duration::from_secs(9), "read at 1 s");
+        // Acknowledged is not checkpointed: the lag stands.
+        w.ack(s[0]);
+        w.ack(s[1]);
+        w.ack(s[2]);
+        assert_eq!(w.lag(at(10)).records, 5);
+        // A checkpoint written at the second record (the renewer read the
+        // watermark before the third was acknowledged).
+        w.written(Some(&pos(2, 0)));
+        let lag = w.lag(at(10));
+        assert_eq!(lag.records, 3);
+        assert_eq!(lag.age, Duration::from_secs(7), "the third was read at 3 s");
+        w.written(Some(&pos(3, 0)));
+        assert_eq!(w.lag(at(10)).records, 2);
+        // A stale write changes nothing.
+        w.written(Some(&pos(1, 0)));
+        assert_eq!(w.lag(at(10)).records, 2);
+        w.written(None);
+        assert_eq!(
+            w.lag(at(20)),
+            CheckpointLag::default(),
+            "shard end covers all"
+        );
+    }
+
+    #[test]
     fn out_of_order_push_is_rejected() {
         let mut w = Watermark::new();
         w.push(pos(5, 1)).unwrap();
@@ -427,6 +576,37 @@ mod tests {
                     for (j, p) in positions.iter().enumerate() {
                         if !acked[j] { prop_assert!(p > cp); }
                     }
+                }
+            }
+        }
+
+        /// Checkpoints written at any watermark seen so far (late ones
+        /// included), many more moves than marks kept: the lag in records
+        /// is never below the truth, and exact while the marks suffice.
+        #[test]
+        fn the_checkpoint_lag_is_never_understated(
+            n in 1usize..3000,
+            writes in proptest::collection::vec(any::<prop::sample::Index>(), 1..50),
+        ) {
+            let mut w = Watermark::new();
+            let mut seen = Vec::new();
+            for i in 0..n {
+                let s = w.push(pos(i as u64 + 1, 0)).unwrap();
+                w.ack(s);
+                seen.push(w.checkpoint().cloned());
+            }
+            let mut truth = 0u64;
+            for acked in writes {
+                // Written at a watermark seen when `acked` records were done.
+                let k = acked.index(n);
+                if let Some(p) = seen[k].clone() {
+                    w.written(Some(&p));
+                    truth = truth.max(k as u64 + 1);
+                }
+                let lag = w.lag(Instant::now()).records;
+                prop_assert!(lag >= n as u64 - truth, "lag {lag} below {}", n as u64 - truth);
+                if n < MAX_MARKS {
+                    prop_assert_eq!(lag, n as u64 - truth);
                 }
             }
         }

@@ -88,7 +88,17 @@ impl HeldLease {
     /// Records a written checkpoint, and shows it in the status.
     pub(crate) fn set_written(&self, cp: Checkpoint, status: &StatusHandle) {
         let text = shown(&cp);
-        status.update(&self.key, |s| s.checkpoint = Some(text));
+        match &cp {
+            Checkpoint::At(p) => self.tracker.written(Some(p)),
+            Checkpoint::ShardEnd => self.tracker.written(None),
+            _ => {}
+        }
+        let lag = self.tracker.checkpoint_lag();
+        status.update(&self.key, |s| {
+            s.checkpoint = Some(text);
+            s.checkpoint_lag_records = lag.records;
+            s.checkpoint_lag_ms = lag.age.as_millis() as u64;
+        });
         let mut st = self.cp();
         st.written = cp;
         st.at = Instant::now();

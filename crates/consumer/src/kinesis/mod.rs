@@ -76,7 +76,7 @@ pub(crate) mod status;
 mod streams;
 
 pub use api::stream_arn;
-pub use checkpoint::{AckTracker, OutOfOrder, Position, SequenceNumber};
+pub use checkpoint::{AckTracker, CheckpointLag, OutOfOrder, Position, SequenceNumber};
 pub use config::{InitialPosition, KinesisConfig, LeaseAssignment, ReadMode, StreamEntry};
 /// KPL aggregation, as `tidemark produce --aggregate` writes records.
 pub use kpl::aggregate as kpl_aggregate;

@@ -3,6 +3,7 @@
 //! shard's periodic checkpoint from the shard's acknowledgements, whatever
 //! its reader is doing (waiting on the pipeline's back-pressure included).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -33,15 +34,51 @@ pub(crate) async fn run(stream: Arc<StreamRun>, stop: CancellationToken) {
     };
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut shown = HashSet::new();
     loop {
         tokio::select! {
-            _ = stop.cancelled() => return,
+            _ = stop.cancelled() => break,
             _ = tick.tick() => {}
         }
-        futures::stream::iter(stream.held.leases())
+        let leases = stream.held.leases();
+        futures::stream::iter(leases.iter().cloned())
             .for_each_concurrent(MAX_CONCURRENT_RENEWALS, |l| renew_one(&stream, l))
             .await;
+        let now: HashSet<String> = leases
+            .iter()
+            .filter(|l| !l.is_gone())
+            .map(|l| {
+                show_lag(&stream, l);
+                l.key.clone()
+            })
+            .collect();
+        for gone in shown.difference(&now) {
+            clear_lag(&stream, gone);
+        }
+        shown = now;
     }
+    for gone in &shown {
+        clear_lag(&stream, gone);
+    }
+}
+
+/// Shows a held shard's checkpoint lag in its status and gauges.
+fn show_lag(stream: &StreamRun, lease: &HeldLease) {
+    let lag = lease.tracker.checkpoint_lag();
+    stream.status.update(&lease.key, |s| {
+        s.checkpoint_lag_records = lag.records;
+        s.checkpoint_lag_ms = lag.age.as_millis() as u64;
+    });
+    let labels = stream.shard_labels(&lease.key);
+    metrics::gauge!(metric::CHECKPOINT_LAG_RECORDS, labels.clone()).set(lag.records as f64);
+    metrics::gauge!(metric::CHECKPOINT_LAG_SECONDS, labels).set(lag.age.as_secs_f64());
+}
+
+/// A shard no longer held: this worker's gauges no longer claim a lag.
+fn clear_lag(stream: &StreamRun, key: &str) {
+    let labels = stream.shard_labels(key);
+    metrics::gauge!(metric::CHECKPOINT_LAG_RECORDS, labels.clone()).set(0.0);
+    metrics::gauge!(metric::CHECKPOINT_LAG_SECONDS, labels).set(0.0);
 }
 
 /// One renewal, or a checkpoint write in its place; marks the lease lost
@@ -213,5 +250,62 @@ mod tests {
         renewer_stop.cancel();
         renewer.await.unwrap();
         blocked.abort();
+    }
+
+    /// DynamoDB never acknowledges a shard's writes: its checkpoint stays
+    /// where it was while the records read wait. MillisBehindLatest says 0
+    /// (the reader is at the tip); the checkpoint lag must say how many
+    /// records and how long the checkpoint has been standing still, and
+    /// grow while it does; once the records are stored and checkpointed,
+    /// it is 0 again.
+    #[tokio::test(start_paused = true)]
+    async fn a_frozen_checkpoint_shows_a_growing_checkpoint_lag() {
+        let update = mock!(Client::update_item).then_output(|| UpdateItemOutput::builder().build());
+        let mut config = KinesisConfig::new("s", "t", "me");
+        config.checkpoint_interval = Duration::from_secs(1);
+        let (sink, _pipeline) = mpsc::channel(8);
+        let (reader, lease) = test_reader(&update, unused_kinesis(), config, sink);
+        let task = AbortOnDropHandle::new(tokio::spawn(std::future::pending()));
+        reader.stream.held.insert(
+            "s".into(),
+            Held {
+                lease: lease.clone(),
+                task,
+            },
+        );
+        let serials: Vec<u64> = ["1", "2", "3"]
+            .iter()
+            .map(|s| reader.tracker.push(Position::new(*s, 0)).unwrap())
+            .collect();
+        let stop = CancellationToken::new();
+        let renewer = tokio::spawn(run(reader.stream.clone(), stop.clone()));
+        let lag = || {
+            let s = reader.stream.status.snapshot()["s"].clone();
+            (s.checkpoint_lag_records, s.checkpoint_lag_ms)
+        };
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let early = lag();
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        let late = lag();
+        assert_eq!(
+            early.0, 3,
+            "three records read, none checkpointed: {early:?}"
+        );
+        assert!(
+            (8_000..=10_000).contains(&early.1),
+            "read 10 s ago, checkpoint lag {early:?}"
+        );
+        assert_eq!(late.0, 3, "{late:?}");
+        assert!(
+            late.1 >= early.1 + 18_000,
+            "the lag grows while the checkpoint stands still: {early:?} then {late:?}"
+        );
+        // Stored at last: checkpointed within a few renewals, lag 0.
+        crate::record::AckTarget::ack_many(&*reader.tracker, &serials);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(lease.written(), Checkpoint::At(Position::new("3", 0)));
+        assert_eq!(lag(), (0, 0), "everything read is checkpointed");
+        stop.cancel();
+        renewer.await.unwrap();
     }
 }

@@ -41,6 +41,12 @@ pub struct ShardStatus {
     pub in_flight: usize,
     /// User records delivered since this worker took the lease.
     pub records_read: u64,
+    /// Checkpoint lag: records read that the last written checkpoint does
+    /// not cover (acknowledged or not).
+    pub checkpoint_lag_records: u64,
+    /// Checkpoint lag: how long ago the oldest record the last written
+    /// checkpoint does not cover was read, ms (0 when it covers all).
+    pub checkpoint_lag_ms: u64,
 }
 
 /// Shared, cloneable view of every shard this worker has touched.

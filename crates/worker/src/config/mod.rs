@@ -41,7 +41,8 @@ pub use error::LoadError;
 pub(crate) use load::{SchemaExtras, env_warnings};
 pub use schema::json_schema;
 pub use sections::{
-    Config, ExpiryAction, ExportConfig, ExportFormat, LogFormat, MaintenanceConfig, TelemetryConfig,
+    Config, ExpiryAction, ExportConfig, ExportFormat, LateLift, LogFormat, MaintenanceConfig,
+    TelemetryConfig,
 };
 /// The `[source]` section: the consumer's own type (each source's keys and
 /// checks live with the source).

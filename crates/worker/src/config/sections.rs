@@ -160,6 +160,15 @@ pub struct MaintenanceConfig {
     /// recorded in the coordinator table, so no round reverts it. 0: no
     /// lifts. Default 1000.
     pub late_lift_max_wcu: u64,
+    /// How a capacity lift serves a late backlog: `provisioned` raises the
+    /// table's write capacity (within `late_lift_max_wcu`); `on_demand`
+    /// switches the table to on-demand billing, its write throughput capped
+    /// at `late_lift_max_wcu` units a second, and back to provisioned at its
+    /// tier once the backlog is gone. DynamoDB allows four switches to
+    /// on-demand per table in 24 hours: a table is switched at most once in
+    /// 6 hours, and a refused switch is lifted provisioned instead (not
+    /// asked again for 6 hours). Default `provisioned`.
+    pub late_lift: LateLift,
     /// Largest difference between this host's clock and DynamoDB's (read
     /// from the `Date` of its answers) at which maintenance resizes a table
     /// to a lower tier, exports or deletes one; beyond it those actions are
@@ -182,9 +191,23 @@ impl Default for MaintenanceConfig {
             quota_retry_for: Duration::from_secs(600),
             coordinator_table: "tidemark-coordinator".into(),
             late_lift_max_wcu: 1000,
+            late_lift: LateLift::Provisioned,
             max_clock_skew: None,
         }
     }
+}
+
+/// How a capacity lift serves a late backlog (`maintenance.late_lift`).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum LateLift {
+    /// Raise the table's provisioned write capacity.
+    #[default]
+    Provisioned,
+    /// Switch the table to on-demand billing while the backlog lasts.
+    OnDemand,
 }
 
 /// Log output format.

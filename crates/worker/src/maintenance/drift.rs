@@ -63,6 +63,10 @@ pub struct TableInfo {
     pub status: String,
     /// Provisioned capacity; `None` when on demand.
     pub capacity: Option<Capacity>,
+    /// When the table was last switched to on-demand billing, Unix ms
+    /// (DynamoDB's `LastUpdateToPayPerRequestDateTime`).
+    #[serde(skip)]
+    pub on_demand_since_ms: Option<i64>,
     /// Already tagged as expired (kept for archiving).
     pub tagged_expired: bool,
     /// Warm write throughput DynamoDB reports, units/s.
@@ -193,6 +197,37 @@ pub enum Action {
         #[serde(skip)]
         record: Lift,
     },
+    /// Switch a table below the active tier to on-demand billing (its
+    /// write throughput capped at `max_write`) for its late backlog, and
+    /// record the lift; if DynamoDB refuses the switch, lift it to
+    /// `fallback` (provisioned) instead and record the refusal.
+    LiftOnDemand {
+        /// Table name.
+        table: String,
+        /// Its state (cold or frozen).
+        state: LifecycleState,
+        /// Current capacity.
+        from: Capacity,
+        /// Most write request units a second while on demand.
+        max_write: u64,
+        /// The provisioned lift should the switch be refused.
+        fallback: Capacity,
+        /// The backlog it is for.
+        backlog: Backlog,
+        /// The lift's record.
+        #[serde(skip)]
+        record: Lift,
+    },
+    /// An on-demand lift's backlog is gone: the table back to provisioned
+    /// billing at its tier, the record goes.
+    EndOnDemandLift {
+        /// Table name.
+        table: String,
+        /// Its state.
+        state: LifecycleState,
+        /// Tier capacity.
+        to: Capacity,
+    },
     /// A lifted table still has a backlog: the lift's record is renewed.
     RenewLift {
         /// Table name.
@@ -230,6 +265,8 @@ impl Action {
             Action::Delete { .. } => "delete",
             Action::TagExpired { .. } => "tag_expired",
             Action::Lift { .. } => "lift",
+            Action::LiftOnDemand { .. } => "lift_on_demand",
+            Action::EndOnDemandLift { .. } => "end_on_demand_lift",
             Action::RenewLift { .. } => "renew_lift",
             Action::EndLift { .. } => "end_lift",
         }
@@ -243,7 +280,10 @@ impl Action {
             Action::Resize { from, to, .. } | Action::EndLift { from, to, .. } => {
                 to.write < from.write || to.read < from.read
             }
-            Action::Export { .. } | Action::Delete { .. } | Action::TagExpired { .. } => true,
+            Action::Export { .. }
+            | Action::Delete { .. }
+            | Action::TagExpired { .. }
+            | Action::EndOnDemandLift { .. } => true,
             _ => false,
         }
     }
@@ -262,6 +302,8 @@ impl Action {
             | Action::Delete { table }
             | Action::TagExpired { table }
             | Action::Lift { table, .. }
+            | Action::LiftOnDemand { table, .. }
+            | Action::EndOnDemandLift { table, .. }
             | Action::RenewLift { table, .. }
             | Action::EndLift { table, .. } => table,
         }
@@ -473,7 +515,32 @@ fn lift(
     let Some(tier) = policy.desired(state).capacity else {
         return false;
     };
+    let table = || t.name.clone();
+    let late = matches!(state, LifecycleState::Cold | LifecycleState::Frozen);
+    let backlog = t.backlog.filter(|b| late && b.items > 0);
+    let held_ms = i64::try_from(policy.late_lift.hold.as_millis()).unwrap_or(i64::MAX);
     let Some(from) = t.capacity else {
+        // On demand for a lift: kept while the backlog lasts and for the
+        // hold time, then back to provisioned at the tier.
+        if let Some(l) = t.lift.as_ref().filter(|l| l.on_demand) {
+            if let Some(b) = backlog {
+                out.push(Action::RenewLift {
+                    table: table(),
+                    lift: Lift {
+                        renewed_ms: now_ms,
+                        backlog_items: b.items,
+                        ..l.clone()
+                    },
+                });
+            } else if !(late && now_ms < l.renewed_ms.saturating_add(held_ms)) {
+                out.push(Action::EndOnDemandLift {
+                    table: table(),
+                    state,
+                    to: tier,
+                });
+            }
+            return true;
+        }
         // On demand (a backfill's table): nothing to lift; a record left
         // from before goes.
         if t.lift.is_some() {
@@ -486,31 +553,53 @@ fn lift(
         }
         return false;
     };
-    let table = || t.name.clone();
-    let late = matches!(state, LifecycleState::Cold | LifecycleState::Frozen);
-    let backlog = t.backlog.filter(|b| late && b.items > 0);
     if let Some(b) = backlog
         && policy.late_lift.max_wcu > tier.write
     {
         let needed = policy.late_lift.needed(b, tier.write);
         let write = needed.max(t.lift.as_ref().map_or(0, |l| l.write));
         if write > tier.write && from.write < write {
+            let to = Capacity {
+                read: tier.read.max(from.read),
+                write,
+            };
+            let refused_ms = t.lift.as_ref().and_then(|l| l.on_demand_refused_ms);
+            let record = Lift {
+                write,
+                on_demand: false,
+                on_demand_refused_ms: refused_ms,
+                reason: LATE_BACKLOG.into(),
+                since_ms: t.lift.as_ref().map_or(now_ms, |l| l.since_ms),
+                renewed_ms: now_ms,
+                backlog_items: b.items,
+            };
+            // On demand where the config asks for it and DynamoDB allows
+            // another switch; a provisioned lift otherwise.
+            if policy.late_lift.on_demand
+                && super::lift::may_switch(t.on_demand_since_ms, refused_ms, now_ms)
+            {
+                out.push(Action::LiftOnDemand {
+                    table: table(),
+                    state,
+                    from,
+                    max_write: policy.late_lift.max_wcu,
+                    fallback: to,
+                    backlog: b,
+                    record: Lift {
+                        write: 0,
+                        on_demand: true,
+                        ..record
+                    },
+                });
+                return true;
+            }
             out.push(Action::Lift {
                 table: table(),
                 state,
                 from,
-                to: Capacity {
-                    read: tier.read.max(from.read),
-                    write,
-                },
+                to,
                 backlog: b,
-                record: Lift {
-                    write,
-                    reason: LATE_BACKLOG.into(),
-                    since_ms: t.lift.as_ref().map_or(now_ms, |l| l.since_ms),
-                    renewed_ms: now_ms,
-                    backlog_items: b.items,
-                },
+                record,
             });
             return true;
         }
@@ -531,7 +620,6 @@ fn lift(
     let Some(l) = &t.lift else {
         return false;
     };
-    let held_ms = i64::try_from(policy.late_lift.hold.as_millis()).unwrap_or(i64::MAX);
     if late && now_ms < l.renewed_ms.saturating_add(held_ms) {
         // Held: restored if someone lowered it meanwhile.
         if from.write < l.write {

@@ -6,11 +6,22 @@
 //! no backlog has been reported for the lift's hold time. Reconcile reads
 //! the records, so it never reverts a lift it made.
 //!
+//! With `maintenance.late_lift = "on_demand"` the lift switches the table
+//! to on-demand billing instead (its spend capped at `late_lift_max_wcu`
+//! write units a second) and back to provisioned at its tier once the
+//! backlog is gone. DynamoDB allows at most four switches to on-demand per
+//! table in 24 hours: a table is switched at most once per
+//! [`SWITCH_SPACING`] (by DynamoDB's own record of its last switch), and a
+//! refused switch falls back to a provisioned lift, recorded, so it is not
+//! asked again for [`SWITCH_SPACING`] (never retried in a loop).
+//!
 //! One item per lifted table in the coordinator table (the maintenance
 //! lease's), keyed `leaseKey = "tidemark-lift#{table}"`: `table`, `write`
-//! (WCU while lifted), `reason` (`late_backlog`), `since` and `renewed`
-//! (Unix ms), `backlogItems` (the backlog last seen). Only the holder of
-//! the maintenance lease writes them.
+//! (WCU while lifted; 0 on demand), `mode` (`provisioned`, `on_demand`),
+//! `reason` (`late_backlog`), `since` and `renewed` (Unix ms),
+//! `backlogItems` (the backlog last seen), `onDemandRefused` (Unix ms of a
+//! refused switch). Only the holder of the maintenance lease writes them;
+//! `tidemark status` lists them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -24,6 +35,9 @@ pub(crate) const KEY_PREFIX: &str = "tidemark-lift#";
 pub const LATE_BACKLOG: &str = "late_backlog";
 /// A lift aims to write the backlog it was sized for within this time.
 pub(crate) const DRAIN: Duration = Duration::from_secs(60);
+/// At most one switch to on-demand per table in this time: DynamoDB allows
+/// four in a rolling 24 hours.
+pub const SWITCH_SPACING: Duration = Duration::from_secs(6 * 3600);
 
 /// A late backlog workers reported for a table: items waiting in their
 /// writers, and those items' WCU.
@@ -48,10 +62,15 @@ impl std::ops::Add for Backlog {
 }
 
 /// A table's lift, as recorded.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Lift {
-    /// Write capacity while lifted, WCU.
+    /// Write capacity while lifted, WCU (0 on demand).
     pub write: u64,
+    /// Lifted by switching the table to on-demand billing.
+    pub on_demand: bool,
+    /// When a switch to on-demand was refused (the lift is provisioned
+    /// instead), Unix ms.
+    pub on_demand_refused_ms: Option<i64>,
     /// Why (`late_backlog`).
     pub reason: String,
     /// When the lift started, Unix ms.
@@ -65,10 +84,13 @@ pub struct Lift {
 /// How lifts are sized and held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LiftPolicy {
-    /// Most write capacity a lift gives one table, WCU; 0: no lifts.
+    /// Most write capacity a lift gives one table, WCU (on demand: its
+    /// maximum write throughput); 0: no lifts.
     pub max_wcu: u64,
     /// A lift stays this long after the last backlog seen.
     pub hold: Duration,
+    /// Lift by switching to on-demand billing where DynamoDB allows it.
+    pub on_demand: bool,
 }
 
 impl Default for LiftPolicy {
@@ -76,8 +98,24 @@ impl Default for LiftPolicy {
         LiftPolicy {
             max_wcu: 1000,
             hold: Duration::from_secs(120),
+            on_demand: false,
         }
     }
+}
+
+/// True when a table may be switched to on-demand at `now_ms`: no switch
+/// of it within [`SWITCH_SPACING`] (`last_switch_ms`, DynamoDB's record),
+/// nor a refusal (`refused_ms`, ours).
+pub(crate) fn may_switch(
+    last_switch_ms: Option<i64>,
+    refused_ms: Option<i64>,
+    now_ms: i64,
+) -> bool {
+    let spacing = SWITCH_SPACING.as_millis() as i64;
+    [last_switch_ms, refused_ms]
+        .into_iter()
+        .flatten()
+        .all(|t| now_ms.saturating_sub(t) >= spacing)
 }
 
 impl LiftPolicy {
@@ -92,7 +130,7 @@ impl LiftPolicy {
 /// The item of `table`'s lift.
 pub(crate) fn item(table: &str, lift: &Lift) -> HashMap<String, AttributeValue> {
     let n = |v: i64| AttributeValue::N(v.to_string());
-    HashMap::from([
+    let mut item = HashMap::from([
         (
             "leaseKey".to_string(),
             AttributeValue::S(format!("{KEY_PREFIX}{table}")),
@@ -103,7 +141,22 @@ pub(crate) fn item(table: &str, lift: &Lift) -> HashMap<String, AttributeValue> 
         ("since".to_string(), n(lift.since_ms)),
         ("renewed".to_string(), n(lift.renewed_ms)),
         ("backlogItems".to_string(), n(lift.backlog_items as i64)),
-    ])
+    ]);
+    item.insert(
+        "mode".to_string(),
+        AttributeValue::S(
+            if lift.on_demand {
+                "on_demand"
+            } else {
+                "provisioned"
+            }
+            .into(),
+        ),
+    );
+    if let Some(t) = lift.on_demand_refused_ms {
+        item.insert("onDemandRefused".to_string(), n(t));
+    }
+    item
 }
 
 /// A lift read back: (table, lift); `None` for items that are not lifts.
@@ -123,6 +176,11 @@ pub(crate) fn from_item(item: &HashMap<String, AttributeValue>) -> Option<(Strin
         table,
         Lift {
             write: u64::try_from(num("write")?).ok()?,
+            on_demand: item
+                .get("mode")
+                .and_then(|v| v.as_s().ok())
+                .is_some_and(|m| m == "on_demand"),
+            on_demand_refused_ms: num("onDemandRefused"),
             reason: item
                 .get("reason")
                 .and_then(|v| v.as_s().ok())
@@ -169,6 +227,8 @@ mod tests {
     fn a_lift_round_trips_through_its_item() {
         let l = Lift {
             write: 350,
+            on_demand: false,
+            on_demand_refused_ms: Some(1_763_700_000_000),
             reason: LATE_BACKLOG.into(),
             since_ms: 1_763_787_600_123,
             renewed_ms: 1_763_787_660_000,
@@ -194,6 +254,8 @@ mod tests {
 
     fn l_default() -> Lift {
         Lift {
+            on_demand: true,
+            on_demand_refused_ms: None,
             write: 1,
             reason: LATE_BACKLOG.into(),
             since_ms: 0,

@@ -12,8 +12,9 @@ use aws_sdk_dynamodb::operation::delete_table::DeleteTableError;
 use aws_sdk_dynamodb::operation::describe_table::DescribeTableError;
 use aws_sdk_dynamodb::operation::update_table::UpdateTableError;
 use aws_sdk_dynamodb::types::{
-    BillingMode, ExportFormat as SdkExportFormat, PointInTimeRecoverySpecification,
-    ProvisionedThroughput, TableStatus, Tag, TimeToLiveSpecification, WarmThroughput,
+    BillingMode, ExportFormat as SdkExportFormat, OnDemandThroughput,
+    PointInTimeRecoverySpecification, ProvisionedThroughput, TableStatus, Tag,
+    TimeToLiveSpecification, WarmThroughput,
 };
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
@@ -190,6 +191,7 @@ impl TableManager {
         policy.late_lift = lift::LiftPolicy {
             max_wcu: config.maintenance.late_lift_max_wcu,
             hold: (config.maintenance.interval * 2).max(Duration::from_secs(60)),
+            on_demand: config.maintenance.late_lift == crate::config::LateLift::OnDemand,
         };
         let mut m = TableManager::new(dynamodb, policy)
             .with_coordinator(config.maintenance.coordinator_table.clone());
@@ -463,6 +465,31 @@ impl TableManager {
                 );
                 Ok(())
             }),
+            Action::LiftOnDemand {
+                table,
+                from,
+                max_write,
+                fallback,
+                record,
+                ..
+            } => Box::pin(self.lift_on_demand(table, *from, *max_write, *fallback, record)),
+            Action::EndOnDemandLift { table, to, .. } => Box::pin(async move {
+                // On demand to provisioned: allowed at any time.
+                let req = self
+                    .client
+                    .update_table()
+                    .table_name(table)
+                    .billing_mode(BillingMode::Provisioned)
+                    .provisioned_throughput(throughput(table, *to)?);
+                self.update(table, req.send()).await?;
+                self.delete_lift(table).await?;
+                info!(
+                    table,
+                    write = to.write,
+                    "late backlog gone: back to provisioned billing at the tier"
+                );
+                Ok(())
+            }),
             Action::RenewLift { table, lift } => Box::pin(self.put_lift(table, lift)),
             Action::EndLift {
                 table, from, to, ..
@@ -475,6 +502,63 @@ impl TableManager {
                 Ok(())
             }),
             Action::TagExpired { table } => Box::pin(self.tag_expired(table)),
+        }
+    }
+
+    /// Switches `table` to on-demand billing (at most `max_write` write
+    /// request units a second) for its late backlog, recorded first. A
+    /// refused switch is recorded as such and the table lifted to
+    /// `fallback` (provisioned) instead: the switch is not asked again for
+    /// [`lift::SWITCH_SPACING`].
+    async fn lift_on_demand(
+        &self,
+        table: &str,
+        from: Capacity,
+        max_write: u64,
+        fallback: Capacity,
+        record: &Lift,
+    ) -> Result<(), TablesError> {
+        self.put_lift(table, record).await?;
+        let req = self
+            .client
+            .update_table()
+            .table_name(table)
+            .billing_mode(BillingMode::PayPerRequest)
+            .on_demand_throughput(
+                OnDemandThroughput::builder()
+                    .max_write_request_units(i64::try_from(max_write).unwrap_or(i64::MAX))
+                    .build(),
+            );
+        match self.update(table, req.send()).await {
+            Ok(()) => {
+                info!(
+                    table,
+                    max_write,
+                    backlog_items = record.backlog_items,
+                    "table switched to on-demand for a late backlog"
+                );
+                Ok(())
+            }
+            Err(e) => {
+                warn!(
+                    table,
+                    error = %e,
+                    write = fallback.write,
+                    "switching to on-demand was refused: lifted provisioned instead, \
+                     and no switch is asked for this table for 6 hours"
+                );
+                let refused = Lift {
+                    write: fallback.write,
+                    on_demand: false,
+                    on_demand_refused_ms: Some(chrono::Utc::now().timestamp_millis()),
+                    ..record.clone()
+                };
+                self.put_lift(table, &refused).await?;
+                if from != fallback {
+                    self.resize(table, fallback).await?;
+                }
+                Ok(())
+            }
         }
     }
 
@@ -787,4 +871,101 @@ fn throughput(table: &str, c: Capacity) -> Result<ProvisionedThroughput, TablesE
         .write_capacity_units(c.write as i64)
         .build()
         .map_err(|e| TablesError::build("UpdateTable", table, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    use aws_sdk_dynamodb::Client;
+    use aws_sdk_dynamodb::operation::put_item::{PutItemInput, PutItemOutput};
+    use aws_sdk_dynamodb::operation::update_table::UpdateTableOutput;
+    use aws_sdk_dynamodb::types::error::LimitExceededException;
+    use aws_smithy_mocks::{RuleMode, mock, mock_client};
+    use tidemark_schema::period::{Billing, CapacityTiers};
+
+    /// DynamoDB refuses the switch to on-demand (its limit of switches a
+    /// day): the table is lifted provisioned instead, and the lift is
+    /// recorded with the refusal, so later rounds do not ask again.
+    #[tokio::test]
+    async fn a_refused_switch_to_on_demand_lifts_provisioned_and_records_the_refusal() {
+        let puts: Arc<Mutex<Vec<PutItemInput>>> = Arc::default();
+        let seen = puts.clone();
+        let put = mock!(Client::put_item)
+            .match_requests(move |r| {
+                seen.lock().unwrap().push(r.clone());
+                true
+            })
+            .then_output(|| PutItemOutput::builder().build());
+        let switch = mock!(Client::update_table)
+            .match_requests(|r| r.billing_mode() == Some(&BillingMode::PayPerRequest))
+            .then_error(|| {
+                UpdateTableError::LimitExceededException(
+                    LimitExceededException::builder()
+                        .message("billing mode switched too often")
+                        .build(),
+                )
+            });
+        let resize = mock!(Client::update_table)
+            .match_requests(|r| {
+                r.billing_mode().is_none()
+                    && r.provisioned_throughput()
+                        .is_some_and(|p| p.write_capacity_units() == 100)
+            })
+            .then_output(|| UpdateTableOutput::builder().build());
+        let client = mock_client!(
+            aws_sdk_dynamodb,
+            RuleMode::MatchAny,
+            [&put, &switch, &resize]
+        );
+        let router = RouterConfig::with_prefix("iot");
+        let policy = TablePolicy::new(
+            &router,
+            CapacityTiers::default(),
+            Billing::Provisioned,
+            crate::config::ExpiryAction::Delete,
+        );
+        let m = TableManager::new(client, policy).with_coordinator("coord");
+        let frozen = Capacity { read: 1, write: 1 };
+        let fallback = Capacity {
+            read: 1,
+            write: 100,
+        };
+        let record = Lift {
+            write: 0,
+            on_demand: true,
+            reason: lift::LATE_BACKLOG.into(),
+            since_ms: 1,
+            renewed_ms: 1,
+            backlog_items: 2_000,
+            ..Lift::default()
+        };
+        let action = Action::LiftOnDemand {
+            table: "iot_2026-11-20".into(),
+            state: LifecycleState::Frozen,
+            from: frozen,
+            max_write: 1000,
+            fallback,
+            backlog: Backlog {
+                items: 2_000,
+                wcu: 6_000,
+            },
+            record,
+        };
+        let before = Utc::now().timestamp_millis();
+        m.apply(&action).await.unwrap();
+        assert!(switch.num_calls() >= 1, "the switch was asked");
+        assert_eq!(resize.num_calls(), 1, "lifted provisioned instead");
+        let puts = puts.lock().unwrap();
+        let last = lift::from_item(puts.last().unwrap().item().unwrap())
+            .unwrap()
+            .1;
+        assert!(!last.on_demand, "{last:?}");
+        assert_eq!(last.write, 100);
+        assert!(
+            last.on_demand_refused_ms.is_some_and(|t| t >= before),
+            "the refusal is recorded: {last:?}"
+        );
+    }
 }

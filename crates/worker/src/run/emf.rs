@@ -11,6 +11,7 @@
 //! | metric | unit | dimension sets | from |
 //! |---|---|---|---|
 //! | `LagSeconds` | Seconds | [TablePrefix], [TablePrefix, Shard] | `millis_behind_latest` of each shard read since the last flush (`Shard` is `stream/shardId` with `source.streams`) |
+//! | `CheckpointLagSeconds`, `CheckpointLagRecords` | Seconds, Count | [TablePrefix], [TablePrefix, Shard] | each held shard's checkpoint lag (age of the oldest record read that the written checkpoint does not cover, and how many there are); a 0 with [TablePrefix] alone while every held shard is checkpointed up to its last record |
 //! | `ItemsStored`, `ItemsThrottled` | Count | [TablePrefix], [TablePrefix, Table] | writer counters, per interval (throttled = items DynamoDB returned unprocessed) |
 //! | `DeadLetters` | Count | [TablePrefix], [TablePrefix, Reason] | dead letters per interval (0 when none) |
 //! | `DeadLetterFallbacks` | Count | [TablePrefix] | dead letters written to the local fallback file, per interval (0 when none) |
@@ -129,6 +130,24 @@ impl Emf {
                 now,
                 Some(("Shard", &shard)),
                 &[("LagSeconds", "Seconds", ms / 1000.0)],
+            ));
+        }
+
+        // Checkpoint lag of the shards this worker holds, read or not (a
+        // reader waiting on back-pressure makes no GetRecords call); a zero
+        // while none lags, so the alarm sees data.
+        let checkpoint_lags = snap.checkpoint_lags();
+        if checkpoint_lags.is_empty() && snap.leases_held > 0.0 {
+            docs.push(self.doc(now, None, &[("CheckpointLagSeconds", "Seconds", 0.0)]));
+        }
+        for (shard, (records, secs)) in checkpoint_lags {
+            docs.push(self.doc(
+                now,
+                Some(("Shard", &shard)),
+                &[
+                    ("CheckpointLagSeconds", "Seconds", secs),
+                    ("CheckpointLagRecords", "Count", records as f64),
+                ],
             ));
         }
 

@@ -8,6 +8,9 @@
 //! - `reportedAt`: Unix milliseconds;
 //! - `shardLagMs`: MillisBehindLatest of each shard it read since its last
 //!   report (Kinesis);
+//! - `checkpointLag`: per shard whose written checkpoint is behind what it
+//!   read, `{records, ms}`: records read past the checkpoint and the age of
+//!   the oldest (Kinesis);
 //! - `queueAgeMs`: age of the oldest message of its latest receive (SQS);
 //! - `lateBacklog`: per table taking late data, the late items waiting in
 //!   its writer and their WCU (`{items, wcu}`): maintenance lifts the
@@ -47,10 +50,21 @@ pub(crate) struct WorkerReport {
     pub reported_at_ms: i64,
     /// MillisBehindLatest per shard read in the last interval.
     pub shard_lag_ms: BTreeMap<String, i64>,
+    /// Checkpoint lag per held shard that has one.
+    pub checkpoint_lag: BTreeMap<String, CheckpointLag>,
     /// Age of the oldest message of the latest SQS receive, ms.
     pub queue_age_ms: Option<i64>,
     /// Late items waiting in this worker's writer, per table.
     pub late_backlog: BTreeMap<String, Backlog>,
+}
+
+/// How far a shard's written checkpoint is behind what was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub(crate) struct CheckpointLag {
+    /// Records read that the checkpoint does not cover.
+    pub records: u64,
+    /// How long ago the oldest of them was read, ms.
+    pub ms: i64,
 }
 
 impl WorkerReport {
@@ -77,6 +91,21 @@ impl WorkerReport {
         ]);
         if let Some(age) = self.queue_age_ms {
             item.insert("queueAgeMs".into(), AttributeValue::N(age.to_string()));
+        }
+        if !self.checkpoint_lag.is_empty() {
+            let n = |v: String| AttributeValue::N(v);
+            let shards = self
+                .checkpoint_lag
+                .iter()
+                .map(|(shard, l)| {
+                    let m = HashMap::from([
+                        ("records".to_string(), n(l.records.to_string())),
+                        ("ms".to_string(), n(l.ms.to_string())),
+                    ]);
+                    (shard.clone(), AttributeValue::M(m))
+                })
+                .collect();
+            item.insert("checkpointLag".into(), AttributeValue::M(shards));
         }
         if !self.late_backlog.is_empty() {
             let n = |v: u64| AttributeValue::N(v.to_string());
@@ -114,6 +143,22 @@ impl WorkerReport {
                 .map(|m| {
                     m.iter()
                         .filter_map(|(k, v)| Some((k.clone(), num(v)?)))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            checkpoint_lag: item
+                .get("checkpointLag")
+                .and_then(|m| m.as_m().ok())
+                .map(|m| {
+                    m.iter()
+                        .filter_map(|(shard, v)| {
+                            let v = v.as_m().ok()?;
+                            let lag = CheckpointLag {
+                                records: u64::try_from(num(v.get("records")?)?).ok()?,
+                                ms: num(v.get("ms")?)?,
+                            };
+                            Some((shard.clone(), lag))
+                        })
                         .collect()
                 })
                 .unwrap_or_default(),
@@ -187,6 +232,14 @@ fn measure(
             .shard_lags(last)
             .into_iter()
             .map(|(k, v)| (k, v as i64))
+            .collect(),
+        checkpoint_lag: snap
+            .checkpoint_lags()
+            .into_iter()
+            .map(|(shard, (records, secs))| {
+                let ms = (secs * 1000.0) as i64;
+                (shard, CheckpointLag { records, ms })
+            })
             .collect(),
         queue_age_ms: (snap.sqs_messages_received > 0)
             .then_some(snap.sqs_receive_age)
@@ -281,6 +334,14 @@ mod tests {
             worker: "4f6c1c5e-9a51-4a5e-8a37-3f0f2c1d9b7e".into(),
             reported_at_ms: 1_763_787_600_123,
             shard_lag_ms: [("shardId-000000000001".to_string(), 1500)].into(),
+            checkpoint_lag: [(
+                "shardId-000000000001".to_string(),
+                CheckpointLag {
+                    records: 3_000,
+                    ms: 1_800_000,
+                },
+            )]
+            .into(),
             queue_age_ms: Some(42_000),
             late_backlog: [(
                 "events_2026-11-19".to_string(),
@@ -321,6 +382,7 @@ mod tests {
         let mut last = Last::new();
         let r = measure("w1", &typed, None, &mut last);
         assert_eq!(r.shard_lag_ms, [("s1".to_string(), 2500)].into());
+        assert!(r.checkpoint_lag.is_empty(), "no checkpoint lag yet: {r:?}");
         assert_eq!(r.queue_age_ms, None, "no SQS receive yet");
         metrics::with_local_recorder(&recorder, || {
             metrics::counter!(tidemark_consumer::metrics::sqs::MESSAGES_RECEIVED, "format" => "single")
@@ -329,6 +391,40 @@ mod tests {
         });
         let r = measure("w1", &typed, None, &mut last);
         assert!(r.shard_lag_ms.is_empty(), "s1 was not read since: {r:?}");
+        assert!(r.checkpoint_lag.is_empty());
         assert_eq!(r.queue_age_ms, Some(42_500));
+    }
+
+    /// A shard whose reader waits on back-pressure makes no GetRecords
+    /// call, so its MillisBehindLatest is not reported; its checkpoint lag
+    /// is, for as long as the checkpoint stands still.
+    #[test]
+    fn a_worker_reports_the_checkpoint_lag_of_shards_it_holds_read_or_not() {
+        use metrics_exporter_prometheus::PrometheusBuilder;
+        use tidemark_consumer::metrics::kinesis as k;
+        let recorder =
+            super::super::telemetry::TypedRecorder::new(PrometheusBuilder::new().build_recorder());
+        let typed = recorder.metrics();
+        let set = |records: f64, secs: f64| {
+            metrics::with_local_recorder(&recorder, || {
+                metrics::gauge!(k::CHECKPOINT_LAG_RECORDS, "shard" => "s1").set(records);
+                metrics::gauge!(k::CHECKPOINT_LAG_SECONDS, "shard" => "s1").set(secs);
+                metrics::gauge!(k::CHECKPOINT_LAG_RECORDS, "shard" => "s2").set(0.0);
+                metrics::gauge!(k::CHECKPOINT_LAG_SECONDS, "shard" => "s2").set(0.0);
+            });
+        };
+        let mut last = Last::new();
+        set(4_000.0, 90.25);
+        let r = measure("w1", &typed, None, &mut last);
+        let lag = |records, ms| [("s1".to_string(), CheckpointLag { records, ms })].into();
+        assert_eq!(r.checkpoint_lag, lag(4_000, 90_250));
+        assert!(
+            r.shard_lag_ms.is_empty(),
+            "no GetRecords call in the interval"
+        );
+        set(4_000.0, 120.5);
+        let r = measure("w1", &typed, None, &mut last);
+        assert_eq!(r.checkpoint_lag, lag(4_000, 120_500), "it grows");
+        assert_eq!(WorkerReport::from_item(&r.item()), Some(r.clone()));
     }
 }

@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 use std::io::Write;
 
 use crate::maintenance::TableInfo;
+use crate::run::report::CheckpointLag;
 use anyhow::Result;
 use comfy_table::{CellAlignment, Table};
 use tidemark_schema::route::RouterConfig;
@@ -227,6 +228,65 @@ pub(crate) struct ShardRow {
     pub(crate) lag_ms: Option<i64>,
     /// Why the lag is not known (no report from the owner, a failed probe).
     pub(crate) lag_error: Option<String>,
+    /// How far the checkpoint is behind what the owner read, as the owner
+    /// last reported it (`None`: no report from the owner).
+    pub(crate) checkpoint_lag: Option<CheckpointLag>,
+}
+
+/// A checkpoint lag as shown: `0`, or its age and records, `3m 20s (1200)`,
+/// `2h 5m (1.3M)`.
+pub(crate) fn checkpoint_lag(l: &CheckpointLag) -> String {
+    let n = l.records as f64;
+    let records = match l.records {
+        0 => return "0".into(),
+        1..10_000 => l.records.to_string(),
+        10_000..1_000_000 => format!("{:.1}k", n / 1e3),
+        _ => format!("{:.1}M", n / 1e6),
+    };
+    format!("{} ({records})", lag(l.ms))
+}
+
+/// A capacity lift as `status` shows it.
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct LiftRow {
+    pub(crate) table: String,
+    /// Write capacity while lifted, WCU (0 on demand).
+    pub(crate) write: u64,
+    /// Lifted by a switch to on-demand billing.
+    pub(crate) on_demand: bool,
+    /// Why (`late_backlog`).
+    pub(crate) reason: String,
+    /// When the lift started, Unix ms.
+    pub(crate) since_ms: i64,
+    /// When a backlog was last seen for it, Unix ms.
+    pub(crate) renewed_ms: i64,
+    /// The backlog last seen, items.
+    pub(crate) backlog_items: u64,
+}
+
+/// `status`' lift section at `now_ms`: TABLE WCU SINCE WHY.
+pub(crate) fn status_lifts(lifts: &[LiftRow], now_ms: i64) -> String {
+    let rows = lifts
+        .iter()
+        .map(|l| {
+            vec![
+                l.table.clone(),
+                if l.on_demand {
+                    "on demand".into()
+                } else {
+                    l.write.to_string()
+                },
+                format!("{} ago", lag(now_ms - l.since_ms)),
+                format!(
+                    "{}: {} items waiting {} ago",
+                    l.reason,
+                    l.backlog_items,
+                    lag(now_ms - l.renewed_ms)
+                ),
+            ]
+        })
+        .collect();
+    table(Some(&["TABLE", "WCU", "SINCE", "WHY"]), rows, &[1, 2])
 }
 
 /// The queue line of `status` for an SQS source.
@@ -271,8 +331,8 @@ fn checkpoint_cell(c: &str, wide: bool) -> String {
     }
 }
 
-/// `status`' shard section: SHARD OWNER [LAG] CHECKPOINT, each column as
-/// wide as its longest cell.
+/// `status`' shard section: SHARD OWNER LAG CKPT LAG CHECKPOINT, each
+/// column as wide as its longest cell.
 pub(crate) fn status_shards(shards: &[ShardRow], wide: bool) -> String {
     let rows = shards
         .iter()
@@ -289,11 +349,18 @@ pub(crate) fn status_shards(shards: &[ShardRow], wide: bool) -> String {
                     (None, Some(e)) => e.chars().take(40).collect::<String>(),
                     (None, None) => "n/a".into(),
                 },
+                r.checkpoint_lag
+                    .as_ref()
+                    .map_or("n/a".into(), checkpoint_lag),
                 checkpoint_cell(&r.checkpoint, wide),
             ]
         })
         .collect();
-    table(Some(&["SHARD", "OWNER", "LAG", "CHECKPOINT"]), rows, &[2])
+    table(
+        Some(&["SHARD", "OWNER", "LAG", "CKPT LAG", "CHECKPOINT"]),
+        rows,
+        &[2, 3],
+    )
 }
 
 /// `status`' queue section: QUEUE VISIBLE IN-FLIGHT DELAYED.
@@ -438,6 +505,10 @@ mod tests {
                 handoff_to: None,
                 lag_ms: Some(i * 1000),
                 lag_error: None,
+                checkpoint_lag: (i % 3 != 0).then_some(CheckpointLag {
+                    records: i as u64 * 100,
+                    ms: i * 2000,
+                }),
             })
             .collect();
         let out = status_shards(&rows, false);
@@ -458,8 +529,44 @@ mod tests {
             status_shards(&rows, true).contains(seq),
             "--wide keeps them"
         );
+        assert!(
+            lines[2].contains(" 2s (100) ") && lines[4].contains(" n/a "),
+            "checkpoint lags: {}\n{}",
+            lines[2],
+            lines[4]
+        );
+        let zero = CheckpointLag { records: 0, ms: 0 };
+        assert_eq!(checkpoint_lag(&zero), "0");
+        let big = CheckpointLag {
+            records: 1_250_000,
+            ms: 7_500_000,
+        };
+        assert_eq!(checkpoint_lag(&big), "2h 5m (1.2M)");
         assert_eq!(lag(200_000), "3m 20s");
         assert_eq!(lag(850), "850ms");
+    }
+
+    #[test]
+    fn status_lifts_say_which_table_how_much_since_when_and_why() {
+        let lift = LiftRow {
+            table: "events_2026-11-19".into(),
+            write: 350,
+            on_demand: false,
+            reason: "late_backlog".into(),
+            since_ms: 1_000_000,
+            renewed_ms: 1_540_000,
+            backlog_items: 20_000,
+        };
+        let out = status_lifts(&[lift], 1_600_000);
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(lines[0].starts_with("TABLE"), "{out}");
+        assert!(
+            lines[1].starts_with("events_2026-11-19")
+                && lines[1].contains(" 350 ")
+                && lines[1].contains("10m 0s ago")
+                && lines[1].ends_with("late_backlog: 20000 items waiting 1m 0s ago"),
+            "{out}"
+        );
     }
 
     #[test]

@@ -14,6 +14,7 @@ use std::time::Duration;
 use crate::config::Config;
 use crate::maintenance::TableInfo;
 use crate::maintenance::TableManager;
+use crate::maintenance::lift;
 use crate::run::report::{self, WorkerReport};
 use anyhow::Result;
 use chrono::Utc;
@@ -72,6 +73,12 @@ struct Snapshot {
     queue_error: Option<String>,
     tables: Vec<TableInfo>,
     tables_error: Option<String>,
+    /// Capacity lifts maintenance holds for late backlogs (from the
+    /// coordinator table).
+    lifts: Vec<render::LiftRow>,
+    /// Why the lifts could not be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lifts_error: Option<String>,
     /// The first failure, kept whole (its cause decides the exit status)
     /// for when no section could be read at all.
     #[serde(skip)]
@@ -163,6 +170,8 @@ struct Summary {
     unowned: usize,
     owners: usize,
     max_lag_ms: Option<i64>,
+    /// The largest checkpoint lag the owners reported, ms.
+    max_checkpoint_lag_ms: Option<i64>,
 }
 
 pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
@@ -227,6 +236,8 @@ async fn snapshot(config: &Config, args: &Args) -> Result<Snapshot> {
         queue_error: None,
         tables: Vec::new(),
         tables_error: None,
+        lifts: Vec::new(),
+        lifts_error: None,
         first_error: None,
         read: 0,
     };
@@ -258,6 +269,7 @@ async fn snapshot(config: &Config, args: &Args) -> Result<Snapshot> {
         },
     )
     .await;
+    let dynamodb_for_lifts = dynamodb.clone();
     match TableManager::from_config(config, dynamodb)
         .list(Utc::now())
         .await
@@ -269,6 +281,27 @@ async fn snapshot(config: &Config, args: &Args) -> Result<Snapshot> {
         Err(e) => {
             snap.tables_error = Some(format!("{e:#}"));
             snap.first_error.get_or_insert(e.into());
+        }
+    }
+    if config.maintenance.enabled {
+        match lift::read(&dynamodb_for_lifts, &config.maintenance.coordinator_table).await {
+            Ok(lifts) => {
+                snap.lifts = lifts
+                    .into_iter()
+                    .map(|(table, l)| render::LiftRow {
+                        table,
+                        write: l.write,
+                        on_demand: l.on_demand,
+                        reason: l.reason,
+                        since_ms: l.since_ms,
+                        renewed_ms: l.renewed_ms,
+                        backlog_items: l.backlog_items,
+                    })
+                    .collect();
+            }
+            // No coordinator table yet: no worker ran maintenance, no lift.
+            Err(aws_sdk_dynamodb::Error::ResourceNotFoundException(_)) => {}
+            Err(e) => snap.lifts_error = Some(format!("capacity lifts unreadable: {e}")),
         }
     }
     Ok(snap)
@@ -368,8 +401,11 @@ fn print(snap: &Snapshot, args: &Args, output: Output) -> Result<()> {
         let lag = s
             .max_lag_ms
             .map_or(String::new(), |ms| format!(", max lag {}", render::lag(ms)));
+        let ckpt = s.max_checkpoint_lag_ms.map_or(String::new(), |ms| {
+            format!(", max checkpoint lag {}", render::lag(ms))
+        });
         outln!(
-            "{} shards ({} finished), {} unowned, {} workers{lag}",
+            "{} shards ({} finished), {} unowned, {} workers{lag}{ckpt}",
             s.shards,
             s.finished,
             s.unowned,
@@ -403,6 +439,16 @@ fn print(snap: &Snapshot, args: &Args, output: Output) -> Result<()> {
     match &snap.tables_error {
         Some(e) => outln!("tables: error: {e}")?,
         None => outln!("{}", render::status_tables(&snap.tables)?)?,
+    }
+    if let Some(e) = &snap.lifts_error {
+        outln!("\n{e}")?;
+    }
+    if !snap.lifts.is_empty() {
+        let now = Utc::now().timestamp_millis();
+        outln!(
+            "\ncapacity lifts (maintenance lowers each once its backlog is gone):\n{}",
+            render::status_lifts(&snap.lifts, now)
+        )?;
     }
     Ok(())
 }
@@ -480,6 +526,10 @@ fn summary(rows: &[ShardRow]) -> Summary {
         unowned: open.iter().filter(|r| r.owner.is_none()).count(),
         owners: owners.len(),
         max_lag_ms: rows.iter().filter_map(|r| r.lag_ms).max(),
+        max_checkpoint_lag_ms: rows
+            .iter()
+            .filter_map(|r| r.checkpoint_lag.map(|l| l.ms))
+            .max(),
     }
 }
 
@@ -529,6 +579,7 @@ async fn shards(
             },
             lag_ms: None,
             lag_error: None,
+            checkpoint_lag: None,
             shard: l.key,
             parents: l.parents,
         })
@@ -546,10 +597,17 @@ async fn shards(
                     Some((id, shard)) => format!("{}/{shard}", id.name),
                     None => r.shard.clone(),
                 };
-                match reports.get(owner).and_then(|w| w.shard_lag_ms.get(&key)) {
+                let report = reports.get(owner);
+                match report.and_then(|w| w.shard_lag_ms.get(&key)) {
                     Some(ms) => r.lag_ms = Some(*ms),
+                    None if report.is_some() => {
+                        r.lag_error = Some("not read in the last report".into())
+                    }
                     None => r.lag_error = Some("no report from the owner".into()),
                 }
+                // The owner reports only shards whose checkpoint is behind.
+                r.checkpoint_lag =
+                    report.map(|w| w.checkpoint_lag.get(&key).copied().unwrap_or_default());
             }
         }
     }

@@ -26,6 +26,7 @@ fn info(p: &TablePolicy, name: &str, now: DateTime<Utc>, capacity: Capacity) -> 
         state: p.lifecycle.state(&period, now),
         status: "ACTIVE".into(),
         capacity: Some(capacity),
+        on_demand_since_ms: None,
         tagged_expired: false,
         warm_write_units: None,
         deletion_protection: false,
@@ -438,6 +439,8 @@ fn a_late_backlog_lifts_its_table_until_it_is_gone() {
     };
     let lift = Lift {
         write: 100,
+        on_demand: false,
+        on_demand_refused_ms: None,
         reason: super::super::lift::LATE_BACKLOG.into(),
         since_ms: now_ms,
         renewed_ms: now_ms,
@@ -527,4 +530,140 @@ fn lifts_are_for_late_tables_within_the_budget() {
     ));
     p.late_lift.max_wcu = 0;
     assert_eq!(actions_for(&p, &cold, now), [], "lifts off");
+}
+
+/// With `late_lift = "on_demand"`: a late backlog switches its frozen table
+/// to on-demand (write throughput capped at the lift budget, a provisioned
+/// lift as the fallback should DynamoDB refuse), the lift is renewed while
+/// the backlog lasts, never touched by reconcile, and the table goes back
+/// to provisioned at its tier once the backlog is gone for the hold time.
+#[test]
+fn an_on_demand_lift_switches_the_table_and_back_once_the_backlog_is_gone() {
+    let mut p = policy(ExpiryAction::Delete);
+    p.late_lift.on_demand = true;
+    let now = at("2026-11-22T01:00:00Z");
+    let now_ms = now.timestamp_millis();
+    let frozen = CapacityTiers::default().frozen;
+    let mut t = read(&p, info(&p, "iot_2026-11-20", now, frozen));
+    t.backlog = Some(Backlog {
+        items: 2_000,
+        wcu: 6_000,
+    });
+    let record = Lift {
+        write: 0,
+        on_demand: true,
+        on_demand_refused_ms: None,
+        reason: super::super::lift::LATE_BACKLOG.into(),
+        since_ms: now_ms,
+        renewed_ms: now_ms,
+        backlog_items: 2_000,
+    };
+    assert_eq!(
+        actions_for(&p, &t, now),
+        [Action::LiftOnDemand {
+            table: t.name.clone(),
+            state: LifecycleState::Frozen,
+            from: frozen,
+            max_write: 1000,
+            fallback: Capacity {
+                read: frozen.read,
+                write: 100,
+            },
+            backlog: t.backlog.unwrap(),
+            record: record.clone(),
+        }]
+    );
+    // Applied: on demand (DynamoDB records the switch), the lift recorded.
+    t.capacity = None;
+    t.on_demand_since_ms = Some(now_ms);
+    t.lift = Some(record);
+    let later = now + chrono::Duration::seconds(60);
+    t.backlog = Some(Backlog {
+        items: 500,
+        wcu: 500,
+    });
+    let a = actions_for(&p, &t, later);
+    assert!(
+        matches!(&a[..], [Action::RenewLift { lift: l, .. }] if l.on_demand && l.renewed_ms == later.timestamp_millis()),
+        "{a:?}"
+    );
+    t.lift.as_mut().unwrap().renewed_ms = later.timestamp_millis();
+    t.backlog = None;
+    assert_eq!(
+        actions_for(&p, &t, later + chrono::Duration::seconds(60)),
+        [],
+        "held: neither ended nor touched by reconcile"
+    );
+    let end = actions_for(&p, &t, later + chrono::Duration::seconds(121));
+    assert_eq!(
+        end,
+        [Action::EndOnDemandLift {
+            table: t.name.clone(),
+            state: LifecycleState::Frozen,
+            to: frozen,
+        }]
+    );
+    assert!(end[0].trusts_the_clock(), "lowering is checked");
+}
+
+/// DynamoDB allows four switches to on-demand per table in 24 hours: a
+/// table switched within 6 hours, or whose switch was refused within 6
+/// hours, is lifted provisioned (the refusal carried on), never switched
+/// again in a loop; after 6 hours it may be switched again.
+#[test]
+fn a_table_switched_or_refused_lately_is_lifted_provisioned() {
+    let mut p = policy(ExpiryAction::Delete);
+    p.late_lift.on_demand = true;
+    let now = at("2026-11-22T01:00:00Z");
+    let hours_ago = |h: i64| Some(now.timestamp_millis() - h * 3_600_000);
+    let frozen = CapacityTiers::default().frozen;
+    let mut t = read(&p, info(&p, "iot_2026-11-20", now, frozen));
+    t.backlog = Some(Backlog {
+        items: 2_000,
+        wcu: 6_000,
+    });
+    t.on_demand_since_ms = hours_ago(1);
+    let a = actions_for(&p, &t, now);
+    assert!(
+        matches!(&a[..], [Action::Lift { to, record, .. }] if to.write == 100 && !record.on_demand),
+        "switched an hour ago: {a:?}"
+    );
+    t.on_demand_since_ms = hours_ago(7);
+    assert!(matches!(
+        &actions_for(&p, &t, now)[..],
+        [Action::LiftOnDemand { .. }]
+    ));
+    // A refused switch (recorded with the provisioned fallback it got).
+    t.capacity = Some(Capacity {
+        read: frozen.read,
+        write: 50,
+    });
+    t.lift = Some(Lift {
+        write: 50,
+        on_demand: false,
+        on_demand_refused_ms: hours_ago(1),
+        reason: super::super::lift::LATE_BACKLOG.into(),
+        since_ms: hours_ago(1).unwrap(),
+        renewed_ms: hours_ago(1).unwrap(),
+        backlog_items: 2_000,
+    });
+    let a = actions_for(&p, &t, now);
+    assert!(
+        matches!(&a[..], [Action::Lift { to, record, .. }]
+            if to.write == 100 && !record.on_demand && record.on_demand_refused_ms == hours_ago(1)),
+        "refused an hour ago: provisioned, the refusal kept: {a:?}"
+    );
+    t.lift.as_mut().unwrap().on_demand_refused_ms = hours_ago(7);
+    assert!(matches!(
+        &actions_for(&p, &t, now)[..],
+        [Action::LiftOnDemand { .. }]
+    ));
+    // Without the setting, never on demand.
+    p.late_lift.on_demand = false;
+    t.lift = None;
+    t.on_demand_since_ms = None;
+    assert!(matches!(
+        &actions_for(&p, &t, now)[..],
+        [Action::Lift { .. }]
+    ));
 }

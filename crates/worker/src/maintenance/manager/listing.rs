@@ -90,6 +90,10 @@ impl TableManager {
                     .map(|s| s.as_str().to_string())
                     .unwrap_or_default(),
                 capacity,
+                on_demand_since_ms: table
+                    .billing_mode_summary()
+                    .and_then(|b| b.last_update_to_pay_per_request_date_time())
+                    .and_then(|t| t.to_millis().ok()),
                 tagged_expired: false,
                 warm_write_units: table
                     .warm_throughput()

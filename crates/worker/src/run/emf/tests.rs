@@ -336,3 +336,48 @@ fn fallback_file_entries_reach_cloudwatch() {
     assert_eq!(value_of(&first, "DeadLetterFallbacks", None), Some(3.0));
     assert_eq!(value_of(&second, "DeadLetterFallbacks", None), Some(0.0));
 }
+
+/// A shard whose checkpoint stands still (its reader waits on the
+/// pipeline and makes no GetRecords call, so `LagSeconds` says nothing)
+/// reaches CloudWatch as `CheckpointLagSeconds` per shard and for the
+/// alarm; once checkpointed, a zero while leases are held.
+#[test]
+fn a_frozen_checkpoint_reaches_cloudwatch_as_checkpoint_lag() {
+    let recorder = TypedRecorder::new(PrometheusBuilder::new().build_recorder());
+    let mut emf = Emf::new(
+        "Tidemark".into(),
+        "events".into(),
+        Period::Hour,
+        recorder.metrics(),
+        || 0,
+    );
+    let set = |records: f64, secs: f64| {
+        metrics::with_local_recorder(&recorder, || {
+            metrics::gauge!(consumer::LEASES_HELD).set(1.0);
+            metrics::gauge!(consumer::CHECKPOINT_LAG_RECORDS, "shard" => "shardId-000000000001")
+                .set(records);
+            metrics::gauge!(consumer::CHECKPOINT_LAG_SECONDS, "shard" => "shardId-000000000001")
+                .set(secs);
+        });
+    };
+    set(3_000.0, 420.5);
+    let first = emf.documents(at("2026-11-24T10:56:00Z"));
+    set(0.0, 0.0);
+    let second = emf.documents(at("2026-11-24T10:57:00Z"));
+    for doc in first.iter().chain(&second) {
+        check_emf(&doc.to_string()).unwrap();
+    }
+    let shard = Some(("Shard", "shardId-000000000001"));
+    assert_eq!(value_of(&first, "CheckpointLagSeconds", shard), Some(420.5));
+    assert_eq!(
+        value_of(&first, "CheckpointLagRecords", shard),
+        Some(3_000.0)
+    );
+    assert_eq!(value_of(&first, "LagSeconds", None), None, "never read");
+    assert_eq!(value_of(&second, "CheckpointLagSeconds", shard), None);
+    assert_eq!(
+        value_of(&second, "CheckpointLagSeconds", None),
+        Some(0.0),
+        "a zero, so the alarm sees data"
+    );
+}

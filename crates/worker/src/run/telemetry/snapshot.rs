@@ -38,8 +38,10 @@ const COUNTERS: [&str; 11] = [
 ];
 
 /// The gauges a snapshot holds.
-const GAUGES: [&str; 8] = [
+const GAUGES: [&str; 10] = [
     kinesis::MILLIS_BEHIND,
+    kinesis::CHECKPOINT_LAG_RECORDS,
+    kinesis::CHECKPOINT_LAG_SECONDS,
     kinesis::LEASE_LISTING_FAILING,
     kinesis::LEASES_HELD,
     sqs::IN_FLIGHT,
@@ -58,6 +60,9 @@ pub(crate) struct MetricsSnapshot {
     pub(crate) shard_reads: BTreeMap<String, u64>,
     /// MillisBehindLatest by shard, keyed as `shard_reads`.
     pub(crate) millis_behind: BTreeMap<String, f64>,
+    /// Checkpoint lag by held shard (keyed as `shard_reads`): records
+    /// read past the written checkpoint, and the age of the oldest, s.
+    pub(crate) checkpoint_lag: BTreeMap<String, (f64, f64)>,
     /// Items stored, by table.
     pub(crate) items_stored: BTreeMap<String, u64>,
     /// Items DynamoDB returned unprocessed (throttled), by table.
@@ -118,6 +123,17 @@ impl MetricsSnapshot {
             .map(|(shard, ms)| (shard.clone(), *ms))
             .collect()
     }
+
+    /// The checkpoint lag of each shard whose written checkpoint is behind
+    /// what was read: (records, seconds). A shard this worker gave up, or
+    /// one checkpointed up to its last record, is left out.
+    pub(crate) fn checkpoint_lags(&self) -> BTreeMap<String, (u64, f64)> {
+        self.checkpoint_lag
+            .iter()
+            .filter(|(_, (records, _))| *records > 0.0)
+            .map(|(shard, (records, secs))| (shard.clone(), (*records as u64, *secs)))
+            .collect()
+    }
 }
 
 /// Where a [`TypedRecorder`] keeps its copy; cheap to clone.
@@ -176,6 +192,16 @@ impl TypedMetrics {
                 kinesis::MILLIS_BEHIND => {
                     if let Some(shard) = shard_of(key) {
                         s.millis_behind.insert(shard, value);
+                    }
+                }
+                kinesis::CHECKPOINT_LAG_RECORDS => {
+                    if let Some(shard) = shard_of(key) {
+                        s.checkpoint_lag.entry(shard).or_default().0 = value;
+                    }
+                }
+                kinesis::CHECKPOINT_LAG_SECONDS => {
+                    if let Some(shard) = shard_of(key) {
+                        s.checkpoint_lag.entry(shard).or_default().1 = value;
                     }
                 }
                 m::MAINTENANCE_HELD => s.maintenance_held = Some(value),
@@ -439,6 +465,10 @@ mod tests {
             metrics::counter!(kinesis::GET_RECORDS, &streamed).increment(2);
             metrics::gauge!(kinesis::MILLIS_BEHIND, &shard).set(4_500.0);
             metrics::gauge!(kinesis::MILLIS_BEHIND, &streamed).set(0.125);
+            metrics::gauge!(kinesis::CHECKPOINT_LAG_RECORDS, &shard).set(1_200.0);
+            metrics::gauge!(kinesis::CHECKPOINT_LAG_SECONDS, &shard).set(95.5);
+            metrics::gauge!(kinesis::CHECKPOINT_LAG_RECORDS, &streamed).set(0.0);
+            metrics::gauge!(kinesis::CHECKPOINT_LAG_SECONDS, &streamed).set(0.0);
             metrics::counter!(writer::ITEMS_STORED, &table).increment(100);
             metrics::counter!(writer::UNPROCESSED, &table).increment(5);
             metrics::counter!(m::DEAD_LETTERS, "reason" => "unroutable").increment(2);
@@ -476,6 +506,15 @@ mod tests {
         assert_eq!(
             text_of(kinesis::MILLIS_BEHIND, &streamed),
             snap.millis_behind.get(stream_shard).copied()
+        );
+        assert_eq!(
+            text_of(kinesis::CHECKPOINT_LAG_SECONDS, &shard),
+            Some(snap.checkpoint_lag["shardId-000000000001"].1)
+        );
+        assert_eq!(
+            snap.checkpoint_lags(),
+            [("shardId-000000000001".to_string(), (1_200, 95.5))].into(),
+            "a shard checkpointed up to its last record has no lag"
         );
         let t = "events_2026-11-24T10";
         assert_eq!(
