@@ -45,6 +45,8 @@ pub(super) struct Entry {
     pub received_at: Instant,
     /// ApproximateReceiveCount of this receive (1 on first delivery).
     pub receive_count: u32,
+    /// Bytes its records hold (decoded, split) until it is done.
+    pub bytes: u64,
 }
 
 impl Entry {
@@ -93,6 +95,8 @@ pub(super) struct Ledger {
     groups: HashMap<String, VecDeque<u64>>,
     /// Shutdown began: held-back messages no longer start.
     draining: bool,
+    /// Sum of the unfinished entries' bytes.
+    bytes: u64,
 }
 
 impl Ledger {
@@ -105,6 +109,11 @@ impl Ledger {
     /// Messages in the ledger.
     pub(super) fn len(&self) -> usize {
         self.entries.len()
+    }
+
+    /// Bytes the unfinished messages' records hold.
+    pub(super) fn bytes(&self) -> u64 {
+        self.bytes
     }
 
     /// True when no message is in flight.
@@ -121,6 +130,7 @@ impl Ledger {
     /// `entry.phase` and `entry.unacked` are set here.
     pub(super) fn admit(&mut self, id: u64, mut entry: Entry, records: Vec<Record>) -> Admit {
         entry.unacked = records.len();
+        self.bytes += entry.bytes;
         let blocked = match &entry.group {
             Some(g) => {
                 let queue = self.groups.entry(g.clone()).or_default();
@@ -170,6 +180,8 @@ impl Ledger {
     fn complete(&mut self, id: u64) -> Option<Vec<Record>> {
         let e = self.entries.get_mut(&id)?;
         e.phase = Phase::Done;
+        // Its records are all acknowledged: their bytes are free.
+        self.bytes -= std::mem::take(&mut e.bytes);
         let group = e.group.clone()?;
         let queue = self.groups.get_mut(&group)?;
         queue.retain(|&x| x != id);
@@ -219,6 +231,7 @@ impl Ledger {
         let Some(e) = self.entries.remove(&id) else {
             return false;
         };
+        self.bytes -= e.bytes;
         if let Some(g) = e.group
             && let Some(q) = self.groups.get_mut(&g)
         {
@@ -340,6 +353,7 @@ impl Ledger {
     pub(super) fn clear(&mut self) {
         self.entries.clear();
         self.groups.clear();
+        self.bytes = 0;
     }
 }
 
@@ -386,6 +400,7 @@ pub(in crate::sqs) mod tests {
             visible_until: now + Duration::from_secs(30),
             received_at: now,
             receive_count: 1,
+            bytes: 0,
         }
     }
 

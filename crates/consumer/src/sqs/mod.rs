@@ -26,8 +26,12 @@
 //! - FIFO order: on a `.fifo` queue, a message's records reach the sink only
 //!   after every earlier message of its MessageGroupId is acknowledged, so a
 //!   group's messages are stored in order whatever the writer's concurrency.
-//! - Bounded memory: at most `max_in_flight_messages` messages are held;
-//!   receiving waits for room, and awaiting the sink is backpressure too.
+//! - Bounded memory: at most `max_in_flight_messages` messages are held,
+//!   and their records at most `max_in_flight_bytes` decoded (plus one
+//!   message): receiving waits for room, a receive batch is decoded message
+//!   by message only while there is room (the rest is made visible again
+//!   if room does not come in time), and awaiting the sink is backpressure
+//!   too.
 //! - Shutdown: receiving stops, messages not yet handed to the pipeline are
 //!   made visible again at once, in-flight ones get `shutdown_grace` to be
 //!   stored and deleted, and the rest are then made visible at once.
@@ -118,6 +122,7 @@ impl SqsSource {
             start_tx,
             permits: Arc::new(Semaphore::new(self.config.max_in_flight_messages)),
             count: watch::Sender::new(0),
+            freed: Default::default(),
         });
         let queue = Arc::new(QueueRun {
             name: self.config.queue_name().to_string(),
