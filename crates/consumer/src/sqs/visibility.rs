@@ -407,6 +407,7 @@ mod tests {
             start_tx,
             permits: Arc::new(Semaphore::new(10)),
             count: watch::Sender::new(0),
+            freed: Default::default(),
         });
         let started = Instant::now();
         let extend_by = started + Duration::from_millis(1500);
