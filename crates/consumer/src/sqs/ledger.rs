@@ -358,7 +358,7 @@ impl Ledger {
 }
 
 #[cfg(test)]
-mod tests {
+pub(in crate::sqs) mod tests {
     use std::sync::Arc;
 
     use bytes::Bytes;
@@ -372,7 +372,7 @@ mod tests {
         fn ack(&self, _serial: u64) {}
     }
 
-    fn records(id: u64, message: &str, n: usize) -> Vec<Record> {
+    pub(in crate::sqs) fn records(id: u64, message: &str, n: usize) -> Vec<Record> {
         (0..n)
             .map(|i| Record {
                 origin: Origin::Sqs {
@@ -390,7 +390,7 @@ mod tests {
             .collect()
     }
 
-    fn entry(message: &str, group: Option<&str>, now: Instant) -> Entry {
+    pub(in crate::sqs) fn entry(message: &str, group: Option<&str>, now: Instant) -> Entry {
         Entry {
             message_id: message.into(),
             receipt: format!("r-{message}"),
