@@ -28,8 +28,12 @@
 //! - back-pressure: awaiting room in the channel is how the pipeline slows
 //!   the source; it never buffers without bound;
 //! - an honest stop: on `shutdown` it stops reading, gives in-flight
-//!   records its `shutdown_grace` to be acknowledged, saves what was, and
-//!   returns `Ok` only when that all succeeded.
+//!   records its `shutdown_grace` to be acknowledged (none once the sink is
+//!   closed: the pipeline is gone and nothing more will be acknowledged),
+//!   saves what was, and returns `Ok` only when that all succeeded;
+//! - an honest start: it sets [`SourceContext::running`](crate::SourceContext)
+//!   once its own start (tables checked, stream or queue described) is
+//!   done, and a stop during that start ends it at once.
 
 use std::fmt;
 

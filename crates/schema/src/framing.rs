@@ -131,18 +131,86 @@ pub struct Framed {
 
 /// The record's bytes, decompressed when they start with the gzip magic.
 pub fn gunzip_if_needed(data: &Bytes) -> Result<Bytes, FramingError> {
+    gunzip_counting(data, None)
+}
+
+/// Inflated bytes read at a time.
+const INFLATE_CHUNK: usize = 64 * 1024;
+
+/// [`gunzip_if_needed`]; with `lines`, counting non-blank lines as it
+/// inflates and refusing the record ([`FramingError::TooManyEvents`]) as
+/// soon as they pass [`MAX_EVENTS_PER_RECORD`]: an NDJSON bomb (a few KB of
+/// gzip holding millions of short lines) then costs what it takes to count
+/// past the bound, not its whole inflated size.
+fn gunzip_counting(data: &Bytes, mut lines: Option<LineCount>) -> Result<Bytes, FramingError> {
     if !data.starts_with(&GZIP_MAGIC) {
         return Ok(data.clone());
     }
-    let mut out = Vec::with_capacity(data.len() * 4);
-    flate2::read::MultiGzDecoder::new(&data[..])
-        .take(MAX_INFLATED_BYTES + 1)
-        .read_to_end(&mut out)
-        .map_err(|e| FramingError::Gzip(e.to_string()))?;
+    let mut decoder = flate2::read::MultiGzDecoder::new(&data[..]).take(MAX_INFLATED_BYTES + 1);
+    let mut out = Vec::with_capacity(inflated_size_hint(data));
+    let mut chunk = vec![0u8; INFLATE_CHUNK];
+    loop {
+        let n = match decoder.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(FramingError::Gzip(e.to_string())),
+        };
+        if let Some(count) = &mut lines
+            && count.feed(&chunk[..n]) > MAX_EVENTS_PER_RECORD
+        {
+            return Err(FramingError::TooManyEvents);
+        }
+        out.extend_from_slice(&chunk[..n]);
+    }
     if out.len() as u64 > MAX_INFLATED_BYTES {
         return Err(FramingError::TooLarge);
     }
     Ok(Bytes::from(out))
+}
+
+/// The capacity to inflate `data` (gzip) into: its trailer's size of the
+/// last member (exact for the usual single-member record), at least
+/// `data.len() * 4` and at most the inflate cap. Growing the buffer by doubling
+/// instead would copy it each time, and an allocator without `mremap` holds
+/// the old and the new buffer at once: twice the record's inflated size at
+/// the last step. A wrong size (several members, or a lie) only changes
+/// the capacity reserved; the bytes read are what counts.
+fn inflated_size_hint(data: &[u8]) -> usize {
+    let trailer = data
+        .len()
+        .checked_sub(4)
+        .and_then(|i| data.get(i..))
+        .and_then(|t| <[u8; 4]>::try_from(t).ok())
+        .map_or(0, |t| u32::from_le_bytes(t) as usize);
+    let cap = usize::try_from(MAX_INFLATED_BYTES).unwrap_or(usize::MAX);
+    trailer.max(data.len() * 4).min(cap)
+}
+
+/// Non-blank lines seen so far in text fed in pieces (as `split_lines`
+/// counts them).
+#[derive(Debug, Default)]
+struct LineCount {
+    /// Lines ended that held more than blanks.
+    lines: usize,
+    /// The current line holds more than blanks.
+    open: bool,
+}
+
+impl LineCount {
+    /// Counts `bytes`; returns the non-blank lines so far, the current one
+    /// included.
+    fn feed(&mut self, bytes: &[u8]) -> usize {
+        for &b in bytes {
+            if b == b'\n' {
+                self.lines += usize::from(self.open);
+                self.open = false;
+            } else if !b.is_ascii_whitespace() {
+                self.open = true;
+            }
+        }
+        self.lines + usize::from(self.open)
+    }
 }
 
 /// Splits a record laid out as `format` into its events (see the module
@@ -150,7 +218,8 @@ pub fn gunzip_if_needed(data: &Bytes) -> Result<Bytes, FramingError> {
 /// one JSON object (the SQS source does, looking for an SNS envelope), so it
 /// is not parsed again.
 pub fn frame(format: RecordFormat, data: &Bytes, one_object: bool) -> Result<Framed, FramingError> {
-    let data = gunzip_if_needed(data)?;
+    let count = (format == RecordFormat::Ndjson && !one_object).then(LineCount::default);
+    let data = gunzip_counting(data, count)?;
     let framed = |shape, events| Framed { shape, events };
     match format {
         RecordFormat::Json => Ok(framed(Shape::Single, vec![data])),
@@ -317,6 +386,21 @@ mod tests {
         let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         enc.write_all(data).unwrap();
         enc.finish().unwrap()
+    }
+
+    #[test]
+    fn the_inflate_buffer_is_sized_from_the_gzip_trailer_within_the_cap() {
+        let data = vec![b'a'; 1_000_000];
+        let gz = gzip(&data);
+        assert_eq!(inflated_size_hint(&gz), 1_000_000);
+        // A lying trailer reserves at most the cap; a short one at least 4x.
+        let mut liar = gz.clone();
+        let n = liar.len();
+        liar[n - 4..].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(inflated_size_hint(&liar), MAX_INFLATED_BYTES as usize);
+        liar[n - 4..].copy_from_slice(&0u32.to_le_bytes());
+        assert_eq!(inflated_size_hint(&liar), n * 4);
+        assert_eq!(inflated_size_hint(&[0x1f]), 4);
     }
 
     fn texts(v: &[Bytes]) -> Vec<&str> {

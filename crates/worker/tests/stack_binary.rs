@@ -700,6 +700,83 @@ async fn a_dead_letter_that_cannot_be_written_stops_the_worker() {
 /// writer is the only DynamoDB user that matters): the worker exits
 /// non-zero within 10 s, the log names the cause, `/healthz` reports it
 /// while stopping, and a restart stores the events it left.
+/// AWS answers at first (DynamoDB: the tables, the coordinator table, the
+/// lease table), then the source's own start hangs (Kinesis accepts and
+/// never answers DescribeStreamSummary): the start-up deadline still
+/// holds. Meanwhile `/healthz` answers `starting` and `/readyz` says the
+/// source is not running; at `--give-up-after` the worker exits 69 with a
+/// line naming the Kinesis call and its endpoint.
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn a_source_start_that_hangs_exits_69_at_the_start_up_deadline() {
+    let env = setup().await;
+    let hole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let hole_url = format!("http://{}", hole.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in hole.incoming() {
+            held.push(c);
+        }
+    });
+    let log = env.dir.join("start.log");
+    let mut run = env
+        .cmd()
+        .args(["run", "--give-up-after", "6s"])
+        .env("AWS_ENDPOINT_URL_KINESIS", &hole_url)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let (mut health, mut ready) = (None, None);
+    let status = loop {
+        if let Some(status) = run.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            let _ = run.kill();
+            panic!(
+                "still running 30 s after start, its source waiting for Kinesis:\n{}",
+                std::fs::read_to_string(&log).unwrap()
+            );
+        }
+        // What the endpoints say while the source starts (the DynamoDB
+        // probe behind /readyz has answered by 3 s).
+        if start.elapsed() > Duration::from_secs(3) {
+            if let Some(page) = env.get("/healthz").await {
+                health = Some(page);
+            }
+            if let Some(page) = env.get("/readyz").await {
+                ready = Some(page);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let took = start.elapsed();
+    let text = std::fs::read_to_string(&log).unwrap();
+    eprintln!("exited {status} after {took:?}");
+    assert_eq!(status.code(), Some(69), "{text}");
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    assert!(
+        text.lines()
+            .any(|l| l.contains("Kinesis") && l.contains(&hole_url)),
+        "a line names the Kinesis call and its endpoint:\n{text}"
+    );
+    let health = health.expect("/healthz answered while the source started");
+    assert!(
+        health.contains(" 200 ") && health.contains("starting"),
+        "{health}"
+    );
+    let ready = ready.expect("/readyz answered while the source started");
+    assert!(
+        ready.contains(" 503 ") && ready.contains("source_running=false"),
+        "{ready}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 #[cfg_attr(
     not(feature = "stack"),

@@ -184,16 +184,11 @@ pub async fn stream_arn(
     if config.stream_is_arn() {
         return Ok(config.stream.clone());
     }
-    let out = kinesis
-        .describe_stream_summary()
-        .stream_name(&config.stream)
-        .send()
+    // A few bounded retries of throttles and transient failures: the
+    // source's client makes one attempt per call.
+    describe_stream(kinesis, &config.stream)
         .await
-        .map_err(|e| AwsError::new("DescribeStreamSummary", &e))?;
-    Ok(out
-        .stream_description_summary()
-        .map(|s| s.stream_arn().to_string())
-        .unwrap_or_default())
+        .map(|(arn, _)| arn)
 }
 
 /// The stream's ARN and creation time (epoch seconds), with a few bounded

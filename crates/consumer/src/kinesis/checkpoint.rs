@@ -103,8 +103,11 @@ pub struct OutOfOrder {
 pub(crate) struct Watermark {
     /// Serial of `entries[0]`.
     front_serial: u64,
-    /// In-flight positions in registration order, with their acked flag.
-    entries: VecDeque<(Position, bool)>,
+    /// In-flight positions in registration order, with their acked flag
+    /// and the bytes their records hold.
+    entries: VecDeque<(Position, bool, u64)>,
+    /// Sum of the entries' bytes.
+    bytes: u64,
     /// Last registered position (even if already acknowledged and popped).
     last: Option<Position>,
     /// Highest position below which everything is acknowledged.
@@ -160,7 +163,7 @@ impl Watermark {
         }
         let serial = self.front_serial + self.entries.len() as u64;
         self.last = Some(position.clone());
-        self.entries.push_back((position, false));
+        self.entries.push_back((position, false, 0));
         Ok(serial)
     }
 
@@ -179,7 +182,8 @@ impl Watermark {
         entry.1 = true;
         let mut moved = false;
         while self.entries.front().is_some_and(|e| e.1) {
-            if let Some((pos, _)) = self.entries.pop_front() {
+            if let Some((pos, _, bytes)) = self.entries.pop_front() {
+                self.bytes -= bytes;
                 self.checkpoint = Some(pos);
                 self.front_serial += 1;
                 moved = true;
@@ -192,6 +196,32 @@ impl Watermark {
             self.marks.push_back((pos.clone(), self.front_serial));
         }
         moved
+    }
+
+    /// Adds `bytes` (what the records of `serial` hold in memory) to the
+    /// in-flight bytes until the checkpoint covers it; a serial already
+    /// covered is ignored.
+    pub(crate) fn add_bytes(&mut self, serial: u64, bytes: u64) {
+        let entry = serial
+            .checked_sub(self.front_serial)
+            .and_then(|i| usize::try_from(i).ok())
+            .and_then(|i| self.entries.get_mut(i));
+        if let Some(entry) = entry {
+            entry.2 += bytes;
+            self.bytes += bytes;
+        }
+    }
+
+    /// Bytes held by the records not yet covered by the checkpoint.
+    #[cfg(test)]
+    pub(crate) fn in_flight_bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Whether a shard bounded at `max` records and `max_bytes` bytes in
+    /// flight may read more.
+    pub(crate) fn has_room(&self, max: usize, max_bytes: usize) -> bool {
+        self.in_flight() < max && self.bytes < max_bytes as u64
     }
 
     /// Records registered since the tracker started.
@@ -316,6 +346,16 @@ impl AckTracker {
     /// Records in flight.
     pub fn in_flight(&self) -> usize {
         self.lock().in_flight()
+    }
+
+    /// See [`Watermark::add_bytes`].
+    pub(crate) fn add_bytes(&self, serial: u64, bytes: u64) {
+        self.lock().add_bytes(serial, bytes);
+    }
+
+    /// See [`Watermark::has_room`].
+    pub(crate) fn has_room(&self, max: usize, max_bytes: usize) -> bool {
+        self.lock().has_room(max, max_bytes)
     }
 
     /// Waits until every registered record is acknowledged.
@@ -460,6 +500,27 @@ mod tests {
         b.done();
         assert_eq!(tracker.checkpoint(), None);
         assert_eq!(tracker.in_flight(), 2);
+    }
+
+    #[test]
+    fn bytes_count_until_the_checkpoint_covers_them() {
+        let mut w = Watermark::new();
+        let a = w.push(pos(1, 0)).unwrap();
+        let b = w.push(pos(2, 0)).unwrap();
+        w.add_bytes(a, 600);
+        w.add_bytes(b, 500);
+        assert_eq!(w.in_flight_bytes(), 1100);
+        assert!(w.has_room(3, 1101));
+        assert!(!w.has_room(3, 1100));
+        assert!(!w.has_room(2, 2000));
+        // Acknowledged behind an unacknowledged one: still held.
+        w.ack(b);
+        assert_eq!(w.in_flight_bytes(), 1100);
+        w.ack(a);
+        assert_eq!(w.in_flight_bytes(), 0);
+        // A serial already covered adds nothing.
+        w.add_bytes(a, 10);
+        assert_eq!(w.in_flight_bytes(), 0);
     }
 
     #[tokio::test]

@@ -113,9 +113,18 @@ pub struct KinesisConfig {
     #[schemars(with = "String")]
     #[serde(default = "default_checkpoint_interval", with = "humantime_serde")]
     pub checkpoint_interval: Duration,
-    /// Reading pauses while a shard has this many unacknowledged records.
+    /// Reading pauses while a shard has this many unacknowledged records,
+    /// counted in user records (a KPL aggregate counts as the records it
+    /// holds), checked before each record read is handed on.
     #[serde(default = "default_max_unacked_per_shard")]
     pub max_unacked_per_shard: usize,
+    /// Reading pauses while a shard's unacknowledged records hold this many
+    /// bytes once decompressed and split (gzip, KPL aggregation); records
+    /// read past it are inflated only once acknowledgements make room, so
+    /// a shard's memory stays within it plus one record (at most 64 MiB
+    /// inflated). Default 16 MiB; at least 1 MiB.
+    #[serde(default = "default_max_unacked_bytes_per_shard")]
+    pub max_unacked_bytes_per_shard: usize,
     /// Wait between GetRecords calls of a caught-up shard (250 ms).
     #[schemars(with = "String")]
     #[serde(default = "default_idle_poll", with = "humantime_serde")]
@@ -143,7 +152,8 @@ pub struct KinesisConfig {
     #[serde(default)]
     pub consumer_name: Option<String>,
     /// `fan_out`: a subscription is renewed after this long, before Kinesis
-    /// ends it at 5 minutes, from the last delivered sequence number.
+    /// ends it at 5 minutes, after the continuation sequence number of the
+    /// last event delivered.
     #[schemars(with = "String")]
     #[serde(default = "default_subscription_renewal", with = "humantime_serde")]
     pub subscription_renewal: Duration,
@@ -329,6 +339,10 @@ pub(crate) const fn default_checkpoint_interval() -> Duration {
 pub(crate) const fn default_max_unacked_per_shard() -> usize {
     10_000
 }
+/// About 16 s of a shard's 1 MB/s write limit.
+pub(crate) const fn default_max_unacked_bytes_per_shard() -> usize {
+    16 * 1024 * 1024
+}
 /// Four polls a second stays under the 5 calls/s per shard read limit.
 pub(crate) const fn default_idle_poll() -> Duration {
     Duration::from_millis(250)
@@ -360,6 +374,7 @@ impl KinesisConfig {
             shard_sync_interval: default_shard_sync_interval(),
             checkpoint_interval: default_checkpoint_interval(),
             max_unacked_per_shard: default_max_unacked_per_shard(),
+            max_unacked_bytes_per_shard: default_max_unacked_bytes_per_shard(),
             idle_poll: default_idle_poll(),
             max_leases: None,
             max_records_per_call: default_max_records_per_call(),
@@ -453,6 +468,12 @@ impl KinesisConfig {
         }
         if self.max_unacked_per_shard == 0 {
             return err("max_unacked_per_shard", "0 would never read; use 10000");
+        }
+        if self.max_unacked_bytes_per_shard < 1024 * 1024 {
+            return err(
+                "max_unacked_bytes_per_shard",
+                "below 1 MiB (one record); use 16777216",
+            );
         }
         if !(1..=10_000).contains(&self.max_records_per_call) {
             return err(

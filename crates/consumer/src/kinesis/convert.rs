@@ -147,7 +147,12 @@ pub(crate) fn push_user_records(
             defect,
             inner: None,
         };
+        let start = out.len();
         push_events(format, record, out);
+        // What the shard's byte bound counts: the events as inflated and
+        // split (the raw bytes for one unsplit record).
+        let bytes: usize = out[start..].iter().map(|r| r.data.len()).sum();
+        tracker.add_bytes(serial, bytes as u64);
         Ok(())
     };
     let corrupt = match kpl::deaggregate(&data) {

@@ -77,15 +77,23 @@ pub(crate) async fn finish_shard(
     Ok(Stop::Lost)
 }
 
-/// Shutdown path: wait (bounded) for acknowledgements, checkpoint, release.
+/// Shutdown path: wait (bounded, and not at all once the pipeline is gone)
+/// for acknowledgements, checkpoint, release.
 pub(crate) async fn drain_and_release(reader: &mut ShardReader) {
     let deadline = reader.stream.drain_deadline();
     let lost = reader.lease.lost.clone();
     let handed = reader.handed;
+    let sink = reader.stream.sink.clone();
     tokio::select! {
         _ = reader.tracker.wait_for(|w| w.acked_prefix() >= handed) => {}
         _ = tokio::time::sleep_until(deadline) => {
             warn!(shard = %reader.shard, in_flight = reader.tracker.in_flight(), "shutdown grace over; checkpointing what is done");
+        }
+        // A fatal stop: the pipeline is gone, so what is missing will
+        // never be acknowledged; the worker gives the source seconds, not
+        // the grace.
+        () = sink.closed() => {
+            warn!(shard = %reader.shard, in_flight = reader.tracker.in_flight(), "pipeline gone; checkpointing what was acknowledged");
         }
         _ = lost.cancelled() => return,
     }
@@ -190,6 +198,33 @@ mod tests {
             reader.stream.take_unfinished().is_empty(),
             "the stop counted as incomplete"
         );
+        // The final checkpoint, then the release.
+        assert_eq!(update.num_calls(), 2);
+    }
+
+    /// A fatal stop: the pipeline is gone (its receiver dropped), so the
+    /// acknowledgements still missing can never come. The reader does not
+    /// wait out `shutdown_grace` (20 s, while the worker gives the source
+    /// 5 s): it checkpoints what was acknowledged and releases at once.
+    #[tokio::test(start_paused = true)]
+    async fn with_the_pipeline_gone_the_drain_checkpoints_the_acknowledged_at_once() {
+        let update = mock!(Client::update_item).then_output(|| UpdateItemOutput::builder().build());
+        let (mut reader, lease) = reader(&update);
+        assert!(reader.stream.sink.is_closed(), "the pipeline is gone");
+        let done = reader.tracker.push(Position::new("5", 0)).unwrap();
+        let _never = reader.tracker.push(Position::new("6", 0)).unwrap();
+        reader.tracker.ack(done);
+        reader.handed = 2;
+        reader.stream.shutdown.cancel();
+        let started = Instant::now();
+        drain_and_release(&mut reader).await;
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "waited {:?} for acknowledgements that cannot come",
+            started.elapsed()
+        );
+        assert_eq!(lease.written(), Checkpoint::At(Position::new("5", 0)));
+        assert!(lease.released.load(Ordering::Relaxed));
         // The final checkpoint, then the release.
         assert_eq!(update.num_calls(), 2);
     }

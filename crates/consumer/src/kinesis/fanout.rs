@@ -4,12 +4,16 @@
 //!
 //! Guarantees (besides those of the polling reader, which still hold: the
 //! lease deadline, acks, checkpoints, parents first, SHARD_END):
-//! - no gap across renewals: a new subscription starts after the last
-//!   sequence number delivered (or at the lease checkpoint for the first
-//!   one); records at or before what was delivered are never delivered
-//!   twice by one reader;
+//! - no gap across renewals: a new subscription starts after the
+//!   continuation sequence number of the last event delivered (empty
+//!   events too, so a lease still at `LATEST` does not skip what arrived
+//!   between two subscriptions), or at the lease checkpoint for the first
+//!   one; records at or before what was delivered are never delivered
+//!   twice by one reader; an event already received when the renewal falls
+//!   due is delivered before subscribing again;
 //! - back-pressure: the next event is taken from the subscription only when
-//!   the shard has room under `max_unacked_per_shard` and the sink accepted
+//!   the shard has room under `max_unacked_per_shard` (and its byte bound;
+//!   a large event is handed on as far as room allows) and the sink accepted
 //!   the previous batch, so the server is held by HTTP flow control;
 //! - bounded retries: a shard whose subscription fails
 //!   [`SUBSCRIBE_BUDGET`] times in a row is released (another worker, or
@@ -20,6 +24,7 @@
 use std::time::Duration;
 
 use aws_sdk_kinesis::types::{ShardIteratorType, StartingPosition, SubscribeToShardEventStream};
+use futures::FutureExt;
 use tidemark_schema::SharedStr;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
@@ -41,9 +46,10 @@ use crate::metrics::kinesis as metric;
 /// released (with the 100 ms..10 s back-off, about a minute and a half).
 const SUBSCRIBE_BUDGET: u32 = 15;
 
-/// Where a subscription starts: after the last delivered sequence number,
-/// else at the lease checkpoint (AT, not AFTER: the checkpoint may sit
-/// inside a KPL aggregate whose later sub-records are not done).
+/// Where a subscription starts: after `after`, the continuation sequence
+/// number of the last event delivered (as the KCL does), else at the lease
+/// checkpoint (AT, not AFTER: the checkpoint may sit inside a KPL aggregate
+/// whose later sub-records are not done).
 fn starting_position(
     cp: &Checkpoint,
     after: Option<&SharedStr>,
@@ -109,8 +115,9 @@ pub(crate) async fn read(
 ) -> Result<Stop, ConsumerError> {
     let shard_label = reader.stream.shard_labels(&reader.shard);
     let out = reader.shard_out();
-    // The last record delivered: renewals start after it.
-    let mut after: Option<SharedStr> = None;
+    // Where the reader stands: the last record delivered (never delivered
+    // twice) and the continuation number renewals start after.
+    let mut after = Resume::default();
     let mut failures = 0u32;
     let mut retry = retry_backoff();
     let mut subscriptions = 0u64;
@@ -124,7 +131,7 @@ pub(crate) async fn read(
         }
         let pos = starting_position(
             &lease.checkpoint,
-            after.as_ref(),
+            after.continuation.as_ref(),
             &reader.stream.config.initial_position,
         )?;
         let place = Place {
@@ -178,6 +185,17 @@ pub(crate) async fn read(
     }
 }
 
+/// How far a shard's subscriptions have delivered.
+#[derive(Debug, Default)]
+struct Resume {
+    /// The last record delivered: records at or before it are skipped.
+    delivered: Option<SharedStr>,
+    /// The continuation sequence number of the last event delivered (or the
+    /// last record delivered, if later): the next subscription starts after
+    /// it.
+    continuation: Option<SharedStr>,
+}
+
 /// What a subscription reads, and for whom.
 #[derive(Clone, Copy)]
 struct Place<'a> {
@@ -192,7 +210,7 @@ async fn subscription(
     reader: &mut ShardReader,
     place: Place<'_>,
     pos: StartingPosition,
-    after: &mut Option<SharedStr>,
+    after: &mut Resume,
     last_probe: &mut Instant,
 ) -> Result<Ended, ConsumerError> {
     let cfg = reader.stream.config.clone();
@@ -214,16 +232,14 @@ async fn subscription(
         .stream
         .status
         .update(&reader.shard, |s| s.state = ShardState::Reading);
+    // Once the renewal is due, only events already received are taken.
+    let mut renewing = false;
     loop {
         if let Some(stop) = reader.stopped() {
             return Ok(Ended::Stop(stop));
         }
         // Back-pressure: take the next event only with room for it.
-        let max = cfg.max_unacked_per_shard;
-        if let Err(stop) = reader
-            .guard(reader.tracker.wait_for(|w| w.in_flight() < max))
-            .await
-        {
+        if let Err(stop) = reader.wait_room().await {
             return Ok(Ended::Stop(stop));
         }
         if let Some(g) = &reader.stream.governors
@@ -231,12 +247,28 @@ async fn subscription(
         {
             return Ok(Ended::Stop(stop));
         }
-        let next = tokio::select! {
-            biased;
-            _ = reader.lease.lost.cancelled() => return Ok(Ended::Stop(Stop::Lost)),
-            _ = reader.stream.shutdown.cancelled() => return Ok(Ended::Stop(Stop::Shutdown)),
-            _ = tokio::time::sleep_until(renew_at) => return Ok(Ended::Renew),
-            r = answer.event_stream.recv() => r,
+        let next = if renewing || Instant::now() >= renew_at {
+            // Renewal due: deliver the event the subscription already
+            // holds, if any (one: on a busy shard there always is one),
+            // then subscribe again after it.
+            if renewing {
+                return Ok(Ended::Renew);
+            }
+            renewing = true;
+            match answer.event_stream.recv().now_or_never() {
+                Some(r) => r,
+                None => return Ok(Ended::Renew),
+            }
+        } else {
+            tokio::select! {
+                biased;
+                _ = reader.lease.lost.cancelled() => return Ok(Ended::Stop(Stop::Lost)),
+                _ = reader.stream.shutdown.cancelled() => return Ok(Ended::Stop(Stop::Shutdown)),
+                r = answer.event_stream.recv() => r,
+                // The receiver keeps a partly read event in its buffer, so
+                // the check above still finds it complete, if it is.
+                _ = tokio::time::sleep_until(renew_at) => continue,
+            }
         };
         let event = match next {
             Ok(Some(SubscribeToShardEventStream::SubscribeToShardEvent(e))) => e,
@@ -248,7 +280,7 @@ async fn subscription(
             Ok(None) => return Ok(Ended::Renew),
             Err(e) => return Ok(Ended::Failed(stream_error(&e))),
         };
-        let skip = match (after.as_ref(), &place.lease.checkpoint) {
+        let skip = match (after.delivered.as_ref(), &place.lease.checkpoint) {
             // Everything of a delivered sequence number was delivered
             // (aggregates are delivered whole).
             (Some(seq), _) => Some(Position::new(seq.clone(), u64::MAX)),
@@ -262,11 +294,23 @@ async fn subscription(
                 Err(stop) => return Ok(Ended::Stop(stop)),
             };
         if delivered.last.is_some() {
-            *after = delivered.last;
+            after.delivered = delivered.last;
+            after.continuation = after.delivered.clone();
         }
         // A null continuation number marks the shard's end; the event
         // carries the children.
         let continuation = event.continuation_sequence_number();
+        if !continuation.is_empty() && after.continuation.as_deref() != Some(continuation) {
+            // Never behind the last record delivered (compared as numbers:
+            // sequence numbers are decimal strings of varying length).
+            let ahead = after
+                .continuation
+                .as_ref()
+                .is_none_or(|c| seq_cmp(continuation, c).is_gt());
+            if ahead {
+                after.continuation = Some(SharedStr::from(continuation));
+            }
+        }
         if continuation.is_empty() {
             let children = event
                 .child_shards()
@@ -288,6 +332,11 @@ async fn subscription(
             }
         }
     }
+}
+
+/// Orders two sequence numbers (decimal strings without leading zeros).
+fn seq_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    a.len().cmp(&b.len()).then_with(|| a.cmp(b))
 }
 
 /// A failed subscription's event stream error, classified.
@@ -370,13 +419,22 @@ mod tests {
         frame
     }
 
-    /// Answers one SubscribeToShard request as Kinesis does at a
-    /// subscription's 5-minute end, but at once: one event with the next
-    /// two records after the starting position, then the body ends cleanly
-    /// (no error). Each request's starting position is logged.
+    /// A subscription's starting position as the server saw it: its type,
+    /// and the sequence number for AFTER_SEQUENCE_NUMBER.
+    type Start = (String, Option<u64>);
+
+    /// How the test server answers the `n`th subscription (from 0), from
+    /// where it starts: the event-stream frames of its whole body.
+    type Script = dyn Fn(usize, &Start) -> Vec<u8> + Send + Sync;
+
+    /// Answers each SubscribeToShard request with the frames `script`
+    /// gives, then ends the body cleanly (as Kinesis does at a
+    /// subscription's 5-minute end). Each request's starting position is
+    /// logged as `TYPE` or `TYPE n`.
     async fn answer(
         req: hyper::Request<hyper::body::Incoming>,
         starts: Arc<Mutex<Vec<String>>>,
+        script: Arc<Script>,
     ) -> Result<hyper::Response<http_body_util::Full<hyper::body::Bytes>>, std::convert::Infallible>
     {
         use http_body_util::BodyExt;
@@ -384,31 +442,25 @@ mod tests {
         let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
         let start = &body["StartingPosition"];
         let kind = start["Type"].as_str().unwrap_or_default().to_string();
-        let after: u64 = match start["SequenceNumber"].as_str() {
-            Some(s) if kind == "AFTER_SEQUENCE_NUMBER" => s.parse().unwrap(),
-            _ => 0,
+        let seq: Option<u64> = start["SequenceNumber"].as_str().map(|s| s.parse().unwrap());
+        let n = {
+            let mut starts = starts.lock().unwrap();
+            starts.push(match seq {
+                Some(seq) => format!("{kind} {seq}"),
+                None => kind.clone(),
+            });
+            starts.len() - 1
         };
-        starts.lock().unwrap().push(match kind.as_str() {
-            "AFTER_SEQUENCE_NUMBER" => format!("{kind} {after}"),
-            _ => kind,
-        });
-        let seqs: Vec<u64> = (after + 1..=RECORDS).take(2).collect();
-        let frames = event(&seqs, seqs.last().copied().unwrap_or(after));
+        let frames = script(n, &(kind, seq));
         Ok(hyper::Response::builder()
             .header("content-type", "application/vnd.amazon.eventstream")
             .body(http_body_util::Full::new(frames.into()))
             .unwrap())
     }
 
-    /// Kinesis ends every subscription after 5 minutes; kinesis-local 0.6.2
-    /// does too, but only after 5 real minutes (not configurable), too long
-    /// for the stack tests, whose renewals are Tidemark's own timer. Here a
-    /// local event-stream server ends each subscription cleanly after one
-    /// event (the SDK's receiver then yields `Ok(None)`), with renewals
-    /// set far off: the reader subscribes again after the last record
-    /// delivered, with no gap and no duplicate.
-    #[tokio::test]
-    async fn a_subscription_the_server_ends_resumes_after_the_last_record() {
+    /// A local SubscribeToShard server answering by `script`, a Kinesis
+    /// client pointed at it, and the log of starting positions.
+    async fn server(script: Arc<Script>) -> (aws_sdk_kinesis::Client, Arc<Mutex<Vec<String>>>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let starts = Arc::new(Mutex::new(Vec::new()));
@@ -416,7 +468,9 @@ mod tests {
         tokio::spawn(async move {
             while let Ok((sock, _)) = listener.accept().await {
                 let log = log.clone();
-                let service = hyper::service::service_fn(move |req| answer(req, log.clone()));
+                let script = script.clone();
+                let service =
+                    hyper::service::service_fn(move |req| answer(req, log.clone(), script.clone()));
                 tokio::spawn(
                     hyper::server::conn::http1::Builder::new()
                         .serve_connection(hyper_util::rt::TokioIo::new(sock), service),
@@ -433,19 +487,31 @@ mod tests {
                 ))
                 .build(),
         );
-        let mut config = crate::kinesis::config::KinesisConfig::new("s", "t", "me");
+        (kinesis, starts)
+    }
+
+    /// A fan-out reader of a lease at `checkpoint` through `kinesis`,
+    /// running until shutdown; its records come out of the receiver.
+    fn spawn_reader(
+        kinesis: aws_sdk_kinesis::Client,
+        config: crate::kinesis::config::KinesisConfig,
+        checkpoint: Checkpoint,
+    ) -> (
+        tokio::sync::mpsc::Receiver<Vec<crate::record::Record>>,
+        tokio_util::sync::CancellationToken,
+        tokio::task::JoinHandle<Result<Stop, ConsumerError>>,
+    ) {
+        let mut config = config;
         config.read_mode = crate::kinesis::config::ReadMode::FanOut;
-        // Any renewal in this test is the server's.
-        config.subscription_renewal = Duration::from_secs(120);
         let update =
             aws_smithy_mocks::mock!(aws_sdk_dynamodb::Client::update_item).then_output(|| {
                 aws_sdk_dynamodb::operation::update_item::UpdateItemOutput::builder().build()
             });
-        let (sink, mut rx) = tokio::sync::mpsc::channel(8);
+        let (sink, rx) = tokio::sync::mpsc::channel(8);
         let (mut reader, _lease) =
             crate::kinesis::shard::test_reader(&update, kinesis, config, sink);
         let shutdown = reader.stream.shutdown.clone();
-        let lease = Lease::new("s", Checkpoint::TrimHorizon, vec![]);
+        let lease = Lease::new("s", checkpoint, vec![]);
         let task = tokio::spawn(async move {
             read(
                 &mut reader,
@@ -454,23 +520,64 @@ mod tests {
             )
             .await
         });
+        (rx, shutdown, task)
+    }
+
+    /// The sequence number of a delivered record.
+    fn seq_of(r: &crate::record::Record) -> String {
+        let tidemark_schema::Origin::Kinesis {
+            sequence_number, ..
+        } = &r.origin
+        else {
+            panic!("kinesis origin")
+        };
+        sequence_number.to_string()
+    }
+
+    /// Receives records until `n` came, acknowledging each.
+    async fn take(
+        rx: &mut tokio::sync::mpsc::Receiver<Vec<crate::record::Record>>,
+        n: usize,
+    ) -> Vec<String> {
         let mut seqs = Vec::new();
-        while seqs.len() < RECORDS as usize {
+        while seqs.len() < n {
             let batch = tokio::time::timeout(Duration::from_secs(20), rx.recv())
                 .await
                 .expect("records within 20 s")
                 .expect("reader alive");
             for r in batch {
-                let tidemark_schema::Origin::Kinesis {
-                    sequence_number, ..
-                } = &r.origin
-                else {
-                    panic!("kinesis origin")
-                };
-                seqs.push(sequence_number.to_string());
+                seqs.push(seq_of(&r));
                 r.ack.done();
             }
         }
+        seqs
+    }
+
+    /// Kinesis ends every subscription after 5 minutes; kinesis-local 0.6.2
+    /// does too, but only after 5 real minutes (not configurable), too long
+    /// for the stack tests, whose renewals are Tidemark's own timer. Here a
+    /// local event-stream server ends each subscription cleanly after one
+    /// event (the SDK's receiver then yields `Ok(None)`), with renewals
+    /// set far off: the reader subscribes again after the last record
+    /// delivered, with no gap and no duplicate.
+    #[tokio::test]
+    async fn a_subscription_the_server_ends_resumes_after_the_last_record() {
+        // One event with the next two records after the starting position.
+        let script: Arc<Script> = Arc::new(|_, (kind, seq): &Start| {
+            let after = if kind == "AFTER_SEQUENCE_NUMBER" {
+                seq.unwrap_or(0)
+            } else {
+                0
+            };
+            let seqs: Vec<u64> = (after + 1..=RECORDS).take(2).collect();
+            event(&seqs, seqs.last().copied().unwrap_or(after))
+        });
+        let (kinesis, starts) = server(script).await;
+        let mut config = crate::kinesis::config::KinesisConfig::new("s", "t", "me");
+        // Any renewal in this test is the server's.
+        config.subscription_renewal = Duration::from_secs(120);
+        let (mut rx, shutdown, task) = spawn_reader(kinesis, config, Checkpoint::TrimHorizon);
+        let seqs = take(&mut rx, RECORDS as usize).await;
         // The next subscriptions start after record 4 and bring nothing.
         let more = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await;
         assert!(more.is_err(), "a record came twice: {more:?}");
@@ -488,6 +595,98 @@ mod tests {
                 "AFTER_SEQUENCE_NUMBER 4"
             ]
         );
+    }
+
+    /// A lease still at `LATEST` on a quiet shard: the first subscription
+    /// brings only an empty event (continuation 10) and ends; record 11
+    /// arrives before the next subscription. Subscribing at `LATEST` again
+    /// would miss it for ever; the reader continues after the continuation
+    /// sequence number instead.
+    #[tokio::test]
+    async fn a_latest_lease_resubscribes_after_the_continuation_number() {
+        let script: Arc<Script> = Arc::new(|n, (kind, seq): &Start| match kind.as_str() {
+            // The tip: record 11 arrived in the gap (after the first
+            // subscription), so LATEST starts after it.
+            "LATEST" if n == 0 => event(&[], 10),
+            "LATEST" => event(&[], 11),
+            "AFTER_SEQUENCE_NUMBER" => {
+                let after = seq.unwrap_or(0);
+                let seqs: Vec<u64> = (after + 1..=11).collect();
+                event(&seqs, 11.max(after))
+            }
+            _ => event(&[], 11),
+        });
+        let (kinesis, starts) = server(script).await;
+        let mut config = crate::kinesis::config::KinesisConfig::new("s", "t", "me");
+        config.subscription_renewal = Duration::from_secs(120);
+        let (mut rx, shutdown, task) = spawn_reader(kinesis, config, Checkpoint::Latest);
+        // Wait (with a deadline) for the second subscription.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while starts.lock().unwrap().len() < 2 {
+            assert!(Instant::now() < deadline, "no second subscription");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let got = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await;
+        shutdown.cancel();
+        let _ = task.await;
+        let starts = starts.lock().unwrap().clone();
+        assert_eq!(starts[..2], ["LATEST", "AFTER_SEQUENCE_NUMBER 10"]);
+        let batch = got
+            .expect("record 11 delivered (it arrived between two subscriptions)")
+            .expect("reader alive");
+        assert_eq!(batch.iter().map(seq_of).collect::<Vec<_>>(), ["11"]);
+    }
+
+    /// An event the subscription already holds when its renewal falls due
+    /// is delivered, not dropped: here the server sends records 1 and 2 in
+    /// two events at once, and the reader (room for one unacknowledged
+    /// record) can take the second only after the renewal time. The next
+    /// subscription therefore starts after record 2, not after record 1.
+    #[tokio::test]
+    async fn an_event_in_hand_at_renewal_time_is_delivered() {
+        let script: Arc<Script> = Arc::new(|_, (kind, seq): &Start| {
+            let after = if kind == "AFTER_SEQUENCE_NUMBER" {
+                seq.unwrap_or(0)
+            } else {
+                0
+            };
+            let mut frames = Vec::new();
+            for s in after + 1..=2 {
+                frames.extend(event(&[s], s));
+            }
+            if frames.is_empty() {
+                frames = event(&[], after);
+            }
+            frames
+        });
+        let (kinesis, starts) = server(script).await;
+        let mut config = crate::kinesis::config::KinesisConfig::new("s", "t", "me");
+        config.subscription_renewal = Duration::from_millis(200);
+        config.max_unacked_per_shard = 1;
+        let (mut rx, shutdown, task) = spawn_reader(kinesis, config, Checkpoint::TrimHorizon);
+        let first = tokio::time::timeout(Duration::from_secs(20), rx.recv())
+            .await
+            .expect("record 1 within 20 s")
+            .expect("reader alive");
+        assert_eq!(first.iter().map(seq_of).collect::<Vec<_>>(), ["1"]);
+        // Hold record 1 unacknowledged past the renewal time: the reader
+        // waits for room with event 2 in hand.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        for r in first {
+            r.ack.done();
+        }
+        let second = take(&mut rx, 1).await;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while starts.lock().unwrap().len() < 2 {
+            assert!(Instant::now() < deadline, "no second subscription");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        shutdown.cancel();
+        let _ = task.await;
+        assert_eq!(second, ["2"]);
+        let starts = starts.lock().unwrap().clone();
+        assert!(starts.len() >= 2, "{starts:?}");
+        assert_eq!(starts[..2], ["TRIM_HORIZON", "AFTER_SEQUENCE_NUMBER 2"]);
     }
 
     #[test]

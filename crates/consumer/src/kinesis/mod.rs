@@ -40,7 +40,11 @@
 //! - checkpoints only move over acknowledged records, whatever the reader
 //!   is doing (the renewer writes them from the shard's acknowledgements),
 //!   and every checkpoint write is conditional on the lease counter (a
-//!   stolen lease cannot be checkpointed by its old owner).
+//!   stolen lease cannot be checkpointed by its old owner);
+//! - a shard holds at most `max_unacked_per_shard` unacknowledged user
+//!   records (after KPL de-aggregation) and `max_unacked_bytes_per_shard`
+//!   of their inflated bytes, plus one Kinesis record: `deliver` opens each
+//!   record of an answer only while there is room.
 //!
 //! [`LeaseTiming::phase`]: lease::LeaseTiming::phase
 

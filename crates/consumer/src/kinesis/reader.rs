@@ -105,7 +105,8 @@ async fn read(reader: &mut ShardReader, lease: &Lease) -> Result<Stop, ConsumerE
 }
 
 /// The GetRecords loop: paced, holding at `max_unacked_per_shard`
-/// unacknowledged records, and while DynamoDB's breaker is open.
+/// unacknowledged user records or `max_unacked_bytes_per_shard` of their
+/// bytes, and while DynamoDB's breaker is open.
 async fn poll(reader: &mut ShardReader, lease: &Lease) -> Result<Stop, ConsumerError> {
     let cfg = reader.stream.config.clone();
     let out = reader.shard_out();
@@ -132,11 +133,7 @@ async fn poll(reader: &mut ShardReader, lease: &Lease) -> Result<Stop, ConsumerE
         if let Some(stop) = reader.stopped() {
             return Ok(stop);
         }
-        let max = cfg.max_unacked_per_shard;
-        if let Err(stop) = reader
-            .guard(reader.tracker.wait_for(|w| w.in_flight() < max))
-            .await
-        {
+        if let Err(stop) = reader.wait_room().await {
             return Ok(stop);
         }
         if let Err(stop) = reader.guard(pacer.ready()).await {
@@ -146,7 +143,13 @@ async fn poll(reader: &mut ShardReader, lease: &Lease) -> Result<Stop, ConsumerE
         if let Err(stop) = reader.wait_live().await {
             return Ok(stop);
         }
-        let room = max.saturating_sub(reader.tracker.in_flight()).max(1);
+        // The room in user records is an upper bound on the Kinesis records
+        // worth asking for; the bound itself is held by `deliver`, which
+        // hands an answer on only as far as acknowledgements make room.
+        let room = cfg
+            .max_unacked_per_shard
+            .saturating_sub(reader.tracker.in_flight())
+            .max(1);
         let limit = i32::try_from(room)
             .unwrap_or(i32::MAX)
             .min(cfg.max_records_per_call);

@@ -94,6 +94,24 @@ impl ShardReader {
         }
     }
 
+    /// Whether the shard is under its bounds of records and bytes in
+    /// flight.
+    pub(crate) fn has_room(&self) -> bool {
+        let cfg = &self.stream.config;
+        self.tracker
+            .has_room(cfg.max_unacked_per_shard, cfg.max_unacked_bytes_per_shard)
+    }
+
+    /// Waits until the shard is under its bounds of records and bytes in
+    /// flight (the back-pressure of a slow pipeline), unless the lease is
+    /// lost or shutdown starts first.
+    pub(crate) async fn wait_room(&self) -> Result<(), Stop> {
+        let cfg = &self.stream.config;
+        let (max, max_bytes) = (cfg.max_unacked_per_shard, cfg.max_unacked_bytes_per_shard);
+        self.guard(self.tracker.wait_for(|w| w.has_room(max, max_bytes)))
+            .await
+    }
+
     /// The lease's phase now.
     pub(crate) fn phase(&self) -> LeasePhase {
         self.stream

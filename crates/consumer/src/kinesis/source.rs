@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{ConsumerError, SourceConfigError};
@@ -33,6 +33,7 @@ pub struct KinesisSource {
     status: StatusHandle,
     governors: Option<Governors>,
     leader_store: Option<Arc<dyn LeaderStore>>,
+    running: Option<Arc<watch::Sender<bool>>>,
 }
 
 impl KinesisSource {
@@ -64,7 +65,16 @@ impl KinesisSource {
             status: StatusHandle::default(),
             governors: None,
             leader_store: None,
+            running: None,
         }
+    }
+
+    /// Set to `true` once the source's start is done (lease table checked,
+    /// stream described, consumer registered) and it reads: the worker's
+    /// start-up ends there, not when it called `run`.
+    pub fn with_running(mut self, running: Arc<watch::Sender<bool>>) -> Self {
+        self.running = Some(running);
+        self
     }
 
     /// Where `lease_assignment = "leader"` keeps its leader lock and
@@ -112,7 +122,7 @@ impl KinesisSource {
             self.leader_store.as_ref(),
         )
         .await?;
-        let (kinesis, governors) = (self.kinesis, self.governors);
+        let (kinesis, governors, running) = (self.kinesis, self.governors, self.running);
         streams::run_all(streams, shutdown, |one, stop| {
             let source = KinesisSource {
                 config: one.config,
@@ -121,6 +131,7 @@ impl KinesisSource {
                 status: one.status,
                 governors: governors.clone(),
                 leader_store: one.leader_store,
+                running: running.clone(),
             };
             Box::pin(source.run_stream(sink.clone(), stop))
         })
@@ -133,36 +144,46 @@ impl KinesisSource {
         sink: mpsc::Sender<Vec<Record>>,
         shutdown: CancellationToken,
     ) -> Result<(), ConsumerError> {
-        self.config.validate()?;
-        self.table.create_if_absent(Duration::from_secs(60)).await?;
-        // A stream's scoped view is checked once for the whole table.
-        if self.table.scope().is_none() {
-            takeover::check(&self.table, KeyFormat::SingleStream, &self.config).await?;
-        }
-        let leader_store = match (self.config.lease_assignment, self.leader_store) {
-            (LeaseAssignment::Leader, None) => {
-                return Err(SourceConfigError {
-                    key: "lease_assignment",
-                    problem: "\"leader\" needs a coordinator table for its lock and heartbeats (KinesisSource::with_leader_store)".into(),
+        // The start (lease table, stream description, consumer
+        // registration) can wait minutes on a slow AWS: a stop meanwhile
+        // ends it at once, as nothing was read yet.
+        let start = async {
+            self.config.validate()?;
+            self.table.create_if_absent(Duration::from_secs(60)).await?;
+            // A stream's scoped view is checked once for the whole table.
+            if self.table.scope().is_none() {
+                takeover::check(&self.table, KeyFormat::SingleStream, &self.config).await?;
+            }
+            let leader_store = match (self.config.lease_assignment, self.leader_store.clone()) {
+                (LeaseAssignment::Leader, None) => {
+                    return Err(SourceConfigError {
+                        key: "lease_assignment",
+                        problem: "\"leader\" needs a coordinator table for its lock and heartbeats (KinesisSource::with_leader_store)".into(),
+                    }
+                    .into());
                 }
-                .into());
-            }
-            (LeaseAssignment::Leader, Some(c)) => {
-                // Large tables take a while to index: allow for it.
-                self.table
-                    .ensure_owner_index(Duration::from_secs(600))
-                    .await?;
-                c.ensure(Duration::from_secs(60)).await?;
-                Some(c)
-            }
-            (LeaseAssignment::Listing, _) => None,
+                (LeaseAssignment::Leader, Some(c)) => {
+                    // Large tables take a while to index: allow for it.
+                    self.table
+                        .ensure_owner_index(Duration::from_secs(600))
+                        .await?;
+                    c.ensure(Duration::from_secs(60)).await?;
+                    Some(c)
+                }
+                (LeaseAssignment::Listing, _) => None,
+            };
+            let settings = read_settings(&self.kinesis, &self.config.stream).await;
+            let consumer_arn = match self.config.read_mode {
+                ReadMode::FanOut => {
+                    Some(register_consumer(&self.kinesis, &self.config, settings.as_ref()).await?)
+                }
+                ReadMode::Polling => None,
+            };
+            Ok::<_, ConsumerError>((leader_store, consumer_arn))
         };
-        let settings = read_settings(&self.kinesis, &self.config.stream).await;
-        let consumer_arn = match self.config.read_mode {
-            ReadMode::FanOut => {
-                Some(register_consumer(&self.kinesis, &self.config, settings.as_ref()).await?)
-            }
-            ReadMode::Polling => None,
+        let (leader_store, consumer_arn) = tokio::select! {
+            () = shutdown.cancelled() => return Ok(()),
+            started = start => started?,
         };
         let stream = Arc::new(StreamRun::new(RunParts {
             config: self.config,
@@ -175,6 +196,9 @@ impl KinesisSource {
             consumer_arn,
             leader_store,
         }));
+        if let Some(running) = &self.running {
+            running.send_replace(true);
+        }
         balancing::run(Arc::clone(&stream)).await?;
         if let Some(e) = stream.take_fatal() {
             return Err(e);

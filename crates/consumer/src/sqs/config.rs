@@ -60,6 +60,15 @@ pub struct SqsConfig {
     /// pauses at this bound (backpressure from the writer).
     #[serde(default = "default_max_in_flight_messages")]
     pub max_in_flight_messages: usize,
+    /// Most bytes the messages in flight hold once decoded (base64, gzip,
+    /// SNS envelope) and split into events, until all their events are
+    /// acknowledged. A received message is decoded only while the messages
+    /// in flight hold less; the rest of its receive batch waits, still
+    /// encoded, and is made visible again if room does not come before its
+    /// visibility would need a heartbeat. Memory thus stays within it plus
+    /// one message (at most 64 MiB decoded). Default 64 MiB; at least 1 MiB.
+    #[serde(default = "default_max_in_flight_bytes")]
+    pub max_in_flight_bytes: usize,
     /// A message not fully acknowledged after this long is given up: its
     /// visibility is set to the retry back-off so it comes back later (its
     /// acknowledgement was dropped somewhere). Heartbeats keep slower but live
@@ -109,6 +118,10 @@ pub(super) const fn default_heartbeat_margin() -> Duration {
 pub(super) const fn default_max_in_flight_messages() -> usize {
     1_000
 }
+/// The writer's own default in-flight bytes.
+pub(super) const fn default_max_in_flight_bytes() -> usize {
+    64 * 1024 * 1024
+}
 /// A write slower than this is not slow but lost.
 pub(super) const fn default_max_processing_time() -> Duration {
     Duration::from_secs(3600)
@@ -137,6 +150,7 @@ impl SqsConfig {
             visibility_timeout: default_visibility_timeout(),
             heartbeat_margin: default_heartbeat_margin(),
             max_in_flight_messages: default_max_in_flight_messages(),
+            max_in_flight_bytes: default_max_in_flight_bytes(),
             max_processing_time: default_max_processing_time(),
             retry_backoff_min: default_retry_backoff_min(),
             retry_backoff_max: default_retry_backoff_max(),
@@ -206,6 +220,12 @@ impl SqsConfig {
             return err(
                 "max_in_flight_messages",
                 format!("must be 1 to {MAX_IN_FLIGHT_STANDARD} (SQS's in-flight limit); use 1000"),
+            );
+        }
+        if self.max_in_flight_bytes < 1024 * 1024 {
+            return err(
+                "max_in_flight_bytes",
+                "below 1 MiB (one message); use 67108864".into(),
             );
         }
         if self.max_processing_time < vt {

@@ -241,6 +241,95 @@ mod tests {
         config
     }
 
+    /// Ten messages in one receive, each a base64 gzip body of NDJSON
+    /// inflating to 1 MiB, with the messages in flight bounded at 2 MiB:
+    /// only the messages that fit (plus one) are inflated and handed on
+    /// before their events are acknowledged; the rest follow once they are.
+    #[tokio::test]
+    async fn a_receive_batch_is_inflated_only_as_far_as_the_byte_bound() {
+        use base64::Engine as _;
+        use std::io::Write as _;
+        let line = format!("{{\"pad\":\"{}\"}}\n", "x".repeat(1013));
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        for _ in 0..1024 {
+            gz.write_all(line.as_bytes()).unwrap();
+        }
+        let body = base64::engine::general_purpose::STANDARD.encode(gz.finish().unwrap());
+        let receive = mock!(Client::receive_message)
+            .sequence()
+            .output(move || {
+                ReceiveMessageOutput::builder()
+                    .set_messages(Some(
+                        (0..10)
+                            .map(|i| {
+                                Message::builder()
+                                    .message_id(format!("m{i}"))
+                                    .receipt_handle(format!("r{i}"))
+                                    .body(body.clone())
+                                    .build()
+                            })
+                            .collect(),
+                    ))
+                    .build()
+            })
+            .times(1)
+            .output(|| ReceiveMessageOutput::builder().build())
+            .repeatedly()
+            .build();
+        let delete = mock!(Client::delete_message_batch).then_output(|| {
+            aws_sdk_sqs::operation::delete_message_batch::DeleteMessageBatchOutput::builder()
+                .set_successful(Some(vec![]))
+                .set_failed(Some(vec![]))
+                .build()
+                .unwrap()
+        });
+        let visibility = mock!(Client::change_message_visibility_batch).then_output(|| {
+            ChangeMessageVisibilityBatchOutput::builder()
+                .set_successful(Some(vec![]))
+                .set_failed(Some(vec![]))
+                .build()
+                .unwrap()
+        });
+        let client = client(&[&receive, &delete, &visibility]);
+        let mut config = config();
+        config.record_format = tidemark_schema::framing::RecordFormat::Ndjson;
+        config.max_in_flight_bytes = 2 * 1024 * 1024;
+        config.wait_time = Duration::ZERO;
+        let (sink, mut pipeline) = mpsc::channel(64);
+        let shutdown = CancellationToken::new();
+        let run = tokio::spawn(SqsSource::new(config, client).run(sink, shutdown.clone()));
+        let mut held: Vec<Record> = Vec::new();
+        while let Ok(Some(batch)) =
+            tokio::time::timeout(Duration::from_millis(500), pipeline.recv()).await
+        {
+            held.extend(batch);
+        }
+        let bytes: usize = held.iter().map(|r| r.data.len()).sum();
+        assert!(bytes > 0, "nothing delivered");
+        assert!(
+            bytes <= 3 * 1024 * 1024,
+            "{bytes} inflated bytes handed on against a bound of 2 MiB"
+        );
+        // Acknowledged, the rest follows.
+        let mut n = held.len();
+        Ack::done_all(held.into_iter().map(|r| r.ack));
+        while n < 10 * 1024 {
+            let batch = tokio::time::timeout(Duration::from_secs(10), pipeline.recv())
+                .await
+                .expect("the rest within 10 s")
+                .expect("source alive");
+            n += batch.len();
+            Ack::done_all(batch.into_iter().map(|r| r.ack));
+        }
+        assert_eq!(n, 10 * 1024);
+        shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(15), run)
+            .await
+            .expect("stops")
+            .unwrap()
+            .unwrap();
+    }
+
     /// DeleteMessage refused for good (AccessDenied): the message was
     /// stored, can never be deleted, and comes back after its visibility
     /// timeout to be stored again, for ever. The source stops with the

@@ -45,6 +45,8 @@ pub(super) struct Entry {
     pub received_at: Instant,
     /// ApproximateReceiveCount of this receive (1 on first delivery).
     pub receive_count: u32,
+    /// Bytes its records hold (decoded, split) until it is done.
+    pub bytes: u64,
 }
 
 impl Entry {
@@ -93,6 +95,8 @@ pub(super) struct Ledger {
     groups: HashMap<String, VecDeque<u64>>,
     /// Shutdown began: held-back messages no longer start.
     draining: bool,
+    /// Sum of the unfinished entries' bytes.
+    bytes: u64,
 }
 
 impl Ledger {
@@ -105,6 +109,11 @@ impl Ledger {
     /// Messages in the ledger.
     pub(super) fn len(&self) -> usize {
         self.entries.len()
+    }
+
+    /// Bytes the unfinished messages' records hold.
+    pub(super) fn bytes(&self) -> u64 {
+        self.bytes
     }
 
     /// True when no message is in flight.
@@ -121,6 +130,7 @@ impl Ledger {
     /// `entry.phase` and `entry.unacked` are set here.
     pub(super) fn admit(&mut self, id: u64, mut entry: Entry, records: Vec<Record>) -> Admit {
         entry.unacked = records.len();
+        self.bytes += entry.bytes;
         let blocked = match &entry.group {
             Some(g) => {
                 let queue = self.groups.entry(g.clone()).or_default();
@@ -170,6 +180,8 @@ impl Ledger {
     fn complete(&mut self, id: u64) -> Option<Vec<Record>> {
         let e = self.entries.get_mut(&id)?;
         e.phase = Phase::Done;
+        // Its records are all acknowledged: their bytes are free.
+        self.bytes -= std::mem::take(&mut e.bytes);
         let group = e.group.clone()?;
         let queue = self.groups.get_mut(&group)?;
         queue.retain(|&x| x != id);
@@ -219,6 +231,7 @@ impl Ledger {
         let Some(e) = self.entries.remove(&id) else {
             return false;
         };
+        self.bytes -= e.bytes;
         if let Some(g) = e.group
             && let Some(q) = self.groups.get_mut(&g)
         {
@@ -340,11 +353,12 @@ impl Ledger {
     pub(super) fn clear(&mut self) {
         self.entries.clear();
         self.groups.clear();
+        self.bytes = 0;
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(in crate::sqs) mod tests {
     use std::sync::Arc;
 
     use bytes::Bytes;
@@ -358,7 +372,7 @@ mod tests {
         fn ack(&self, _serial: u64) {}
     }
 
-    fn records(id: u64, message: &str, n: usize) -> Vec<Record> {
+    pub(in crate::sqs) fn records(id: u64, message: &str, n: usize) -> Vec<Record> {
         (0..n)
             .map(|i| Record {
                 origin: Origin::Sqs {
@@ -376,7 +390,7 @@ mod tests {
             .collect()
     }
 
-    fn entry(message: &str, group: Option<&str>, now: Instant) -> Entry {
+    pub(in crate::sqs) fn entry(message: &str, group: Option<&str>, now: Instant) -> Entry {
         Entry {
             message_id: message.into(),
             receipt: format!("r-{message}"),
@@ -386,6 +400,7 @@ mod tests {
             visible_until: now + Duration::from_secs(30),
             received_at: now,
             receive_count: 1,
+            bytes: 0,
         }
     }
 

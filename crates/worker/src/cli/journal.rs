@@ -269,11 +269,6 @@ impl Journal {
         ))
     }
 
-    /// True once AWS answered any call.
-    pub(crate) fn answered_once(&self) -> bool {
-        self.lock().last_answer.is_some()
-    }
-
     /// The latest failure, when nothing succeeded after it: an attempt
     /// without an answer, or an error answer.
     pub(crate) fn last_problem(&self) -> Option<Problem> {

@@ -263,7 +263,9 @@ fn aws_command(
                 if is_run && !cmd::started() {
                     waiting.tick(journal, &origins);
                 }
-                if is_run && journal.answered_once() {
+                // `run` is bounded until its source runs (the source's own
+                // start included); from then on its health rules apply.
+                if is_run && cmd::started() {
                     continue;
                 }
                 if let Some(m) = journal.given_up(give_up, &|c| origins.at(c)) {

@@ -151,7 +151,6 @@ impl DeadLetters {
     /// Queues `entry` once the queue has room for it; `ack` is acknowledged
     /// once it is durable. The way for callers that may wait (the
     /// pipeline): a slow destination holds them back.
-    #[allow(dead_code)] // the pipeline's bounded path (wired with the consumer restructure)
     pub(crate) async fn send_bounded(&self, entry: DeadLetter, ack: Option<Ack>) {
         let cost = entry.cost();
         self.budget.take(cost).await;
@@ -168,7 +167,7 @@ impl DeadLetters {
     }
 
     /// Bytes of entries queued or being written.
-    #[allow(dead_code)]
+    #[cfg(test)]
     pub(crate) fn queued_bytes(&self) -> usize {
         self.budget.used()
     }

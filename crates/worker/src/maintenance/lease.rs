@@ -301,43 +301,15 @@ where
             () = tokio::time::sleep_until(wake) => {}
         }
         wake = Instant::now() + interval;
-        if !ready {
-            match lease.ensure_table().await {
-                Ok(()) => ready = true,
-                Err(e) => {
-                    error!(error = %e, "table maintenance cannot run: the coordinator table is unusable; retrying");
-                    continue;
-                }
-            }
-        }
-        let ticked = lease.tick().await;
-        metrics::gauge!(crate::metrics::MAINTENANCE_HELD).set(if matches!(ticked, Ok(true)) {
-            1.0
-        } else {
-            0.0
-        });
-        match ticked {
-            Ok(true) => {
-                // A round may wait minutes for a table to become ACTIVE: the
-                // lease is renewed alongside, so it is not lost meanwhile.
-                let mut r = round(&lease);
-                loop {
-                    tokio::select! {
-                        () = &mut r => break,
-                        () = tokio::time::sleep(interval) => {
-                            if let Err(e) = lease.tick().await {
-                                warn!(error = %e, "renewing the maintenance lease failed");
-                            }
-                        }
-                    }
-                }
-            }
-            Ok(false) => {
-                if let Some(t) = lease.next_expiry().await {
-                    wake = wake.min(t + Duration::from_millis(5));
-                }
-            }
-            Err(e) => warn!(error = %e, "maintenance lease unavailable"),
+        // Everything a wake does is raced against the stop: a round may
+        // wait minutes for a table to become ACTIVE, and the coordinator
+        // table's own check as long, while the stop has `shutdown_timeout`.
+        // An abandoned round is idempotent (the next maintainer plans from
+        // what it finds); the lease is released below.
+        let step = step(&lease, &mut ready, &mut wake, &mut round);
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            () = step => {}
         }
     }
     metrics::gauge!(crate::metrics::MAINTENANCE_HELD).set(0.0);
@@ -355,5 +327,172 @@ where
     }
 }
 
+/// One wake of [`maintain`]: the coordinator table checked (until it is
+/// usable), the lease polled or renewed, and the round run while held.
+async fn step<F>(lease: &MaintenanceLease, ready: &mut bool, wake: &mut Instant, round: &mut F)
+where
+    F: for<'a> FnMut(&'a MaintenanceLease) -> BoxFuture<'a, ()>,
+{
+    let interval = lease.interval();
+    if !*ready {
+        match lease.ensure_table().await {
+            Ok(()) => *ready = true,
+            Err(e) => {
+                error!(error = %e, "table maintenance cannot run: the coordinator table is unusable; retrying");
+                return;
+            }
+        }
+    }
+    let ticked = lease.tick().await;
+    metrics::gauge!(crate::metrics::MAINTENANCE_HELD).set(if matches!(ticked, Ok(true)) {
+        1.0
+    } else {
+        0.0
+    });
+    match ticked {
+        Ok(true) => {
+            // A round may wait minutes for a table to become ACTIVE: the
+            // lease is renewed alongside, so it is not lost meanwhile.
+            let mut r = round(lease);
+            loop {
+                tokio::select! {
+                    () = &mut r => break,
+                    () = tokio::time::sleep(interval) => {
+                        if let Err(e) = lease.tick().await {
+                            warn!(error = %e, "renewing the maintenance lease failed");
+                        }
+                    }
+                }
+            }
+        }
+        Ok(false) => {
+            if let Some(t) = lease.next_expiry().await {
+                *wake = (*wake).min(t + Duration::from_millis(5));
+            }
+        }
+        Err(e) => warn!(error = %e, "maintenance lease unavailable"),
+    }
+}
+
 /// How long a stopping worker tries to release the maintenance lease.
 const RELEASE_BUDGET: Duration = Duration::from_secs(2);
+
+/// The maintenance loop's stop, against a mocked coordinator table.
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use aws_sdk_dynamodb::Client;
+    use aws_sdk_dynamodb::operation::describe_table::DescribeTableOutput;
+    use aws_sdk_dynamodb::operation::get_item::GetItemOutput;
+    use aws_sdk_dynamodb::operation::put_item::PutItemOutput;
+    use aws_sdk_dynamodb::operation::update_item::UpdateItemOutput;
+    use aws_sdk_dynamodb::types::{
+        AttributeDefinition, AttributeValue, KeySchemaElement, KeyType, ScalarAttributeType,
+        TableDescription, TableStatus,
+    };
+    use aws_smithy_mocks::{Rule, RuleMode, mock, mock_client};
+
+    fn describe(status: TableStatus) -> Rule {
+        mock!(Client::describe_table).then_output(move || {
+            DescribeTableOutput::builder()
+                .table(
+                    TableDescription::builder()
+                        .table_name("coordinator")
+                        .table_status(status.clone())
+                        .key_schema(
+                            KeySchemaElement::builder()
+                                .attribute_name("leaseKey")
+                                .key_type(KeyType::Hash)
+                                .build()
+                                .unwrap(),
+                        )
+                        .attribute_definitions(
+                            AttributeDefinition::builder()
+                                .attribute_name("leaseKey")
+                                .attribute_type(ScalarAttributeType::S)
+                                .build()
+                                .unwrap(),
+                        )
+                        .build(),
+                )
+                .build()
+        })
+    }
+
+    fn lease(client: Client) -> MaintenanceLease {
+        MaintenanceLease::new(
+            client,
+            "coordinator".into(),
+            "me".into(),
+            Duration::from_secs(60),
+        )
+    }
+
+    /// Runs `maintain` with `round`, asks it to stop after 1 s, and returns
+    /// how long the stop took (`None`: still running 30 s later).
+    async fn stop_time(
+        lease: MaintenanceLease,
+        round: impl for<'a> FnMut(&'a MaintenanceLease) -> BoxFuture<'a, ()> + Send + 'static,
+    ) -> Option<Duration> {
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(maintain(lease, shutdown.clone(), round));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        shutdown.cancel();
+        let asked = Instant::now();
+        tokio::time::timeout(Duration::from_secs(30), task)
+            .await
+            .ok()
+            .map(|joined| {
+                joined.unwrap();
+                asked.elapsed()
+            })
+    }
+
+    /// A coordinator table still CREATING is waited for (up to 5 min), but
+    /// a stop does not wait for it.
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_does_not_wait_for_the_coordinator_table_to_be_active() {
+        let creating = describe(TableStatus::Creating);
+        let took = stop_time(
+            lease(mock_client!(
+                aws_sdk_dynamodb,
+                RuleMode::MatchAny,
+                [&creating]
+            )),
+            |_| Box::pin(async {}),
+        )
+        .await;
+        assert!(
+            took.is_some_and(|t| t <= RELEASE_BUDGET),
+            "stopped after {took:?}"
+        );
+    }
+
+    /// A round that hangs (a table that never turns ACTIVE) is abandoned at
+    /// the stop, and the lease is released for the next maintainer.
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_abandons_a_hanging_round_and_releases_the_lease() {
+        let active = describe(TableStatus::Active);
+        let put = mock!(Client::put_item).then_output(|| PutItemOutput::builder().build());
+        let get = mock!(Client::get_item).then_output(|| {
+            GetItemOutput::builder()
+                .item("leaseKey", AttributeValue::S(MAINTENANCE_KEY.into()))
+                .item("leaseCounter", AttributeValue::N("3".into()))
+                .build()
+        });
+        let update = mock!(Client::update_item).then_output(|| UpdateItemOutput::builder().build());
+        let lease = lease(mock_client!(
+            aws_sdk_dynamodb,
+            RuleMode::MatchAny,
+            [&active, &put, &get, &update]
+        ));
+        let took = stop_time(lease, |_| Box::pin(std::future::pending())).await;
+        assert!(
+            took.is_some_and(|t| t <= RELEASE_BUDGET),
+            "stopped after {took:?}"
+        );
+        // Taken, then released.
+        assert_eq!(update.num_calls(), 2);
+    }
+}

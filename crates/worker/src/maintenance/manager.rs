@@ -36,6 +36,11 @@ use crate::metrics as m;
 
 mod listing;
 
+/// Attempts of one table call (see `TableManager::call`): with the
+/// governor's back-off, a few seconds of trouble; a round that still fails
+/// is reported and tried again next round.
+const CALL_ATTEMPTS: u32 = 4;
+
 /// Frozen tables whose TTL, PITR and tags are read per round, in turn.
 const FROZEN_CHECKS_PER_ROUND: usize = 5;
 /// DynamoDB's clock is judged from answers at most this old.
@@ -115,11 +120,14 @@ impl TableManager {
     /// from every answer (see [`clock`](super::clock)).
     pub fn new(client: aws_sdk_dynamodb::Client, policy: TablePolicy) -> Self {
         let clock = ServerClock::default();
+        // One attempt per call: `call` retries, within the governor's
+        // budget; the SDK's own three attempts would stay outside it.
         let client = aws_sdk_dynamodb::Client::from_conf(
             client
                 .config()
                 .to_builder()
                 .interceptor(clock.interceptor())
+                .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
                 .build(),
         );
         TableManager {
@@ -164,7 +172,9 @@ impl TableManager {
     /// told lately; this host's time when it does not say).
     pub(crate) async fn server_now_checked(&self) -> DateTime<Utc> {
         if self.clock.offset(CLOCK_FRESH).is_none() {
-            let _ = self.call(self.client.list_tables().limit(1).send()).await;
+            let _ = self
+                .call(|| self.client.list_tables().limit(1).send())
+                .await;
         }
         self.clock.server_now(CLOCK_FRESH)
     }
@@ -208,16 +218,51 @@ impl TableManager {
         self
     }
 
-    /// One SDK call, through the governor when there is one.
-    async fn call<T, E, R>(
+    /// One table call, through the governor when there is one: at most
+    /// [`CALL_ATTEMPTS`] attempts (the client makes one per call), a
+    /// throttle, a 5xx or a timeout tried again after the governor's
+    /// back-off and within its retry budget (a jittered back-off without
+    /// one). Every call is idempotent or refused harmlessly when
+    /// repeated (a table already being created, a capacity already set).
+    async fn call<T, E, R, Fut>(
         &self,
-        fut: impl std::future::Future<Output = Result<T, aws_sdk_dynamodb::error::SdkError<E, R>>>,
+        mut send: impl FnMut() -> Fut,
     ) -> Result<T, aws_sdk_dynamodb::error::SdkError<E, R>>
     where
+        Fut: std::future::Future<Output = Result<T, aws_sdk_dynamodb::error::SdkError<E, R>>>,
         E: aws_sdk_dynamodb::error::ProvideErrorMetadata,
         R: tidemark_aws_errors::HttpStatus,
     {
-        Governor::run_opt(self.gov.as_ref(), fut).await
+        use backon::BackoffBuilder;
+        let mut backoff = backon::ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(100))
+            .with_max_delay(Duration::from_secs(5))
+            .with_jitter()
+            .without_max_times()
+            .build();
+        let mut attempts = 1;
+        loop {
+            match Governor::run_opt(self.gov.as_ref(), send()).await {
+                // No connection at all (refused, DNS) is not tried again
+                // here: the endpoint is not there, and the next round (or,
+                // at start, the first write) tries anyway.
+                Err(e)
+                    if attempts < CALL_ATTEMPTS
+                        && !matches!(e, aws_sdk_dynamodb::error::SdkError::DispatchFailure(_))
+                        && tidemark_aws_errors::classify(&e).is_retryable() =>
+                {
+                    attempts += 1;
+                    match &self.gov {
+                        Some(gov) => gov.wait_retry().await,
+                        None => {
+                            let d = backoff.next().unwrap_or(Duration::from_secs(5));
+                            tokio::time::sleep(d).await;
+                        }
+                    }
+                }
+                result => return result,
+            }
+        }
     }
 
     /// The policy.
@@ -382,13 +427,13 @@ impl TableManager {
         let Some(coordinator) = &self.coordinator else {
             return Ok(());
         };
-        self.call(
+        self.call(|| {
             self.client
                 .put_item()
                 .table_name(coordinator)
                 .set_item(Some(lift::item(table, lift)))
-                .send(),
-        )
+                .send()
+        })
         .await
         .map_err(|e| TablesError::call("PutItem", coordinator, e))?;
         Ok(())
@@ -423,7 +468,7 @@ impl TableManager {
                             .write_units_per_second(*to as i64)
                             .build(),
                     );
-                self.update(table, req.send()).await?;
+                self.update(table, || req.clone().send()).await?;
                 info!(table, write_units = to, "warm throughput set");
                 Ok(())
             }),
@@ -433,7 +478,7 @@ impl TableManager {
                     .update_table()
                     .table_name(table)
                     .deletion_protection_enabled(*enabled);
-                self.update(table, req.send()).await?;
+                self.update(table, || req.clone().send()).await?;
                 info!(table, enabled, "deletion protection set");
                 Ok(())
             }),
@@ -481,7 +526,7 @@ impl TableManager {
                     .table_name(table)
                     .billing_mode(BillingMode::Provisioned)
                     .provisioned_throughput(throughput(table, *to)?);
-                self.update(table, req.send()).await?;
+                self.update(table, || req.clone().send()).await?;
                 self.delete_lift(table).await?;
                 info!(
                     table,
@@ -529,7 +574,7 @@ impl TableManager {
                     .max_write_request_units(i64::try_from(max_write).unwrap_or(i64::MAX))
                     .build(),
             );
-        match self.update(table, req.send()).await {
+        match self.update(table, || req.clone().send()).await {
             Ok(()) => {
                 info!(
                     table,
@@ -569,7 +614,7 @@ impl TableManager {
             .update_table()
             .table_name(table)
             .provisioned_throughput(throughput(table, to)?);
-        self.update(table, req.send()).await
+        self.update(table, || req.clone().send()).await
     }
 
     async fn set_pitr(&self, table: &str, enabled: bool) -> Result<(), TablesError> {
@@ -577,13 +622,13 @@ impl TableManager {
             .point_in_time_recovery_enabled(enabled)
             .build()
             .map_err(|e| TablesError::build("UpdateContinuousBackups", table, e))?;
-        self.call(
+        self.call(|| {
             self.client
                 .update_continuous_backups()
                 .table_name(table)
-                .point_in_time_recovery_specification(spec)
-                .send(),
-        )
+                .point_in_time_recovery_specification(spec.clone())
+                .send()
+        })
         .await
         .map_err(|e| TablesError::call("UpdateContinuousBackups", table, e))?;
         info!(table, enabled, "point-in-time recovery set");
@@ -592,7 +637,7 @@ impl TableManager {
 
     async fn delete(&self, table: &str) -> Result<(), TablesError> {
         match self
-            .call(self.client.delete_table().table_name(table).send())
+            .call(|| self.client.delete_table().table_name(table).send())
             .await
         {
             Ok(_) => {}
@@ -607,7 +652,7 @@ impl TableManager {
 
     async fn tag_expired(&self, table: &str) -> Result<(), TablesError> {
         let d = self
-            .call(self.client.describe_table().table_name(table).send())
+            .call(|| self.client.describe_table().table_name(table).send())
             .await
             .map_err(|e| TablesError::call("DescribeTable", table, e))?;
         let arn = d
@@ -625,7 +670,7 @@ impl TableManager {
         let Some(coordinator) = &self.coordinator else {
             return Ok(());
         };
-        self.call(
+        self.call(|| {
             self.client
                 .delete_item()
                 .table_name(coordinator)
@@ -636,22 +681,25 @@ impl TableManager {
                         lift::KEY_PREFIX
                     )),
                 )
-                .send(),
-        )
+                .send()
+        })
         .await
         .map_err(|e| TablesError::call("DeleteItem", coordinator, e))?;
         Ok(())
     }
 
     /// One UpdateTable; a quota refusal is reported as such.
-    async fn update<R>(
+    async fn update<R, Fut>(
         &self,
         table: &str,
-        fut: impl std::future::Future<
-            Output = Result<R, aws_sdk_dynamodb::error::SdkError<UpdateTableError>>,
-        >,
-    ) -> Result<(), TablesError> {
-        match self.call(fut).await {
+        send: impl FnMut() -> Fut,
+    ) -> Result<(), TablesError>
+    where
+        Fut: std::future::Future<
+                Output = Result<R, aws_sdk_dynamodb::error::SdkError<UpdateTableError>>,
+            >,
+    {
+        match self.call(send).await {
             Ok(_) => Ok(()),
             Err(e)
                 if e.as_service_error()
@@ -683,7 +731,7 @@ impl TableManager {
                 .map_err(|e| TablesError::build("TagResource", table, e))?;
             req = req.tags(tag);
         }
-        self.call(req.send())
+        self.call(|| req.clone().send())
             .await
             .map_err(|e| TablesError::call("TagResource", table, e))?;
         Ok(())
@@ -697,17 +745,21 @@ impl TableManager {
             ExportFormat::DynamodbJson => SdkExportFormat::DynamodbJson,
             ExportFormat::Ion => SdkExportFormat::Ion,
         };
+        // One token for every attempt: an attempt that timed out but
+        // started the export is not started twice.
+        let token = format!("tidemark-{:016x}", fastrand::u64(..));
         let out = self
-            .call(
+            .call(|| {
                 self.client
                     .export_table_to_point_in_time()
+                    .client_token(&token)
                     .table_arn(arn)
                     .s3_bucket(&e.bucket)
                     .s3_prefix(e.prefix_of(table))
                     .set_s3_bucket_owner(e.bucket_owner.clone())
-                    .export_format(format)
-                    .send(),
-            )
+                    .export_format(format.clone())
+                    .send()
+            })
             .await
             .map_err(|err| TablesError::call("ExportTableToPointInTime", table, err))?;
         let export_arn = out
@@ -732,13 +784,13 @@ impl TableManager {
             .build()
             .map_err(|e| TablesError::build("UpdateTimeToLive", table, e))?;
         match self
-            .call(
+            .call(|| {
                 self.client
                     .update_time_to_live()
                     .table_name(table)
-                    .time_to_live_specification(spec)
-                    .send(),
-            )
+                    .time_to_live_specification(spec.clone())
+                    .send()
+            })
             .await
         {
             Ok(_) => {
@@ -808,7 +860,7 @@ impl TableManager {
             });
             req = req.deletion_protection_enabled(young);
         }
-        match self.call(req.send()).await {
+        match self.call(|| req.clone().send()).await {
             Ok(_) => info!(table, "table created"),
             // Another worker is creating it; wait for ACTIVE below.
             Err(e)
@@ -839,7 +891,7 @@ impl TableManager {
         let start = Instant::now();
         loop {
             let d = self
-                .call(self.client.describe_table().table_name(table).send())
+                .call(|| self.client.describe_table().table_name(table).send())
                 .await;
             match d {
                 Ok(d) if d.table().and_then(|t| t.table_status()) == Some(&TableStatus::Active) => {
@@ -871,6 +923,71 @@ fn throughput(table: &str, c: Capacity) -> Result<ProvisionedThroughput, TablesE
         .write_capacity_units(c.write as i64)
         .build()
         .map_err(|e| TablesError::build("UpdateTable", table, e))
+}
+
+/// The manager's own retries, against a mocked DynamoDB.
+#[cfg(test)]
+mod retries {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::config::ExpiryAction;
+    use aws_sdk_dynamodb::Client;
+    use aws_sdk_dynamodb::operation::create_table::CreateTableOutput;
+    use aws_sdk_dynamodb::operation::describe_table::DescribeTableOutput;
+    use aws_sdk_dynamodb::operation::update_time_to_live::UpdateTimeToLiveOutput;
+    use aws_sdk_dynamodb::types::TableDescription;
+    use aws_smithy_mocks::{RuleMode, mock, mock_client};
+    use tidemark_schema::period::Billing;
+    use tidemark_schema::period::CapacityTiers;
+
+    /// Three 500s in a row on CreateTable: the SDK's three attempts used to
+    /// give up on them (outside the governor's retry budget); the manager's
+    /// client makes one attempt per call and the manager retries within
+    /// its own bound (and the governor's budget, when it has one), so the
+    /// fourth call creates the table.
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_create_table_is_retried_by_the_manager_one_attempt_per_call() {
+        let mut router = RouterConfig::with_prefix("iot");
+        router.period = tidemark_schema::period::Period::Day;
+        let policy = TablePolicy::new(
+            &router,
+            CapacityTiers::default(),
+            Billing::OnDemand {
+                warm_write_units: None,
+            },
+            ExpiryAction::Delete,
+        );
+        let spec = policy.key_spec();
+        let create = mock!(Client::create_table)
+            .sequence()
+            .http_status(500, None)
+            .times(3)
+            .output(|| CreateTableOutput::builder().build())
+            .build();
+        let describe = mock!(Client::describe_table).then_output(move || {
+            DescribeTableOutput::builder()
+                .table(
+                    TableDescription::builder()
+                        .table_name("iot_2026-11-26")
+                        .table_status(TableStatus::Active)
+                        .set_key_schema(Some(spec.elements().unwrap()))
+                        .set_attribute_definitions(Some(spec.definitions().unwrap()))
+                        .build(),
+                )
+                .build()
+        });
+        let ttl = mock!(Client::update_time_to_live)
+            .then_output(|| UpdateTimeToLiveOutput::builder().build());
+        let client = mock_client!(
+            aws_sdk_dynamodb,
+            RuleMode::MatchAny,
+            [&create, &describe, &ttl]
+        );
+        let manager = TableManager::new(client, policy);
+        let created = manager.create("iot_2026-11-26", None, None).await;
+        assert!(created.is_ok(), "{created:?}");
+        assert_eq!(create.num_calls(), 4);
+    }
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ use crate::deadletter::{
 };
 use crate::maintenance::migrate::record_layouts;
 use crate::maintenance::{CreateMissingTables, RoundKind, TableManager, TablesError};
+use crate::sdk::own_retries;
 
 /// What one run (or replay) did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -141,13 +142,18 @@ impl DataPath {
         .start();
         let sink: Arc<dyn DeadLetterSink> = match &config.dead_letters {
             DeadLetterConfig::File { path } => Arc::new(FileSink::new(path.clone())),
+            // The delivery task retries (with back-off, several batches at
+            // a time): one attempt per call, not the SDK's three.
             DeadLetterConfig::Sqs { queue_url, .. } => Arc::new(SqsSink::new(
-                aws_sdk_sqs::Client::new(sdk),
+                aws_sdk_sqs::Client::new(&own_retries(sdk)),
                 queue_url.clone(),
             )),
             DeadLetterConfig::Dynamodb { table, .. } => Arc::new(
-                DynamoDbSink::new(dynamodb, table.clone())
-                    .with_governor(governors.dynamodb.clone()),
+                DynamoDbSink::new(
+                    aws_sdk_dynamodb::Client::new(&own_retries(sdk)),
+                    table.clone(),
+                )
+                .with_governor(governors.dynamodb.clone()),
             ),
         };
         let (dead_letters, dead_task) = DeadLetters::start(sink, config.dead_letters.fallback());

@@ -133,8 +133,9 @@ impl Pipeline {
             let mut routed = Vec::with_capacity(batch.len());
             let mut slots = Vec::with_capacity(batch.len());
             for record in batch {
-                counts.dead_lettered +=
-                    self.prepare(record, now, &mut cache, &mut slots, &mut routed);
+                counts.dead_lettered += self
+                    .prepare(record, now, &mut cache, &mut slots, &mut routed)
+                    .await;
             }
             counts.submitted += routed.len() as u64;
             if routed.is_empty() {
@@ -168,9 +169,11 @@ impl Pipeline {
     /// Routes one event: its routed item (two during a shard migration's
     /// dual write) is pushed to `routed` (the event kept in `slots`, at the
     /// same index); an event that cannot be routed, or that the source knew
-    /// was bad, is dead-lettered (its ack travels with the entry). Returns
-    /// the number dead-lettered.
-    fn prepare(
+    /// was bad, is dead-lettered (its ack travels with the entry), waiting
+    /// for room in the dead-letter queue: a slow destination holds the
+    /// sources back instead of filling memory. Returns the number
+    /// dead-lettered.
+    async fn prepare(
         &self,
         record: Record,
         now: DateTime<Utc>,
@@ -189,13 +192,20 @@ impl Pipeline {
         if let Some(defect) = defect {
             let entry = DeadLetter::new(origin, defect.reason, defect.message, &data, now)
                 .with_inner(inner);
-            self.dead_letters.send(entry, Some(ack));
+            self.dead_letters.send_bounded(entry, Some(ack)).await;
             return 1;
         }
-        self.prepare_event(origin, data, inner, ack, now, cache, slots, routed)
+        match self.prepare_event(origin, data, inner, ack, now, cache, slots, routed) {
+            Some((entry, ack)) => {
+                self.dead_letters.send_bounded(entry, Some(ack)).await;
+                1
+            }
+            None => 0,
+        }
     }
 
-    /// Routes one event (`inner`: its place in a record of several).
+    /// Routes one event (`inner`: its place in a record of several); the
+    /// dead letter to send if it cannot be routed.
     #[allow(clippy::too_many_arguments)] // the batch's buffers, threaded through
     fn prepare_event(
         &self,
@@ -207,7 +217,7 @@ impl Pipeline {
         cache: &mut RouteCache,
         slots: &mut Vec<Slot>,
         routed: &mut Vec<Routed>,
-    ) -> u64 {
+    ) -> Option<(DeadLetter, Ack)> {
         match self
             .router_for(&origin)
             .route(&data, &origin, inner.unwrap_or(0), now, cache)
@@ -220,7 +230,7 @@ impl Pipeline {
                     inner,
                 }));
                 routed.push(r);
-                0
+                None
             }
             // A shard migration's dual write: the event is acknowledged
             // only once both its items are stored (or dead-lettered).
@@ -237,13 +247,12 @@ impl Pipeline {
                     }));
                     routed.push(r);
                 }
-                0
+                None
             }
             Err(e) => {
                 let entry = DeadLetter::new(origin, e.reason(), e.to_string(), &data, now)
                     .with_inner(inner);
-                self.dead_letters.send(entry, Some(ack));
-                1
+                Some((entry, ack))
             }
         }
     }

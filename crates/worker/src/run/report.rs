@@ -256,7 +256,7 @@ pub(crate) async fn run(
     table: String,
     worker: String,
     metrics: TypedMetrics,
-    writer: WriterHandle,
+    writer: Option<WriterHandle>,
     shutdown: CancellationToken,
 ) {
     let mut last = Last::new();
@@ -266,13 +266,19 @@ pub(crate) async fn run(
             () = shutdown.cancelled() => break,
             _ = tick.tick() => {}
         }
-        let report = measure(&worker, &metrics, Some(&writer), &mut last);
+        let report = measure(&worker, &metrics, writer.as_ref(), &mut last);
         let put = client
             .put_item()
             .table_name(&table)
             .set_item(Some(report.item()))
             .send();
-        match tokio::time::timeout(REPORT_INTERVAL, put).await {
+        // Raced against the stop: a put that hangs (up to its attempts'
+        // timeouts) must not hold up a stop bounded by `shutdown_timeout`.
+        let put = tokio::select! {
+            () = shutdown.cancelled() => break,
+            put = tokio::time::timeout(REPORT_INTERVAL, put) => put,
+        };
+        match put {
             Ok(Ok(_)) => debug!(shards = report.shard_lag_ms.len(), "worker report written"),
             Ok(Err(e)) => {
                 warn!(table, error = %tidemark_aws_errors::describe(&e), "writing the worker report failed")
@@ -393,6 +399,62 @@ mod tests {
         assert!(r.shard_lag_ms.is_empty(), "s1 was not read since: {r:?}");
         assert!(r.checkpoint_lag.is_empty());
         assert_eq!(r.queue_age_ms, Some(42_500));
+    }
+
+    /// A report put that hangs (DynamoDB accepts and never answers) does
+    /// not hold up the stop: the worker's stop has its own deadline.
+    #[tokio::test]
+    async fn a_stop_does_not_wait_for_a_hanging_report_put() {
+        use metrics_exporter_prometheus::PrometheusBuilder;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (accepted_tx, accepted) = tokio::sync::oneshot::channel();
+        let server = tokio::spawn(async move {
+            let (conn, _) = listener.accept().await.unwrap();
+            let _ = accepted_tx.send(());
+            let mut held = vec![conn];
+            while let Ok((conn, _)) = listener.accept().await {
+                held.push(conn);
+            }
+        });
+        let conf = aws_sdk_dynamodb::Config::builder()
+            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+            .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+                "test", "test", None, None, "test",
+            ))
+            .endpoint_url(url)
+            .build();
+        let client = aws_sdk_dynamodb::Client::from_conf(conf);
+        let recorder =
+            super::super::telemetry::TypedRecorder::new(PrometheusBuilder::new().build_recorder());
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(run(
+            client,
+            "coordinator".into(),
+            "w1".into(),
+            recorder.metrics(),
+            None,
+            shutdown.clone(),
+        ));
+        // The first report's put is in flight.
+        tokio::time::timeout(Duration::from_secs(10), accepted)
+            .await
+            .expect("the report was never sent")
+            .unwrap();
+        shutdown.cancel();
+        let asked = std::time::Instant::now();
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("the report task did not stop within 5 s")
+            .unwrap();
+        // The put is dropped at once; the delete has its 2 s.
+        assert!(
+            asked.elapsed() < Duration::from_secs(4),
+            "{:?}",
+            asked.elapsed()
+        );
+        server.abort();
     }
 
     /// A shard whose reader waits on back-pressure makes no GetRecords

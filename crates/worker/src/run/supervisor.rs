@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::time::Duration;
 
-use tokio::task::{Id, JoinError, JoinSet};
+use tokio::task::{AbortHandle, Id, JoinError, JoinSet};
 
 use super::error::WorkerError;
 
@@ -23,6 +23,7 @@ use super::error::WorkerError;
 pub(super) struct Tasks<T> {
     set: JoinSet<Result<T, WorkerError>>,
     names: HashMap<Id, &'static str>,
+    handles: HashMap<&'static str, AbortHandle>,
 }
 
 impl<T> std::fmt::Debug for Tasks<T> {
@@ -38,6 +39,7 @@ impl<T: Send + 'static> Tasks<T> {
         Tasks {
             set: JoinSet::new(),
             names: HashMap::new(),
+            handles: HashMap::new(),
         }
     }
 
@@ -48,6 +50,14 @@ impl<T: Send + 'static> Tasks<T> {
     {
         let handle = self.set.spawn(task);
         self.names.insert(handle.id(), name);
+        self.handles.insert(name, handle);
+    }
+
+    /// Aborts the task `name`, if running (it then ends as cancelled).
+    pub(super) fn abort(&mut self, name: &'static str) {
+        if let Some(handle) = self.handles.remove(name) {
+            handle.abort();
+        }
     }
 
     /// The next task to end, by name, with what it returned (a panic or a
@@ -103,7 +113,9 @@ impl<T: Send + 'static> Tasks<T> {
     fn name(&mut self, id: Id) -> &'static str {
         // Every task is spawned with a name; "task" keeps a missing one
         // reportable rather than a panic of its own.
-        self.names.remove(&id).unwrap_or("task")
+        let name = self.names.remove(&id).unwrap_or("task");
+        self.handles.remove(name);
+        name
     }
 
     fn failed(&mut self, e: JoinError) -> (&'static str, Result<T, WorkerError>) {
@@ -202,5 +214,21 @@ mod tests {
         drop(tasks);
         tokio::time::sleep(Duration::from_secs(120)).await;
         assert!(!ran_on.load(Ordering::SeqCst), "aborted when dropped");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_aborted_task_ends_as_cancelled_and_drops_what_it_held() {
+        let mut tasks: Tasks<()> = Tasks::new();
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(1);
+        tasks.spawn("pipeline", async move {
+            let _held = tx;
+            std::future::pending().await
+        });
+        tasks.abort("pipeline");
+        let (name, result) = tasks.next().await.unwrap();
+        assert_eq!(name, "pipeline");
+        assert!(matches!(result, Err(WorkerError::Task { source, .. }) if source.is_cancelled()));
+        assert!(rx.recv().await.is_none(), "its sender dropped");
+        tasks.abort("pipeline");
     }
 }

@@ -35,7 +35,7 @@ use aws_config::SdkConfig;
 use futures::FutureExt;
 use tidemark_consumer::SourceContext;
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 use tracing::{error, info, warn};
@@ -75,6 +75,9 @@ pub struct Worker {
     /// The endpoints served while `build` waits for AWS; stopped (and
     /// aborted if `build` fails) before `run` serves them for good.
     starting: (CancellationToken, AbortOnDropHandle<()>),
+    /// `true` while the source runs: set by the source once its own start
+    /// is done, cleared when it stops.
+    running: Arc<watch::Sender<bool>>,
 }
 
 impl Worker {
@@ -110,8 +113,10 @@ impl Worker {
             None => default_worker_id(&process_env()),
         };
         let maintenance = if config.maintenance.enabled {
+            // Its writes are fenced single attempts already; its reads are
+            // polled again every interval.
             let lease = MaintenanceLease::new(
-                aws_sdk_dynamodb::Client::new(sdk),
+                aws_sdk_dynamodb::Client::new(&crate::sdk::own_retries(sdk)),
                 config.maintenance.coordinator_table.clone(),
                 worker_id.clone(),
                 config.maintenance.interval,
@@ -140,7 +145,15 @@ impl Worker {
             telemetry_addr,
             readiness,
             starting: (stop_starting, starting),
+            running: Arc::new(watch::Sender::new(false)),
         })
+    }
+
+    /// Whether the source runs: `true` once its own start is done (lease
+    /// table checked, stream described, queue polled), `false` again when
+    /// it stops. Until then the worker is starting.
+    pub fn source_running(&self) -> watch::Receiver<bool> {
+        self.running.subscribe()
     }
 
     /// The bound telemetry address (`/metrics`, `/healthz`, `/readyz`);
@@ -196,13 +209,15 @@ impl Worker {
             telemetry_addr,
             readiness,
             starting: (stop_starting, starting),
+            running,
         } = self;
         let (prometheus, typed_metrics) = telemetry::install_recorder()?;
         // The start-up endpoints hand the listener over.
         stop_starting.cancel();
         let _ = starting.await;
-        readiness.starting.store(false, Ordering::Relaxed);
-        let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
+        // Reports and the reading of them: tried again next interval (or
+        // round), so one attempt per call.
+        let dynamodb = aws_sdk_dynamodb::Client::new(&crate::sdk::own_retries(&sdk));
 
         // Telemetry outlives the drain (/metrics stays up while draining):
         // its tasks stop on their own token, once the data path has ended.
@@ -272,7 +287,7 @@ impl Worker {
                     config.maintenance.coordinator_table.clone(),
                     worker_id.clone(),
                     typed_metrics.clone(),
-                    data.writer.clone(),
+                    Some(data.writer.clone()),
                     telemetry_stop.clone(),
                 )
                 .map(Ok),
@@ -299,13 +314,24 @@ impl Worker {
         let governors = data.governors.clone();
         data_tasks.spawn(PIPELINE, data.run(rx).map(|r| r.map(Some)));
         info!(listen = %telemetry_addr, "tidemark running");
-        readiness.source_running.store(true, Ordering::Relaxed);
+        // `source_running` (and the end of `starting`) follow the source:
+        // set once its own start is done, cleared when it stops.
+        telemetry_tasks.spawn(
+            "source state",
+            follow_source(
+                running.subscribe(),
+                readiness.clone(),
+                telemetry_stop.clone(),
+            )
+            .map(Ok),
+        );
         let source = tidemark_consumer::build(
             &config.source,
             &SourceContext {
                 sdk: sdk.clone(),
                 governors,
                 coordinator_table: config.maintenance.coordinator_table.clone(),
+                running: running.clone(),
             },
         );
         info!(source = source.kind(), "source starting");
@@ -352,6 +378,10 @@ impl Worker {
             shutdown.cancel();
             // Records not stored stay unacknowledged; the source only
             // checkpoints what was acknowledged and releases its leases.
+            // The pipeline goes first: its channel closed tells the source
+            // that what is missing will never be acknowledged, so it does
+            // not wait out `shutdown_grace` (longer than this stop's time).
+            data_tasks.abort(PIPELINE);
             match data_tasks.wait_for(SOURCE, FATAL_STOP_TIME).await {
                 Some(Err(source_error)) => {
                     warn!(error = %source_error, "source stopped with an error too")
@@ -361,10 +391,12 @@ impl Worker {
                     warn!(after = ?FATAL_STOP_TIME, "source did not stop in time; its leases expire by themselves")
                 }
             }
+            running.send_replace(false);
             readiness.source_running.store(false, Ordering::Relaxed);
             // Dropping the tasks aborts what is left.
             return Err(e);
         };
+        running.send_replace(false);
         readiness.source_running.store(false, Ordering::Relaxed);
         // The source may have stopped by itself (an error): the maintenance
         // loop stops on the same token, and the stop deadline starts.
@@ -391,5 +423,25 @@ impl Worker {
             "tidemark stopped"
         );
         source_result.map(|_| report)
+    }
+}
+
+/// Mirrors whether the source runs into `readiness`: `/readyz` needs it,
+/// and `/healthz` says `starting` until the source's own start is done.
+async fn follow_source(
+    mut running: watch::Receiver<bool>,
+    readiness: Arc<Readiness>,
+    stop: CancellationToken,
+) {
+    loop {
+        let now = *running.borrow_and_update();
+        readiness.source_running.store(now, Ordering::Relaxed);
+        if now {
+            readiness.starting.store(false, Ordering::Relaxed);
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            changed = running.changed() => if changed.is_err() { return },
+        }
     }
 }

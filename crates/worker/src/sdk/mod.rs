@@ -81,12 +81,22 @@ pub(crate) fn single_attempt(sdk: &SdkConfig, attempt: Duration) -> SdkConfig {
         .build()
 }
 
+/// `sdk` for the clients whose callers retry on their own, within a
+/// budget or a deadline: the SDK's retries (3 attempts) would multiply
+/// those and stay outside the governor's retry budget.
+pub(crate) fn own_retries(sdk: &SdkConfig) -> SdkConfig {
+    sdk.to_builder()
+        .retry_config(aws_config::retry::RetryConfig::disabled())
+        .build()
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use aws_config::Region;
     use aws_config::retry::RetryConfig;
+    use std::sync::Arc;
     use std::time::Instant;
 
     /// A server that accepts connections and never answers.
@@ -170,5 +180,93 @@ mod tests {
         let t = timeouts_with(ATTEMPT_TIMEOUT, CONNECT_TIMEOUT);
         assert_eq!(t.operation_attempt_timeout(), Some(ATTEMPT_TIMEOUT));
         assert_eq!(t.connect_timeout(), Some(CONNECT_TIMEOUT));
+    }
+
+    /// A server that answers every request 500 and counts them.
+    async fn failing_server() -> (
+        String,
+        Arc<std::sync::atomic::AtomicUsize>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        use std::sync::atomic::Ordering;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = Arc::clone(&count);
+        let task = tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let seen = Arc::clone(&seen);
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 65536];
+                    // One request per read is enough here (small bodies);
+                    // the connection is closed after each answer.
+                    if matches!(conn.read(&mut buf).await, Ok(n) if n > 0) {
+                        seen.fetch_add(1, Ordering::SeqCst);
+                        let body = r#"{"__type":"InternalFailure","message":"down"}"#;
+                        let answer = format!(
+                            "HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/x-amz-json-1.0\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                            body.len()
+                        );
+                        let _ = conn.write_all(answer.as_bytes()).await;
+                    }
+                });
+            }
+        });
+        (url, count, task)
+    }
+
+    /// The clients of callers that retry on their own (dead letters,
+    /// worker reports, the maintenance lease, the SQS source) send one
+    /// attempt per call, where the SDK's default would send 3.
+    #[tokio::test]
+    async fn clients_with_their_own_retries_send_one_attempt_per_call() {
+        use std::sync::atomic::Ordering;
+        let (url, count, server) = failing_server().await;
+        let sdk = aws_config::defaults(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+                "test", "test", None, None, "test",
+            ))
+            .retry_config(RetryConfig::standard().with_max_attempts(3))
+            .endpoint_url(&url)
+            .load()
+            .await;
+        // The counting server sees the SDK's retries.
+        let plain = aws_sdk_dynamodb::Client::new(&sdk);
+        assert!(plain.list_tables().send().await.is_err());
+        assert_eq!(count.swap(0, Ordering::SeqCst), 3, "the default retries");
+
+        let once = own_retries(&sdk);
+        assert!(
+            aws_sdk_dynamodb::Client::new(&once)
+                .describe_table()
+                .table_name("coordinator")
+                .send()
+                .await
+                .is_err()
+        );
+        assert_eq!(count.swap(0, Ordering::SeqCst), 1, "DynamoDB");
+        assert!(
+            aws_sdk_sqs::Client::new(&once)
+                .receive_message()
+                .queue_url(format!("{url}/000000000000/q"))
+                .send()
+                .await
+                .is_err()
+        );
+        assert_eq!(count.swap(0, Ordering::SeqCst), 1, "SQS");
+        // The timeouts are kept.
+        let with_timeouts = sdk
+            .to_builder()
+            .timeout_config(timeouts_with(ATTEMPT_TIMEOUT, CONNECT_TIMEOUT))
+            .build();
+        assert_eq!(
+            own_retries(&with_timeouts)
+                .timeout_config()
+                .and_then(TimeoutConfig::operation_attempt_timeout),
+            Some(ATTEMPT_TIMEOUT)
+        );
+        server.abort();
     }
 }

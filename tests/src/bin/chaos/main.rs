@@ -149,8 +149,9 @@ struct Args {
     /// bomb: good events around it (half before, half after).
     #[arg(long, default_value_t = 2_000)]
     bomb_good: u64,
-    /// bomb: the worker's peak RSS must stay under this, bytes.
-    #[arg(long, default_value_t = 256_000_000)]
+    /// bomb: the worker's peak RSS must stay under this, bytes (about 35 MB
+    /// idle; a bomb inflated whole would pass it).
+    #[arg(long, default_value_t = 96_000_000)]
     bomb_rss_limit: u64,
     /// bomb: the checkpoint must pass the last record within this.
     #[arg(long, default_value = "60s", value_parser = duration)]

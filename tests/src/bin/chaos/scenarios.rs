@@ -2,7 +2,7 @@
 //! full run cannot reach, and assert it holds:
 //!
 //! - `bomb`: one gzip record that inflates to about 22 million NDJSON
-//!   events among good records. The worker's peak RSS stays under 256 MB,
+//!   events among good records. The worker's peak RSS stays under 96 MB,
 //!   the bomb is one dead letter (`too_many_events`, with its hash), every
 //!   good event is stored, and the checkpoint passes the bomb within 60 s.
 //! - `revoked`: once the worker holds its leases, the limits proxy answers

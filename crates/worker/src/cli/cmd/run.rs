@@ -21,7 +21,14 @@ pub(crate) async fn run(config: &Config) -> Result<()> {
             return Ok(());
         }
     };
-    super::set_started();
+    // Started once the source's own start is done: until then the
+    // start-up lines and deadline (`--give-up-after`) hold.
+    let mut running = worker.source_running();
+    tokio::spawn(async move {
+        if running.wait_for(|r| *r).await.is_ok() {
+            super::set_started();
+        }
+    });
     worker.run(signals()).await?;
     Ok(())
 }

@@ -25,6 +25,29 @@ use crate::maintenance::tags::{
 use super::{FROZEN_CHECKS_PER_ROUND, TableManager, TableRef, read_or_warn};
 
 impl TableManager {
+    /// Every table's name (ListTables, page by page, each page one
+    /// [`call`](Self::call) with its retries).
+    async fn table_names(&self) -> Result<Vec<String>, TablesError> {
+        let mut names = Vec::new();
+        let mut start: Option<String> = None;
+        loop {
+            let page = self
+                .call(|| {
+                    self.client
+                        .list_tables()
+                        .set_exclusive_start_table_name(start.clone())
+                        .send()
+                })
+                .await
+                .map_err(|e| TablesError::call("ListTables", "", e))?;
+            names.extend(page.table_names().iter().cloned());
+            match page.last_evaluated_table_name() {
+                Some(last) => start = Some(last.to_string()),
+                None => return Ok(names),
+            }
+        }
+    }
+
     /// Our tables, oldest period first, with their state at `now`. A table
     /// of ours with another key schema is an error naming it.
     pub async fn list(&self, now: DateTime<Utc>) -> Result<Vec<TableInfo>, TablesError> {
@@ -40,12 +63,7 @@ impl TableManager {
         round: Option<usize>,
     ) -> Result<Vec<TableInfo>, TablesError> {
         let now_ms = now.timestamp_millis();
-        let mut names = Vec::new();
-        let mut pages = self.client.list_tables().into_paginator().send();
-        while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| TablesError::call("ListTables", "", e))?;
-            names.extend(page.table_names().iter().cloned());
-        }
+        let names = self.table_names().await?;
         let spec = self.policy.key_spec();
         let mut out = Vec::new();
         for name in names {
@@ -53,7 +71,7 @@ impl TableManager {
                 continue;
             };
             let d = match self
-                .call(self.client.describe_table().table_name(&name).send())
+                .call(|| self.client.describe_table().table_name(&name).send())
                 .await
             {
                 Ok(d) => d,
@@ -150,12 +168,12 @@ impl TableManager {
         let exporting = expired && self.policy.on_expiry == ExpiryAction::Export;
         let mut d = Details::default();
         let tags = self
-            .call(
+            .call(|| {
                 self.client
                     .list_tags_of_resource()
                     .resource_arn(&t.arn)
-                    .send(),
-            )
+                    .send()
+            })
             .await;
         d.tags = read_or_warn(&t.name, "tags", tags).map(|out| {
             out.tags()
@@ -165,12 +183,12 @@ impl TableManager {
         });
         if !expired && self.policy.ttl_attribute.is_some() {
             let ttl = self
-                .call(
+                .call(|| {
                     self.client
                         .describe_time_to_live()
                         .table_name(&t.name)
-                        .send(),
-                )
+                        .send()
+                })
                 .await;
             d.ttl = read_or_warn(&t.name, "TTL", ttl).map(|out| {
                 let desc = out.time_to_live_description();
@@ -183,12 +201,12 @@ impl TableManager {
         }
         if (!expired && self.policy.pitr) || exporting {
             let backups = self
-                .call(
+                .call(|| {
                     self.client
                         .describe_continuous_backups()
                         .table_name(&t.name)
-                        .send(),
-                )
+                        .send()
+                })
                 .await;
             d.pitr = read_or_warn(&t.name, "PITR", backups).map(|out| {
                 out.continuous_backups_description()
@@ -205,7 +223,7 @@ impl TableManager {
 
     pub(super) async fn export_state(&self, arn: &str) -> ExportState {
         match self
-            .call(self.client.describe_export().export_arn(arn).send())
+            .call(|| self.client.describe_export().export_arn(arn).send())
             .await
         {
             Ok(out) => match out.export_description().and_then(|e| e.export_status()) {
@@ -242,12 +260,7 @@ impl TableManager {
         now: DateTime<Utc>,
     ) -> Result<BTreeMap<String, TableLayout>, TablesError> {
         let now_ms = now.timestamp_millis();
-        let mut names = Vec::new();
-        let mut pages = self.client.list_tables().into_paginator().send();
-        while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| TablesError::call("ListTables", "", e))?;
-            names.extend(page.table_names().iter().cloned());
-        }
+        let names = self.table_names().await?;
         let mut out = BTreeMap::new();
         for name in names {
             let Some(p) = self.policy.naming.parse(&name) else {
@@ -276,7 +289,7 @@ impl TableManager {
         takes_writes: bool,
     ) -> Result<Option<TableLayout>, TablesError> {
         let arn = match self
-            .call(self.client.describe_table().table_name(&name).send())
+            .call(|| self.client.describe_table().table_name(&name).send())
             .await
         {
             Ok(d) => match d.table() {
@@ -296,12 +309,12 @@ impl TableManager {
         };
         let t = TableRef { name, arn };
         let tags = self
-            .call(
+            .call(|| {
                 self.client
                     .list_tags_of_resource()
                     .resource_arn(&t.arn)
-                    .send(),
-            )
+                    .send()
+            })
             .await
             .map_err(|e| TablesError::call("ListTagsOfResource", &t.name, e))?;
         // In order: DynamoDB replaces a tag set again, but moto lists both
@@ -348,14 +361,14 @@ impl TableManager {
             }));
         }
         let items = self
-            .call(
+            .call(|| {
                 self.client
                     .scan()
                     .table_name(&t.name)
                     .limit(1)
                     .select(aws_sdk_dynamodb::types::Select::Count)
-                    .send(),
-            )
+                    .send()
+            })
             .await
             .map_err(|e| TablesError::call("Scan", &t.name, e))?;
         if items.count() == 0 && items.last_evaluated_key().is_none() {

@@ -306,3 +306,117 @@ async fn a_dual_write_acks_each_record_after_both_items() {
     task.await.unwrap().unwrap();
     dl_task.await.unwrap().unwrap();
 }
+
+/// A dead-letter destination that hangs until `open` turns true.
+#[derive(Clone)]
+struct Gate {
+    open: tokio::sync::watch::Receiver<bool>,
+    stored: Arc<Mutex<usize>>,
+}
+
+impl DeadLetterSink for Gate {
+    fn write<'a>(
+        &'a self,
+        entries: &'a [DeadLetter],
+    ) -> BoxFuture<'a, Result<(), DeadLetterError>> {
+        let mut open = self.open.clone();
+        Box::pin(async move {
+            let _ = open.wait_for(|o| *o).await;
+            *self.stored.lock().unwrap() += entries.len();
+            Ok(())
+        })
+    }
+}
+
+/// Records the source already knew were bad (here, corrupt aggregates of
+/// 10 KB each) while the dead-letter destination hangs: the pipeline waits
+/// for room in the dead-letter queue, whose bytes stay within its bound
+/// (plus one entry), instead of queueing every entry past it; once the
+/// destination answers, every entry is written and acknowledged.
+#[tokio::test]
+async fn poison_waits_for_room_in_the_dead_letter_queue() {
+    let (open_tx, open) = tokio::sync::watch::channel(false);
+    let stored = Arc::new(Mutex::new(0));
+    let gate = Gate {
+        open,
+        stored: stored.clone(),
+    };
+    let cap = 64 * 1024;
+    let (dead_letters, dl_task) = DeadLetters::start_with(Arc::new(gate), None, cap);
+    let (plain, writer, _memory, task, _dl) = setup();
+    let pipeline = Pipeline::new(
+        plain.router.clone(),
+        writer.clone(),
+        dead_letters.clone(),
+        plain.clock.clone(),
+    );
+    drop(plain);
+    let tracker = Arc::new(AckTracker::new());
+    let payload = Bytes::from(vec![b'x'; 10_000]);
+    let (tx, rx) = mpsc::channel(1);
+    let run = tokio::spawn(async move { pipeline.run(rx).await });
+    let feeder = {
+        let tracker = tracker.clone();
+        tokio::spawn(async move {
+            for batch in 0..10u64 {
+                let records = (0..10u64)
+                    .map(|i| {
+                        let seq = format!("{}", 1000 + batch * 10 + i);
+                        let serial = tracker.push(Position::new(seq.as_str(), 0)).unwrap();
+                        Record {
+                            origin: Origin::Kinesis {
+                                stream: "s".into(),
+                                shard_id: "shardId-0".into(),
+                                sequence_number: seq.into(),
+                                sub_sequence_number: 0,
+                            },
+                            partition_key: "p".into(),
+                            data: payload.clone(),
+                            arrival_ms: 0,
+                            ack: Ack::new(tracker.clone(), serial),
+                            defect: Some(tidemark_consumer::record::Defect {
+                                reason: Reason::CorruptAggregate,
+                                message: "corrupt".into(),
+                            }),
+                            inner: None,
+                        }
+                    })
+                    .collect();
+                if tx.send(records).await.is_err() {
+                    return;
+                }
+            }
+        })
+    };
+    // Until nothing moves any more (the destination hangs).
+    let mut last = usize::MAX;
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = dead_letters.queued_bytes();
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    let one = 10_000 * 4 / 3 + 1024;
+    assert!(
+        last <= cap + one,
+        "{last} bytes of dead letters queued against a bound of {cap}"
+    );
+    assert!(
+        !feeder.is_finished(),
+        "the pipeline must hold the source back"
+    );
+    open_tx.send(true).unwrap();
+    feeder.await.unwrap();
+    let counts = run.await.unwrap().unwrap();
+    assert_eq!(counts.dead_lettered, 100);
+    tokio::time::timeout(Duration::from_secs(10), tracker.drained())
+        .await
+        .expect("every poison record acknowledged once written");
+    assert_eq!(*stored.lock().unwrap(), 100);
+    drop(dead_letters);
+    dl_task.await.unwrap().unwrap();
+    drop(writer);
+    task.await.unwrap().unwrap();
+}
