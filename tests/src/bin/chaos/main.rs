@@ -64,12 +64,15 @@ enum Scenario {
     /// No kills, reshards, throttling, 5xx or poison: only the brownout.
     Brownout,
     /// One worker, hourly tables, default tiers, capacity enforced by the
-    /// limits proxy: the worker is down while events pile up, a quarter of
-    /// them from a device flushing an old buffer into a frozen (1 WCU)
-    /// table; then it catches up. Checks the current events are all stored
-    /// within `--late-current-within` of production's end, every checkpoint
-    /// advances every `--late-check-every`, and every late event is stored
-    /// or dead-lettered as `late_backlog`.
+    /// limits proxy, the worker's clock faked (libfaketime) to just before
+    /// an hour boundary: it runs for `--late-up`, is stopped for
+    /// `--late-down` while the period ends and events keep arriving, a
+    /// quarter of them from a device flushing an hour-old buffer into a
+    /// cold (1 WCU) table; then it catches up across the boundary. Checks
+    /// the current events are all stored (in the old and the new period's
+    /// tables) within `--late-current-within` of production's end, every
+    /// checkpoint advances every `--late-check-every`, and every late event
+    /// is stored or dead-lettered as `late_backlog`.
     Late,
     /// One worker; a gzip record inflating to `--bomb-lines` NDJSON events
     /// among `--bomb-good` good events: bounded memory, one dead letter,
@@ -115,13 +118,18 @@ struct Args {
     /// late: every this-th event is late.
     #[arg(long, default_value_t = 4)]
     late_every: u64,
-    /// late: how old the late events are (their table is frozen at 1 WCU).
-    #[arg(long, default_value = "3h", value_parser = duration)]
+    /// late: how old the device's buffer is at the start (its table is
+    /// past the grace, at the cold tier: 1 WCU).
+    #[arg(long, default_value = "1h", value_parser = duration)]
     late_age: Duration,
     /// late: how long production lasts.
     #[arg(long, default_value = "60s", value_parser = duration)]
     late_produce_for: Duration,
-    /// late: how long the worker is down after production starts.
+    /// late: how long the worker runs before it is stopped.
+    #[arg(long, default_value = "20s", value_parser = duration)]
+    late_up: Duration,
+    /// late: how long the worker is stopped; the hour boundary (of its
+    /// faked clock) falls in the middle.
     #[arg(long, default_value = "30s", value_parser = duration)]
     late_down: Duration,
     /// late: the workers' `writer.late_max_wait`.
@@ -457,6 +465,8 @@ async fn run(mut args: Args) -> Result<bool> {
         args.throttle_wcu = 0;
         // One event per record: a dead letter's payload is the event.
         args.aggregate = 1;
+        // Before anything is created: without libfaketime, nothing to run.
+        faketime_lib()?;
     }
     let began = Instant::now();
     let seed = args.seed.unwrap_or_else(|| fastrand::u64(..));
@@ -524,21 +534,48 @@ async fn run(mut args: Args) -> Result<bool> {
     let dynamodb = stack.dynamodb();
     tidemark_tests::create_stream(&kinesis, &run_id, args.shards).await;
     create_table(&dynamodb, &dead_table, true, TableCapacity::OnDemand).await;
-    // The late scenario's old period: its table exists, scaled down to the
-    // frozen tier (1 RCU / 1 WCU) as maintenance leaves it.
-    let late_at = Utc::now() - chrono::Duration::from_std(args.late_age)?;
+    // The late scenario's clock: the worker's (faked) and the events' clock
+    // run `offset` ahead of this host's, so that an hour boundary falls in
+    // the middle of the worker's stop.
+    let clock = if late {
+        Some(LateClock::new(&args)?)
+    } else {
+        None
+    };
+    let offset = clock
+        .as_ref()
+        .map_or(chrono::Duration::zero(), |c| c.offset);
+    // The late scenario's old period (the device's buffer): its table
+    // exists, past the grace, at the cold tier (100 RCU / 1 WCU) as
+    // maintenance leaves it.
+    let late_at = Utc::now() + offset - chrono::Duration::from_std(args.late_age)?;
     let late_table = router.naming().table_for(late_at.timestamp_millis());
-    if late {
+    if let Some(c) = &clock {
         create_table(
             &dynamodb,
             &late_table,
             true,
-            TableCapacity::Provisioned { read: 1, write: 1 },
+            TableCapacity::Provisioned {
+                read: 100,
+                write: 1,
+            },
         )
         .await;
+        // Tagged as the worker tags its tables, or maintenance leaves it
+        // alone (and never lifts it).
+        tag_period_table(&dynamodb, &late_table, &run_id, &config).await?;
         say(format!(
-            "late: {late_table} at 1 WCU; every {}th event {:?} old; worker down for {:?}",
-            args.late_every, args.late_age, args.late_down
+            "late: worker clock +{} s (libfaketime): now {}, boundary {} in {:?}; worker up {:?}, then down {:?} across it",
+            c.offset.num_seconds(),
+            (Utc::now() + offset).format("%H:%M:%S"),
+            c.boundary.format("%H:%M:%S"),
+            c.boundary_at.saturating_duration_since(Instant::now()),
+            args.late_up,
+            args.late_down
+        ));
+        say(format!(
+            "late: {late_table} at 1 WCU; every {}th event from a buffer {:?} old",
+            args.late_every, args.late_age
         ));
     }
 
@@ -552,8 +589,9 @@ async fn run(mut args: Args) -> Result<bool> {
                 .sdk
                 .region()
                 .map_or_else(|| "us-east-1".to_string(), ToString::to_string),
+            env: clock.as_ref().map_or_else(Vec::new, LateClock::env),
         },
-        if late { 0 } else { args.workers },
+        args.workers,
     )?;
 
     // Producer.
@@ -573,6 +611,7 @@ async fn run(mut args: Args) -> Result<bool> {
             every: args.late_every,
             at: late_at,
         }),
+        clock_offset: offset,
     };
     let progress = Arc::new(AtomicU64::new(0));
     let produce_task = tokio::spawn(producer::produce(
@@ -601,15 +640,34 @@ async fn run(mut args: Args) -> Result<bool> {
     let ddb_requests = || proxy.stats().faults.dynamodb_requests;
     let mut watch = LateWatch::default();
     let leases = LeaseTable::new(dynamodb.clone(), lease_table.clone());
+    if late {
+        watch.worker_started = Some(Instant::now());
+    }
     loop {
-        if late {
-            if watch.worker_started.is_none() && production_start.elapsed() >= args.late_down {
+        if let Some(c) = &clock {
+            let pct = progress.load(Ordering::Relaxed) as f64 / args.events.max(1) as f64 * 100.0;
+            if watch.stopped.is_none() && Instant::now() + args.late_down / 2 >= c.boundary_at {
+                // Killed, like a crash or a lost host: a SIGTERM would
+                // drain the late backlog for up to shutdown_timeout, past
+                // the boundary.
+                let killed = fleet.kill(0)?;
+                watch.stop_down();
+                say(format!(
+                    "late: worker {killed} killed -9 {:.0} s before the boundary ({pct:.0}% produced)",
+                    c.boundary_at
+                        .saturating_duration_since(Instant::now())
+                        .as_secs_f64()
+                ));
+            }
+            if watch.worker_started.is_none()
+                && Instant::now() >= c.boundary_at + args.late_down / 2
+            {
                 fleet.add()?;
                 watch.worker_started = Some(Instant::now());
+                watch.restarted = true;
                 say(format!(
-                    "late: worker started after {:?} down ({:.0}% produced)",
-                    args.late_down,
-                    progress.load(Ordering::Relaxed) as f64 / args.events.max(1) as f64 * 100.0
+                    "late: worker restarted {:.0} s past the boundary ({pct:.0}% produced)",
+                    c.boundary_at.elapsed().as_secs_f64()
                 ));
             }
             watch
@@ -712,7 +770,7 @@ async fn run(mut args: Args) -> Result<bool> {
             && !killing
             && (restored || args.throttle_wcu <= 0)
             && (!brownout || brown_end.is_some())
-            && (!late || watch.worker_started.is_some())
+            && (!late || watch.restarted)
         {
             break;
         }
@@ -842,6 +900,10 @@ async fn run(mut args: Args) -> Result<bool> {
         intervals.extend(overlap::intervals(&inc.id, &text, ended));
         logs.push((inc.id.clone(), text));
     }
+    let boundary = match &clock {
+        Some(c) => Some(boundary_figures(&dynamodb, &router, c, &stats, &logs).await),
+        None => None,
+    };
     let limit_ms = i64::try_from(args.failover.as_millis()).unwrap_or(i64::MAX);
     let ov = overlap::overlaps(&intervals, limit_ms);
 
@@ -857,7 +919,10 @@ async fn run(mut args: Args) -> Result<bool> {
     let mut failures = Vec::new();
     match &late_report {
         // Late events may be dead-lettered (late_backlog) instead of stored.
-        Some(l) => failures.extend(l.failures(&watch, &args)),
+        Some(l) => {
+            failures.extend(l.failures(&watch, &args));
+            failures.extend(boundary.iter().flat_map(|b| b.failures(&watch)));
+        }
         None if items.lost > 0 => failures.push(format!("{} valid events lost", items.lost)),
         None => {}
     }
@@ -1041,6 +1106,9 @@ async fn run(mut args: Args) -> Result<bool> {
     }
     if let Some(l) = &late_report {
         l.print(&watch, &late_table, &logs);
+        if let (Some(b), Some(c)) = (&boundary, &clock) {
+            b.print(c);
+        }
     }
     for n in &tl.notes {
         println!("  note: {n}");
@@ -1175,12 +1243,25 @@ struct LateWatch {
     stalls: Vec<String>,
     /// Seconds from production's end until every current event was stored.
     current_stored_s: Option<f64>,
+    /// When the worker was stopped before the boundary.
+    stopped: Option<Instant>,
+    /// Whether it was started again past the boundary.
+    restarted: bool,
 }
 
 /// How often the late scenario looks at the checkpoints.
 const LATE_LOOK: Duration = Duration::from_secs(2);
 
 impl LateWatch {
+    /// The worker is down: nothing to look at, and no checkpoint stands
+    /// still while it is.
+    fn stop_down(&mut self) {
+        self.stopped = Some(Instant::now());
+        self.worker_started = None;
+        self.last_sample = None;
+        self.still.clear();
+    }
+
     /// Every [`LATE_LOOK`] once the worker runs: how long each shard's
     /// checkpoint has not moved while short of its end (`last`: the last
     /// positions put, once production has ended); longer than `limit` is
@@ -1227,6 +1308,262 @@ impl LateWatch {
             self.still.insert(e.shard, (e.checkpoint, since));
         }
         Ok(())
+    }
+}
+
+/// The late scenario's clock: the worker runs under libfaketime, `offset`
+/// ahead of this host, so that its clock reaches an hour boundary while it
+/// is stopped; the events' time follows the same clock.
+#[derive(Debug)]
+struct LateClock {
+    /// The worker's and the events' clock minus this host's.
+    offset: chrono::Duration,
+    /// The hour boundary on the faked clock.
+    boundary: chrono::DateTime<Utc>,
+    /// When (on this host) the faked clock reaches it.
+    boundary_at: Instant,
+    /// libfaketime's shared library.
+    lib: PathBuf,
+}
+
+impl LateClock {
+    /// The boundary falls `--late-up` plus half of `--late-down` from now.
+    fn new(args: &Args) -> Result<LateClock> {
+        let lib = faketime_lib()?;
+        let lead = args.late_up + args.late_down / 2;
+        let now = Utc::now();
+        let start = Instant::now();
+        let at = now + chrono::Duration::from_std(lead)?;
+        // Whole seconds (libfaketime's offset), at most an hour ahead.
+        let real_b = at.timestamp();
+        let offset_s = 3600 - real_b.rem_euclid(3600);
+        let boundary = chrono::DateTime::from_timestamp(real_b + offset_s, 0)
+            .context("boundary out of range")?;
+        let until =
+            chrono::DateTime::from_timestamp(real_b, 0).context("boundary out of range")? - now;
+        Ok(LateClock {
+            offset: chrono::Duration::seconds(offset_s),
+            boundary,
+            boundary_at: start + until.to_std().unwrap_or_default(),
+            lib,
+        })
+    }
+
+    /// The worker's environment: libfaketime preloaded with the offset.
+    /// The monotonic clock is left alone (tokio's timers and deadlines).
+    fn env(&self) -> Vec<(String, String)> {
+        vec![
+            ("LD_PRELOAD".into(), self.lib.display().to_string()),
+            (
+                "FAKETIME".into(),
+                format!("+{}s", self.offset.num_seconds()),
+            ),
+            ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+        ]
+    }
+}
+
+/// Tags `table` with the prefix and layout tags the worker gives the tables
+/// it creates.
+async fn tag_period_table(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    table: &str,
+    prefix: &str,
+    config: &Config,
+) -> Result<()> {
+    use aws_sdk_dynamodb::types::Tag;
+    use tidemark_worker::maintenance::{LAYOUT_TAG, PREFIX_TAG, layout_of};
+    let arn = dynamodb
+        .describe_table()
+        .table_name(table)
+        .send()
+        .await
+        .context("DescribeTable")?
+        .table
+        .and_then(|t| t.table_arn)
+        .context("no table ARN")?;
+    dynamodb
+        .tag_resource()
+        .resource_arn(arn)
+        .tags(Tag::builder().key(PREFIX_TAG).value(prefix).build()?)
+        .tags(
+            Tag::builder()
+                .key(LAYOUT_TAG)
+                .value(layout_of(&config.schema.key))
+                .build()?,
+        )
+        .send()
+        .await
+        .context("TagResource")?;
+    Ok(())
+}
+
+/// libfaketime's `libfaketime.so.1`: `TIDEMARK_LIBFAKETIME`, or the one the
+/// `libfaketime` wheel installs into moto's venv (`localstack/up`; the venv
+/// of `TIDEMARK_PYTHON` when set).
+fn faketime_lib() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("TIDEMARK_LIBFAKETIME") {
+        let p = PathBuf::from(p);
+        if p.is_file() {
+            return Ok(p);
+        }
+        bail!("TIDEMARK_LIBFAKETIME={}: no such file", p.display());
+    }
+    let mut venvs = Vec::new();
+    if let Some(py) = std::env::var_os("TIDEMARK_PYTHON")
+        && let Some(venv) = PathBuf::from(py).parent().and_then(|b| b.parent())
+    {
+        venvs.push(venv.to_path_buf());
+    }
+    venvs.push(repo_root().join("localstack/.cache/venv"));
+    for venv in &venvs {
+        let Ok(dirs) = std::fs::read_dir(venv.join("lib")) else {
+            continue;
+        };
+        for d in dirs.flatten() {
+            let so = d
+                .path()
+                .join("site-packages/libfaketime/vendor/libfaketime/src/libfaketime.so.1");
+            if so.is_file() {
+                return Ok(so);
+            }
+        }
+    }
+    bail!(
+        "the late scenario runs the worker under libfaketime, not found in {}: run localstack/up (it installs the libfaketime wheel from localstack/requirements.txt) or set TIDEMARK_LIBFAKETIME to a libfaketime.so.1",
+        venvs
+            .iter()
+            .map(|v| v.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+/// The late scenario's boundary figures.
+#[derive(Debug, Default)]
+struct BoundaryReport {
+    /// The period that ended while the worker was down, and the next.
+    old_table: String,
+    new_table: String,
+    /// Items the proxy let into each.
+    old_items: u64,
+    new_items: u64,
+    /// Seconds the new table was created before the boundary (negative:
+    /// after it).
+    prebuilt_s: Option<f64>,
+    /// Their provisioned WCU at the end.
+    old_wcu: Option<i64>,
+    new_wcu: Option<i64>,
+    /// Maintenance actions skipped for clock skew (log lines).
+    skew_skips: usize,
+}
+
+async fn boundary_figures(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    router: &Router,
+    clock: &LateClock,
+    stats: &tidemark_limits::StatsReport,
+    logs: &[(String, String)],
+) -> BoundaryReport {
+    let b = clock.boundary.timestamp_millis();
+    let old_table = router.naming().table_for(b - 1);
+    let new_table = router.naming().table_for(b);
+    let items = |t: &str| {
+        stats
+            .dynamodb
+            .tables
+            .get(t)
+            .map_or(0, |t| t.stats.accepted_items)
+    };
+    let describe = |t: String| async move {
+        dynamodb
+            .describe_table()
+            .table_name(t)
+            .send()
+            .await
+            .ok()
+            .and_then(|d| d.table)
+    };
+    let old = describe(old_table.clone()).await;
+    let new = describe(new_table.clone()).await;
+    let wcu = |t: &Option<aws_sdk_dynamodb::types::TableDescription>| {
+        t.as_ref()
+            .and_then(|t| t.provisioned_throughput.as_ref())
+            .and_then(|p| p.write_capacity_units)
+    };
+    // The emulator keeps this host's clock: the boundary there is the
+    // faked one minus the offset.
+    let real_boundary = clock.boundary - clock.offset;
+    let prebuilt_s = new.as_ref().and_then(|t| t.creation_date_time).map(|c| {
+        (real_boundary.timestamp_millis() - c.to_millis().unwrap_or(i64::MAX)) as f64 / 1000.0
+    });
+    BoundaryReport {
+        old_items: items(&old_table),
+        new_items: items(&new_table),
+        old_wcu: wcu(&old),
+        new_wcu: wcu(&new),
+        old_table,
+        new_table,
+        prebuilt_s,
+        skew_skips: logs
+            .iter()
+            .flat_map(|(_, text)| text.lines())
+            .filter(|l| l.contains("maintenance action skipped"))
+            .count(),
+    }
+}
+
+impl BoundaryReport {
+    fn failures(&self, watch: &LateWatch) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.old_table == self.new_table {
+            out.push("no period boundary between the old and the new table".into());
+        }
+        if self.old_items == 0 || self.new_items == 0 {
+            out.push(format!(
+                "events of both periods must be stored: {} in {}, {} in {}",
+                self.old_items, self.old_table, self.new_items, self.new_table
+            ));
+        }
+        match self.prebuilt_s {
+            Some(s) if s > 0.0 => {}
+            Some(s) => out.push(format!(
+                "{} created {:.0} s after the boundary, not prebuilt",
+                self.new_table, -s
+            )),
+            None => out.push(format!("{} not found", self.new_table)),
+        }
+        if self.new_wcu != Some(ACTIVE_WCU) {
+            out.push(format!(
+                "{} (current) at {:?} WCU, not the active tier's {ACTIVE_WCU}",
+                self.new_table, self.new_wcu
+            ));
+        }
+        if watch.stopped.is_none() || !watch.restarted {
+            out.push("the worker was not stopped and restarted across the boundary".into());
+        }
+        out
+    }
+
+    fn print(&self, clock: &LateClock) {
+        println!(
+            "  period boundary     {} (worker clock +{} s); {} items into {} (ended while the worker was down, {:?} WCU at the end), {} into {} (prebuilt {}, {:?} WCU)",
+            clock.boundary.format("%Y-%m-%d %H:%M:%S"),
+            clock.offset.num_seconds(),
+            self.old_items,
+            self.old_table,
+            self.old_wcu,
+            self.new_items,
+            self.new_table,
+            self.prebuilt_s
+                .map_or("never".into(), |s| format!("{s:.0} s before the boundary")),
+            self.new_wcu
+        );
+        println!(
+            "  clock check         {} maintenance actions skipped (the worker's clock is {} s ahead of DynamoDB's)",
+            self.skew_skips,
+            clock.offset.num_seconds()
+        );
     }
 }
 
@@ -1320,7 +1657,7 @@ impl LateReport {
             .filter(|l| l.contains("table lifted for a late backlog") || l.contains("lift ended"))
             .collect();
         println!(
-            "  late events         {} into {table} (frozen, 1 WCU): {} stored, {} dead-lettered (late_backlog), {} lost",
+            "  late events         {} into {table} (cold, 1 WCU): {} stored, {} dead-lettered (late_backlog), {} lost",
             self.late, self.late_stored, self.late_dead, self.lost_late
         );
         println!(

@@ -43,6 +43,9 @@ pub(crate) struct ProducerSpec {
     /// Late events (scenario `late`): every `every`-th valid event carries
     /// a time from an old period instead of now.
     pub(crate) late: Option<LateEvents>,
+    /// Added to this host's clock for the events' time: the late scenario's
+    /// worker runs on a faked clock, and its events follow that clock.
+    pub(crate) clock_offset: chrono::Duration,
 }
 
 /// Which valid events are late, and their time.
@@ -99,7 +102,7 @@ pub(crate) async fn produce(
         if let Some(wait) = due.checked_sub(start.elapsed()) {
             tokio::time::sleep(wait).await;
         }
-        let now = Utc::now();
+        let now = Utc::now() + spec.clock_offset;
         let mut recs = Vec::new();
         let mut users: Vec<(String, Vec<u8>)> = Vec::new();
         let flush = |users: &mut Vec<(String, Vec<u8>)>, recs: &mut Vec<Rec>| {

@@ -205,6 +205,7 @@ log_level = "info"
                     .sdk
                     .region()
                     .map_or_else(|| "us-east-1".to_string(), ToString::to_string),
+                env: Vec::new(),
             },
             1,
         )

@@ -47,6 +47,8 @@ pub(crate) struct Launch {
     pub(crate) endpoint: String,
     /// Region.
     pub(crate) region: String,
+    /// More environment for every worker (the late scenario's faked clock).
+    pub(crate) env: Vec<(String, String)>,
 }
 
 /// The running slots and every incarnation so far.
@@ -103,6 +105,7 @@ impl Fleet {
             // The config's log level, not the caller's.
             .env_remove("RUST_LOG")
             .env_remove("RUST_BACKTRACE")
+            .envs(l.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(file)
@@ -115,6 +118,19 @@ impl Fleet {
             ended: None,
         });
         Ok((child, n))
+    }
+
+    /// Kill -9 the worker in `slot` and leave the slot empty; returns its id.
+    pub(crate) fn kill(&mut self, slot: usize) -> Result<String> {
+        if slot >= self.running.len() {
+            anyhow::bail!("no worker slot {slot}");
+        }
+        let (mut child, n) = self.running.remove(slot);
+        child.kill().context("SIGKILL")?;
+        let _ = child.wait();
+        self.kills += 1;
+        self.history[n].ended = Some((Utc::now(), Ending::Killed));
+        Ok(self.history[n].id.clone())
     }
 
     /// Kill -9 the worker in `slot` and start a new incarnation there.
