@@ -86,6 +86,11 @@ impl Readiness {
 pub(crate) fn install_recorder()
 -> Result<(PrometheusHandle, TypedMetrics), metrics_exporter_prometheus::BuildError> {
     static INSTALLED: OnceLock<(PrometheusHandle, TypedMetrics)> = OnceLock::new();
+    // Held across the check and the install: two workers built at once in
+    // one process (parallel tests) would otherwise both try to install, and
+    // the second would fail.
+    static INSTALLING: Mutex<()> = Mutex::new(());
+    let _installing = INSTALLING.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(installed) = INSTALLED.get() {
         return Ok(installed.clone());
     }
@@ -236,6 +241,25 @@ pub(crate) async fn check(addr: SocketAddr, path: &str, timeout: Duration) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Workers built at once in one process (the end-to-end tests run in
+    /// parallel) share the one recorder; none fails to install it.
+    #[test]
+    fn workers_built_at_once_share_one_recorder() {
+        let start = Arc::new(std::sync::Barrier::new(8));
+        let installs: Vec<_> = (0..8)
+            .map(|_| {
+                let start = start.clone();
+                std::thread::spawn(move || {
+                    start.wait();
+                    install_recorder().map(|_| ()).map_err(|e| e.to_string())
+                })
+            })
+            .collect();
+        for install in installs {
+            assert_eq!(install.join().unwrap(), Ok(()));
+        }
+    }
 
     #[test]
     fn writer_and_consumer_metrics_render_help_lines() {
