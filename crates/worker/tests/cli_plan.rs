@@ -252,3 +252,202 @@ fn bad_plan_input_is_a_usage_error() {
         );
     }
 }
+
+/// `plan -o json` for `args` (no preset load).
+fn plan_of(args: &[&str]) -> Value {
+    let mut all = vec!["plan"];
+    all.extend(args);
+    all.extend(["-o", "json"]);
+    let o = tidemark(&all);
+    assert_eq!(o.status.code(), Some(0), "{args:?}: {}", text(&o.stderr));
+    serde_json::from_str(&text(&o.stdout)).unwrap()
+}
+
+/// The setup the plan chose, as `(setup, history_class)`.
+fn chosen(p: &Value) -> (String, String) {
+    let c = &p["pricing"]["choice"];
+    (
+        c["setup"].as_str().unwrap_or_default().to_string(),
+        c["history_class"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+/// Every setup is priced, the choice is the cheapest that meets the load,
+/// and its total is what the setup's own line says.
+fn check_choice(p: &Value) {
+    let setups = p["pricing"]["setups"].as_array().unwrap();
+    let kinds: std::collections::BTreeSet<&str> = setups
+        .iter()
+        .map(|s| s["setup"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds.into_iter().collect::<Vec<_>>(),
+        ["on_demand", "provisioned_autoscaled", "provisioned_fixed"],
+        "{p:#}"
+    );
+    let (setup, class) = chosen(p);
+    let total = p["pricing"]["choice"]["total_usd"].as_f64().unwrap();
+    let line = setups
+        .iter()
+        .find(|s| s["setup"] == *setup && s["history_class"] == *class)
+        .unwrap();
+    assert_eq!(line["total_usd"].as_f64(), Some(total), "{p:#}");
+    assert_eq!(line["meets_load"], true, "{p:#}");
+    for s in setups.iter().filter(|s| s["meets_load"] == true) {
+        assert!(s["total_usd"].as_f64().unwrap() >= total - 1e-9, "{p:#}");
+    }
+}
+
+/// The seeds' 600 events/s of 180 bytes, steady all day: capacity held for
+/// it is busy, so provisioned at a fixed capacity is cheapest, and the plan
+/// says so with the break-even utilisation. (Fails before the planner
+/// priced setups: no `pricing` in the plan.)
+#[test]
+fn a_steady_load_is_cheapest_provisioned() {
+    let p = plan_of(&["--events-per-sec", "600", "--item-bytes", "180"]);
+    check_choice(&p);
+    assert_eq!(chosen(&p).0, "provisioned_fixed", "{p:#}");
+    assert_eq!(p["recommendation"]["billing"], "provisioned", "{p:#}");
+    let reason = p["pricing"]["choice"]["reason"].as_str().unwrap();
+    assert!(reason.contains("break-even"), "{reason}");
+    let billing = p["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["decision"] == "billing")
+        .unwrap();
+    assert_eq!(billing["reason"].as_str(), Some(reason), "{p:#}");
+    // Prices used are part of the answer.
+    assert_eq!(
+        p["pricing"]["prices"]["on_demand_write_per_million"].as_f64(),
+        Some(0.625)
+    );
+}
+
+/// The same average in a 15-minute daily burst to 5,000/s: fixed capacity
+/// sits idle most of the day, auto scaling cannot reach the burst before
+/// it ends, so on demand wins, and the reason names both. (Fails before
+/// the planner took a peak duration: `--peak-hours-per-day` unknown.)
+#[test]
+fn a_spiky_load_is_cheapest_on_demand() {
+    let p = plan_of(&[
+        "--events-per-sec",
+        "100",
+        "--peak-events-per-sec",
+        "5000",
+        "--peak-hours-per-day",
+        "0.25",
+        "--item-bytes",
+        "180",
+    ]);
+    check_choice(&p);
+    assert_eq!(chosen(&p).0, "on_demand", "{p:#}");
+    assert_eq!(p["recommendation"]["billing"], "on_demand", "{p:#}");
+    let reason = p["pricing"]["choice"]["reason"].as_str().unwrap();
+    assert!(reason.contains("idle"), "{reason}");
+    assert!(reason.contains("auto scaling"), "{reason}");
+    let setups = p["pricing"]["setups"].as_array().unwrap();
+    let auto = setups
+        .iter()
+        .find(|s| s["setup"] == "provisioned_autoscaled")
+        .unwrap();
+    assert_eq!(auto["meets_load"], false, "{auto:#}");
+    // The on-demand ceiling covers the peak.
+    let od = setups.iter().find(|s| s["setup"] == "on_demand").unwrap();
+    assert!(od["max_write_units"].as_u64().unwrap() >= 5000, "{od:#}");
+    // The text names the one recommendation and its figures.
+    let o = tidemark(&[
+        "plan",
+        "--events-per-sec",
+        "100",
+        "--peak-events-per-sec",
+        "5000",
+        "--peak-hours-per-day",
+        "0.25",
+        "--item-bytes",
+        "180",
+    ]);
+    let out = text(&o.stdout);
+    assert_eq!(
+        out.matches("Cheapest that meets the load:").count(),
+        1,
+        "{out}"
+    );
+    assert!(out.contains("on_demand"), "{out}");
+}
+
+/// Prices come from a file and flags (flags last), and they move the
+/// choice; an unknown price name is a usage error.
+#[test]
+fn prices_from_a_file_and_flags_move_the_choice() {
+    let d = std::env::temp_dir().join(format!("tidemark-plan-prices-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    let f = d.join("prices.toml");
+    // On-demand writes at a tenth of the list price: the steady load too
+    // is cheaper on demand.
+    std::fs::write(&f, "on_demand_write_per_million = 0.0625\n").unwrap();
+    let file = f.to_str().unwrap();
+    let p = plan_of(&[
+        "--events-per-sec",
+        "600",
+        "--item-bytes",
+        "180",
+        "--prices",
+        file,
+    ]);
+    assert_eq!(chosen(&p).0, "on_demand", "{p:#}");
+    assert_eq!(
+        p["pricing"]["prices"]["on_demand_write_per_million"].as_f64(),
+        Some(0.0625)
+    );
+    let p = plan_of(&[
+        "--events-per-sec",
+        "600",
+        "--item-bytes",
+        "180",
+        "--prices",
+        file,
+        "--price",
+        "on_demand_write_per_million=0.625",
+    ]);
+    assert_eq!(chosen(&p).0, "provisioned_fixed", "{p:#}");
+    let o = tidemark(&[
+        "plan",
+        "--events-per-sec",
+        "600",
+        "--item-bytes",
+        "180",
+        "--price",
+        "no_such_price=1",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("no_such_price"),
+        "{}",
+        text(&o.stderr)
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// The tables alive are counted per prefix and for all prefixes against
+/// the quota, and the 10,000 DynamoDB allows at most.
+#[test]
+fn the_table_count_covers_every_prefix() {
+    let p = plan_of(&[
+        "--events-per-sec",
+        "600",
+        "--item-bytes",
+        "180",
+        "--prefixes",
+        "400",
+        "--retention-days",
+        "30",
+    ]);
+    let t = &p["pricing"]["tables"];
+    let per = t["per_prefix"].as_u64().unwrap();
+    assert_eq!(per, p["evaluation"]["tables_alive"].as_u64().unwrap());
+    assert_eq!(t["total"].as_u64(), Some(per * 400), "{t:#}");
+    assert_eq!(t["max_quota"].as_u64(), Some(10_000), "{t:#}");
+    let w = p["warnings"].to_string();
+    assert!(w.contains("10,000"), "{w}");
+}
