@@ -26,14 +26,18 @@
 //! 4. period: the longest one within the busiest partition's fill time; the
 //!    tables alive over the retention are checked against the account's
 //!    table quota.
-//! 5. billing: provisioned or on demand, the cheaper at these rates. The
-//!    [`Cost`] section holds the figures (writes and storage at list
-//!    prices); it is the place finer pricing goes.
+//! 5. billing: the cheapest setup that meets the load (the `pricing`
+//!    module): provisioned at a fixed capacity, provisioned with auto
+//!    scaling (followed minute by minute over a day of the load's shape),
+//!    or on demand with a ceiling; history tables in the standard or the
+//!    infrequent-access class; PITR and export at expiry priced beside;
+//!    the tables of every prefix against the account's quota.
 //!
 //! With the layout a config has ([`CurrentLayout`]), the same arithmetic
 //! judges it and lists where it differs from the recommendation.
 
 mod planner;
+mod pricing;
 mod spread;
 #[cfg(test)]
 mod tests;
@@ -45,12 +49,13 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::origin::Origin;
-use crate::period::{self, Billing, Period};
+use crate::period::{self, Billing, CapacityTiers, Period};
 use crate::route::{RouteCache, RouteError, Router};
 use crate::size::{self, WCU_BYTES};
 use crate::strategy::{Bucket, KeyStrategy};
 
 use planner::Planner;
+pub use pricing::{Choice, HistoryClass, LoadShape, Pricing, SetupCost, TableCount, WriteSetup};
 #[cfg(test)]
 use spread::Traffic;
 pub use spread::{SAMPLES, even_shards, partition_of, partition_skew};
@@ -91,40 +96,160 @@ pub const ON_DEMAND_INITIAL_WRITES: u64 = 4000;
 /// the cooling previous one (`late_arrival_grace`, 15 min), by default.
 const OVERLAP_HOURS: f64 = 0.5;
 
-/// Prices in USD. Defaults are us-east-1 list prices (standard table class)
-/// after the November 2024 on-demand price cut; override them for another
-/// region or a later price list.
+/// Prices in USD. Defaults are the us-east-1 list prices in force since
+/// the on-demand price cut of 1 November 2024 (as published on DynamoDB's
+/// pricing pages, checked November 2026): Standard and
+/// Standard-Infrequent-Access table classes, PITR and export to S3.
+/// Override them for another region or a later price list (`--prices`,
+/// `--price`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Prices {
-    /// On-demand: per million write request units.
+    /// On-demand: per million write request units ($0.625).
     #[serde(default = "p_od_write")]
     pub on_demand_write_per_million: f64,
-    /// Provisioned: per WCU-hour.
+    /// On-demand: per million read request units ($0.125).
+    #[serde(default = "p_od_read")]
+    pub on_demand_read_per_million: f64,
+    /// Provisioned: per WCU-hour ($0.00065).
     #[serde(default = "p_wcu_hour")]
     pub provisioned_wcu_hour: f64,
-    /// Storage: per GB-month.
+    /// Provisioned: per RCU-hour ($0.00013).
+    #[serde(default = "p_rcu_hour")]
+    pub provisioned_rcu_hour: f64,
+    /// Storage: per GB-month ($0.25).
     #[serde(default = "p_storage")]
     pub storage_gb_month: f64,
+    /// Standard-IA on demand: per million write request units ($0.78).
+    #[serde(default = "p_ia_od_write")]
+    pub ia_on_demand_write_per_million: f64,
+    /// Standard-IA on demand: per million read request units ($0.155).
+    #[serde(default = "p_ia_od_read")]
+    pub ia_on_demand_read_per_million: f64,
+    /// Standard-IA provisioned: per WCU-hour ($0.00081).
+    #[serde(default = "p_ia_wcu_hour")]
+    pub ia_provisioned_wcu_hour: f64,
+    /// Standard-IA provisioned: per RCU-hour ($0.00016).
+    #[serde(default = "p_ia_rcu_hour")]
+    pub ia_provisioned_rcu_hour: f64,
+    /// Standard-IA storage: per GB-month ($0.10).
+    #[serde(default = "p_ia_storage")]
+    pub ia_storage_gb_month: f64,
+    /// Continuous backups (PITR): per GB-month of table size ($0.20).
+    #[serde(default = "p_pitr")]
+    pub pitr_gb_month: f64,
+    /// Export to S3: per GB of table size exported ($0.10).
+    #[serde(default = "p_export")]
+    pub export_gb: f64,
 }
 
 const fn p_od_write() -> f64 {
     0.625
 }
+const fn p_od_read() -> f64 {
+    0.125
+}
 const fn p_wcu_hour() -> f64 {
     0.00065
 }
+const fn p_rcu_hour() -> f64 {
+    0.00013
+}
 const fn p_storage() -> f64 {
     0.25
+}
+const fn p_ia_od_write() -> f64 {
+    0.78
+}
+const fn p_ia_od_read() -> f64 {
+    0.155
+}
+const fn p_ia_wcu_hour() -> f64 {
+    0.00081
+}
+const fn p_ia_rcu_hour() -> f64 {
+    0.00016
+}
+const fn p_ia_storage() -> f64 {
+    0.10
+}
+const fn p_pitr() -> f64 {
+    0.20
+}
+const fn p_export() -> f64 {
+    0.10
 }
 
 impl Default for Prices {
     fn default() -> Self {
         Prices {
             on_demand_write_per_million: p_od_write(),
+            on_demand_read_per_million: p_od_read(),
             provisioned_wcu_hour: p_wcu_hour(),
+            provisioned_rcu_hour: p_rcu_hour(),
             storage_gb_month: p_storage(),
+            ia_on_demand_write_per_million: p_ia_od_write(),
+            ia_on_demand_read_per_million: p_ia_od_read(),
+            ia_provisioned_wcu_hour: p_ia_wcu_hour(),
+            ia_provisioned_rcu_hour: p_ia_rcu_hour(),
+            ia_storage_gb_month: p_ia_storage(),
+            pitr_gb_month: p_pitr(),
+            export_gb: p_export(),
         }
+    }
+}
+
+impl Prices {
+    /// Every price with its name, as a price file spells it.
+    pub fn named(&self) -> [(&'static str, f64); 12] {
+        [
+            (
+                "on_demand_write_per_million",
+                self.on_demand_write_per_million,
+            ),
+            (
+                "on_demand_read_per_million",
+                self.on_demand_read_per_million,
+            ),
+            ("provisioned_wcu_hour", self.provisioned_wcu_hour),
+            ("provisioned_rcu_hour", self.provisioned_rcu_hour),
+            ("storage_gb_month", self.storage_gb_month),
+            (
+                "ia_on_demand_write_per_million",
+                self.ia_on_demand_write_per_million,
+            ),
+            (
+                "ia_on_demand_read_per_million",
+                self.ia_on_demand_read_per_million,
+            ),
+            ("ia_provisioned_wcu_hour", self.ia_provisioned_wcu_hour),
+            ("ia_provisioned_rcu_hour", self.ia_provisioned_rcu_hour),
+            ("ia_storage_gb_month", self.ia_storage_gb_month),
+            ("pitr_gb_month", self.pitr_gb_month),
+            ("export_gb", self.export_gb),
+        ]
+    }
+
+    /// Sets the price `name` (a price file's key); false when there is
+    /// none of that name.
+    pub fn set(&mut self, name: &str, value: f64) -> bool {
+        let slot = match name {
+            "on_demand_write_per_million" => &mut self.on_demand_write_per_million,
+            "on_demand_read_per_million" => &mut self.on_demand_read_per_million,
+            "provisioned_wcu_hour" => &mut self.provisioned_wcu_hour,
+            "provisioned_rcu_hour" => &mut self.provisioned_rcu_hour,
+            "storage_gb_month" => &mut self.storage_gb_month,
+            "ia_on_demand_write_per_million" => &mut self.ia_on_demand_write_per_million,
+            "ia_on_demand_read_per_million" => &mut self.ia_on_demand_read_per_million,
+            "ia_provisioned_wcu_hour" => &mut self.ia_provisioned_wcu_hour,
+            "ia_provisioned_rcu_hour" => &mut self.ia_provisioned_rcu_hour,
+            "ia_storage_gb_month" => &mut self.ia_storage_gb_month,
+            "pitr_gb_month" => &mut self.pitr_gb_month,
+            "export_gb" => &mut self.export_gb,
+            _ => return false,
+        };
+        *slot = value;
+        true
     }
 }
 
@@ -142,6 +267,18 @@ const fn default_max_queries() -> u32 {
 
 const fn default_quota() -> u32 {
     DEFAULT_TABLE_QUOTA
+}
+
+const fn default_target() -> f64 {
+    0.7
+}
+
+const fn default_scale_up_minutes() -> u32 {
+    5
+}
+
+const fn default_prefixes() -> u32 {
+    1
 }
 
 /// Most write shards the planner considers (reads would take that many
@@ -201,6 +338,36 @@ pub struct SizingInput {
     /// A config's layout, to judge beside the recommendation.
     #[serde(default)]
     pub current: Option<CurrentLayout>,
+    /// Hours a day the stream runs at its peak (the rest at the rate that
+    /// keeps the average). Unset: 1 hour when the peak is above the
+    /// average.
+    #[serde(default)]
+    pub peak_hours_per_day: Option<f64>,
+    /// Items read a day (queries of past periods, eventually consistent).
+    #[serde(default)]
+    pub reads_per_day: f64,
+    /// Auto scaling's target utilisation. Default 0.7.
+    #[serde(default = "default_target")]
+    pub autoscale_target: f64,
+    /// Minutes from the load rising until auto scaling's new capacity is
+    /// in force, per step. Default 5.
+    #[serde(default = "default_scale_up_minutes")]
+    pub scale_up_minutes: u32,
+    /// Price continuous backups (PITR) into every setup.
+    #[serde(default)]
+    pub pitr: bool,
+    /// Price an export to S3 of every table at expiry into every setup.
+    #[serde(default)]
+    pub export_at_expiry: bool,
+    /// Table prefixes (pipelines) sharing the account's table quota.
+    /// Default 1.
+    #[serde(default = "default_prefixes")]
+    pub prefixes: u32,
+    /// Capacity per lifecycle state, priced for provisioned setups (the
+    /// history tables' and the active tier's reads). Default: the config
+    /// defaults.
+    #[serde(default)]
+    pub tiers: CapacityTiers,
 }
 
 impl SizingInput {
@@ -221,6 +388,14 @@ impl SizingInput {
             max_queries_per_read: default_max_queries(),
             table_quota: default_quota(),
             current: None,
+            peak_hours_per_day: None,
+            reads_per_day: 0.0,
+            autoscale_target: default_target(),
+            scale_up_minutes: default_scale_up_minutes(),
+            pitr: false,
+            export_at_expiry: false,
+            prefixes: default_prefixes(),
+            tiers: CapacityTiers::default(),
         }
     }
 }
@@ -456,8 +631,12 @@ pub struct SizingPlan {
     pub config: Option<ConfigReview>,
     /// Kinesis shards.
     pub kinesis: KinesisSizing,
-    /// Monthly cost.
+    /// Monthly cost of writes and storage, provisioned at the peak or on
+    /// demand (the figures before setups were priced; kept for scripts).
     pub cost: Cost,
+    /// Every setup priced, the cheapest that meets the load and why, the
+    /// prices used and the table count.
+    pub pricing: Pricing,
     /// What the plan cannot promise, or assumed.
     pub warnings: Vec<String>,
     /// The arithmetic, one step per line.
@@ -588,6 +767,31 @@ fn check(input: &SizingInput) -> Result<(), SizingError> {
     if !(1..=MAX_TABLE_QUOTA).contains(&input.table_quota) {
         return invalid("table_quota", "must be 1 to 10,000 (DynamoDB's most)");
     }
+    if let Some(h) = input.peak_hours_per_day
+        && !(h.is_finite() && h > 0.0 && h <= 24.0)
+    {
+        return invalid("peak_hours_per_day", "must be more than 0 and at most 24");
+    }
+    if !input.reads_per_day.is_finite() || input.reads_per_day < 0.0 {
+        return invalid("reads_per_day", "must be 0 or more");
+    }
+    if !(input.autoscale_target.is_finite() && (0.2..=0.9).contains(&input.autoscale_target)) {
+        return invalid(
+            "autoscale_target",
+            "must be 0.2 to 0.9 (Application Auto Scaling's range for DynamoDB)",
+        );
+    }
+    if !(1..=60).contains(&input.scale_up_minutes) {
+        return invalid("scale_up_minutes", "must be 1 to 60");
+    }
+    if input.prefixes == 0 {
+        return invalid("prefixes", "must be at least 1");
+    }
+    for (name, price) in input.prices.named() {
+        if !price.is_finite() || price < 0.0 {
+            return invalid("prices", &format!("`{name}` must be a price of 0 or more"));
+        }
+    }
     if input.entities == Some(0) {
         return invalid("entities", "must be at least 1");
     }
@@ -612,11 +816,8 @@ pub fn recommend(input: &SizingInput) -> Result<SizingPlan, SizingError> {
     let evaluation = p.evaluate(&key, partitions, period);
     let kinesis = p.kinesis();
     let cost = p.cost(capacity, period);
-    let billing = if cost.on_demand_usd < cost.provisioned_usd {
-        BillingMode::OnDemand
-    } else {
-        BillingMode::Provisioned
-    };
+    let pricing = p.pricing(capacity, period, evaluation.tables_alive);
+    let billing = pricing.choice.setup.billing();
     let recommendation = Recommendation {
         key,
         period,
@@ -624,7 +825,7 @@ pub fn recommend(input: &SizingInput) -> Result<SizingPlan, SizingError> {
         active_write_capacity: capacity,
         table_partitions: partitions,
     };
-    let decisions = p.decisions(&recommendation, &evaluation, &cost);
+    let decisions = p.decisions(&recommendation, &evaluation, &pricing);
     let config = input
         .current
         .as_ref()
@@ -640,6 +841,7 @@ pub fn recommend(input: &SizingInput) -> Result<SizingPlan, SizingError> {
         config,
         kinesis,
         cost,
+        pricing,
         warnings: p.warnings,
         arithmetic: p.lines,
     })

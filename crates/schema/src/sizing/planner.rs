@@ -9,7 +9,7 @@ use super::*;
 /// The planner's working state: the input, the rates, and the lines and
 /// warnings written so far.
 pub(super) struct Planner<'a> {
-    input: &'a SizingInput,
+    pub(super) input: &'a SizingInput,
     pub(super) load: Load,
     traffic: Traffic,
     /// Partitions before any were added for the layout.
@@ -260,7 +260,7 @@ impl<'a> Planner<'a> {
 
     /// Tables alive at once: those of the retention, the current one and
     /// the prebuilt next one.
-    fn tables_alive(&self, period: Period) -> u64 {
+    pub(super) fn tables_alive(&self, period: Period) -> u64 {
         let retention_h = self.input.retention.as_secs_f64() / 3600.0;
         ceil_u64(retention_h / average_hours(period)) + 2
     }
@@ -416,7 +416,7 @@ impl<'a> Planner<'a> {
         &self,
         r: &Recommendation,
         e: &Evaluation,
-        cost: &Cost,
+        pricing: &Pricing,
     ) -> Vec<Decision> {
         let hot = thousands(self.load.hot_key_wcu);
         let head_room = wcu(self.load.hot_key_wcu as f64 * self.input.safety_factor);
@@ -502,33 +502,35 @@ impl<'a> Planner<'a> {
                 thousands(u64::from(self.input.table_quota))
             ),
         };
-        let billing = match r.billing {
-            BillingMode::Provisioned => Decision {
-                decision: "billing",
-                value: "provisioned".into(),
-                reason: format!(
-                    "{} WCU provisioned costs ${:.0}/month in writes, on demand ${:.0} at the average rate (list prices; reads not counted)",
-                    thousands(r.active_write_capacity),
-                    cost.provisioned_writes_usd,
-                    cost.on_demand_writes_usd
-                ),
-                trade_off: format!(
-                    "capacity is fixed per lifecycle state: set schema.tiers.active.write = {} (and prebuild, cooling); a peak above it is paced, not absorbed",
+        let choice = &pricing.choice;
+        let chosen = pricing
+            .setups
+            .iter()
+            .find(|s| s.setup == choice.setup && s.history_class == choice.history_class);
+        let class = choice.history_class.as_str();
+        let billing = Decision {
+            decision: "billing",
+            value: r.billing.as_str().into(),
+            reason: choice.reason.clone(),
+            trade_off: match choice.setup {
+                WriteSetup::ProvisionedFixed => format!(
+                    "capacity is fixed per lifecycle state: set schema.tiers.active.write = {} (and prebuild, cooling); a peak above it is paced, not absorbed; history tables in {class}",
                     r.active_write_capacity
                 ),
-            },
-            BillingMode::OnDemand => Decision {
-                decision: "billing",
-                value: "on_demand".into(),
-                reason: format!(
-                    "on demand costs ${:.0}/month in writes at the average rate, {} WCU provisioned ${:.0} (list prices; reads not counted)",
-                    cost.on_demand_writes_usd,
-                    thousands(r.active_write_capacity),
-                    cost.provisioned_writes_usd
+                WriteSetup::ProvisionedAutoscaled => format!(
+                    "the active table scales between {} and {} WCU at {:.0}% utilisation (a tier's auto scaling); a sudden peak is paced until the capacity follows; history tables in {class}",
+                    thousands(chosen.and_then(|s| s.min_write_capacity).unwrap_or(1)),
+                    thousands(chosen.and_then(|s| s.max_write_capacity).unwrap_or(1)),
+                    100.0 * self.input.autoscale_target
                 ),
-                trade_off: format!(
-                    "no capacity to manage, but a new table takes about 4,000 writes/s until it warms: set warm_write_units = {}",
-                    r.active_write_capacity.max(self.load.peak_wcu)
+                WriteSetup::OnDemand => format!(
+                    "no capacity to manage and nothing paid while idle, but each write costs more; a new table takes about 4,000 writes/s until it warms: set warm_write_units = {}, and a ceiling of {} write units/s caps the spend; history tables in {class}",
+                    r.active_write_capacity.max(self.load.peak_wcu),
+                    thousands(
+                        chosen
+                            .and_then(|s| s.max_write_units)
+                            .unwrap_or(r.active_write_capacity)
+                    )
                 ),
             },
         };

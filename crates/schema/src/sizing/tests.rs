@@ -304,3 +304,160 @@ fn thousands_separators() {
     assert_eq!(thousands(6000), "6,000");
     assert_eq!(thousands(1_234_567), "1,234,567");
 }
+
+/// The setup named `setup` with history in `class`.
+fn setup(p: &SizingPlan, setup: WriteSetup, class: HistoryClass) -> &SetupCost {
+    p.pricing
+        .setups
+        .iter()
+        .find(|s| s.setup == setup && s.history_class == class)
+        .unwrap()
+}
+
+/// Seed 000's 600 events/s, steady: the fixed capacity is 80% busy, far
+/// above the break-even, so provisioned at a fixed capacity wins; a month
+/// of history is cheaper in infrequent access.
+#[test]
+fn a_steady_load_is_cheapest_provisioned_fixed() {
+    let p = recommend(&input(600.0, 600.0, 180)).unwrap();
+    let c = &p.pricing.choice;
+    assert_eq!(c.setup, WriteSetup::ProvisionedFixed, "{:#?}", p.pricing);
+    assert_eq!(c.history_class, HistoryClass::StandardInfrequentAccess);
+    assert_eq!(p.recommendation.billing, BillingMode::Provisioned);
+    assert!(c.reason.contains("break-even"), "{}", c.reason);
+    // The figures are the arithmetic's: 750 WCU x (1 + 0.5 h / 24 h) x
+    // 730 h x $0.00065.
+    let fixed = setup(&p, WriteSetup::ProvisionedFixed, HistoryClass::Standard);
+    assert!((fixed.writes_usd - 750.0 * (1.0 + 0.5 / 24.0) * 730.0 * 0.00065).abs() < 0.01);
+    let od = setup(&p, WriteSetup::OnDemand, HistoryClass::Standard);
+    assert!((od.writes_usd - 600.0 * 730.0 * 3600.0 / 1e6 * 0.625).abs() < 0.01);
+    assert!(od.total_usd > fixed.total_usd);
+    // Steady: auto scaling at 70% holds more than the 80% of fixed.
+    let auto = setup(
+        &p,
+        WriteSetup::ProvisionedAutoscaled,
+        HistoryClass::Standard,
+    );
+    assert!(auto.meets_load && auto.total_usd > fixed.total_usd);
+    // Standard-IA history: 30 of 31 days at $0.10 instead of $0.25.
+    let ia = setup(
+        &p,
+        WriteSetup::ProvisionedFixed,
+        HistoryClass::StandardInfrequentAccess,
+    );
+    let gb = p.pricing.stored_gb - p.pricing.current_gb;
+    assert!((fixed.storage_usd - ia.storage_usd - gb * 0.15).abs() < 0.02);
+    assert_eq!(c.total_usd, ia.total_usd);
+}
+
+/// The same kind of stream with its day in one 15-minute burst to 5,000/s:
+/// capacity held for the burst idles, auto scaling cannot reach it in
+/// time, so on demand wins.
+#[test]
+fn a_spiky_load_is_cheapest_on_demand() {
+    let mut i = input(100.0, 5000.0, 180);
+    i.peak_hours_per_day = Some(0.25);
+    let p = recommend(&i).unwrap();
+    let c = &p.pricing.choice;
+    assert_eq!(c.setup, WriteSetup::OnDemand, "{:#?}", p.pricing);
+    assert_eq!(p.recommendation.billing, BillingMode::OnDemand);
+    assert!(c.reason.contains("idle"), "{}", c.reason);
+    assert!(
+        c.reason.contains("auto scaling cannot follow"),
+        "{}",
+        c.reason
+    );
+    let auto = setup(
+        &p,
+        WriteSetup::ProvisionedAutoscaled,
+        HistoryClass::Standard,
+    );
+    assert!(!auto.meets_load, "{auto:?}");
+    // Cheaper, but it does not meet the load: not chosen.
+    assert!(auto.total_usd < c.total_usd);
+    let od = setup(&p, WriteSetup::OnDemand, HistoryClass::Standard);
+    assert!(od.max_write_units.unwrap() >= 5000);
+}
+
+/// An eight-hour daily plateau at twice the base: capacity follows it
+/// within minutes and falls off-peak, so auto scaling beats both.
+#[test]
+fn a_long_daily_peak_is_cheapest_auto_scaled() {
+    let mut i = input(1500.0, 3000.0, 180);
+    i.peak_hours_per_day = Some(8.0);
+    i.peak_key_events_per_sec = Some(10.0);
+    let p = recommend(&i).unwrap();
+    let c = &p.pricing.choice;
+    assert_eq!(
+        c.setup,
+        WriteSetup::ProvisionedAutoscaled,
+        "{:#?}",
+        p.pricing
+    );
+    assert!(c.reason.contains("follows"), "{}", c.reason);
+    let auto = setup(&p, WriteSetup::ProvisionedAutoscaled, c.history_class);
+    assert!(auto.catch_up_minutes.unwrap() < 8 * 60);
+    assert_eq!(auto.min_write_capacity, Some(1072));
+    assert_eq!(auto.max_write_capacity, Some(4286));
+}
+
+/// PITR and export are priced beside and added to every total when asked.
+#[test]
+fn pitr_and_export_are_priced_and_added_when_asked() {
+    let base = recommend(&input(600.0, 600.0, 180)).unwrap();
+    let gb = base.pricing.stored_gb;
+    assert!((base.pricing.pitr_usd - gb * 0.20).abs() < 0.01);
+    let mut i = input(600.0, 600.0, 180);
+    i.pitr = true;
+    i.export_at_expiry = true;
+    let p = recommend(&i).unwrap();
+    let extra = p.pricing.pitr_usd + p.pricing.export_usd;
+    for (a, b) in base.pricing.setups.iter().zip(&p.pricing.setups) {
+        assert!(
+            (b.total_usd - a.total_usd - extra).abs() < 0.02,
+            "{a:?} {b:?}"
+        );
+    }
+}
+
+/// Hourly tables kept 30 days by many prefixes pass the 10,000 tables an
+/// account may have.
+#[test]
+fn the_table_count_covers_every_prefix() {
+    let mut i = input(600.0, 600.0, 180);
+    i.prefixes = 400;
+    let p = recommend(&i).unwrap();
+    let t = &p.pricing.tables;
+    assert_eq!(t.total, t.per_prefix * 400);
+    assert!(t.total > 10_000);
+    assert!(
+        p.warnings.iter().any(|w| w.contains("10,000")),
+        "{:?}",
+        p.warnings
+    );
+}
+
+#[test]
+fn invalid_cost_input_names_the_field() {
+    let field = |f: &dyn Fn(&mut SizingInput)| {
+        let mut i = input(100.0, 200.0, 100);
+        f(&mut i);
+        match recommend(&i) {
+            Err(SizingError::Invalid { field, .. }) => field,
+            Ok(_) => "accepted",
+        }
+    };
+    assert_eq!(
+        field(&|i| i.peak_hours_per_day = Some(0.0)),
+        "peak_hours_per_day"
+    );
+    assert_eq!(
+        field(&|i| i.peak_hours_per_day = Some(25.0)),
+        "peak_hours_per_day"
+    );
+    assert_eq!(field(&|i| i.reads_per_day = -1.0), "reads_per_day");
+    assert_eq!(field(&|i| i.autoscale_target = 0.95), "autoscale_target");
+    assert_eq!(field(&|i| i.scale_up_minutes = 0), "scale_up_minutes");
+    assert_eq!(field(&|i| i.prefixes = 0), "prefixes");
+    assert_eq!(field(&|i| i.prices.export_gb = f64::NAN), "prices");
+}

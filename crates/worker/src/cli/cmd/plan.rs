@@ -7,8 +7,8 @@ use std::fmt::Write as _;
 use anyhow::{Context, Result};
 use tidemark_schema::route::{Router, RouterConfig};
 use tidemark_schema::sizing::{
-    BillingMode, CurrentLayout, SizingError, SizingInput, SizingPlan, item_bytes_of_sample,
-    recommend, thousands,
+    BillingMode, CurrentLayout, Prices, SizingError, SizingInput, SizingPlan, WriteSetup,
+    item_bytes_of_sample, recommend, thousands,
 };
 use tidemark_schema::strategy::KeyStrategy;
 
@@ -65,6 +65,38 @@ pub(crate) struct Args {
     /// quota; 10,000 at most on request).
     #[arg(long, default_value_t = 2500)]
     table_quota: u32,
+    /// Hours a day the stream runs at its peak (the rest at the rate that
+    /// keeps the average); decides between auto scaling and on demand.
+    /// Default: 1 when the peak is above the average.
+    #[arg(long)]
+    peak_hours_per_day: Option<f64>,
+    /// Items read a day (queries of past periods, eventually consistent).
+    #[arg(long, default_value_t = 0.0)]
+    reads_per_day: f64,
+    /// Minutes from the load rising until auto scaling's new capacity is in
+    /// force, per step.
+    #[arg(long, default_value_t = 5)]
+    scale_up_minutes: u32,
+    /// Auto scaling's target utilisation.
+    #[arg(long, default_value_t = 0.7)]
+    autoscale_target: f64,
+    /// Add continuous backups (PITR) of every table to every setup's cost.
+    #[arg(long)]
+    pitr: bool,
+    /// Add an export to S3 of every table at expiry to every setup's cost.
+    #[arg(long)]
+    export_at_expiry: bool,
+    /// Table prefixes (pipelines) sharing the account's table quota.
+    #[arg(long, default_value_t = 1)]
+    prefixes: u32,
+    /// A price file (TOML, `name = USD` per line; see `docs/cli.md`): prices
+    /// for another region or a later price list. Unset prices keep the
+    /// us-east-1 list prices.
+    #[arg(long, value_name = "FILE")]
+    prices: Option<std::path::PathBuf>,
+    /// One price, `NAME=USD` (the price file's names); after --prices.
+    #[arg(long = "price", value_name = "NAME=USD")]
+    price: Vec<String>,
     /// Former spelling of the global `--output json`.
     #[arg(long, hide = true)]
     json: bool,
@@ -84,6 +116,12 @@ fn flag_of(field: &str) -> &'static str {
         "max_queries_per_read" => "--max-queries-per-read",
         "table_quota" => "--table-quota",
         "entities" => "--entities",
+        "peak_hours_per_day" => "--peak-hours-per-day",
+        "reads_per_day" => "--reads-per-day",
+        "autoscale_target" => "--autoscale-target",
+        "scale_up_minutes" => "--scale-up-minutes",
+        "prefixes" => "--prefixes",
+        "prices" => "--prices/--price",
         _ => "plan",
     }
 }
@@ -119,8 +157,20 @@ pub(crate) fn run(args: &Args) -> Result<()> {
     input.max_partition_skew = args.max_partition_skew;
     input.max_queries_per_read = args.max_queries_per_read;
     input.table_quota = args.table_quota;
+    input.peak_hours_per_day = args.peak_hours_per_day;
+    input.reads_per_day = args.reads_per_day;
+    input.scale_up_minutes = args.scale_up_minutes;
+    input.autoscale_target = args.autoscale_target;
+    input.pitr = args.pitr;
+    input.export_at_expiry = args.export_at_expiry;
+    input.prefixes = args.prefixes;
+    input.prices = prices(args)?;
     if let Some((source, (schema, extras))) = &routing {
         input.retention = schema.retention;
+        // Provisioned setups price the config's tiers. Hook: a tier's auto
+        // scaling, on-demand ceiling and table class are priced from the
+        // plan's own choice, not read from the config.
+        input.tiers = extras.tiers;
         input.current = Some(CurrentLayout {
             source: source.clone(),
             key: schema.key.clone(),
@@ -167,6 +217,41 @@ pub(crate) fn run(args: &Args) -> Result<()> {
         }
         Output::Table => render::print_text(&text(&plan, &input)),
     }
+}
+
+/// The prices: the list prices, then the price file, then each `--price`.
+fn prices(args: &Args) -> Result<Prices> {
+    let mut prices = match &args.prices {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading the price file {}", path.display()))?;
+            toml::from_str::<Prices>(&text).map_err(|e| {
+                super::Usage(format!(
+                    "--prices {}: {}",
+                    path.display(),
+                    e.message().trim_end()
+                ))
+            })?
+        }
+        None => Prices::default(),
+    };
+    for p in &args.price {
+        let parsed = p
+            .split_once('=')
+            .and_then(|(k, v)| v.trim().parse::<f64>().ok().map(|v| (k.trim(), v)));
+        let Some((name, value)) = parsed else {
+            return Err(super::Usage(format!("--price {p}: expected NAME=USD")).into());
+        };
+        if !prices.set(name, value) {
+            let names: Vec<&str> = prices.named().iter().map(|(n, _)| *n).collect();
+            return Err(super::Usage(format!(
+                "--price {name}: no such price (one of {})",
+                names.join(", ")
+            ))
+            .into());
+        }
+    }
+    Ok(prices)
 }
 
 /// The plan for people: the decisions with their reasons and trade-offs,
@@ -242,17 +327,116 @@ fn text(p: &SizingPlan, input: &SizingInput) -> String {
         "\nKinesis shards: {} ({} for the records/s, {} for the bytes/s)",
         k.shards, k.shards_by_records, k.shards_by_bytes
     );
-    let c = &p.cost;
-    let _ = writeln!(
-        s,
-        "Monthly cost, writes and storage at list prices: provisioned ${:.2}, on demand ${:.2} ({:.1} GB stored)",
-        c.provisioned_usd, c.on_demand_usd, c.stored_gb
-    );
+    cost_text(&mut s, p, input);
     let _ = writeln!(s, "\nHow:");
     for line in &p.arithmetic {
         let _ = writeln!(s, "  {line}");
     }
     s
+}
+
+/// The setups priced, the cheapest that meets the load and why, the
+/// extras, the prices used and the table count.
+fn cost_text(s: &mut String, p: &SizingPlan, input: &SizingInput) {
+    let c = &p.pricing;
+    let _ = writeln!(
+        s,
+        "\nMonthly cost ({:.1} GB stored, {} items read a day; USD):",
+        c.stored_gb,
+        num(c.reads_per_day)
+    );
+    let rows = c
+        .setups
+        .iter()
+        .map(|x| {
+            vec![
+                x.setup.as_str().to_string(),
+                x.history_class.as_str().to_string(),
+                format!("{:.2}", x.writes_usd),
+                format!("{:.2}", x.reads_and_history_usd),
+                format!("{:.2}", x.storage_usd),
+                format!("{:.2}", x.total_usd),
+                if x.meets_load { "yes" } else { "no" }.to_string(),
+                x.note.clone(),
+            ]
+        })
+        .collect();
+    let table = render::table(
+        Some(&[
+            "SETUP",
+            "HISTORY",
+            "WRITES",
+            "READS+TABLES",
+            "STORAGE",
+            "TOTAL",
+            "MEETS",
+            "NOTE",
+        ]),
+        rows,
+        &[2, 3, 4, 5],
+    );
+    for line in table.lines() {
+        let _ = writeln!(s, "  {line}");
+    }
+    let _ = writeln!(
+        s,
+        "  PITR ${:.2}/month{}; export at expiry ${:.2}/month{} (S3 storage not included)",
+        c.pitr_usd,
+        if c.pitr {
+            " (in the totals)"
+        } else {
+            " (add with --pitr)"
+        },
+        c.export_usd,
+        if c.export_at_expiry {
+            " (in the totals)"
+        } else {
+            " (add with --export-at-expiry)"
+        }
+    );
+    let ch = &c.choice;
+    let _ = writeln!(
+        s,
+        "\nCheapest that meets the load: {} with {} history, ${:.2}/month",
+        ch.setup.as_str(),
+        ch.history_class.as_str(),
+        ch.total_usd
+    );
+    let _ = writeln!(s, "  why: {}", ch.reason);
+    if ch.setup == WriteSetup::ProvisionedAutoscaled
+        && let Some(x) = c
+            .setups
+            .iter()
+            .find(|x| x.setup == ch.setup && x.history_class == ch.history_class)
+    {
+        let _ = writeln!(
+            s,
+            "  auto scaling for the active tier: min {} WCU, max {} WCU, target {:.2}",
+            thousands(x.min_write_capacity.unwrap_or(1)),
+            thousands(x.max_write_capacity.unwrap_or(1)),
+            input.autoscale_target
+        );
+    }
+    let t = &c.tables;
+    let _ = writeln!(
+        s,
+        "Tables: {} per prefix x {} = {} of the account's {} (DynamoDB allows 10,000 at most)",
+        thousands(t.per_prefix),
+        t.prefixes,
+        thousands(t.total),
+        thousands(u64::from(t.quota))
+    );
+    let prices: Vec<String> = c
+        .prices
+        .named()
+        .iter()
+        .map(|(n, v)| format!("{n} = {v}"))
+        .collect();
+    let _ = writeln!(
+        s,
+        "Prices (USD; us-east-1 list prices since 2024-11-01 unless overridden): {}",
+        prices.join(", ")
+    );
 }
 
 /// A rate as given, with separators for whole numbers.
