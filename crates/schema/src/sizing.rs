@@ -199,57 +199,54 @@ impl Default for Prices {
     }
 }
 
+/// A price's slot in [`Prices`].
+type PriceSlot = fn(&mut Prices) -> &mut f64;
+
+/// Every price by the name a price file gives it.
+const PRICE_NAMES: [(&str, PriceSlot); 12] = [
+    ("on_demand_write_per_million", |p| {
+        &mut p.on_demand_write_per_million
+    }),
+    ("on_demand_read_per_million", |p| {
+        &mut p.on_demand_read_per_million
+    }),
+    ("provisioned_wcu_hour", |p| &mut p.provisioned_wcu_hour),
+    ("provisioned_rcu_hour", |p| &mut p.provisioned_rcu_hour),
+    ("storage_gb_month", |p| &mut p.storage_gb_month),
+    ("ia_on_demand_write_per_million", |p| {
+        &mut p.ia_on_demand_write_per_million
+    }),
+    ("ia_on_demand_read_per_million", |p| {
+        &mut p.ia_on_demand_read_per_million
+    }),
+    ("ia_provisioned_wcu_hour", |p| {
+        &mut p.ia_provisioned_wcu_hour
+    }),
+    ("ia_provisioned_rcu_hour", |p| {
+        &mut p.ia_provisioned_rcu_hour
+    }),
+    ("ia_storage_gb_month", |p| &mut p.ia_storage_gb_month),
+    ("pitr_gb_month", |p| &mut p.pitr_gb_month),
+    ("export_gb", |p| &mut p.export_gb),
+];
+
 impl Prices {
     /// Every price with its name, as a price file spells it.
     pub fn named(&self) -> [(&'static str, f64); 12] {
-        [
-            (
-                "on_demand_write_per_million",
-                self.on_demand_write_per_million,
-            ),
-            (
-                "on_demand_read_per_million",
-                self.on_demand_read_per_million,
-            ),
-            ("provisioned_wcu_hour", self.provisioned_wcu_hour),
-            ("provisioned_rcu_hour", self.provisioned_rcu_hour),
-            ("storage_gb_month", self.storage_gb_month),
-            (
-                "ia_on_demand_write_per_million",
-                self.ia_on_demand_write_per_million,
-            ),
-            (
-                "ia_on_demand_read_per_million",
-                self.ia_on_demand_read_per_million,
-            ),
-            ("ia_provisioned_wcu_hour", self.ia_provisioned_wcu_hour),
-            ("ia_provisioned_rcu_hour", self.ia_provisioned_rcu_hour),
-            ("ia_storage_gb_month", self.ia_storage_gb_month),
-            ("pitr_gb_month", self.pitr_gb_month),
-            ("export_gb", self.export_gb),
-        ]
+        let mut copy = *self;
+        PRICE_NAMES.map(|(name, slot)| (name, *slot(&mut copy)))
     }
 
     /// Sets the price `name` (a price file's key); false when there is
     /// none of that name.
     pub fn set(&mut self, name: &str, value: f64) -> bool {
-        let slot = match name {
-            "on_demand_write_per_million" => &mut self.on_demand_write_per_million,
-            "on_demand_read_per_million" => &mut self.on_demand_read_per_million,
-            "provisioned_wcu_hour" => &mut self.provisioned_wcu_hour,
-            "provisioned_rcu_hour" => &mut self.provisioned_rcu_hour,
-            "storage_gb_month" => &mut self.storage_gb_month,
-            "ia_on_demand_write_per_million" => &mut self.ia_on_demand_write_per_million,
-            "ia_on_demand_read_per_million" => &mut self.ia_on_demand_read_per_million,
-            "ia_provisioned_wcu_hour" => &mut self.ia_provisioned_wcu_hour,
-            "ia_provisioned_rcu_hour" => &mut self.ia_provisioned_rcu_hour,
-            "ia_storage_gb_month" => &mut self.ia_storage_gb_month,
-            "pitr_gb_month" => &mut self.pitr_gb_month,
-            "export_gb" => &mut self.export_gb,
-            _ => return false,
-        };
-        *slot = value;
-        true
+        match PRICE_NAMES.iter().find(|(n, _)| *n == name) {
+            Some((_, slot)) => {
+                *slot(self) = value;
+                true
+            }
+            None => false,
+        }
     }
 }
 

@@ -461,3 +461,15 @@ fn invalid_cost_input_names_the_field() {
     assert_eq!(field(&|i| i.prefixes = 0), "prefixes");
     assert_eq!(field(&|i| i.prices.export_gb = f64::NAN), "prices");
 }
+
+/// Every price a flag names is the price file's key of the same name.
+#[test]
+fn price_names_are_the_price_file_keys() {
+    for (name, _) in Prices::default().named() {
+        let from_file: Prices = toml::from_str(&format!("{name} = 9.5")).unwrap();
+        let mut by_flag = Prices::default();
+        assert!(by_flag.set(name, 9.5), "{name}");
+        assert_eq!(from_file, by_flag, "{name}");
+    }
+    assert!(!Prices::default().set("nope", 1.0));
+}
