@@ -473,3 +473,11 @@ fn price_names_are_the_price_file_keys() {
     }
     assert!(!Prices::default().set("nope", 1.0));
 }
+
+/// The shipped price file is the defaults, so a copy starts from them.
+#[test]
+fn the_shipped_price_file_is_the_defaults() {
+    let text = include_str!("../../../../deploy/prices-us-east-1.toml");
+    let file: Prices = toml::from_str(text).unwrap();
+    assert_eq!(file, Prices::default());
+}
