@@ -938,6 +938,54 @@ async fn verify_of_events_never_stored_exits_1() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("missing 1"));
 }
 
+/// `tables list` shows each table's billing mode, class, capacity or
+/// ceiling and estimated monthly cost at the planner's list prices, or at
+/// the prices given. (Fails before the listing priced tables: no
+/// `billing`, `table_class` or `monthly_usd`.)
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn tables_list_shows_billing_class_and_monthly_cost() {
+    let env = setup().await;
+    env.output(&["tables", "ensure"]);
+    let list = |extra: &[&str]| -> Vec<Value> {
+        let mut args = vec!["tables", "list", "-o", "json"];
+        args.extend(extra);
+        let v: Value = serde_json::from_str(&env.output(&args)).unwrap();
+        v.as_array().unwrap().clone()
+    };
+    let tables = list(&[]);
+    assert!(!tables.is_empty());
+    for t in &tables {
+        assert_eq!(t["billing"], "provisioned", "{t}");
+        assert_eq!(t["table_class"], "standard", "{t}");
+        let c = &t["capacity"];
+        let (r, w) = (c["read"].as_f64().unwrap(), c["write"].as_f64().unwrap());
+        let gb = t["size_bytes"].as_f64().unwrap() / 1e9;
+        let expect = (r * 0.00013 + w * 0.00065) * 730.0 + gb * 0.25;
+        let got = t["monthly_usd"].as_f64().unwrap();
+        assert!((got - expect).abs() < 0.01, "{got} != {expect}: {t}");
+        assert!(w > 0.0, "{t}");
+    }
+    // The planner's prices: capacity free, only reads and storage left.
+    for t in list(&["--price", "provisioned_wcu_hour=0"]) {
+        let c = &t["capacity"];
+        let gb = t["size_bytes"].as_f64().unwrap() / 1e9;
+        let expect = c["read"].as_f64().unwrap() * 0.00013 * 730.0 + gb * 0.25;
+        assert!(
+            (t["monthly_usd"].as_f64().unwrap() - expect).abs() < 0.01,
+            "{t}"
+        );
+    }
+    let text = env.output(&["tables", "list"]);
+    let header = text.lines().next().unwrap_or_default();
+    for col in ["BILLING", "CLASS", "CEILING", "USD/MONTH"] {
+        assert!(header.contains(col), "{col}: {text}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 #[cfg_attr(
     not(feature = "stack"),
