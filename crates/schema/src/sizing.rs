@@ -55,7 +55,9 @@ use crate::size::{self, WCU_BYTES};
 use crate::strategy::{Bucket, KeyStrategy};
 
 use planner::Planner;
-pub use pricing::{Choice, HistoryClass, LoadShape, Pricing, SetupCost, TableCount, WriteSetup};
+pub use pricing::{
+    Choice, HistoryClass, LoadShape, Pricing, SetupCost, TableCount, WriteSetup, table_monthly_usd,
+};
 #[cfg(test)]
 use spread::Traffic;
 pub use spread::{SAMPLES, even_shards, partition_of, partition_skew};

@@ -748,6 +748,34 @@ impl Planner<'_> {
     }
 }
 
+/// A table's estimated monthly cost at `prices`: its provisioned capacity
+/// all month (`None`: on demand, requests not included) and its storage,
+/// at its class's prices.
+pub fn table_monthly_usd(
+    prices: &Prices,
+    capacity: Option<(u64, u64)>,
+    infrequent_access: bool,
+    size_bytes: u64,
+) -> f64 {
+    let (rcu_h, wcu_h, gb_month) = if infrequent_access {
+        (
+            prices.ia_provisioned_rcu_hour,
+            prices.ia_provisioned_wcu_hour,
+            prices.ia_storage_gb_month,
+        )
+    } else {
+        (
+            prices.provisioned_rcu_hour,
+            prices.provisioned_wcu_hour,
+            prices.storage_gb_month,
+        )
+    };
+    let capacity_usd = capacity.map_or(0.0, |(read, write)| {
+        (read as f64 * rcu_h + write as f64 * wcu_h) * HOURS_PER_MONTH
+    });
+    round2(capacity_usd + size_bytes as f64 / 1e9 * gb_month)
+}
+
 fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
@@ -778,6 +806,16 @@ mod tests {
         let burst = autoscale(48.0, 5000.0, 15, 0.7, 5);
         assert!(burst.catch_up.is_none_or(|c| c > 15));
         assert!(burst.backlog > 50_000.0, "{}", burst.backlog);
+    }
+
+    #[test]
+    fn a_table_costs_its_capacity_and_storage() {
+        let p = Prices::default();
+        let active = table_monthly_usd(&p, Some((300, 1000)), false, 2_000_000_000);
+        assert!((active - ((300.0 * 0.00013 + 1000.0 * 0.00065) * 730.0 + 0.5)).abs() < 0.01);
+        let ia = table_monthly_usd(&p, Some((1, 1)), true, 10_000_000_000);
+        assert!((ia - ((0.00016 + 0.00081) * 730.0 + 1.0)).abs() < 0.01);
+        assert!((table_monthly_usd(&p, None, false, 4_000_000_000) - 1.0).abs() < 1e-9);
     }
 
     #[test]

@@ -83,6 +83,14 @@ pub struct TableInfo {
     /// The late backlog workers report for it (items waiting in writers).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backlog: Option<Backlog>,
+    /// Table class: `standard` or `standard_infrequent_access`.
+    pub table_class: String,
+    /// On demand: the most write request units/s DynamoDB lets it take
+    /// (`OnDemandThroughput`), when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_write_units: Option<u64>,
+    /// Size DynamoDB reports (refreshed about every six hours), bytes.
+    pub size_bytes: u64,
     /// Table ARN.
     #[serde(skip)]
     pub arn: String,

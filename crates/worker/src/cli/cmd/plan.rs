@@ -89,17 +89,25 @@ pub(crate) struct Args {
     /// Table prefixes (pipelines) sharing the account's table quota.
     #[arg(long, default_value_t = 1)]
     prefixes: u32,
-    /// A price file (TOML, `name = USD` per line; see `docs/cli.md`): prices
-    /// for another region or a later price list. Unset prices keep the
-    /// us-east-1 list prices.
-    #[arg(long, value_name = "FILE")]
-    prices: Option<std::path::PathBuf>,
-    /// One price, `NAME=USD` (the price file's names); after --prices.
-    #[arg(long = "price", value_name = "NAME=USD")]
-    price: Vec<String>,
+    #[command(flatten)]
+    prices: PriceArgs,
     /// Former spelling of the global `--output json`.
     #[arg(long, hide = true)]
     json: bool,
+}
+
+/// Prices to use instead of the us-east-1 list prices (`plan`, `tables
+/// list`).
+#[derive(Debug, clap::Args)]
+pub(crate) struct PriceArgs {
+    /// A price file (TOML, `name = USD` per line; see `docs/cli.md`): prices
+    /// for another region or a later price list. Unset prices keep the
+    /// us-east-1 list prices.
+    #[arg(long, value_name = "FILE", global = true)]
+    prices: Option<std::path::PathBuf>,
+    /// One price, `NAME=USD` (the price file's names); after --prices.
+    #[arg(long = "price", value_name = "NAME=USD", global = true)]
+    price: Vec<String>,
 }
 
 /// The flag of a planner input field, for usage errors.
@@ -164,7 +172,7 @@ pub(crate) fn run(args: &Args) -> Result<()> {
     input.pitr = args.pitr;
     input.export_at_expiry = args.export_at_expiry;
     input.prefixes = args.prefixes;
-    input.prices = prices(args)?;
+    input.prices = args.prices.prices()?;
     if let Some((source, (schema, extras))) = &routing {
         input.retention = schema.retention;
         // Provisioned setups price the config's tiers. Hook: a tier's auto
@@ -219,39 +227,42 @@ pub(crate) fn run(args: &Args) -> Result<()> {
     }
 }
 
-/// The prices: the list prices, then the price file, then each `--price`.
-fn prices(args: &Args) -> Result<Prices> {
-    let mut prices = match &args.prices {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading the price file {}", path.display()))?;
-            toml::from_str::<Prices>(&text).map_err(|e| {
-                super::Usage(format!(
-                    "--prices {}: {}",
-                    path.display(),
-                    e.message().trim_end()
-                ))
-            })?
-        }
-        None => Prices::default(),
-    };
-    for p in &args.price {
-        let parsed = p
-            .split_once('=')
-            .and_then(|(k, v)| v.trim().parse::<f64>().ok().map(|v| (k.trim(), v)));
-        let Some((name, value)) = parsed else {
-            return Err(super::Usage(format!("--price {p}: expected NAME=USD")).into());
+impl PriceArgs {
+    /// The prices: the list prices, then the price file, then each `--price`.
+    pub(crate) fn prices(&self) -> Result<Prices> {
+        let args = self;
+        let mut prices = match &args.prices {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading the price file {}", path.display()))?;
+                toml::from_str::<Prices>(&text).map_err(|e| {
+                    super::Usage(format!(
+                        "--prices {}: {}",
+                        path.display(),
+                        e.message().trim_end()
+                    ))
+                })?
+            }
+            None => Prices::default(),
         };
-        if !prices.set(name, value) {
-            let names: Vec<&str> = prices.named().iter().map(|(n, _)| *n).collect();
-            return Err(super::Usage(format!(
-                "--price {name}: no such price (one of {})",
-                names.join(", ")
-            ))
-            .into());
+        for p in &args.price {
+            let parsed = p
+                .split_once('=')
+                .and_then(|(k, v)| v.trim().parse::<f64>().ok().map(|v| (k.trim(), v)));
+            let Some((name, value)) = parsed else {
+                return Err(super::Usage(format!("--price {p}: expected NAME=USD")).into());
+            };
+            if !prices.set(name, value) {
+                let names: Vec<&str> = prices.named().iter().map(|(n, _)| *n).collect();
+                return Err(super::Usage(format!(
+                    "--price {name}: no such price (one of {})",
+                    names.join(", ")
+                ))
+                .into());
+            }
         }
+        Ok(prices)
     }
-    Ok(prices)
 }
 
 /// The plan for people: the decisions with their reasons and trade-offs,

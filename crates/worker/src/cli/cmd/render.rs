@@ -178,12 +178,14 @@ fn state_cell(t: &TableInfo) -> Result<String> {
         .to_string())
 }
 
-/// `tables list`: TABLE PERIOD STATE STATUS RCU WCU.
+/// `tables list`: TABLE PERIOD STATE STATUS RCU WCU BILLING CLASS CEILING
+/// GB USD/MONTH (on demand: storage only, marked `+requests`).
 pub(crate) fn tables_list_rows(
-    tables: &[TableInfo],
-) -> Result<([&'static str; 6], Vec<Vec<String>>)> {
+    tables: &[super::tables::Listed],
+) -> Result<([&'static str; 11], Vec<Vec<String>>)> {
     let mut rows = Vec::with_capacity(tables.len());
-    for t in tables {
+    for l in tables {
+        let t = l.table;
         let (r, w) = capacity_cells(t);
         rows.push(vec![
             t.name.clone(),
@@ -192,9 +194,37 @@ pub(crate) fn tables_list_rows(
             t.status.clone(),
             r,
             w,
+            l.billing.to_string(),
+            match t.table_class.as_str() {
+                "standard_infrequent_access" => "standard_ia".to_string(),
+                c => c.to_string(),
+            },
+            t.max_write_units
+                .map_or_else(|| "-".to_string(), |n| n.to_string()),
+            format!("{:.2}", t.size_bytes as f64 / 1e9),
+            if l.monthly_usd_includes_requests {
+                format!("{:.2}", l.monthly_usd)
+            } else {
+                format!("{:.2}+requests", l.monthly_usd)
+            },
         ]);
     }
-    Ok((["TABLE", "PERIOD", "STATE", "STATUS", "RCU", "WCU"], rows))
+    Ok((
+        [
+            "TABLE",
+            "PERIOD",
+            "STATE",
+            "STATUS",
+            "RCU",
+            "WCU",
+            "BILLING",
+            "CLASS",
+            "CEILING",
+            "GB",
+            "USD/MONTH",
+        ],
+        rows,
+    ))
 }
 
 /// `status`' table section: TABLE PERIOD STATE RCU WCU.

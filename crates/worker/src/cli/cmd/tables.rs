@@ -2,9 +2,11 @@
 
 use crate::config::Config;
 use crate::maintenance::RoundKind;
+use crate::maintenance::TableInfo;
 use crate::maintenance::TableManager;
 use anyhow::Result;
 use chrono::{DateTime, Utc};
+use tidemark_schema::sizing::{Prices, table_monthly_usd};
 
 use super::render::{self, Output, outln};
 
@@ -26,6 +28,44 @@ pub(crate) struct Args {
     /// Former spelling of the global `--output json`.
     #[arg(long, global = true, hide = true)]
     json: bool,
+    /// Prices for `list`'s monthly cost.
+    #[command(flatten)]
+    prices: super::plan::PriceArgs,
+}
+
+/// A listed table with its billing mode and estimated monthly cost.
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct Listed<'a> {
+    #[serde(flatten)]
+    pub(crate) table: &'a TableInfo,
+    /// `provisioned` or `on_demand`.
+    pub(crate) billing: &'static str,
+    /// Capacity all month (provisioned) and storage at the class's prices,
+    /// USD; on demand, storage only.
+    pub(crate) monthly_usd: f64,
+    /// False for on-demand tables: their requests are not in `monthly_usd`.
+    pub(crate) monthly_usd_includes_requests: bool,
+}
+
+impl<'a> Listed<'a> {
+    fn new(table: &'a TableInfo, prices: &Prices) -> Self {
+        let capacity = table.capacity.map(|c| (c.read, c.write));
+        Listed {
+            table,
+            billing: if capacity.is_some() {
+                "provisioned"
+            } else {
+                "on_demand"
+            },
+            monthly_usd: table_monthly_usd(
+                prices,
+                capacity,
+                table.table_class == "standard_infrequent_access",
+                table.size_bytes,
+            ),
+            monthly_usd_includes_requests: capacity.is_some(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, clap::Subcommand)]
@@ -49,11 +89,13 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
     });
     let kind = match args.action {
         Action::List => {
-            let tables = manager.list(now).await?;
+            let prices = args.prices.prices()?;
+            let listed = manager.list(now).await?;
+            let tables: Vec<Listed> = listed.iter().map(|t| Listed::new(t, &prices)).collect();
             match output {
                 Output::Table | Output::Csv => {
                     let (header, rows) = render::tables_list_rows(&tables)?;
-                    render::print_rows(&header, rows, &[4, 5], output, &tables)?;
+                    render::print_rows(&header, rows, &[4, 5, 8, 9, 10], output, &tables)?;
                 }
                 Output::Json | Output::Jsonl => render::print_json(&tables, output)?,
             }

@@ -33,6 +33,9 @@ fn info(p: &TablePolicy, name: &str, now: DateTime<Utc>, capacity: Capacity) -> 
         details: Details::default(),
         lift: None,
         backlog: None,
+        table_class: "standard".into(),
+        max_write_units: None,
+        size_bytes: 0,
         arn: format!("arn:aws:dynamodb:us-east-1:1:table/{name}"),
         start_ms: period.start_ms,
     }

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use aws_sdk_dynamodb::operation::describe_table::DescribeTableError;
 use aws_sdk_dynamodb::types::{
-    BillingMode, ExportStatus as SdkExportStatus, PointInTimeRecoveryStatus, TableStatus,
-    TimeToLiveStatus,
+    BillingMode, ExportStatus as SdkExportStatus, PointInTimeRecoveryStatus, TableClass,
+    TableStatus, TimeToLiveStatus,
 };
 use chrono::{DateTime, Utc};
 use tidemark_aws_errors::{ErrorClass, classify};
@@ -121,6 +121,17 @@ impl TableManager {
                 details: Details::default(),
                 lift: None,
                 backlog: None,
+                table_class: match table.table_class_summary().and_then(|c| c.table_class()) {
+                    Some(TableClass::StandardInfrequentAccess) => "standard_infrequent_access",
+                    _ => "standard",
+                }
+                .into(),
+                max_write_units: table
+                    .on_demand_throughput()
+                    .and_then(|t| t.max_write_request_units())
+                    .filter(|n| *n > 0)
+                    .map(|n| n as u64),
+                size_bytes: table.table_size_bytes().unwrap_or(0).max(0) as u64,
                 arn: table.table_arn().unwrap_or_default().to_string(),
                 start_ms: period.start_ms,
             });
