@@ -64,6 +64,7 @@ pub const EMF_METRICS: &[&str] = &[
     "NextTableReady",
     "SecondsToNextPeriod",
     "MaintenanceQuotaErrors",
+    "EstimatedCostUSD",
 ];
 
 /// The endpoint variables every integration test needs.

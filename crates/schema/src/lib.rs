@@ -33,7 +33,10 @@
 //!   sizes into a [`sizing::SizingPlan`]: one recommendation per decision
 //!   (key strategy, write shards, period, billing) with its reason,
 //!   trade-off and arithmetic, all from one model of how keys spread over
-//!   partitions; a config's layout judged beside it; Kinesis shards, cost.
+//!   partitions; a config's layout judged beside it; Kinesis shards; the
+//!   monthly cost of each setup (fixed, auto-scaled, on demand; history
+//!   class; PITR, export) and the cheapest that meets the load; a table's
+//!   monthly cost ([`sizing::table_monthly_usd`]).
 //! - [`query`]: query plans for a time range or the latest event, and the
 //!   k-way merge of their results.
 //! - `origin`, `key`, `reason` (private, their types re-exported here) and

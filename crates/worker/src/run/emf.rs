@@ -18,6 +18,7 @@
 //! | `WriterItemsInFlight` | Count | [TablePrefix] | the writer's in-flight items |
 //! | `MaintenanceQuotaErrors` | Count | [TablePrefix] | quota refusals of table maintenance, per interval |
 //! | `SecondsSinceMaintenance`, `NextTableReady`, `SecondsToNextPeriod` | Seconds, None, Seconds | [TablePrefix] | only from the worker holding the maintenance lease |
+//! | `EstimatedCostUSD` | None | [TablePrefix], [TablePrefix, Table] | estimated spend in the interval ([`CostModel`]): on-demand write units this worker consumed × the price; from the maintenance holder, each live table's provisioned capacity × the interval × the price (frozen tables in [TablePrefix] only) |
 //!
 //! Counters become per-interval counts (the difference since the last
 //! flush); gauges are sent as they are. A shard whose lease moved away stops
@@ -30,11 +31,14 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value, json};
-use tidemark_schema::period::Period;
+use tidemark_schema::period::{
+    Billing, CapacityTiers, Lifecycle, LifecycleState, Period, TableNaming,
+};
+use tidemark_schema::sizing::Prices;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use super::telemetry::{Last, TypedMetrics, delta};
+use super::telemetry::{Last, MetricsSnapshot, TypedMetrics, delta};
 use crate::metrics as m;
 use tidemark_writer::metrics as writer;
 
@@ -49,6 +53,48 @@ pub(crate) struct Emf {
     started: DateTime<Utc>,
     /// Counter values at the last flush, by name and labels.
     last: Last,
+    /// What the tables cost, for `EstimatedCostUSD`.
+    cost: Option<CostModel>,
+    /// The end of the last interval priced.
+    cost_since: DateTime<Utc>,
+}
+
+/// How `EstimatedCostUSD` prices the tables: the config's billing, tiers
+/// and lifecycle at the planner's list prices. An estimate of what the
+/// config asks for: capacity lifts and changes made behind the worker's
+/// back are not seen, and storage is not included (`tidemark tables list`
+/// prices it).
+#[derive(Debug, Clone)]
+pub(crate) struct CostModel {
+    pub(crate) prices: Prices,
+    pub(crate) billing: Billing,
+    pub(crate) tiers: CapacityTiers,
+    pub(crate) lifecycle: Lifecycle,
+    pub(crate) naming: TableNaming,
+}
+
+impl CostModel {
+    /// The provisioned capacity's spend over `hours` of each live table at
+    /// `now_ms`, by table (frozen ones under `None`).
+    fn capacity_usd(&self, now_ms: i64, hours: f64) -> BTreeMap<Option<String>, f64> {
+        let mut out = BTreeMap::new();
+        let p = &self.prices;
+        let mut t = self.naming.period.containing(now_ms).next();
+        loop {
+            let state = self.lifecycle.state_at(&t, now_ms);
+            if state == LifecycleState::Expired {
+                return out;
+            }
+            if let Some(c) = self.billing.capacity(&self.tiers, state) {
+                let usd = (c.read as f64 * p.provisioned_rcu_hour
+                    + c.write as f64 * p.provisioned_wcu_hour)
+                    * hours;
+                let key = (state != LifecycleState::Frozen).then(|| self.naming.name_of(&t));
+                *out.entry(key).or_default() += usd;
+            }
+            t = t.prev();
+        }
+    }
 }
 
 impl std::fmt::Debug for Emf {
@@ -78,7 +124,45 @@ impl Emf {
             in_flight: Box::new(in_flight),
             started: Utc::now(),
             last: Last::new(),
+            cost: None,
+            cost_since: Utc::now(),
         }
+    }
+
+    /// Reports `EstimatedCostUSD` by `model`, intervals counted from
+    /// `since`.
+    pub(crate) fn with_cost(mut self, model: CostModel, since: DateTime<Utc>) -> Self {
+        self.cost = Some(model);
+        self.cost_since = since;
+        self
+    }
+
+    /// The interval's estimated spend by table (`None`: the frozen tables,
+    /// reported for the prefix only).
+    fn cost_usd(
+        &mut self,
+        snap: &MetricsSnapshot,
+        now: DateTime<Utc>,
+    ) -> BTreeMap<Option<String>, f64> {
+        let Some(model) = self.cost.clone() else {
+            return BTreeMap::new();
+        };
+        let hours = ((now - self.cost_since).num_milliseconds().max(0)) as f64 / 3_600_000.0;
+        self.cost_since = now;
+        // Capacity from one worker only, so the prefix's sum counts it once.
+        let mut usd = if snap.maintenance_held == Some(1.0) {
+            model.capacity_usd(now.timestamp_millis(), hours)
+        } else {
+            BTreeMap::new()
+        };
+        for (table, total) in &snap.consumed_wcu {
+            let units = delta(&mut self.last, writer::CONSUMED_WCU, table, *total);
+            if matches!(model.billing, Billing::OnDemand { .. }) {
+                *usd.entry(Some(table.clone())).or_default() +=
+                    units / 1e6 * model.prices.on_demand_write_per_million;
+            }
+        }
+        usd
     }
 
     /// One EMF document: `metrics` (name, unit, value) with the dimension
@@ -170,6 +254,15 @@ impl Emf {
                     ("ItemsThrottled", "Count", *throttled),
                 ],
             ));
+        }
+
+        // Estimated spend per table, and the frozen tables' together.
+        for (table, usd) in self.cost_usd(&snap, now) {
+            let metric = [("EstimatedCostUSD", "None", usd)];
+            docs.push(match &table {
+                Some(t) => self.doc(now, Some(("Table", t)), &metric),
+                None => self.doc(now, None, &metric),
+            });
         }
 
         // Dead letters by reason; a zero when there were none, so the alarm

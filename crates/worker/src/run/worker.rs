@@ -264,6 +264,19 @@ impl Worker {
                 config.schema.period,
                 typed_metrics.clone(),
                 move || progress.writer.items_in_flight(),
+            )
+            .with_cost(
+                super::emf::CostModel {
+                    prices: tidemark_schema::sizing::Prices::default(),
+                    billing: config.billing,
+                    tiers: config.tiers,
+                    lifecycle: config.schema.lifecycle(),
+                    naming: tidemark_schema::period::TableNaming {
+                        prefix: config.schema.table_prefix.clone(),
+                        period: config.schema.period,
+                    },
+                },
+                chrono::Utc::now(),
             );
             // Stopped last but for the endpoints: its final flush holds the
             // last interval's counts.

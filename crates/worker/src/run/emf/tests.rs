@@ -381,3 +381,92 @@ fn a_frozen_checkpoint_reaches_cloudwatch_as_checkpoint_lag() {
         "a zero, so the alarm sees data"
     );
 }
+
+/// `EstimatedCostUSD`: the maintenance holder prices each live table's
+/// tier capacity over the interval (the frozen ones together, for the
+/// prefix only); on demand, every worker prices the write units it
+/// consumed, per interval.
+#[test]
+fn estimated_cost_prices_capacity_once_and_on_demand_writes() {
+    use tidemark_schema::period::{Billing, CapacityTiers, Lifecycle, TableNaming};
+    let model = |billing| CostModel {
+        prices: Prices::default(),
+        billing,
+        tiers: CapacityTiers::default(),
+        lifecycle: Lifecycle::default(),
+        naming: TableNaming {
+            prefix: "events".into(),
+            period: Period::Hour,
+        },
+    };
+    let emf_with = |metrics: TypedMetrics, billing| {
+        Emf::new(
+            "Tidemark".into(),
+            "events".into(),
+            Period::Hour,
+            metrics,
+            || 0,
+        )
+        .with_cost(model(billing), at("2026-11-24T10:29:00Z"))
+    };
+    let cost = |docs: &[Value], table: Option<&str>| -> Option<f64> {
+        docs.iter()
+            .filter(|d| d.get("Table").and_then(Value::as_str) == table)
+            .find_map(|d| d.get("EstimatedCostUSD").and_then(Value::as_f64))
+    };
+    // Provisioned, the lease holder: a minute of each table's tier.
+    let holder = TypedRecorder::new(PrometheusBuilder::new().build_recorder());
+    metrics::with_local_recorder(&holder, || {
+        metrics::gauge!(m::MAINTENANCE_HELD).set(1.0);
+    });
+    let mut emf = emf_with(holder.metrics(), Billing::Provisioned);
+    let docs = emf.documents(at("2026-11-24T10:30:00Z"));
+    for doc in &docs {
+        check_emf(&doc.to_string()).unwrap();
+    }
+    let active = cost(&docs, Some("events_2026-11-24T10")).unwrap();
+    assert!((active - (300.0 * 0.00013 + 1000.0 * 0.00065) / 60.0).abs() < 1e-9);
+    let cold = cost(&docs, Some("events_2026-11-24T09")).unwrap();
+    assert!((cold - (100.0 * 0.00013 + 0.00065) / 60.0).abs() < 1e-9);
+    // 30 days of hourly tables, the cold one and the active one aside,
+    // at 1 RCU and 1 WCU each: for the prefix only.
+    let frozen = cost(&docs, None).unwrap();
+    let n = (frozen / ((0.00013 + 0.00065) / 60.0)).round();
+    assert!((700.0..=720.0).contains(&n), "{n}");
+    assert_eq!(cost(&docs, Some("events_2026-11-24T08")), None);
+    // The next table is not built yet at :30: nothing for it.
+    assert_eq!(cost(&docs, Some("events_2026-11-24T11")), None);
+
+    // Another worker: the holder already priced the capacity.
+    let other = TypedRecorder::new(PrometheusBuilder::new().build_recorder());
+    let mut emf = emf_with(other.metrics(), Billing::Provisioned);
+    let docs = emf.documents(at("2026-11-24T10:30:00Z"));
+    assert!(
+        cost(&docs, Some("events_2026-11-24T10")).is_none(),
+        "{docs:?}"
+    );
+
+    // On demand: the write units consumed in each interval.
+    let od = TypedRecorder::new(PrometheusBuilder::new().build_recorder());
+    let mut emf = emf_with(
+        od.metrics(),
+        Billing::OnDemand {
+            warm_write_units: None,
+        },
+    );
+    let consume = |n| {
+        metrics::with_local_recorder(&od, || {
+            metrics::counter!(writer::CONSUMED_WCU, "table" => "events_2026-11-24T10").increment(n);
+        });
+    };
+    consume(2_000_000);
+    let first = emf.documents(at("2026-11-24T10:30:00Z"));
+    consume(400_000);
+    let second = emf.documents(at("2026-11-24T10:31:00Z"));
+    let t = Some("events_2026-11-24T10");
+    assert!((cost(&first, t).unwrap() - 1.25).abs() < 1e-9, "{first:?}");
+    assert!(
+        (cost(&second, t).unwrap() - 0.25).abs() < 1e-9,
+        "{second:?}"
+    );
+}

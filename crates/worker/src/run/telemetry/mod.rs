@@ -8,7 +8,7 @@
 mod snapshot;
 mod stall;
 
-pub(crate) use snapshot::{Last, TypedMetrics, TypedRecorder, delta};
+pub(crate) use snapshot::{Last, MetricsSnapshot, TypedMetrics, TypedRecorder, delta};
 pub(crate) use stall::watch as watch_progress;
 
 use std::convert::Infallible;

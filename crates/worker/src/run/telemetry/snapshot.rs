@@ -23,7 +23,7 @@ use tidemark_writer::metrics as writer;
 use crate::metrics as m;
 
 /// The counters a snapshot holds.
-const COUNTERS: [&str; 11] = [
+const COUNTERS: [&str; 12] = [
     kinesis::GET_RECORDS,
     kinesis::RECORDS_READ,
     kinesis::LEASE_RENEWALS,
@@ -35,6 +35,7 @@ const COUNTERS: [&str; 11] = [
     m::DEAD_LETTER_FALLBACKS,
     m::QUOTA_ERRORS,
     sqs::MESSAGES_RECEIVED,
+    writer::CONSUMED_WCU,
 ];
 
 /// The gauges a snapshot holds.
@@ -67,6 +68,8 @@ pub(crate) struct MetricsSnapshot {
     pub(crate) items_stored: BTreeMap<String, u64>,
     /// Items DynamoDB returned unprocessed (throttled), by table.
     pub(crate) items_unprocessed: BTreeMap<String, u64>,
+    /// Write units DynamoDB reported consumed, by table.
+    pub(crate) consumed_wcu: BTreeMap<String, u64>,
     /// Dead letters, by reason.
     pub(crate) dead_letters: BTreeMap<String, u64>,
     /// Quota refusals of table maintenance, by operation.
@@ -176,6 +179,7 @@ impl TypedMetrics {
                 kinesis::GET_RECORDS => by(&mut s.shard_reads, shard_of(key)),
                 writer::ITEMS_STORED => by(&mut s.items_stored, label(key, "table")),
                 writer::UNPROCESSED => by(&mut s.items_unprocessed, label(key, "table")),
+                writer::CONSUMED_WCU => by(&mut s.consumed_wcu, label(key, "table")),
                 m::DEAD_LETTERS => by(&mut s.dead_letters, label(key, "reason")),
                 m::QUOTA_ERRORS => by(
                     &mut s.quota_errors,
