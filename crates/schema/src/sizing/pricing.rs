@@ -235,9 +235,11 @@ fn autoscale(
     peak_minutes: u32,
     target: f64,
     lag_minutes: u32,
+    layout_cap: u64,
 ) -> Autoscaled {
     let min_cap = ceil_u64(base_wcu / target).max(1);
-    let max_cap = ceil_u64(peak_wcu / target).max(min_cap);
+    // Never below the capacity the key layout's partitions need.
+    let max_cap = ceil_u64(peak_wcu / target).max(layout_cap).max(min_cap);
     let mut cap = min_cap as f64;
     let mut backlog = 0.0_f64; // write units queued
     let (mut high, mut low) = (0u32, 0u32);
@@ -380,6 +382,7 @@ impl Planner<'_> {
             (shape.peak_hours_per_day * 60.0).round() as u32,
             target,
             i.scale_up_minutes.max(1),
+            capacity,
         );
         let peak_minutes = (shape.peak_hours_per_day * 60.0).round() as u32;
         let auto_meets = auto.catch_up.is_some_and(|m| m <= peak_minutes.max(1));
@@ -788,13 +791,13 @@ mod tests {
     /// burst far above the floor is not.
     #[test]
     fn target_tracking_follows_long_peaks_only() {
-        let steady = autoscale(600.0, 600.0, 1440, 0.7, 5);
+        let steady = autoscale(600.0, 600.0, 1440, 0.7, 5, 750);
         assert_eq!(steady.min_cap, 858);
         assert!((steady.wcu_hours - 858.0 * 24.0).abs() < 1e-6);
         assert_eq!(steady.catch_up, Some(0));
         // Four hours at 1,000 from 200: x1.43 a step reaches it in a few
         // steps, and the backlog is gone well within the peak.
-        let long = autoscale(200.0, 1000.0, 240, 0.7, 5);
+        let long = autoscale(200.0, 1000.0, 240, 0.7, 5, 1250);
         let c = long.catch_up.unwrap();
         assert!(c < 240, "{c}");
         assert!(long.ramp.unwrap() <= 30, "{:?}", long.ramp);
@@ -803,7 +806,7 @@ mod tests {
         // than the peak capacity all day.
         assert!(long.wcu_hours < 1429.0 * 24.0 * 0.5, "{}", long.wcu_hours);
         // Fifteen minutes at 5,000 from 70: twelve steps needed.
-        let burst = autoscale(48.0, 5000.0, 15, 0.7, 5);
+        let burst = autoscale(48.0, 5000.0, 15, 0.7, 5, 6250);
         assert!(burst.catch_up.is_none_or(|c| c > 15));
         assert!(burst.backlog > 50_000.0, "{}", burst.backlog);
     }

@@ -7,8 +7,8 @@ use std::fmt::Write as _;
 use anyhow::{Context, Result};
 use tidemark_schema::route::{Router, RouterConfig};
 use tidemark_schema::sizing::{
-    BillingMode, CurrentLayout, Prices, SizingError, SizingInput, SizingPlan, WriteSetup,
-    item_bytes_of_sample, recommend, thousands,
+    BillingMode, CurrentLayout, Prices, SetupCost, SizingError, SizingInput, SizingPlan,
+    WriteSetup, item_bytes_of_sample, recommend, thousands,
 };
 use tidemark_schema::strategy::KeyStrategy;
 
@@ -303,6 +303,17 @@ fn text(p: &SizingPlan, input: &SizingInput) -> String {
                 "  tiers = {{ prebuild = {tier}, active = {tier}, cooling = {tier} }}"
             );
             let _ = writeln!(s, "  billing = {{ mode = \"provisioned\" }}");
+            if let Some(x) = chosen_setup(p)
+                && x.setup == WriteSetup::ProvisionedAutoscaled
+            {
+                let _ = writeln!(
+                    s,
+                    "  # the active tier auto scaled between {} and {} WCU at {:.0}% (tier auto scaling); the tiers above are its maximum",
+                    x.min_write_capacity.unwrap_or(1),
+                    x.max_write_capacity.unwrap_or(1),
+                    100.0 * input.autoscale_target
+                );
+            }
         }
         BillingMode::OnDemand => {
             let _ = writeln!(
@@ -310,6 +321,12 @@ fn text(p: &SizingPlan, input: &SizingInput) -> String {
                 "  billing = {{ mode = \"on_demand\", warm_write_units = {} }}",
                 r.active_write_capacity.max(p.load.peak_wcu)
             );
+            if let Some(n) = chosen_setup(p).and_then(|x| x.max_write_units) {
+                let _ = writeln!(
+                    s,
+                    "  # ceiling on the tables' writes: {n} write units/s (an on-demand tier's max_write_units)"
+                );
+            }
         }
     }
     if let Some(c) = &p.config {
@@ -344,6 +361,15 @@ fn text(p: &SizingPlan, input: &SizingInput) -> String {
         let _ = writeln!(s, "  {line}");
     }
     s
+}
+
+/// The setup the plan chose, as priced.
+fn chosen_setup(p: &SizingPlan) -> Option<&SetupCost> {
+    let c = &p.pricing.choice;
+    p.pricing
+        .setups
+        .iter()
+        .find(|x| x.setup == c.setup && x.history_class == c.history_class)
 }
 
 /// The setups priced, the cheapest that meets the load and why, the
@@ -415,10 +441,7 @@ fn cost_text(s: &mut String, p: &SizingPlan, input: &SizingInput) {
     );
     let _ = writeln!(s, "  why: {}", ch.reason);
     if ch.setup == WriteSetup::ProvisionedAutoscaled
-        && let Some(x) = c
-            .setups
-            .iter()
-            .find(|x| x.setup == ch.setup && x.history_class == ch.history_class)
+        && let Some(x) = chosen_setup(p)
     {
         let _ = writeln!(
             s,
