@@ -100,7 +100,7 @@ const OVERLAP_HOURS: f64 = 0.5;
 
 /// Prices in USD. Defaults are the us-east-1 list prices in force since
 /// the on-demand price cut of 1 November 2024 (as published on DynamoDB's
-/// pricing pages, checked November 2026): Standard and
+/// pricing pages): Standard and
 /// Standard-Infrequent-Access table classes, PITR and export to S3.
 /// Override them for another region or a later price list (`--prices`,
 /// `--price`).
@@ -122,7 +122,7 @@ pub struct Prices {
     /// Storage: per GB-month ($0.25).
     #[serde(default = "p_storage")]
     pub storage_gb_month: f64,
-    /// Standard-IA on demand: per million write request units ($0.78).
+    /// Standard-IA on demand: per million write request units ($0.78125).
     #[serde(default = "p_ia_od_write")]
     pub ia_on_demand_write_per_million: f64,
     /// Standard-IA on demand: per million read request units ($0.155).
@@ -161,7 +161,7 @@ const fn p_storage() -> f64 {
     0.25
 }
 const fn p_ia_od_write() -> f64 {
-    0.78
+    0.78125
 }
 const fn p_ia_od_read() -> f64 {
     0.155
