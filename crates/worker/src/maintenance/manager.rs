@@ -35,6 +35,8 @@ use crate::config::{Config, ExportFormat};
 use crate::metrics as m;
 
 mod listing;
+#[cfg(test)]
+mod tier_tests;
 
 /// Attempts of one table call (see `TableManager::call`): with the
 /// governor's back-off, a few seconds of trouble; a round that still fails
