@@ -143,6 +143,21 @@ impl Config {
                 }
             }
         }
+        // DynamoDB takes a ceiling of 1 unit or more (-1 is "none": leave
+        // the key out).
+        for (name, tier) in self.tiers.named() {
+            for (unit, v) in [
+                ("max_read_units", tier.max_read_units),
+                ("max_write_units", tier.max_write_units),
+            ] {
+                if v == Some(0) {
+                    out.push((
+                        format!("schema.tiers.{name}.{unit}"),
+                        "an on-demand ceiling is at least 1 request unit a second; leave it out for none".into(),
+                    ));
+                }
+            }
+        }
         if let Err(m) = check_listen(&self.telemetry.listen) {
             out.push(("telemetry.listen".into(), m));
         }

@@ -11,12 +11,13 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use tidemark_consumer::keyschema::{KeyAttr, KeySpec};
 use tidemark_schema::period::{
-    Billing, Capacity, CapacityTiers, Lifecycle, LifecycleState, PeriodRef, TableNaming,
+    Billing, Capacity, CapacityTiers, Ceiling, Lifecycle, LifecycleState, PeriodRef, TableClass,
+    TableNaming,
 };
 use tidemark_schema::route::RouterConfig;
 
 use super::lift::{Backlog, LATE_BACKLOG, Lift, LiftPolicy};
-use super::tags::{LAYOUT_TAG, PREFIX_TAG, layout_of};
+use super::tags::{CLASS_REFUSED_TAG, LAYOUT_TAG, PREFIX_TAG, layout_of};
 use crate::config::{ExpiryAction, ExportConfig};
 
 /// An expired table's export to S3, as DynamoDB reports it.
@@ -72,6 +73,15 @@ pub struct TableInfo {
     /// Warm write throughput DynamoDB reports, units/s.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub warm_write_units: Option<u64>,
+    /// The on-demand ceiling DynamoDB reports (`OnDemandThroughput`;
+    /// unset or -1: none).
+    #[serde(skip_serializing_if = "Ceiling::is_empty")]
+    pub ceiling: Ceiling,
+    /// The table class DynamoDB reports (standard when it reports none).
+    pub table_class: TableClass,
+    /// When the table class was last changed, Unix ms.
+    #[serde(skip)]
+    pub class_changed_ms: Option<i64>,
     /// Deletion protection on.
     pub deletion_protection: bool,
     /// Settings read with extra calls.
@@ -110,6 +120,28 @@ pub enum Action {
         capacity: Option<Capacity>,
         /// Warm write throughput for an on-demand prebuilt table.
         warm_write_units: Option<u64>,
+    },
+    /// Set an on-demand table's ceiling (`OnDemandThroughput`) back to its
+    /// tier's.
+    SetCeiling {
+        /// Table name.
+        table: String,
+        /// The ceiling DynamoDB reports.
+        from: Ceiling,
+        /// The tier's; a side the tier leaves unset keeps `from`'s.
+        to: Ceiling,
+    },
+    /// Move a table to its tier's table class.
+    SetTableClass {
+        /// Table name.
+        table: String,
+        /// Table ARN (a refusal is recorded in a tag).
+        #[serde(skip)]
+        arn: String,
+        /// Current class.
+        from: TableClass,
+        /// The tier's.
+        to: TableClass,
     },
     /// Change provisioned capacity to the tier of the table's state.
     Resize {
@@ -257,6 +289,8 @@ impl Action {
             Action::Create { .. } => "create",
             Action::Resize { .. } => "resize",
             Action::SetWarmThroughput { .. } => "set_warm_throughput",
+            Action::SetCeiling { .. } => "set_ceiling",
+            Action::SetTableClass { .. } => "set_table_class",
             Action::SetTtl { .. } => "set_ttl",
             Action::SetPitr { .. } => "set_pitr",
             Action::SetDeletionProtection { .. } => "set_deletion_protection",
@@ -294,6 +328,8 @@ impl Action {
             Action::Create { table, .. }
             | Action::Resize { table, .. }
             | Action::SetWarmThroughput { table, .. }
+            | Action::SetCeiling { table, .. }
+            | Action::SetTableClass { table, .. }
             | Action::SetTtl { table, .. }
             | Action::SetPitr { table, .. }
             | Action::SetDeletionProtection { table, .. }
@@ -361,6 +397,8 @@ pub struct TablePolicy {
 pub(super) struct Desired {
     pub(super) capacity: Option<Capacity>,
     pub(super) warm_write_units: Option<u64>,
+    pub(super) ceiling: Ceiling,
+    pub(super) table_class: Option<TableClass>,
     pub(super) pitr: Option<bool>,
     pub(super) deletion_protection: Option<bool>,
 }
@@ -427,6 +465,8 @@ impl TablePolicy {
         Desired {
             capacity: self.billing.capacity(&self.tiers, state),
             warm_write_units: self.billing.warm_write_units(state),
+            ceiling: self.billing.ceiling(&self.tiers, state),
+            table_class: self.tiers.tier(state).and_then(|t| t.table_class),
             pitr: self.pitr.then_some(young),
             deletion_protection: self.deletion_protection.then_some(young),
         }
@@ -492,7 +532,7 @@ pub(crate) fn round_actions(
             }
             state => {
                 if !lift(policy, t, state, now_ms, &mut actions) {
-                    reconcile(policy, t, state, &mut actions);
+                    reconcile(policy, t, state, now_ms, &mut actions);
                 }
             }
         }
@@ -661,7 +701,13 @@ pub(crate) fn is_ours(policy: &TablePolicy, t: &TableInfo) -> bool {
 }
 
 /// The actions that bring a live table to its desired state.
-fn reconcile(policy: &TablePolicy, t: &TableInfo, state: LifecycleState, out: &mut Vec<Action>) {
+fn reconcile(
+    policy: &TablePolicy,
+    t: &TableInfo,
+    state: LifecycleState,
+    now_ms: i64,
+    out: &mut Vec<Action>,
+) {
     let want = policy.desired(state);
     let table = || t.name.clone();
     // One UpdateTable per table per round: the table is UPDATING after one,
@@ -689,6 +735,28 @@ fn reconcile(policy: &TablePolicy, t: &TableInfo, state: LifecycleState, out: &m
         out.push(Action::SetWarmThroughput {
             table: table(),
             from: t.warm_write_units,
+            to,
+        });
+    } else if t.capacity.is_none()
+        && ((want.ceiling.read.is_some() && want.ceiling.read != t.ceiling.read)
+            || (want.ceiling.write.is_some() && want.ceiling.write != t.ceiling.write))
+    {
+        out.push(Action::SetCeiling {
+            table: table(),
+            from: t.ceiling,
+            to: Ceiling {
+                read: want.ceiling.read.or(t.ceiling.read),
+                write: want.ceiling.write.or(t.ceiling.write),
+            },
+        });
+    } else if let Some(to) = want.table_class
+        && to != t.table_class
+        && may_change_class(t, now_ms)
+    {
+        out.push(Action::SetTableClass {
+            table: table(),
+            arn: t.arn.clone(),
+            from: t.table_class,
             to,
         });
     }
@@ -720,6 +788,30 @@ fn reconcile(policy: &TablePolicy, t: &TableInfo, state: LifecycleState, out: &m
             arn: t.arn.clone(),
         });
     }
+}
+
+/// DynamoDB allows two table class changes per table in a trailing 30
+/// days; changes at least this far apart never exceed it.
+pub(crate) const CLASS_CHANGE_SPACING_MS: i64 = 15 * 86_400_000;
+/// A refused class change is not asked again for this long.
+pub(crate) const CLASS_RETRY_AFTER_MS: i64 = 86_400_000;
+
+/// True when `t`'s class may be changed at `now_ms`: its tags were read
+/// this round (a refusal is recorded there), none was refused within
+/// [`CLASS_RETRY_AFTER_MS`], and its class last changed at least
+/// [`CLASS_CHANGE_SPACING_MS`] ago.
+pub(crate) fn may_change_class(t: &TableInfo, now_ms: i64) -> bool {
+    let Some(tags) = &t.details.tags else {
+        return false;
+    };
+    let refused = tags
+        .get(CLASS_REFUSED_TAG)
+        .and_then(|v| v.parse::<i64>().ok())
+        .is_some_and(|at| now_ms < at.saturating_add(CLASS_RETRY_AFTER_MS));
+    let recent = t
+        .class_changed_ms
+        .is_some_and(|at| now_ms < at.saturating_add(CLASS_CHANGE_SPACING_MS));
+    !refused && !recent
 }
 
 /// What happens to a table past retention.

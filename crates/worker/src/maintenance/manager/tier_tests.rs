@@ -305,7 +305,8 @@ async fn a_refused_class_change_is_requested_once_and_not_repeated() {
 #[tokio::test]
 async fn tables_move_into_and_out_of_the_infrequent_access_class() {
     let p = policy(
-        "frozen = { read = 1, write = 1, table_class = \"standard_infrequent_access\" }",
+        "cold = { read = 100, write = 1, table_class = \"standard\" }\n\
+         frozen = { read = 1, write = 1, table_class = \"standard_infrequent_access\" }",
         Billing::Provisioned,
     );
     for (name, from, to, capacity) in [
