@@ -547,6 +547,40 @@ impl Ceiling {
     }
 }
 
+/// Auto scaling of one side (reads or writes) of a provisioned table:
+/// Application Auto Scaling keeps its utilisation near the target between
+/// `min` and `max` capacity units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScaleRange {
+    /// Fewest capacity units.
+    pub min: u64,
+    /// Most capacity units.
+    pub max: u64,
+    /// Consumed capacity to aim for, in percent of the provisioned
+    /// capacity (20 to 90). Default 70.
+    #[serde(default = "default_target_utilization")]
+    pub target_utilization: u8,
+}
+
+const fn default_target_utilization() -> u8 {
+    70
+}
+
+/// Table auto scaling of a tier: reads, writes or both.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(deny_unknown_fields)]
+pub struct Autoscale {
+    /// Read capacity scaling; unset: reads stay at the tier's `read`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read: Option<ScaleRange>,
+    /// Write capacity scaling; unset: writes stay at the tier's `write`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write: Option<ScaleRange>,
+}
+
 /// One lifecycle state's table settings: provisioned capacity, the
 /// on-demand ceiling, and the table class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
@@ -575,6 +609,15 @@ pub struct Tier {
     /// tables are created standard and their class is left alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub table_class: Option<TableClass>,
+    /// Provisioned billing: table auto scaling, e.g. `autoscale.write =
+    /// { min = 500, max = 4000, target_utilization = 70 }`. A table
+    /// entering the state gets an Application Auto Scaling target and
+    /// target-tracking policy per side set here (its `read` / `write` is
+    /// then only the capacity it is created with), updated when it
+    /// changes state, removed when it enters a state without one or
+    /// expires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscale: Option<Autoscale>,
 }
 
 impl Tier {
@@ -601,6 +644,7 @@ impl Tier {
             max_read_units: None,
             max_write_units: None,
             table_class: None,
+            autoscale: None,
         }
     }
 }

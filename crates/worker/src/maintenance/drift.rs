@@ -11,8 +11,8 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use tidemark_consumer::keyschema::{KeyAttr, KeySpec};
 use tidemark_schema::period::{
-    Billing, Capacity, CapacityTiers, Ceiling, Lifecycle, LifecycleState, PeriodRef, TableClass,
-    TableNaming,
+    Autoscale, Billing, Capacity, CapacityTiers, Ceiling, Lifecycle, LifecycleState, PeriodRef,
+    ScaleRange, TableClass, TableNaming,
 };
 use tidemark_schema::route::RouterConfig;
 
@@ -82,6 +82,10 @@ pub struct TableInfo {
     /// When the table class was last changed, Unix ms.
     #[serde(skip)]
     pub class_changed_ms: Option<i64>,
+    /// Its auto scaling as Application Auto Scaling reports it; `None`
+    /// when not read this round (left alone).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scaling: Option<Scaling>,
     /// Deletion protection on.
     pub deletion_protection: bool,
     /// Settings read with extra calls.
@@ -103,6 +107,60 @@ pub struct TableInfo {
 
 fn is_default(d: &Details) -> bool {
     *d == Details::default()
+}
+
+/// Which side of a table's capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Side {
+    /// Read capacity units.
+    Read,
+    /// Write capacity units.
+    Write,
+}
+
+impl Side {
+    /// Both sides.
+    pub const BOTH: [Side; 2] = [Side::Read, Side::Write];
+
+    /// The side's range in a tier's auto scaling.
+    pub fn of(self, a: &Autoscale) -> Option<ScaleRange> {
+        match self {
+            Side::Read => a.read,
+            Side::Write => a.write,
+        }
+    }
+}
+
+/// One side's scalable target as registered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Registered {
+    /// Its range, with our policy's target (0 when our policy is missing).
+    pub range: ScaleRange,
+    /// Tidemark's target-tracking policy is on it (else it is someone
+    /// else's, and never removed).
+    pub ours: bool,
+}
+
+/// A table's scalable targets, per side.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Scaling {
+    /// Read capacity's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub read: Option<Registered>,
+    /// Write capacity's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub write: Option<Registered>,
+}
+
+impl Scaling {
+    /// The side's registration.
+    pub fn side(&self, side: Side) -> Option<Registered> {
+        match side {
+            Side::Read => self.read,
+            Side::Write => self.write,
+        }
+    }
 }
 
 /// One maintenance action: the drift it repairs.
@@ -130,6 +188,25 @@ pub enum Action {
         from: Ceiling,
         /// The tier's; a side the tier leaves unset keeps `from`'s.
         to: Ceiling,
+    },
+    /// Register (or update) one side's scalable target and Tidemark's
+    /// target-tracking policy on it.
+    SetScaling {
+        /// Table name.
+        table: String,
+        /// Reads or writes.
+        side: Side,
+        /// As registered now, if at all.
+        from: Option<ScaleRange>,
+        /// The tier's.
+        to: ScaleRange,
+    },
+    /// Deregister one side's scalable target (its policies go with it).
+    RemoveScaling {
+        /// Table name.
+        table: String,
+        /// Reads or writes.
+        side: Side,
     },
     /// Move a table to its tier's table class.
     SetTableClass {
@@ -291,6 +368,8 @@ impl Action {
             Action::SetWarmThroughput { .. } => "set_warm_throughput",
             Action::SetCeiling { .. } => "set_ceiling",
             Action::SetTableClass { .. } => "set_table_class",
+            Action::SetScaling { .. } => "set_scaling",
+            Action::RemoveScaling { .. } => "remove_scaling",
             Action::SetTtl { .. } => "set_ttl",
             Action::SetPitr { .. } => "set_pitr",
             Action::SetDeletionProtection { .. } => "set_deletion_protection",
@@ -330,6 +409,8 @@ impl Action {
             | Action::SetWarmThroughput { table, .. }
             | Action::SetCeiling { table, .. }
             | Action::SetTableClass { table, .. }
+            | Action::SetScaling { table, .. }
+            | Action::RemoveScaling { table, .. }
             | Action::SetTtl { table, .. }
             | Action::SetPitr { table, .. }
             | Action::SetDeletionProtection { table, .. }
@@ -399,6 +480,8 @@ pub(super) struct Desired {
     pub(super) warm_write_units: Option<u64>,
     pub(super) ceiling: Ceiling,
     pub(super) table_class: Option<TableClass>,
+    /// Auto scaling (provisioned billing only).
+    pub(super) autoscale: Autoscale,
     pub(super) pitr: Option<bool>,
     pub(super) deletion_protection: Option<bool>,
 }
@@ -431,6 +514,16 @@ impl TablePolicy {
             layout_from: router.migrate_from.as_ref().map(layout_of),
             late_lift: LiftPolicy::default(),
         }
+    }
+
+    /// True when some tier auto-scales (provisioned billing).
+    pub(crate) fn autoscales(&self) -> bool {
+        matches!(self.billing, Billing::Provisioned)
+            && self
+                .tiers
+                .named()
+                .iter()
+                .any(|(_, t)| t.autoscale.is_some())
     }
 
     /// The key schema every period table must have.
@@ -467,6 +560,14 @@ impl TablePolicy {
             warm_write_units: self.billing.warm_write_units(state),
             ceiling: self.billing.ceiling(&self.tiers, state),
             table_class: self.tiers.tier(state).and_then(|t| t.table_class),
+            autoscale: match self.billing {
+                Billing::Provisioned => self
+                    .tiers
+                    .tier(state)
+                    .and_then(|t| t.autoscale)
+                    .unwrap_or_default(),
+                Billing::OnDemand { .. } => Autoscale::default(),
+            },
             pitr: self.pitr.then_some(young),
             deletion_protection: self.deletion_protection.then_some(young),
         }
@@ -552,10 +653,25 @@ fn lift(
     now_ms: i64,
     out: &mut Vec<Action>,
 ) -> bool {
-    let Some(tier) = policy.desired(state).capacity else {
+    let want = policy.desired(state);
+    let Some(tier) = want.capacity else {
         return false;
     };
     let table = || t.name.clone();
+    // Writes the tier auto-scales are the scaling policy's to raise (up to
+    // its max): a lift would fight it. A lift recorded before goes.
+    if want.autoscale.write.is_some() {
+        if let (Some(_), Some(cap)) = (&t.lift, t.capacity) {
+            out.push(Action::EndLift {
+                table: table(),
+                state,
+                from: cap,
+                to: cap,
+            });
+            return true;
+        }
+        return false;
+    }
     let late = matches!(state, LifecycleState::Cold | LifecycleState::Frozen);
     let backlog = t.backlog.filter(|b| late && b.items > 0);
     let held_ms = i64::try_from(policy.late_lift.hold.as_millis()).unwrap_or(i64::MAX);
@@ -710,9 +826,44 @@ fn reconcile(
 ) {
     let want = policy.desired(state);
     let table = || t.name.clone();
+    // Scaling first: a side leaving auto scaling is deregistered before
+    // the resize to its tier below, so the policy cannot undo it.
+    if let Some(scaling) = &t.scaling
+        && t.capacity.is_some()
+    {
+        for side in Side::BOTH {
+            match (side.of(&want.autoscale), scaling.side(side)) {
+                (Some(to), from) if from.map(|f| f.range) != Some(to) => {
+                    out.push(Action::SetScaling {
+                        table: table(),
+                        side,
+                        from: from.map(|f| f.range),
+                        to,
+                    });
+                }
+                (None, Some(r)) if r.ours => out.push(Action::RemoveScaling {
+                    table: table(),
+                    side,
+                }),
+                _ => {}
+            }
+        }
+    }
+    // An auto-scaled side keeps the capacity the policy gave it, within
+    // the tier's range.
+    let to = want.capacity.map(|c| {
+        let clamp = |side: Side, tier: u64, now: Option<u64>| {
+            side.of(&want.autoscale)
+                .map_or(tier, |r| now.unwrap_or(tier).clamp(r.min, r.max.max(r.min)))
+        };
+        Capacity {
+            read: clamp(Side::Read, c.read, t.capacity.map(|c| c.read)),
+            write: clamp(Side::Write, c.write, t.capacity.map(|c| c.write)),
+        }
+    });
     // One UpdateTable per table per round: the table is UPDATING after one,
     // and DynamoDB refuses the next until it is ACTIVE again.
-    if let (Some(from), Some(to)) = (t.capacity, want.capacity)
+    if let (Some(from), Some(to)) = (t.capacity, to)
         && from != to
     {
         out.push(Action::Resize {
@@ -817,6 +968,22 @@ pub(crate) fn may_change_class(t: &TableInfo, now_ms: i64) -> bool {
 /// What happens to a table past retention.
 fn expire(policy: &TablePolicy, t: &TableInfo, out: &mut Vec<Action>) {
     let table = || t.name.clone();
+    // Its scalable targets go first: they would outlive the table.
+    if let Some(scaling) = &t.scaling {
+        let ours: Vec<Side> = Side::BOTH
+            .into_iter()
+            .filter(|s| scaling.side(*s).is_some_and(|r| r.ours))
+            .collect();
+        if !ours.is_empty() {
+            for side in ours {
+                out.push(Action::RemoveScaling {
+                    table: table(),
+                    side,
+                });
+            }
+            return;
+        }
+    }
     let delete = |out: &mut Vec<Action>| {
         // Protection this policy set is lifted first; protection set by
         // hand is kept, and the delete's refusal reported every round.

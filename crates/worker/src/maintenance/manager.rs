@@ -36,6 +36,8 @@ use crate::config::{Config, ExportFormat};
 use crate::metrics as m;
 
 mod listing;
+mod scaling;
+pub use scaling::POLICY_NAME as SCALING_POLICY_NAME;
 #[cfg(test)]
 mod tier_tests;
 
@@ -116,6 +118,9 @@ pub struct TableManager {
     max_clock_skew: Duration,
     /// The routers' table layouts, refreshed from the tags a round reads.
     table_layouts: Option<(Arc<tidemark_schema::TableLayouts>, Arc<RouterConfig>)>,
+    /// Application Auto Scaling, for tiers with `autoscale`; without it
+    /// table auto scaling is left alone.
+    autoscaling: Option<aws_sdk_applicationautoscaling::Client>,
 }
 
 impl TableManager {
@@ -143,7 +148,15 @@ impl TableManager {
             coordinator: None,
             clock,
             table_layouts: None,
+            autoscaling: None,
         }
+    }
+
+    /// Table auto scaling (tiers' `autoscale`) is read and set through
+    /// `client`.
+    pub fn with_autoscaling(mut self, client: aws_sdk_applicationautoscaling::Client) -> Self {
+        self.autoscaling = Some(client);
+        self
     }
 
     /// Each round records in `layouts` the key layouts of the tables whose
@@ -318,9 +331,19 @@ impl TableManager {
         } else {
             Some(BTreeMap::new())
         };
+        // Read only where a tier auto-scales: a stack without auto scaling
+        // makes no Application Auto Scaling calls.
+        let scaling = if kind == RoundKind::Rotate && self.policy.autoscales() {
+            Box::pin(self.scaling()).await
+        } else {
+            None
+        };
         for t in &mut existing {
             t.lift = lifts.as_ref().and_then(|l| l.get(&t.name).cloned());
             t.backlog = backlogs.get(&t.name).copied();
+            t.scaling = scaling
+                .as_ref()
+                .map(|s| s.get(&t.name).copied().unwrap_or_default());
         }
         let mut actions = round_actions(&self.policy, &existing, now, kind);
         match &lifts {
@@ -471,6 +494,10 @@ impl TableManager {
                 );
                 Ok(())
             }),
+            Action::SetScaling {
+                table, side, to, ..
+            } => Box::pin(self.set_scaling(table, *side, *to)),
+            Action::RemoveScaling { table, side } => Box::pin(self.remove_scaling(table, *side)),
             Action::SetTableClass {
                 table,
                 arn,

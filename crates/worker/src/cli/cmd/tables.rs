@@ -40,7 +40,8 @@ enum Action {
 
 pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
     let sdk = super::sdk().await?;
-    let manager = TableManager::from_config(config, aws_sdk_dynamodb::Client::new(&sdk));
+    let manager = TableManager::from_config(config, aws_sdk_dynamodb::Client::new(&sdk))
+        .with_autoscaling(aws_sdk_applicationautoscaling::Client::new(&sdk));
     let now = args.now.unwrap_or_else(Utc::now);
     let output = super::output(if args.json {
         Output::Json

@@ -32,6 +32,7 @@ fn info(p: &TablePolicy, name: &str, now: DateTime<Utc>, capacity: Capacity) -> 
         ceiling: Ceiling::default(),
         table_class: TableClass::Standard,
         class_changed_ms: None,
+        scaling: None,
         deletion_protection: false,
         details: Details::default(),
         lift: None,

@@ -137,6 +137,7 @@ impl TableManager {
                     .table_class_summary()
                     .and_then(|c| c.last_update_date_time())
                     .and_then(|t| t.to_millis().ok()),
+                scaling: None,
                 deletion_protection: table.deletion_protection_enabled().unwrap_or(false),
                 details: Details::default(),
                 lift: None,
