@@ -788,3 +788,143 @@ fn an_on_demand_ceiling_is_restored_side_by_side() {
             .any(|a| matches!(a, Action::SetCeiling { .. }))
     );
 }
+
+/// An auto-scaled side keeps what the policy gave it within the tier's
+/// range (not resized to the fixed tier), a side leaving auto scaling is
+/// deregistered before its resize, a late backlog on an auto-scaled table
+/// is the policy's (no lift), and someone else's target is never removed.
+#[test]
+fn auto_scaled_sides_are_clamped_not_resized_and_not_lifted() {
+    use tidemark_schema::period::{Autoscale, ScaleRange};
+    let range = ScaleRange {
+        min: 500,
+        max: 4000,
+        target_utilization: 70,
+    };
+    let mut p = policy(ExpiryAction::Delete);
+    p.tiers.active.autoscale = Some(Autoscale {
+        read: None,
+        write: Some(range),
+    });
+    p.tiers.cold.autoscale = p.tiers.active.autoscale;
+    let now = at("2026-11-22T10:00:00Z");
+    let registered = Scaling {
+        read: None,
+        write: Some(Registered { range, ours: true }),
+    };
+    // Scaled up to 2,500 by the policy: left there.
+    let mut t = read(
+        &p,
+        info(
+            &p,
+            "iot_2026-11-22",
+            now,
+            Capacity {
+                read: 300,
+                write: 2500,
+            },
+        ),
+    );
+    t.scaling = Some(registered);
+    assert!(
+        actions_for(&p, &t, now).is_empty(),
+        "{:?}",
+        actions_for(&p, &t, now)
+    );
+    // Not registered yet, and below its min: registered, and raised to min.
+    t.scaling = Some(Scaling::default());
+    t.capacity = Some(Capacity {
+        read: 300,
+        write: 100,
+    });
+    assert_eq!(
+        actions_for(&p, &t, now),
+        [
+            Action::SetScaling {
+                table: t.name.clone(),
+                side: Side::Write,
+                from: None,
+                to: range
+            },
+            Action::Resize {
+                table: t.name.clone(),
+                state: LifecycleState::Active,
+                from: Capacity {
+                    read: 300,
+                    write: 100
+                },
+                to: Capacity {
+                    read: 300,
+                    write: 500
+                },
+            }
+        ]
+    );
+    // Scaling unknown this round: no scaling action, still clamped.
+    t.scaling = None;
+    t.capacity = Some(Capacity {
+        read: 300,
+        write: 2500,
+    });
+    assert!(actions_for(&p, &t, now).is_empty());
+    // Frozen has no auto scaling: ours deregistered, then the resize.
+    let mut f = read(
+        &p,
+        info(
+            &p,
+            "iot_2026-11-19",
+            now,
+            Capacity {
+                read: 1,
+                write: 900,
+            },
+        ),
+    );
+    f.scaling = Some(registered);
+    let kinds: Vec<&str> = actions_for(&p, &f, now).iter().map(Action::kind).collect();
+    assert_eq!(kinds, ["remove_scaling", "resize"]);
+    // Someone else's target: left alone (the resize still happens).
+    f.scaling = Some(Scaling {
+        read: None,
+        write: Some(Registered { range, ours: false }),
+    });
+    let kinds: Vec<&str> = actions_for(&p, &f, now).iter().map(Action::kind).collect();
+    assert_eq!(kinds, ["resize"]);
+    // A cold table with a late backlog whose tier auto-scales writes: no
+    // lift, the policy scales it.
+    let mut c = read(
+        &p,
+        info(
+            &p,
+            "iot_2026-11-21",
+            now,
+            Capacity {
+                read: 100,
+                write: 500,
+            },
+        ),
+    );
+    c.scaling = Some(registered);
+    c.backlog = Some(Backlog {
+        items: 50_000,
+        wcu: 50_000,
+    });
+    assert!(
+        !actions_for(&p, &c, now)
+            .iter()
+            .any(|a| matches!(a, Action::Lift { .. } | Action::LiftOnDemand { .. })),
+        "{:?}",
+        actions_for(&p, &c, now)
+    );
+    // Expiry: ours deregistered first, the delete the round after.
+    let mut e = read(
+        &p,
+        info(&p, "iot_2026-11-10", now, Capacity { read: 1, write: 1 }),
+    );
+    e.scaling = Some(registered);
+    let kinds: Vec<&str> = actions_for(&p, &e, now).iter().map(Action::kind).collect();
+    assert_eq!(kinds, ["remove_scaling"]);
+    e.scaling = Some(Scaling::default());
+    let kinds: Vec<&str> = actions_for(&p, &e, now).iter().map(Action::kind).collect();
+    assert_eq!(kinds, ["delete"]);
+}
