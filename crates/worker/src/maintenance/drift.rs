@@ -393,9 +393,16 @@ impl Action {
             Action::Resize { from, to, .. } | Action::EndLift { from, to, .. } => {
                 to.write < from.write || to.read < from.read
             }
+            // Scaling that may lower capacity: a range lowered, or gone.
+            Action::SetScaling {
+                from: Some(from),
+                to,
+                ..
+            } => to.max < from.max || to.min < from.min,
             Action::Export { .. }
             | Action::Delete { .. }
             | Action::TagExpired { .. }
+            | Action::RemoveScaling { .. }
             | Action::EndOnDemandLift { .. } => true,
             _ => false,
         }

@@ -928,3 +928,29 @@ fn auto_scaled_sides_are_clamped_not_resized_and_not_lifted() {
     let kinds: Vec<&str> = actions_for(&p, &e, now).iter().map(Action::kind).collect();
     assert_eq!(kinds, ["delete"]);
 }
+
+/// Scaling changes that can lower a table's capacity run only while this
+/// host's clock agrees with DynamoDB's, as resizes down do.
+#[test]
+fn scaling_that_can_lower_capacity_trusts_the_clock() {
+    use tidemark_schema::period::ScaleRange;
+    let r = |min, max| ScaleRange {
+        min,
+        max,
+        target_utilization: 70,
+    };
+    let set = |from, to| Action::SetScaling {
+        table: "t".into(),
+        side: Side::Write,
+        from,
+        to,
+    };
+    assert!(!set(None, r(5, 50)).trusts_the_clock());
+    assert!(!set(Some(r(5, 50)), r(10, 100)).trusts_the_clock());
+    assert!(set(Some(r(5, 50)), r(2, 20)).trusts_the_clock());
+    let remove = Action::RemoveScaling {
+        table: "t".into(),
+        side: Side::Write,
+    };
+    assert!(remove.trusts_the_clock());
+}
