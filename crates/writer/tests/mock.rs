@@ -322,7 +322,7 @@ async fn throttled_then_success() {
     fake.script(Fault::Throttle);
     let (h, task) = start(&fake, config());
     let (tx, mut rx) = mpsc::unbounded_channel();
-    for i in 0..15 {
+    for i in 0..3 {
         submit(
             &h,
             &fake,
@@ -478,7 +478,7 @@ async fn unprocessed_keys_are_read_by_the_writers_key_attributes() {
     .config(config())
     .start();
     let (tx, mut rx) = mpsc::unbounded_channel();
-    for i in 0..15 {
+    for i in 0..3 {
         let mut it = Item::new();
         it.insert("id".into(), AttributeValue::S(format!("d{i}")));
         it.insert("at".into(), AttributeValue::S("2026".into()));
@@ -516,7 +516,7 @@ async fn unprocessed_items_under_another_table_key_are_all_sent_again() {
     .config(config())
     .start();
     let (tx, mut rx) = mpsc::unbounded_channel();
-    for i in 0..15 {
+    for i in 0..3 {
         let mut it = Item::new();
         it.insert("pk".into(), AttributeValue::S(format!("d{i}")));
         it.insert("sk".into(), AttributeValue::S("2026".into()));
