@@ -708,9 +708,31 @@ async fn deployed_stack_maintains_its_tables_and_stores_every_event() {
         )
         .await;
 
-    // 2b. The template's default table auto scaling reached the worker:
+    // 3. Every produced event is stored (`verify` reads each one back).
+    let stored = worker
+        .wait(
+            "every produced event stored",
+            Duration::from_secs(120),
+            || {
+                let out = command(&env, &dir)
+                    .args(["verify", "--manifest"])
+                    .arg(&manifest)
+                    .arg("--json")
+                    .output();
+                async move {
+                    let out = out.ok()?;
+                    let report: Value = serde_json::from_slice(&out.stdout).ok()?;
+                    (report["found"] == count).then_some(report)
+                }
+            },
+        )
+        .await;
+    assert_eq!(stored["found"], count, "{stored}");
+
+    // 3b. The template's default table auto scaling reached the worker:
     // the current table's writes are registered with Application Auto
-    // Scaling (moto), at the template's 1,000 to 10,000 WCU.
+    // Scaling (moto), at the template's 1,000 to 10,000 WCU. Checked after
+    // the events: the registration (a maintenance round) overlaps them.
     let autoscaling = aws_sdk_applicationautoscaling::Client::from_conf(
         aws_sdk_applicationautoscaling::config::Builder::from(&stack.sdk)
             .endpoint_url(&stack.sqs_url)
@@ -743,27 +765,6 @@ async fn deployed_stack_maintains_its_tables_and_stores_every_event() {
             },
         )
         .await;
-
-    // 3. Every produced event is stored (`verify` reads each one back).
-    let stored = worker
-        .wait(
-            "every produced event stored",
-            Duration::from_secs(120),
-            || {
-                let out = command(&env, &dir)
-                    .args(["verify", "--manifest"])
-                    .arg(&manifest)
-                    .arg("--json")
-                    .output();
-                async move {
-                    let out = out.ok()?;
-                    let report: Value = serde_json::from_slice(&out.stdout).ok()?;
-                    (report["found"] == count).then_some(report)
-                }
-            },
-        )
-        .await;
-    assert_eq!(stored["found"], count, "{stored}");
 
     // 4. With EMF on (a build that knows the key), the log carries every
     // metric the alarms and the dashboard read.
