@@ -163,6 +163,15 @@ impl LocalStack {
         }
     }
 
+    /// An Application Auto Scaling client for the local stack (moto, which
+    /// also serves SQS).
+    pub fn autoscaling(&self) -> aws_sdk_applicationautoscaling::Client {
+        let conf = aws_sdk_applicationautoscaling::config::Builder::from(&self.sdk)
+            .endpoint_url(&self.sqs_url)
+            .build();
+        aws_sdk_applicationautoscaling::Client::from_conf(conf)
+    }
+
     /// An SQS client for the local stack.
     pub fn sqs(&self) -> aws_sdk_sqs::Client {
         let conf = aws_sdk_sqs::config::Builder::from(&self.sdk)

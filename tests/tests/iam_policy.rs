@@ -59,6 +59,7 @@ const SERVICES: &[(&str, &str)] = &[
     ("aws-sdk-dynamodb", "dynamodb"),
     ("aws-sdk-kinesis", "kinesis"),
     ("aws-sdk-sqs", "sqs"),
+    ("aws-sdk-applicationautoscaling", "application-autoscaling"),
 ];
 
 /// API operations whose IAM action is not `service:OperationName`. An empty
@@ -127,14 +128,42 @@ const NOT_SDK: &[(&str, &str, &str)] = &[];
 
 /// (file, method name, service prefix): calls whose service the file's SDK
 /// imports leave ambiguous (e.g. `tag_resource` in a file using both the
-/// DynamoDB and the Kinesis client). Empty today.
-const SERVICE_OF: &[(&str, &str, &str)] = &[];
+/// DynamoDB and the Kinesis client).
+const SERVICE_OF: &[(&str, &str, &str)] = &[
+    // The table manager holds an Application Auto Scaling client too; its
+    // tags are DynamoDB's.
+    (
+        "crates/worker/src/maintenance/manager.rs",
+        "tag_resource",
+        "dynamodb",
+    ),
+];
 
 /// (IAM action, template condition its statement must be under, why):
 /// permissions a service uses with the task's rights while serving a call
 /// the code makes, so no SDK call of the code names them. Each must be
 /// granted, only under its condition.
 const ON_BEHALF: &[(&str, &str, &str)] = &[
+    (
+        "cloudwatch:PutMetricAlarm",
+        "HasTableAutoScaling",
+        "PutScalingPolicy creates the target-tracking policy's alarms as the caller",
+    ),
+    (
+        "cloudwatch:DescribeAlarms",
+        "HasTableAutoScaling",
+        "PutScalingPolicy reads the policy's alarms as the caller",
+    ),
+    (
+        "cloudwatch:DeleteAlarms",
+        "HasTableAutoScaling",
+        "DeregisterScalableTarget deletes the policy's alarms as the caller",
+    ),
+    (
+        "iam:CreateServiceLinkedRole",
+        "HasTableAutoScaling",
+        "the first RegisterScalableTarget for DynamoDB creates AWSServiceRoleForApplicationAutoScaling_DynamoDBTable",
+    ),
     (
         "s3:PutObject",
         "IsExport",
@@ -163,7 +192,13 @@ const ON_BEHALF: &[(&str, &str, &str)] = &[
 ];
 
 /// Actions AWS does not scope to a resource, so `Resource: "*"` is allowed.
-const RESOURCE_STAR_OK: &[&str] = &["dynamodb:ListTables", "kinesis:DescribeAccountSettings"];
+const RESOURCE_STAR_OK: &[&str] = &[
+    "dynamodb:ListTables",
+    "kinesis:DescribeAccountSettings",
+    "application-autoscaling:DescribeScalableTargets",
+    "application-autoscaling:DescribeScalingPolicies",
+    "cloudwatch:DescribeAlarms",
+];
 
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

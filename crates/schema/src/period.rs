@@ -506,43 +506,200 @@ pub struct Capacity {
     pub write: u64,
 }
 
-/// Provisioned capacity per lifecycle state, as `{ read, write }` units.
+/// The class of a table: what its storage and its requests cost.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum TableClass {
+    /// DynamoDB Standard: the cheapest requests.
+    #[default]
+    Standard,
+    /// DynamoDB Standard-Infrequent-Access: storage about 60% cheaper per
+    /// GB, requests about 25% dearer; for history that is rarely read.
+    StandardInfrequentAccess,
+}
+
+impl TableClass {
+    /// DynamoDB's name of the class (`STANDARD`, `STANDARD_INFREQUENT_ACCESS`).
+    pub const fn as_dynamodb(self) -> &'static str {
+        match self {
+            TableClass::Standard => "STANDARD",
+            TableClass::StandardInfrequentAccess => "STANDARD_INFREQUENT_ACCESS",
+        }
+    }
+}
+
+/// The most request units a second an on-demand table may use
+/// (DynamoDB's `OnDemandThroughput`): a ceiling on its spend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct Ceiling {
+    /// Most read request units a second; `None`: not set by the tier.
+    pub read: Option<u64>,
+    /// Most write request units a second; `None`: not set by the tier.
+    pub write: Option<u64>,
+}
+
+impl Ceiling {
+    /// True when the tier sets neither.
+    pub fn is_empty(&self) -> bool {
+        self.read.is_none() && self.write.is_none()
+    }
+}
+
+/// Auto scaling of one side (reads or writes) of a provisioned table:
+/// Application Auto Scaling keeps its utilisation near the target between
+/// `min` and `max` capacity units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScaleRange {
+    /// Fewest capacity units.
+    pub min: u64,
+    /// Most capacity units.
+    pub max: u64,
+    /// Consumed capacity to aim for, in percent of the provisioned
+    /// capacity (20 to 90). Default 70.
+    #[serde(default = "default_target_utilization")]
+    pub target_utilization: u8,
+}
+
+const fn default_target_utilization() -> u8 {
+    70
+}
+
+/// Table auto scaling of a tier: reads, writes or both.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(deny_unknown_fields)]
+pub struct Autoscale {
+    /// Read capacity scaling; unset: reads stay at the tier's `read`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read: Option<ScaleRange>,
+    /// Write capacity scaling; unset: writes stay at the tier's `write`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write: Option<ScaleRange>,
+}
+
+/// One lifecycle state's table settings: provisioned capacity, the
+/// on-demand ceiling, and the table class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Tier {
+    /// Read capacity units (provisioned billing).
+    pub read: u64,
+    /// Write capacity units (provisioned billing).
+    pub write: u64,
+    /// On-demand billing: most read request units a second a table in
+    /// this state may use (DynamoDB's `OnDemandThroughput`), set at
+    /// creation and restored by every round. Unset: no ceiling is set,
+    /// and one set by hand is left alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_read_units: Option<u64>,
+    /// On-demand billing: most write request units a second, as
+    /// `max_read_units`. Writes above it are throttled
+    /// (`MaxOnDemandThroughputExceeded`) and paced per table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_write_units: Option<u64>,
+    /// The table class of tables in this state: `"standard"` or
+    /// `"standard_infrequent_access"`. Set at creation; a table entering
+    /// the state is moved to it (DynamoDB allows two class changes per
+    /// table in 30 days: Tidemark changes a table's class at most once in
+    /// 15 days, and a refused change is not asked again for a day). Unset:
+    /// tables are created standard and their class is left alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table_class: Option<TableClass>,
+    /// Provisioned billing: table auto scaling, e.g. `autoscale.write =
+    /// { min = 500, max = 4000, target_utilization = 70 }`. A table
+    /// entering the state gets an Application Auto Scaling target and
+    /// target-tracking policy per side set here (its `read` / `write` is
+    /// then only the capacity it is created with), updated when it
+    /// changes state, removed when it enters a state without one or
+    /// expires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscale: Option<Autoscale>,
+}
+
+impl Tier {
+    /// The tier's provisioned capacity.
+    pub const fn capacity(&self) -> Capacity {
+        Capacity {
+            read: self.read,
+            write: self.write,
+        }
+    }
+
+    /// The tier's on-demand ceiling.
+    pub const fn ceiling(&self) -> Ceiling {
+        Ceiling {
+            read: self.max_read_units,
+            write: self.max_write_units,
+        }
+    }
+
+    const fn of(read: u64, write: u64) -> Tier {
+        Tier {
+            read,
+            write,
+            max_read_units: None,
+            max_write_units: None,
+            table_class: None,
+            autoscale: None,
+        }
+    }
+}
+
+impl From<Capacity> for Tier {
+    fn from(c: Capacity) -> Tier {
+        Tier::of(c.read, c.write)
+    }
+}
+
+impl PartialEq<Capacity> for Tier {
+    fn eq(&self, other: &Capacity) -> bool {
+        self.capacity() == *other
+    }
+}
+
+impl PartialEq<Tier> for Capacity {
+    fn eq(&self, other: &Tier) -> bool {
+        *self == other.capacity()
+    }
+}
+
+/// Table settings per lifecycle state: provisioned capacity as
+/// `{ read, write }` units, and optionally an on-demand ceiling
+/// (`max_read_units`, `max_write_units`) and a `table_class`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CapacityTiers {
     /// Prebuilt next table: created at the active capacity, so it takes the full load at the boundary.
     #[serde(default = "tier_active")]
-    pub prebuild: Capacity,
+    pub prebuild: Tier,
     /// Current table: 1,000 WCU / 300 RCU.
     #[serde(default = "tier_active")]
-    pub active: Capacity,
+    pub active: Tier,
     /// Previous table during the grace: keeps the active capacity.
     #[serde(default = "tier_active")]
-    pub cooling: Capacity,
+    pub cooling: Tier,
     /// Previous table after the grace: 1 WCU / 100 RCU.
     #[serde(default = "tier_cold")]
-    pub cold: Capacity,
+    pub cold: Tier,
     /// Older tables: 1 WCU / 1 RCU.
     #[serde(default = "tier_frozen")]
-    pub frozen: Capacity,
+    pub frozen: Tier,
 }
 
-const fn tier_active() -> Capacity {
-    Capacity {
-        read: 300,
-        write: 1000,
-    }
+const fn tier_active() -> Tier {
+    Tier::of(300, 1000)
 }
 
-const fn tier_cold() -> Capacity {
-    Capacity {
-        read: 100,
-        write: 1,
-    }
+const fn tier_cold() -> Tier {
+    Tier::of(100, 1)
 }
 
-const fn tier_frozen() -> Capacity {
-    Capacity { read: 1, write: 1 }
+const fn tier_frozen() -> Tier {
+    Tier::of(1, 1)
 }
 
 impl Default for CapacityTiers {
@@ -561,13 +718,30 @@ impl CapacityTiers {
     /// The capacity a table in `state` should have; `None` for states that
     /// have no table to size (future, expired).
     pub(crate) fn for_state(&self, state: LifecycleState) -> Option<Capacity> {
+        self.tier(state).map(Tier::capacity)
+    }
+
+    /// Every tier with its config name, youngest first.
+    pub fn named(&self) -> [(&'static str, &Tier); 5] {
+        [
+            ("prebuild", &self.prebuild),
+            ("active", &self.active),
+            ("cooling", &self.cooling),
+            ("cold", &self.cold),
+            ("frozen", &self.frozen),
+        ]
+    }
+
+    /// The tier of a table in `state`; `None` for states that have no
+    /// table (future, expired).
+    pub fn tier(&self, state: LifecycleState) -> Option<&Tier> {
         match state {
             LifecycleState::Future | LifecycleState::Expired => None,
-            LifecycleState::Prebuild => Some(self.prebuild),
-            LifecycleState::Active => Some(self.active),
-            LifecycleState::Cooling => Some(self.cooling),
-            LifecycleState::Cold => Some(self.cold),
-            LifecycleState::Frozen => Some(self.frozen),
+            LifecycleState::Prebuild => Some(&self.prebuild),
+            LifecycleState::Active => Some(&self.active),
+            LifecycleState::Cooling => Some(&self.cooling),
+            LifecycleState::Cold => Some(&self.cold),
+            LifecycleState::Frozen => Some(&self.frozen),
         }
     }
 }
@@ -597,6 +771,15 @@ impl Billing {
         match (self, state) {
             (Billing::OnDemand { warm_write_units }, LifecycleState::Prebuild) => *warm_write_units,
             _ => None,
+        }
+    }
+
+    /// The on-demand ceiling of a table in `state`: its tier's, when on
+    /// demand (empty when provisioned).
+    pub fn ceiling(&self, tiers: &CapacityTiers, state: LifecycleState) -> Ceiling {
+        match self {
+            Billing::Provisioned => Ceiling::default(),
+            Billing::OnDemand { .. } => tiers.tier(state).map(Tier::ceiling).unwrap_or_default(),
         }
     }
 
@@ -781,6 +964,27 @@ mod tests {
         let t: CapacityTiers = toml::from_str("cold = { read = 50, write = 5 }").unwrap();
         assert_eq!(t.cold, Capacity { read: 50, write: 5 });
         assert_eq!(t.active, tier_active());
+        let t: CapacityTiers = toml::from_str(
+            "active = { read = 5, write = 6, max_write_units = 4000 }\n\
+             frozen = { read = 1, write = 1, table_class = \"standard_infrequent_access\" }",
+        )
+        .unwrap();
+        assert_eq!(
+            t.active.ceiling(),
+            Ceiling {
+                read: None,
+                write: Some(4000)
+            }
+        );
+        assert_eq!(
+            t.frozen.table_class,
+            Some(TableClass::StandardInfrequentAccess)
+        );
+        assert_eq!(t.cold.table_class, None);
+        assert!(
+            toml::from_str::<CapacityTiers>("cold = { read = 1, write = 1, class = \"standard\" }")
+                .is_err()
+        );
     }
 
     fn any_period() -> impl Strategy<Value = Period> {

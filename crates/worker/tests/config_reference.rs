@@ -32,6 +32,12 @@ fn resolve<'a>(schema: &'a Value, defs: &'a Value) -> &'a Value {
     if let Some([one]) = schema["allOf"].as_array().map(Vec::as_slice) {
         return resolve(one, defs);
     }
+    // An optional definition (`Option<T>`): T's.
+    if let Some([one, null]) = schema["anyOf"].as_array().map(Vec::as_slice)
+        && null["type"] == "null"
+    {
+        return resolve(one, defs);
+    }
     schema
 }
 

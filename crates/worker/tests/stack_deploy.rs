@@ -546,6 +546,10 @@ async fn deployed_stack_maintains_its_tables_and_stores_every_event() {
             "TIDEMARK__SOURCE__QUEUE_URL",
             "TIDEMARK__MAINTENANCE__EXPORT__BUCKET",
             "TIDEMARK__MAINTENANCE__EXPORT__PREFIX",
+            // Provisioned billing: no on-demand ceiling.
+            "TIDEMARK__SCHEMA__TIERS__PREBUILD__MAX_WRITE_UNITS",
+            "TIDEMARK__SCHEMA__TIERS__ACTIVE__MAX_WRITE_UNITS",
+            "TIDEMARK__SCHEMA__TIERS__COOLING__MAX_WRITE_UNITS",
         ],
     );
     // The role as IAM holds it: OnExpiry tag deletes nothing, exports
@@ -604,6 +608,11 @@ async fn deployed_stack_maintains_its_tables_and_stores_every_event() {
         ("AWS_ENDPOINT_URL_KINESIS", stack.kinesis_url.as_str()),
         ("AWS_ENDPOINT_URL_DYNAMODB", stack.dynamodb_url.as_str()),
         ("AWS_ENDPOINT_URL_SQS", stack.sqs_url.as_str()),
+        // Table auto scaling (on by default in the template): moto.
+        (
+            "AWS_ENDPOINT_URL_APPLICATION_AUTO_SCALING",
+            stack.sqs_url.as_str(),
+        ),
         ("AWS_REGION", "us-east-1"),
         ("AWS_ACCESS_KEY_ID", ACCOUNT),
         ("AWS_SECRET_ACCESS_KEY", "test"),
@@ -720,6 +729,43 @@ async fn deployed_stack_maintains_its_tables_and_stores_every_event() {
         .await;
     assert_eq!(stored["found"], count, "{stored}");
 
+    // 3b. The template's default table auto scaling reached the worker:
+    // the current table's writes are registered with Application Auto
+    // Scaling (moto), at the template's 1,000 to 10,000 WCU. Checked after
+    // the events: the registration (a maintenance round) overlaps them.
+    let autoscaling = aws_sdk_applicationautoscaling::Client::from_conf(
+        aws_sdk_applicationautoscaling::config::Builder::from(&stack.sdk)
+            .endpoint_url(&stack.sqs_url)
+            .build(),
+    );
+    worker
+        .wait(
+            "the current table's write scaling registered",
+            Duration::from_secs(120),
+            || {
+                let autoscaling = autoscaling.clone();
+                let prefix = name.clone();
+                async move {
+                    let now_ms = chrono::Utc::now().timestamp_millis();
+                    let table = format!("{prefix}_{}", Period::Hour.containing(now_ms).label());
+                    let out = autoscaling
+                        .describe_scalable_targets()
+                        .service_namespace(
+                            aws_sdk_applicationautoscaling::types::ServiceNamespace::Dynamodb,
+                        )
+                        .resource_ids(format!("table/{table}"))
+                        .send()
+                        .await
+                        .ok()?;
+                    out.scalable_targets()
+                        .iter()
+                        .any(|t| t.min_capacity() == 1000 && t.max_capacity() == 10000)
+                        .then_some(())
+                }
+            },
+        )
+        .await;
+
     // 4. With EMF on (a build that knows the key), the log carries every
     // metric the alarms and the dashboard read.
     if env.contains_key("TIDEMARK__TELEMETRY__EMF") {
@@ -802,6 +848,9 @@ async fn deployed_stack_variants_get_the_environment_and_rights_they_need() {
             "TIDEMARK__SOURCE__LEASE_ASSIGNMENT",
             "TIDEMARK__SCHEMA__KEY__SHARDS",
             "TIDEMARK__SCHEMA__KEY__BUCKET",
+            "TIDEMARK__SCHEMA__TIERS__PREBUILD__MAX_WRITE_UNITS",
+            "TIDEMARK__SCHEMA__TIERS__ACTIVE__MAX_WRITE_UNITS",
+            "TIDEMARK__SCHEMA__TIERS__COOLING__MAX_WRITE_UNITS",
         ],
     );
     assert_eq!(env["TIDEMARK__MAINTENANCE__ON_EXPIRY"], "export");

@@ -64,6 +64,9 @@ struct State {
     hang_all: bool,
     /// DescribeTable calls answered, per table.
     describes: HashMap<String, usize>,
+    /// Provisioned WCU DescribeTable reports, when set (1,000 otherwise):
+    /// what table auto scaling changes behind the writer's back.
+    wcu: Option<i64>,
 }
 
 #[derive(Clone, Default)]
@@ -190,12 +193,12 @@ impl Fake {
     fn client(&self, on_demand: bool) -> Client {
         let state = self.0.clone();
         let describe = mock!(Client::describe_table).then_compute_output(move |req| {
-            *state
-                .lock()
-                .unwrap()
-                .describes
+            let mut st = state.lock().unwrap();
+            *st.describes
                 .entry(req.table_name().unwrap().to_string())
                 .or_default() += 1;
+            let wcu = st.wcu.unwrap_or(1_000);
+            drop(st);
             let mut t = TableDescription::builder().table_name(req.table_name().unwrap());
             t = if on_demand {
                 t.billing_mode_summary(
@@ -206,7 +209,7 @@ impl Fake {
             } else {
                 t.provisioned_throughput(
                     ProvisionedThroughputDescription::builder()
-                        .write_capacity_units(1_000)
+                        .write_capacity_units(wcu)
                         .read_capacity_units(100)
                         .build(),
                 )
@@ -864,6 +867,40 @@ async fn a_table_throttled_for_ever_never_takes_the_whole_in_flight_bound() {
     late.abort();
     drop(h);
     task.abort();
+}
+
+/// Table auto scaling raises a table's capacity behind the writer's back:
+/// the writer reads the capacity again (every `capacity_refresh`) and paces
+/// to the raised one, in simulated time.
+#[tokio::test(start_paused = true)]
+async fn a_capacity_raised_by_auto_scaling_is_followed() {
+    let fake = Fake::default();
+    let (h, task) = start(&fake, config());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    submit(&h, &fake, &tx, "events", item("a", "v"), "first")
+        .await
+        .unwrap();
+    h.flush().await;
+    let before = h.stats().rate_wcu["events"];
+    fake.0.lock().unwrap().wcu = Some(4_000);
+    // Kept busy (a table idle long enough retires) past a refresh.
+    for i in 0..15 {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let tag = format!("w{i}");
+        submit(&h, &fake, &tx, "events", item(&tag, "v"), &tag)
+            .await
+            .unwrap();
+        h.flush().await;
+    }
+    let after = h.stats().rate_wcu["events"];
+    assert!(before > 0.0, "{before}");
+    assert!(
+        (after / before - 4.0).abs() < 0.01,
+        "paced at {before} WCU/s of 1,000, then {after} of 4,000"
+    );
+    assert_eq!(drain(&mut rx).len(), 16);
+    h.close();
+    task.await.unwrap().unwrap();
 }
 
 /// A table written once is not described for ever after: its task retires

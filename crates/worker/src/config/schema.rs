@@ -27,7 +27,7 @@ pub fn json_schema() -> Value {
     // `tiers` and `billing` are written in [schema] but read beside it.
     let router = &mut defs["RouterConfig"]["properties"];
     router["tiers"] = json!({
-        "description": "Provisioned capacity per table lifecycle state (used when `billing.mode` is `provisioned`).",
+        "description": "Table settings per lifecycle state: provisioned capacity `{ read, write }` (used when `billing.mode` is `provisioned`), table auto scaling `autoscale` (provisioned), the on-demand ceiling `max_read_units` / `max_write_units` (used when it is `on_demand`) and the `table_class`. See docs/keys-and-tables.md (cost per stage).",
         "allOf": [tiers],
         "default": serde_json::to_value(CapacityTiers::default()).unwrap_or(Value::Null),
     });

@@ -415,6 +415,14 @@ fn impossible_values_are_refused() {
         "schema.tiers.active.write",
     );
     assert!(p.to_string().contains("t.toml:9"), "{p}");
+    problem_at(
+        &MINIMAL.replace(
+            "table_prefix = \"events\"",
+            "table_prefix = \"events\"\ntiers.cold = { read = 5, write = 1, max_write_units = 0 }",
+        ),
+        &[],
+        "schema.tiers.cold.max_write_units",
+    );
     for (e, key) in [
         (
             ("TIDEMARK__TELEMETRY__LISTEN", "localhost:abc"),

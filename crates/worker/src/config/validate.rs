@@ -151,6 +151,43 @@ impl Config {
                 }
             }
         }
+        // DynamoDB takes a ceiling of 1 unit or more (-1 is "none": leave
+        // the key out).
+        for (name, tier) in self.tiers.named() {
+            for (unit, v) in [
+                ("max_read_units", tier.max_read_units),
+                ("max_write_units", tier.max_write_units),
+            ] {
+                if v == Some(0) {
+                    out.push((
+                        format!("schema.tiers.{name}.{unit}"),
+                        "an on-demand ceiling is at least 1 request unit a second; leave it out for none".into(),
+                    ));
+                }
+            }
+        }
+        for (name, tier) in self.tiers.named() {
+            let Some(a) = tier.autoscale else { continue };
+            if !matches!(self.billing, Billing::Provisioned) {
+                out.push((
+                    format!("schema.tiers.{name}.autoscale"),
+                    "auto scaling is for provisioned billing: remove it, or set billing = { mode = \"provisioned\" }".into(),
+                ));
+            }
+            for (side, r) in [("read", a.read), ("write", a.write)] {
+                let Some(r) = r else { continue };
+                let key = format!("schema.tiers.{name}.autoscale.{side}");
+                if r.min == 0 || r.max < r.min {
+                    out.push((key.clone(), "needs 1 <= min <= max capacity units".into()));
+                }
+                if !(20..=90).contains(&r.target_utilization) {
+                    out.push((
+                        format!("{key}.target_utilization"),
+                        "Application Auto Scaling takes a target of 20 to 90 (percent)".into(),
+                    ));
+                }
+            }
+        }
         if let Err(m) = check_listen(&self.telemetry.listen) {
             out.push(("telemetry.listen".into(), m));
         }

@@ -11,12 +11,13 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use tidemark_consumer::keyschema::{KeyAttr, KeySpec};
 use tidemark_schema::period::{
-    Billing, Capacity, CapacityTiers, Lifecycle, LifecycleState, PeriodRef, TableNaming,
+    Autoscale, Billing, Capacity, CapacityTiers, Ceiling, Lifecycle, LifecycleState, PeriodRef,
+    ScaleRange, TableClass, TableNaming,
 };
 use tidemark_schema::route::RouterConfig;
 
 use super::lift::{Backlog, LATE_BACKLOG, Lift, LiftPolicy};
-use super::tags::{LAYOUT_TAG, PREFIX_TAG, layout_of};
+use super::tags::{CLASS_REFUSED_TAG, LAYOUT_TAG, PREFIX_TAG, layout_of};
 use crate::config::{ExpiryAction, ExportConfig};
 
 /// An expired table's export to S3, as DynamoDB reports it.
@@ -72,6 +73,19 @@ pub struct TableInfo {
     /// Warm write throughput DynamoDB reports, units/s.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub warm_write_units: Option<u64>,
+    /// The on-demand ceiling DynamoDB reports (`OnDemandThroughput`;
+    /// unset or -1: none).
+    #[serde(skip_serializing_if = "Ceiling::is_empty")]
+    pub ceiling: Ceiling,
+    /// The table class DynamoDB reports (standard when it reports none).
+    pub table_class: TableClass,
+    /// When the table class was last changed, Unix ms.
+    #[serde(skip)]
+    pub class_changed_ms: Option<i64>,
+    /// Its auto scaling as Application Auto Scaling reports it; `None`
+    /// when not read this round (left alone).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scaling: Option<Scaling>,
     /// Deletion protection on.
     pub deletion_protection: bool,
     /// Settings read with extra calls.
@@ -83,12 +97,6 @@ pub struct TableInfo {
     /// The late backlog workers report for it (items waiting in writers).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backlog: Option<Backlog>,
-    /// Table class: `standard` or `standard_infrequent_access`.
-    pub table_class: String,
-    /// On demand: the most write request units/s DynamoDB lets it take
-    /// (`OnDemandThroughput`), when set.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_write_units: Option<u64>,
     /// Size DynamoDB reports (refreshed about every six hours), bytes.
     pub size_bytes: u64,
     /// Table ARN.
@@ -101,6 +109,60 @@ pub struct TableInfo {
 
 fn is_default(d: &Details) -> bool {
     *d == Details::default()
+}
+
+/// Which side of a table's capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Side {
+    /// Read capacity units.
+    Read,
+    /// Write capacity units.
+    Write,
+}
+
+impl Side {
+    /// Both sides.
+    pub const BOTH: [Side; 2] = [Side::Read, Side::Write];
+
+    /// The side's range in a tier's auto scaling.
+    pub fn of(self, a: &Autoscale) -> Option<ScaleRange> {
+        match self {
+            Side::Read => a.read,
+            Side::Write => a.write,
+        }
+    }
+}
+
+/// One side's scalable target as registered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Registered {
+    /// Its range, with our policy's target (0 when our policy is missing).
+    pub range: ScaleRange,
+    /// Tidemark's target-tracking policy is on it (else it is someone
+    /// else's, and never removed).
+    pub ours: bool,
+}
+
+/// A table's scalable targets, per side.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Scaling {
+    /// Read capacity's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub read: Option<Registered>,
+    /// Write capacity's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub write: Option<Registered>,
+}
+
+impl Scaling {
+    /// The side's registration.
+    pub fn side(&self, side: Side) -> Option<Registered> {
+        match side {
+            Side::Read => self.read,
+            Side::Write => self.write,
+        }
+    }
 }
 
 /// One maintenance action: the drift it repairs.
@@ -118,6 +180,47 @@ pub enum Action {
         capacity: Option<Capacity>,
         /// Warm write throughput for an on-demand prebuilt table.
         warm_write_units: Option<u64>,
+    },
+    /// Set an on-demand table's ceiling (`OnDemandThroughput`) back to its
+    /// tier's.
+    SetCeiling {
+        /// Table name.
+        table: String,
+        /// The ceiling DynamoDB reports.
+        from: Ceiling,
+        /// The tier's; a side the tier leaves unset keeps `from`'s.
+        to: Ceiling,
+    },
+    /// Register (or update) one side's scalable target and Tidemark's
+    /// target-tracking policy on it.
+    SetScaling {
+        /// Table name.
+        table: String,
+        /// Reads or writes.
+        side: Side,
+        /// As registered now, if at all.
+        from: Option<ScaleRange>,
+        /// The tier's.
+        to: ScaleRange,
+    },
+    /// Deregister one side's scalable target (its policies go with it).
+    RemoveScaling {
+        /// Table name.
+        table: String,
+        /// Reads or writes.
+        side: Side,
+    },
+    /// Move a table to its tier's table class.
+    SetTableClass {
+        /// Table name.
+        table: String,
+        /// Table ARN (a refusal is recorded in a tag).
+        #[serde(skip)]
+        arn: String,
+        /// Current class.
+        from: TableClass,
+        /// The tier's.
+        to: TableClass,
     },
     /// Change provisioned capacity to the tier of the table's state.
     Resize {
@@ -265,6 +368,10 @@ impl Action {
             Action::Create { .. } => "create",
             Action::Resize { .. } => "resize",
             Action::SetWarmThroughput { .. } => "set_warm_throughput",
+            Action::SetCeiling { .. } => "set_ceiling",
+            Action::SetTableClass { .. } => "set_table_class",
+            Action::SetScaling { .. } => "set_scaling",
+            Action::RemoveScaling { .. } => "remove_scaling",
             Action::SetTtl { .. } => "set_ttl",
             Action::SetPitr { .. } => "set_pitr",
             Action::SetDeletionProtection { .. } => "set_deletion_protection",
@@ -288,9 +395,16 @@ impl Action {
             Action::Resize { from, to, .. } | Action::EndLift { from, to, .. } => {
                 to.write < from.write || to.read < from.read
             }
+            // Scaling that may lower capacity: a range lowered, or gone.
+            Action::SetScaling {
+                from: Some(from),
+                to,
+                ..
+            } => to.max < from.max || to.min < from.min,
             Action::Export { .. }
             | Action::Delete { .. }
             | Action::TagExpired { .. }
+            | Action::RemoveScaling { .. }
             | Action::EndOnDemandLift { .. } => true,
             _ => false,
         }
@@ -302,6 +416,10 @@ impl Action {
             Action::Create { table, .. }
             | Action::Resize { table, .. }
             | Action::SetWarmThroughput { table, .. }
+            | Action::SetCeiling { table, .. }
+            | Action::SetTableClass { table, .. }
+            | Action::SetScaling { table, .. }
+            | Action::RemoveScaling { table, .. }
             | Action::SetTtl { table, .. }
             | Action::SetPitr { table, .. }
             | Action::SetDeletionProtection { table, .. }
@@ -369,6 +487,10 @@ pub struct TablePolicy {
 pub(super) struct Desired {
     pub(super) capacity: Option<Capacity>,
     pub(super) warm_write_units: Option<u64>,
+    pub(super) ceiling: Ceiling,
+    pub(super) table_class: Option<TableClass>,
+    /// Auto scaling (provisioned billing only).
+    pub(super) autoscale: Autoscale,
     pub(super) pitr: Option<bool>,
     pub(super) deletion_protection: Option<bool>,
 }
@@ -403,6 +525,16 @@ impl TablePolicy {
         }
     }
 
+    /// True when some tier auto-scales (provisioned billing).
+    pub(crate) fn autoscales(&self) -> bool {
+        matches!(self.billing, Billing::Provisioned)
+            && self
+                .tiers
+                .named()
+                .iter()
+                .any(|(_, t)| t.autoscale.is_some())
+    }
+
     /// The key schema every period table must have.
     pub(crate) fn key_spec(&self) -> KeySpec {
         KeySpec::hash_range(KeyAttr::string(&self.pk), KeyAttr::string(&self.sk))
@@ -435,6 +567,16 @@ impl TablePolicy {
         Desired {
             capacity: self.billing.capacity(&self.tiers, state),
             warm_write_units: self.billing.warm_write_units(state),
+            ceiling: self.billing.ceiling(&self.tiers, state),
+            table_class: self.tiers.tier(state).and_then(|t| t.table_class),
+            autoscale: match self.billing {
+                Billing::Provisioned => self
+                    .tiers
+                    .tier(state)
+                    .and_then(|t| t.autoscale)
+                    .unwrap_or_default(),
+                Billing::OnDemand { .. } => Autoscale::default(),
+            },
             pitr: self.pitr.then_some(young),
             deletion_protection: self.deletion_protection.then_some(young),
         }
@@ -500,7 +642,7 @@ pub(crate) fn round_actions(
             }
             state => {
                 if !lift(policy, t, state, now_ms, &mut actions) {
-                    reconcile(policy, t, state, &mut actions);
+                    reconcile(policy, t, state, now_ms, &mut actions);
                 }
             }
         }
@@ -520,10 +662,25 @@ fn lift(
     now_ms: i64,
     out: &mut Vec<Action>,
 ) -> bool {
-    let Some(tier) = policy.desired(state).capacity else {
+    let want = policy.desired(state);
+    let Some(tier) = want.capacity else {
         return false;
     };
     let table = || t.name.clone();
+    // Writes the tier auto-scales are the scaling policy's to raise (up to
+    // its max): a lift would fight it. A lift recorded before goes.
+    if want.autoscale.write.is_some() {
+        if let (Some(_), Some(cap)) = (&t.lift, t.capacity) {
+            out.push(Action::EndLift {
+                table: table(),
+                state,
+                from: cap,
+                to: cap,
+            });
+            return true;
+        }
+        return false;
+    }
     let late = matches!(state, LifecycleState::Cold | LifecycleState::Frozen);
     let backlog = t.backlog.filter(|b| late && b.items > 0);
     let held_ms = i64::try_from(policy.late_lift.hold.as_millis()).unwrap_or(i64::MAX);
@@ -669,12 +826,53 @@ pub(crate) fn is_ours(policy: &TablePolicy, t: &TableInfo) -> bool {
 }
 
 /// The actions that bring a live table to its desired state.
-fn reconcile(policy: &TablePolicy, t: &TableInfo, state: LifecycleState, out: &mut Vec<Action>) {
+fn reconcile(
+    policy: &TablePolicy,
+    t: &TableInfo,
+    state: LifecycleState,
+    now_ms: i64,
+    out: &mut Vec<Action>,
+) {
     let want = policy.desired(state);
     let table = || t.name.clone();
+    // Scaling first: a side leaving auto scaling is deregistered before
+    // the resize to its tier below, so the policy cannot undo it.
+    if let Some(scaling) = &t.scaling
+        && t.capacity.is_some()
+    {
+        for side in Side::BOTH {
+            match (side.of(&want.autoscale), scaling.side(side)) {
+                (Some(to), from) if from.map(|f| f.range) != Some(to) => {
+                    out.push(Action::SetScaling {
+                        table: table(),
+                        side,
+                        from: from.map(|f| f.range),
+                        to,
+                    });
+                }
+                (None, Some(r)) if r.ours => out.push(Action::RemoveScaling {
+                    table: table(),
+                    side,
+                }),
+                _ => {}
+            }
+        }
+    }
+    // An auto-scaled side keeps the capacity the policy gave it, within
+    // the tier's range.
+    let to = want.capacity.map(|c| {
+        let clamp = |side: Side, tier: u64, now: Option<u64>| {
+            side.of(&want.autoscale)
+                .map_or(tier, |r| now.unwrap_or(tier).clamp(r.min, r.max.max(r.min)))
+        };
+        Capacity {
+            read: clamp(Side::Read, c.read, t.capacity.map(|c| c.read)),
+            write: clamp(Side::Write, c.write, t.capacity.map(|c| c.write)),
+        }
+    });
     // One UpdateTable per table per round: the table is UPDATING after one,
     // and DynamoDB refuses the next until it is ACTIVE again.
-    if let (Some(from), Some(to)) = (t.capacity, want.capacity)
+    if let (Some(from), Some(to)) = (t.capacity, to)
         && from != to
     {
         out.push(Action::Resize {
@@ -697,6 +895,28 @@ fn reconcile(policy: &TablePolicy, t: &TableInfo, state: LifecycleState, out: &m
         out.push(Action::SetWarmThroughput {
             table: table(),
             from: t.warm_write_units,
+            to,
+        });
+    } else if t.capacity.is_none()
+        && ((want.ceiling.read.is_some() && want.ceiling.read != t.ceiling.read)
+            || (want.ceiling.write.is_some() && want.ceiling.write != t.ceiling.write))
+    {
+        out.push(Action::SetCeiling {
+            table: table(),
+            from: t.ceiling,
+            to: Ceiling {
+                read: want.ceiling.read.or(t.ceiling.read),
+                write: want.ceiling.write.or(t.ceiling.write),
+            },
+        });
+    } else if let Some(to) = want.table_class
+        && to != t.table_class
+        && may_change_class(t, now_ms)
+    {
+        out.push(Action::SetTableClass {
+            table: table(),
+            arn: t.arn.clone(),
+            from: t.table_class,
             to,
         });
     }
@@ -730,9 +950,49 @@ fn reconcile(policy: &TablePolicy, t: &TableInfo, state: LifecycleState, out: &m
     }
 }
 
+/// DynamoDB allows two table class changes per table in a trailing 30
+/// days; changes at least this far apart never exceed it.
+pub(crate) const CLASS_CHANGE_SPACING_MS: i64 = 15 * 86_400_000;
+/// A refused class change is not asked again for this long.
+pub(crate) const CLASS_RETRY_AFTER_MS: i64 = 86_400_000;
+
+/// True when `t`'s class may be changed at `now_ms`: its tags were read
+/// this round (a refusal is recorded there), none was refused within
+/// [`CLASS_RETRY_AFTER_MS`], and its class last changed at least
+/// [`CLASS_CHANGE_SPACING_MS`] ago.
+pub(crate) fn may_change_class(t: &TableInfo, now_ms: i64) -> bool {
+    let Some(tags) = &t.details.tags else {
+        return false;
+    };
+    let refused = tags
+        .get(CLASS_REFUSED_TAG)
+        .and_then(|v| v.parse::<i64>().ok())
+        .is_some_and(|at| now_ms < at.saturating_add(CLASS_RETRY_AFTER_MS));
+    let recent = t
+        .class_changed_ms
+        .is_some_and(|at| now_ms < at.saturating_add(CLASS_CHANGE_SPACING_MS));
+    !refused && !recent
+}
+
 /// What happens to a table past retention.
 fn expire(policy: &TablePolicy, t: &TableInfo, out: &mut Vec<Action>) {
     let table = || t.name.clone();
+    // Its scalable targets go first: they would outlive the table.
+    if let Some(scaling) = &t.scaling {
+        let ours: Vec<Side> = Side::BOTH
+            .into_iter()
+            .filter(|s| scaling.side(*s).is_some_and(|r| r.ours))
+            .collect();
+        if !ours.is_empty() {
+            for side in ours {
+                out.push(Action::RemoveScaling {
+                    table: table(),
+                    side,
+                });
+            }
+            return;
+        }
+    }
     let delete = |out: &mut Vec<Action>| {
         // Protection this policy set is lifted first; protection set by
         // hand is kept, and the delete's refusal reported every round.

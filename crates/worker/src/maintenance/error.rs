@@ -35,6 +35,16 @@ pub enum TablesError {
         /// is unreachable (`tables` exits 69).
         unreachable: bool,
     },
+    /// An Application Auto Scaling call failed (table auto scaling).
+    #[error("{operation}{}: {message}", on_table(table))]
+    Scaling {
+        /// The operation.
+        operation: &'static str,
+        /// The table ("" for the reads of every table's).
+        table: String,
+        /// The error text.
+        message: String,
+    },
     /// An account quota refused the call (LimitExceededException on
     /// CreateTable or a capacity change): an operator must act.
     #[error(

@@ -15,6 +15,11 @@
 //! refused switch falls back to a provisioned lift, recorded, so it is not
 //! asked again for [`SWITCH_SPACING`] (never retried in a loop).
 //!
+//! A table whose tier auto-scales its writes (`autoscale.write`) is never
+//! lifted: its scaling policy raises it for the throttled backlog (up to
+//! the range's max), and would scale a lift back down; a lift recorded
+//! before the tier gained auto scaling is ended without a resize.
+//!
 //! One item per lifted table in the coordinator table (the maintenance
 //! lease's), keyed `leaseKey = "tidemark-lift#{table}"`: `table`, `write`
 //! (WCU while lifted; 0 on demand), `mode` (`provisioned`, `on_demand`),

@@ -13,14 +13,14 @@ use aws_sdk_dynamodb::operation::describe_table::DescribeTableError;
 use aws_sdk_dynamodb::operation::update_table::UpdateTableError;
 use aws_sdk_dynamodb::types::{
     BillingMode, ExportFormat as SdkExportFormat, OnDemandThroughput,
-    PointInTimeRecoverySpecification, ProvisionedThroughput, TableStatus, Tag,
-    TimeToLiveSpecification, WarmThroughput,
+    PointInTimeRecoverySpecification, ProvisionedThroughput, TableClass as SdkTableClass,
+    TableStatus, Tag, TimeToLiveSpecification, WarmThroughput,
 };
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use serde::Serialize;
 use tidemark_governor::Governor;
-use tidemark_schema::period::{Capacity, LifecycleState};
+use tidemark_schema::period::{Capacity, Ceiling, LifecycleState, TableClass};
 use tidemark_schema::route::RouterConfig;
 use tracing::{info, warn};
 
@@ -29,12 +29,17 @@ use super::drift::{Action, RoundKind, TablePolicy, is_ours, round_actions};
 use super::error::TablesError;
 use super::lift::{self, Backlog, Lift};
 use super::tags::{
-    EXPIRED_TAG, EXPORT_TAG, LAYOUT_FROM_TAG, LAYOUT_TAG, MIGRATION_TAG, PREFIX_TAG,
+    CLASS_REFUSED_TAG, EXPIRED_TAG, EXPORT_TAG, LAYOUT_FROM_TAG, LAYOUT_TAG, MIGRATION_TAG,
+    PREFIX_TAG,
 };
 use crate::config::{Config, ExportFormat};
 use crate::metrics as m;
 
 mod listing;
+mod scaling;
+pub use scaling::POLICY_NAME as SCALING_POLICY_NAME;
+#[cfg(test)]
+mod tier_tests;
 
 /// Attempts of one table call (see `TableManager::call`): with the
 /// governor's back-off, a few seconds of trouble; a round that still fails
@@ -113,6 +118,9 @@ pub struct TableManager {
     max_clock_skew: Duration,
     /// The routers' table layouts, refreshed from the tags a round reads.
     table_layouts: Option<(Arc<tidemark_schema::TableLayouts>, Arc<RouterConfig>)>,
+    /// Application Auto Scaling, for tiers with `autoscale`; without it
+    /// table auto scaling is left alone.
+    autoscaling: Option<aws_sdk_applicationautoscaling::Client>,
 }
 
 impl TableManager {
@@ -140,7 +148,15 @@ impl TableManager {
             coordinator: None,
             clock,
             table_layouts: None,
+            autoscaling: None,
         }
+    }
+
+    /// Table auto scaling (tiers' `autoscale`) is read and set through
+    /// `client`.
+    pub fn with_autoscaling(mut self, client: aws_sdk_applicationautoscaling::Client) -> Self {
+        self.autoscaling = Some(client);
+        self
     }
 
     /// Each round records in `layouts` the key layouts of the tables whose
@@ -315,9 +331,19 @@ impl TableManager {
         } else {
             Some(BTreeMap::new())
         };
+        // Read only where a tier auto-scales: a stack without auto scaling
+        // makes no Application Auto Scaling calls.
+        let scaling = if kind == RoundKind::Rotate && self.policy.autoscales() {
+            Box::pin(self.scaling()).await
+        } else {
+            None
+        };
         for t in &mut existing {
             t.lift = lifts.as_ref().and_then(|l| l.get(&t.name).cloned());
             t.backlog = backlogs.get(&t.name).copied();
+            t.scaling = scaling
+                .as_ref()
+                .map(|s| s.get(&t.name).copied().unwrap_or_default());
         }
         let mut actions = round_actions(&self.policy, &existing, now, kind);
         match &lifts {
@@ -451,8 +477,33 @@ impl TableManager {
                 table,
                 capacity,
                 warm_write_units,
-                ..
-            } => Box::pin(self.create(table, *capacity, *warm_write_units)),
+                state,
+            } => Box::pin(self.create_in(table, *state, *capacity, *warm_write_units)),
+            Action::SetCeiling { table, to, .. } => Box::pin(async move {
+                let req = self
+                    .client
+                    .update_table()
+                    .table_name(table)
+                    .on_demand_throughput(on_demand_throughput(*to));
+                self.update(table, || req.clone().send()).await?;
+                info!(
+                    table,
+                    max_read_units = to.read,
+                    max_write_units = to.write,
+                    "on-demand ceiling set"
+                );
+                Ok(())
+            }),
+            Action::SetScaling {
+                table, side, to, ..
+            } => Box::pin(self.set_scaling(table, *side, *to)),
+            Action::RemoveScaling { table, side } => Box::pin(self.remove_scaling(table, *side)),
+            Action::SetTableClass {
+                table,
+                arn,
+                from,
+                to,
+            } => Box::pin(self.set_table_class(table, arn, *from, *to)),
             Action::Resize { table, to, .. } => Box::pin(async move {
                 self.resize(table, *to).await?;
                 info!(table, read = to.read, write = to.write, "table resized");
@@ -603,6 +654,47 @@ impl TableManager {
                     self.resize(table, fallback).await?;
                 }
                 Ok(())
+            }
+        }
+    }
+
+    /// Moves `table` to class `to`. A refusal (DynamoDB's limit on class
+    /// changes, or a table that cannot change now) is recorded in the
+    /// table's [`CLASS_REFUSED_TAG`] tag: the change is not asked again for
+    /// a day (see [`may_change_class`](super::drift::may_change_class)).
+    async fn set_table_class(
+        &self,
+        table: &str,
+        arn: &str,
+        from: TableClass,
+        to: TableClass,
+    ) -> Result<(), TablesError> {
+        let req = self
+            .client
+            .update_table()
+            .table_name(table)
+            .table_class(SdkTableClass::from(to.as_dynamodb()));
+        match self.update(table, || req.clone().send()).await {
+            Ok(()) => {
+                info!(
+                    table,
+                    from = from.as_dynamodb(),
+                    to = to.as_dynamodb(),
+                    "table class changed"
+                );
+                Ok(())
+            }
+            Err(e) if e.is_unreachable() => Err(e),
+            Err(e) => {
+                warn!(
+                    table,
+                    to = to.as_dynamodb(),
+                    error = %e,
+                    "changing the table class was refused: not asked again for a day"
+                );
+                let now = Utc::now().timestamp_millis().to_string();
+                self.tag(table, arn, CLASS_REFUSED_TAG, &now).await?;
+                Err(e)
             }
         }
     }
@@ -803,14 +895,38 @@ impl TableManager {
 
     /// Creates a table (a concurrent creation by another worker counts as
     /// success), tagged with its prefix, waits until it is ACTIVE, then
-    /// enables TTL when configured.
+    /// enables TTL when configured. Its on-demand ceiling and class are
+    /// those of its state now.
     pub async fn create(
         &self,
         table: &str,
         capacity: Option<Capacity>,
         warm_write_units: Option<u64>,
     ) -> Result<(), TablesError> {
+        let state = self
+            .policy
+            .naming
+            .parse(table)
+            .map_or(LifecycleState::Active, |p| {
+                self.policy
+                    .lifecycle
+                    .state_at(&p, Utc::now().timestamp_millis())
+            });
+        self.create_in(table, state, capacity, warm_write_units)
+            .await
+    }
+
+    /// [`create`](Self::create) a table in `state`: with the on-demand
+    /// ceiling (when on demand) and the table class of its tier.
+    pub async fn create_in(
+        &self,
+        table: &str,
+        state: LifecycleState,
+        capacity: Option<Capacity>,
+        warm_write_units: Option<u64>,
+    ) -> Result<(), TablesError> {
         let p = &self.policy;
+        let want = p.desired(state);
         let spec = p.key_spec();
         let build_err =
             |e: aws_sdk_dynamodb::error::BuildError| TablesError::build("CreateTable", table, e);
@@ -844,6 +960,12 @@ impl TableManager {
                 .provisioned_throughput(throughput(table, c)?),
             None => req.billing_mode(BillingMode::PayPerRequest),
         };
+        if capacity.is_none() && !want.ceiling.is_empty() {
+            req = req.on_demand_throughput(on_demand_throughput(want.ceiling));
+        }
+        if let Some(class) = want.table_class {
+            req = req.table_class(SdkTableClass::from(class.as_dynamodb()));
+        }
         if let Some(w) = warm_write_units {
             req = req.warm_throughput(
                 WarmThroughput::builder()
@@ -915,6 +1037,15 @@ impl TableManager {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
+}
+
+/// DynamoDB's form of a ceiling (-1 where there is none).
+fn on_demand_throughput(c: Ceiling) -> OnDemandThroughput {
+    let units = |u: Option<u64>| u.map_or(-1, |u| i64::try_from(u).unwrap_or(i64::MAX));
+    OnDemandThroughput::builder()
+        .max_read_request_units(units(c.read))
+        .max_write_request_units(units(c.write))
+        .build()
 }
 
 fn throughput(table: &str, c: Capacity) -> Result<ProvisionedThroughput, TablesError> {

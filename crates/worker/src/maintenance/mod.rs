@@ -43,6 +43,8 @@
 //!   actions (`round_actions`); no I/O, unit-tested;
 //! - `manager.rs`: [`TableManager`], the I/O that lists the tables and
 //!   applies a round's actions, and the start-up key-layout check;
+//!   `manager/scaling.rs`: table auto scaling per tier (Application Auto
+//!   Scaling targets and Tidemark's target-tracking policy);
 //! - `missing.rs`: [`CreateMissingTables`], the writer's handler for a
 //!   table that does not exist yet;
 //! - `tags.rs`: the tags on period tables and the layout tags' format;
@@ -66,9 +68,9 @@ pub mod migrate;
 mod missing;
 mod tags;
 
-pub use drift::{Action, RoundKind, TableInfo, TablePolicy};
+pub use drift::{Action, RoundKind, Scaling, Side, TableInfo, TablePolicy};
 pub use error::TablesError;
 pub use lease::{MaintenanceLease, MaintenanceLeaseError, maintain};
-pub use manager::{ActionGuard, Applied, TableManager};
+pub use manager::{ActionGuard, Applied, SCALING_POLICY_NAME, TableManager};
 pub use missing::CreateMissingTables;
 pub use tags::{LAYOUT_FROM_TAG, LAYOUT_TAG, MIGRATION_TAG, PREFIX_TAG, layout_of};

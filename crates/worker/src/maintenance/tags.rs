@@ -20,6 +20,9 @@ pub const LAYOUT_FROM_TAG: &str = "tidemark:layout-from";
 /// layout) or `new-only` (cut over: only [`LAYOUT_TAG`]'s layout is read,
 /// old-layout items may be removed). See [`migrate`](super::migrate).
 pub const MIGRATION_TAG: &str = "tidemark:migration";
+/// The tag recording when DynamoDB last refused a change of the table's
+/// class (Unix ms): not asked again for a day.
+pub(super) const CLASS_REFUSED_TAG: &str = "tidemark:class-refused";
 /// The tag holding the ARN of a table's export to S3 (`on_expiry = "export"`).
 pub(super) const EXPORT_TAG: &str = "tidemark:export-arn";
 

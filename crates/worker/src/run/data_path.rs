@@ -95,6 +95,7 @@ impl DataPath {
             kinesis: Governor::new("kinesis", GovernorParams::default()),
         };
         let manager = TableManager::from_config(config, dynamodb.clone())
+            .with_autoscaling(aws_sdk_applicationautoscaling::Client::new(sdk))
             .with_governor(governors.dynamodb.clone())
             .with_table_layouts(table_layouts.clone(), config.schema.clone());
         // Tables for now are created before reading starts, so the first

@@ -11,6 +11,7 @@ use crate::maintenance::TableInfo;
 use crate::run::report::CheckpointLag;
 use anyhow::Result;
 use comfy_table::{CellAlignment, Table};
+use tidemark_schema::period::TableClass;
 use tidemark_schema::route::RouterConfig;
 
 /// The reader of standard output went away (`| head`).
@@ -195,11 +196,12 @@ pub(crate) fn tables_list_rows(
             r,
             w,
             l.billing.to_string(),
-            match t.table_class.as_str() {
-                "standard_infrequent_access" => "standard_ia".to_string(),
-                c => c.to_string(),
+            match t.table_class {
+                TableClass::StandardInfrequentAccess => "standard_ia".to_string(),
+                TableClass::Standard => "standard".to_string(),
             },
-            t.max_write_units
+            t.ceiling
+                .write
                 .map_or_else(|| "-".to_string(), |n| n.to_string()),
             format!("{:.2}", t.size_bytes as f64 / 1e9),
             if l.monthly_usd_includes_requests {

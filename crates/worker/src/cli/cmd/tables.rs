@@ -6,6 +6,7 @@ use crate::maintenance::TableInfo;
 use crate::maintenance::TableManager;
 use anyhow::Result;
 use chrono::{DateTime, Utc};
+use tidemark_schema::period::TableClass;
 use tidemark_schema::sizing::{Prices, table_monthly_usd};
 
 use super::render::{self, Output, outln};
@@ -60,7 +61,7 @@ impl<'a> Listed<'a> {
             monthly_usd: table_monthly_usd(
                 prices,
                 capacity,
-                table.table_class == "standard_infrequent_access",
+                table.table_class == TableClass::StandardInfrequentAccess,
                 table.size_bytes,
             ),
             monthly_usd_includes_requests: capacity.is_some(),
@@ -80,7 +81,8 @@ enum Action {
 
 pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
     let sdk = super::sdk().await?;
-    let manager = TableManager::from_config(config, aws_sdk_dynamodb::Client::new(&sdk));
+    let manager = TableManager::from_config(config, aws_sdk_dynamodb::Client::new(&sdk))
+        .with_autoscaling(aws_sdk_applicationautoscaling::Client::new(&sdk));
     let now = args.now.unwrap_or_else(Utc::now);
     let output = super::output(if args.json {
         Output::Json

@@ -29,12 +29,14 @@ fn info(p: &TablePolicy, name: &str, now: DateTime<Utc>, capacity: Capacity) -> 
         on_demand_since_ms: None,
         tagged_expired: false,
         warm_write_units: None,
+        ceiling: Ceiling::default(),
+        table_class: TableClass::Standard,
+        class_changed_ms: None,
+        scaling: None,
         deletion_protection: false,
         details: Details::default(),
         lift: None,
         backlog: None,
-        table_class: "standard".into(),
-        max_write_units: None,
         size_bytes: 0,
         arn: format!("arn:aws:dynamodb:us-east-1:1:table/{name}"),
         start_ms: period.start_ms,
@@ -86,10 +88,15 @@ fn ensure_creates_current_and_prebuild_only() {
 fn rotate_resizes_by_state_and_expires() {
     let p = policy(ExpiryAction::Delete);
     let now = at("2026-11-22T01:00:00Z");
-    let active = CapacityTiers::default().active;
+    let active = CapacityTiers::default().active.capacity();
     let existing = vec![
         info(&p, "iot_2026-11-18", now, Capacity { read: 1, write: 1 }),
-        info(&p, "iot_2026-11-20", now, CapacityTiers::default().cold),
+        info(
+            &p,
+            "iot_2026-11-20",
+            now,
+            CapacityTiers::default().cold.capacity(),
+        ),
         info(&p, "iot_2026-11-21", now, active),
         info(&p, "iot_2026-11-22", now, active),
     ];
@@ -100,14 +107,14 @@ fn rotate_resizes_by_state_and_expires() {
     assert!(actions.contains(&Action::Resize {
         table: "iot_2026-11-20".into(),
         state: LifecycleState::Frozen,
-        from: CapacityTiers::default().cold,
-        to: CapacityTiers::default().frozen,
+        from: CapacityTiers::default().cold.capacity(),
+        to: CapacityTiers::default().frozen.capacity(),
     }));
     assert!(actions.contains(&Action::Resize {
         table: "iot_2026-11-21".into(),
         state: LifecycleState::Cold,
         from: active,
-        to: CapacityTiers::default().cold,
+        to: CapacityTiers::default().cold.capacity(),
     }));
     assert!(
         !actions.iter().any(|a| a.table() == "iot_2026-11-22"),
@@ -167,7 +174,7 @@ fn drift_behind_the_workers_back_is_repaired() {
     let mut p = policy(ExpiryAction::Delete);
     p.ttl_attribute = Some("expires_at".into());
     let now = at("2026-11-22T01:00:00Z");
-    let active = CapacityTiers::default().active;
+    let active = CapacityTiers::default().active.capacity();
     let clean = read(&p, info(&p, "iot_2026-11-22", now, active));
     assert_eq!(
         round_actions(&p, std::slice::from_ref(&clean), now, RoundKind::Rotate),
@@ -238,7 +245,12 @@ fn settings_not_read_this_round_are_left_alone_and_busy_tables_wait() {
     p.ttl_attribute = Some("expires_at".into());
     p.pitr = true;
     let now = at("2026-11-22T01:00:00Z");
-    let unread = info(&p, "iot_2026-11-22", now, CapacityTiers::default().active);
+    let unread = info(
+        &p,
+        "iot_2026-11-22",
+        now,
+        CapacityTiers::default().active.capacity(),
+    );
     assert_eq!(round_actions(&p, &[unread], now, RoundKind::Rotate), []);
     let mut busy = info(&p, "iot_2026-11-22", now, Capacity { read: 5, write: 5 });
     busy.status = "UPDATING".into();
@@ -252,7 +264,7 @@ fn protection_is_on_while_young_and_lifted_once_cold_then_one_update_per_round()
     p.deletion_protection = true;
     let now = at("2026-11-22T01:00:00Z");
     let tiers = CapacityTiers::default();
-    let young = read(&p, info(&p, "iot_2026-11-22", now, tiers.active));
+    let young = read(&p, info(&p, "iot_2026-11-22", now, tiers.active.capacity()));
     let actions = actions_for(&p, &young, now);
     assert!(actions.contains(&Action::SetPitr {
         table: "iot_2026-11-22".into(),
@@ -262,7 +274,7 @@ fn protection_is_on_while_young_and_lifted_once_cold_then_one_update_per_round()
         table: "iot_2026-11-22".into(),
         enabled: true
     }));
-    let mut cold = read(&p, info(&p, "iot_2026-11-21", now, tiers.active));
+    let mut cold = read(&p, info(&p, "iot_2026-11-21", now, tiers.active.capacity()));
     cold.deletion_protection = true;
     cold.details.pitr = Some(true);
     let actions = actions_for(&p, &cold, now);
@@ -279,7 +291,7 @@ fn protection_is_on_while_young_and_lifted_once_cold_then_one_update_per_round()
         table: "iot_2026-11-21".into(),
         enabled: false
     }));
-    cold.capacity = Some(tiers.cold);
+    cold.capacity = Some(tiers.cold.capacity());
     let actions = actions_for(&p, &cold, now);
     assert!(actions.contains(&Action::SetDeletionProtection {
         table: "iot_2026-11-21".into(),
@@ -351,7 +363,7 @@ fn backfill_tables_are_created_on_demand_and_prebuilt_ones_at_their_tier() {
     let current = p.naming.parse("iot_2026-11-22").unwrap();
     assert_eq!(
         p.creation(&current, now).1,
-        Some(CapacityTiers::default().active)
+        Some(CapacityTiers::default().active.capacity())
     );
 }
 
@@ -387,7 +399,12 @@ fn a_table_without_a_recorded_layout_gets_the_configs() {
     let now = at("2026-11-22T01:00:00Z");
     let mut t = read(
         &p,
-        info(&p, "iot_2026-11-22", now, CapacityTiers::default().active),
+        info(
+            &p,
+            "iot_2026-11-22",
+            now,
+            CapacityTiers::default().active.capacity(),
+        ),
     );
     t.details.tags.as_mut().unwrap().remove(LAYOUT_TAG);
     assert_eq!(
@@ -428,7 +445,7 @@ fn a_late_backlog_lifts_its_table_until_it_is_gone() {
     let p = policy(ExpiryAction::Delete);
     let now = at("2026-11-22T01:00:00Z");
     let now_ms = now.timestamp_millis();
-    let frozen = CapacityTiers::default().frozen;
+    let frozen = CapacityTiers::default().frozen.capacity();
     let mut t = read(&p, info(&p, "iot_2026-11-20", now, frozen));
     assert_eq!(t.state, LifecycleState::Frozen);
     assert_eq!(actions_for(&p, &t, now), [], "no backlog: the tier");
@@ -515,13 +532,13 @@ fn lifts_are_for_late_tables_within_the_budget() {
     let mut p = policy(ExpiryAction::Delete);
     let now = at("2026-11-22T01:00:00Z");
     let tiers = CapacityTiers::default();
-    let mut current = read(&p, info(&p, "iot_2026-11-22", now, tiers.active));
+    let mut current = read(&p, info(&p, "iot_2026-11-22", now, tiers.active.capacity()));
     current.backlog = Some(Backlog {
         items: 1_000_000,
         wcu: 1_000_000,
     });
     assert_eq!(actions_for(&p, &current, now), []);
-    let mut cold = read(&p, info(&p, "iot_2026-11-21", now, tiers.cold));
+    let mut cold = read(&p, info(&p, "iot_2026-11-21", now, tiers.cold.capacity()));
     assert_eq!(cold.state, LifecycleState::Cold);
     cold.backlog = Some(Backlog {
         items: 10_000_000,
@@ -546,7 +563,7 @@ fn an_on_demand_lift_switches_the_table_and_back_once_the_backlog_is_gone() {
     p.late_lift.on_demand = true;
     let now = at("2026-11-22T01:00:00Z");
     let now_ms = now.timestamp_millis();
-    let frozen = CapacityTiers::default().frozen;
+    let frozen = CapacityTiers::default().frozen.capacity();
     let mut t = read(&p, info(&p, "iot_2026-11-20", now, frozen));
     t.backlog = Some(Backlog {
         items: 2_000,
@@ -619,7 +636,7 @@ fn a_table_switched_or_refused_lately_is_lifted_provisioned() {
     p.late_lift.on_demand = true;
     let now = at("2026-11-22T01:00:00Z");
     let hours_ago = |h: i64| Some(now.timestamp_millis() - h * 3_600_000);
-    let frozen = CapacityTiers::default().frozen;
+    let frozen = CapacityTiers::default().frozen.capacity();
     let mut t = read(&p, info(&p, "iot_2026-11-20", now, frozen));
     t.backlog = Some(Backlog {
         items: 2_000,
@@ -669,4 +686,272 @@ fn a_table_switched_or_refused_lately_is_lifted_provisioned() {
         &actions_for(&p, &t, now)[..],
         [Action::Lift { .. }]
     ));
+}
+
+/// A class change waits for the table's tags (where a refusal is
+/// recorded), for a day after a refusal, and for 15 days after the last
+/// change (DynamoDB allows two in 30 days).
+#[test]
+fn class_changes_are_spaced_and_a_refusal_waits_a_day() {
+    let mut p = policy(ExpiryAction::Delete);
+    p.tiers.frozen.table_class = Some(TableClass::StandardInfrequentAccess);
+    let now = at("2026-11-22T10:00:00Z");
+    let now_ms = now.timestamp_millis();
+    let frozen = CapacityTiers::default().frozen.capacity();
+    let unread = info(&p, "iot_2026-11-20", now, frozen);
+    assert_eq!(unread.state, LifecycleState::Frozen);
+    assert!(actions_for(&p, &unread, now).is_empty(), "tags unread");
+    let t = read(&p, unread);
+    assert_eq!(
+        actions_for(&p, &t, now),
+        [Action::SetTableClass {
+            table: t.name.clone(),
+            arn: t.arn.clone(),
+            from: TableClass::Standard,
+            to: TableClass::StandardInfrequentAccess,
+        }]
+    );
+    let mut refused = t.clone();
+    let hour_ago = now_ms - 3_600_000;
+    refused
+        .details
+        .tags
+        .as_mut()
+        .unwrap()
+        .insert(CLASS_REFUSED_TAG.into(), hour_ago.to_string());
+    assert!(
+        actions_for(&p, &refused, now).is_empty(),
+        "refused an hour ago"
+    );
+    let later = now + chrono::Duration::hours(24);
+    assert_eq!(
+        actions_for(&p, &refused, later).len(),
+        1,
+        "asked again a day on"
+    );
+    let mut recent = t.clone();
+    recent.class_changed_ms = Some(now_ms - 14 * 86_400_000);
+    assert!(
+        actions_for(&p, &recent, now).is_empty(),
+        "changed 14 days ago"
+    );
+    recent.class_changed_ms = Some(now_ms - 15 * 86_400_000);
+    assert_eq!(
+        actions_for(&p, &recent, now).len(),
+        1,
+        "changed 15 days ago"
+    );
+    // Already in its class: nothing; a tier without a class: left alone.
+    let mut there = t.clone();
+    there.table_class = TableClass::StandardInfrequentAccess;
+    assert!(actions_for(&p, &there, now).is_empty());
+    p.tiers.frozen.table_class = None;
+    assert!(actions_for(&p, &t, now).is_empty());
+}
+
+/// An on-demand tier that sets only a write ceiling restores it and keeps
+/// the read ceiling the table has; a provisioned table is never given one.
+#[test]
+fn an_on_demand_ceiling_is_restored_side_by_side() {
+    let mut p = policy(ExpiryAction::Delete);
+    p.billing = Billing::OnDemand {
+        warm_write_units: None,
+    };
+    p.tiers.active.max_write_units = Some(4000);
+    let now = at("2026-11-22T10:00:00Z");
+    let mut t = read(
+        &p,
+        info(&p, "iot_2026-11-22", now, Capacity { read: 1, write: 1 }),
+    );
+    t.capacity = None;
+    t.ceiling = Ceiling {
+        read: Some(700),
+        write: None,
+    };
+    assert_eq!(
+        actions_for(&p, &t, now),
+        [Action::SetCeiling {
+            table: t.name.clone(),
+            from: t.ceiling,
+            to: Ceiling {
+                read: Some(700),
+                write: Some(4000)
+            },
+        }]
+    );
+    t.ceiling.write = Some(4000);
+    assert!(actions_for(&p, &t, now).is_empty());
+    p.billing = Billing::Provisioned;
+    t.ceiling.write = Some(9000);
+    assert!(
+        !actions_for(&p, &t, now)
+            .iter()
+            .any(|a| matches!(a, Action::SetCeiling { .. }))
+    );
+}
+
+/// An auto-scaled side keeps what the policy gave it within the tier's
+/// range (not resized to the fixed tier), a side leaving auto scaling is
+/// deregistered before its resize, a late backlog on an auto-scaled table
+/// is the policy's (no lift), and someone else's target is never removed.
+#[test]
+fn auto_scaled_sides_are_clamped_not_resized_and_not_lifted() {
+    use tidemark_schema::period::{Autoscale, ScaleRange};
+    let range = ScaleRange {
+        min: 500,
+        max: 4000,
+        target_utilization: 70,
+    };
+    let mut p = policy(ExpiryAction::Delete);
+    p.tiers.active.autoscale = Some(Autoscale {
+        read: None,
+        write: Some(range),
+    });
+    p.tiers.cold.autoscale = p.tiers.active.autoscale;
+    let now = at("2026-11-22T10:00:00Z");
+    let registered = Scaling {
+        read: None,
+        write: Some(Registered { range, ours: true }),
+    };
+    // Scaled up to 2,500 by the policy: left there.
+    let mut t = read(
+        &p,
+        info(
+            &p,
+            "iot_2026-11-22",
+            now,
+            Capacity {
+                read: 300,
+                write: 2500,
+            },
+        ),
+    );
+    t.scaling = Some(registered);
+    assert!(
+        actions_for(&p, &t, now).is_empty(),
+        "{:?}",
+        actions_for(&p, &t, now)
+    );
+    // Not registered yet, and below its min: registered, and raised to min.
+    t.scaling = Some(Scaling::default());
+    t.capacity = Some(Capacity {
+        read: 300,
+        write: 100,
+    });
+    assert_eq!(
+        actions_for(&p, &t, now),
+        [
+            Action::SetScaling {
+                table: t.name.clone(),
+                side: Side::Write,
+                from: None,
+                to: range
+            },
+            Action::Resize {
+                table: t.name.clone(),
+                state: LifecycleState::Active,
+                from: Capacity {
+                    read: 300,
+                    write: 100
+                },
+                to: Capacity {
+                    read: 300,
+                    write: 500
+                },
+            }
+        ]
+    );
+    // Scaling unknown this round: no scaling action, still clamped.
+    t.scaling = None;
+    t.capacity = Some(Capacity {
+        read: 300,
+        write: 2500,
+    });
+    assert!(actions_for(&p, &t, now).is_empty());
+    // Frozen has no auto scaling: ours deregistered, then the resize.
+    let mut f = read(
+        &p,
+        info(
+            &p,
+            "iot_2026-11-19",
+            now,
+            Capacity {
+                read: 1,
+                write: 900,
+            },
+        ),
+    );
+    f.scaling = Some(registered);
+    let kinds: Vec<&str> = actions_for(&p, &f, now).iter().map(Action::kind).collect();
+    assert_eq!(kinds, ["remove_scaling", "resize"]);
+    // Someone else's target: left alone (the resize still happens).
+    f.scaling = Some(Scaling {
+        read: None,
+        write: Some(Registered { range, ours: false }),
+    });
+    let kinds: Vec<&str> = actions_for(&p, &f, now).iter().map(Action::kind).collect();
+    assert_eq!(kinds, ["resize"]);
+    // A cold table with a late backlog whose tier auto-scales writes: no
+    // lift, the policy scales it.
+    let mut c = read(
+        &p,
+        info(
+            &p,
+            "iot_2026-11-21",
+            now,
+            Capacity {
+                read: 100,
+                write: 500,
+            },
+        ),
+    );
+    c.scaling = Some(registered);
+    c.backlog = Some(Backlog {
+        items: 50_000,
+        wcu: 50_000,
+    });
+    assert!(
+        !actions_for(&p, &c, now)
+            .iter()
+            .any(|a| matches!(a, Action::Lift { .. } | Action::LiftOnDemand { .. })),
+        "{:?}",
+        actions_for(&p, &c, now)
+    );
+    // Expiry: ours deregistered first, the delete the round after.
+    let mut e = read(
+        &p,
+        info(&p, "iot_2026-11-10", now, Capacity { read: 1, write: 1 }),
+    );
+    e.scaling = Some(registered);
+    let kinds: Vec<&str> = actions_for(&p, &e, now).iter().map(Action::kind).collect();
+    assert_eq!(kinds, ["remove_scaling"]);
+    e.scaling = Some(Scaling::default());
+    let kinds: Vec<&str> = actions_for(&p, &e, now).iter().map(Action::kind).collect();
+    assert_eq!(kinds, ["delete"]);
+}
+
+/// Scaling changes that can lower a table's capacity run only while this
+/// host's clock agrees with DynamoDB's, as resizes down do.
+#[test]
+fn scaling_that_can_lower_capacity_trusts_the_clock() {
+    use tidemark_schema::period::ScaleRange;
+    let r = |min, max| ScaleRange {
+        min,
+        max,
+        target_utilization: 70,
+    };
+    let set = |from, to| Action::SetScaling {
+        table: "t".into(),
+        side: Side::Write,
+        from,
+        to,
+    };
+    assert!(!set(None, r(5, 50)).trusts_the_clock());
+    assert!(!set(Some(r(5, 50)), r(10, 100)).trusts_the_clock());
+    assert!(set(Some(r(5, 50)), r(2, 20)).trusts_the_clock());
+    let remove = Action::RemoveScaling {
+        table: "t".into(),
+        side: Side::Write,
+    };
+    assert!(remove.trusts_the_clock());
 }

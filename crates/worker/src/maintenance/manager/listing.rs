@@ -6,12 +6,12 @@ use std::collections::BTreeMap;
 
 use aws_sdk_dynamodb::operation::describe_table::DescribeTableError;
 use aws_sdk_dynamodb::types::{
-    BillingMode, ExportStatus as SdkExportStatus, PointInTimeRecoveryStatus, TableClass,
-    TableStatus, TimeToLiveStatus,
+    BillingMode, ExportStatus as SdkExportStatus, PointInTimeRecoveryStatus,
+    TableClass as SdkTableClass, TableStatus, TimeToLiveStatus,
 };
 use chrono::{DateTime, Utc};
 use tidemark_aws_errors::{ErrorClass, classify};
-use tidemark_schema::period::{Capacity, LifecycleState};
+use tidemark_schema::period::{Capacity, Ceiling, LifecycleState, TableClass};
 use tracing::{info, warn};
 
 use crate::config::ExpiryAction;
@@ -117,20 +117,31 @@ impl TableManager {
                     .warm_throughput()
                     .and_then(|w| w.write_units_per_second())
                     .map(|w| w.max(0) as u64),
+                ceiling: table
+                    .on_demand_throughput()
+                    .map_or_else(Ceiling::default, |o| {
+                        // -1 (or absent): no ceiling.
+                        let units = |u: Option<i64>| u.filter(|u| *u > 0).map(|u| u as u64);
+                        Ceiling {
+                            read: units(o.max_read_request_units()),
+                            write: units(o.max_write_request_units()),
+                        }
+                    }),
+                table_class: match table.table_class_summary().and_then(|c| c.table_class()) {
+                    Some(SdkTableClass::StandardInfrequentAccess) => {
+                        TableClass::StandardInfrequentAccess
+                    }
+                    _ => TableClass::Standard,
+                },
+                class_changed_ms: table
+                    .table_class_summary()
+                    .and_then(|c| c.last_update_date_time())
+                    .and_then(|t| t.to_millis().ok()),
+                scaling: None,
                 deletion_protection: table.deletion_protection_enabled().unwrap_or(false),
                 details: Details::default(),
                 lift: None,
                 backlog: None,
-                table_class: match table.table_class_summary().and_then(|c| c.table_class()) {
-                    Some(TableClass::StandardInfrequentAccess) => "standard_infrequent_access",
-                    _ => "standard",
-                }
-                .into(),
-                max_write_units: table
-                    .on_demand_throughput()
-                    .and_then(|t| t.max_write_request_units())
-                    .filter(|n| *n > 0)
-                    .map(|n| n as u64),
                 size_bytes: table.table_size_bytes().unwrap_or(0).max(0) as u64,
                 arn: table.table_arn().unwrap_or_default().to_string(),
                 start_ms: period.start_ms,
