@@ -226,3 +226,55 @@ async fn sqs_fifo_keeps_same_bytes_from_two_records_and_splits_large_batches() {
     );
     assert!(read.iter().all(|e| !e.payload_truncated));
 }
+
+/// A queue's own `MaximumMessageSize` (1 MiB, the default of new queues)
+/// sizes the entries: a 700 KB payload is kept whole, not cut to the old
+/// 256 KiB limit. moto enforces the queue's size (a body over it is
+/// refused), so the body received is what SQS accepted. About 1 s.
+#[tokio::test]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn sqs_destination_sized_to_the_queue_keeps_a_700_kb_entry_whole() {
+    use aws_sdk_sqs::types::QueueAttributeName;
+    let stack = tidemark_tests::stack().await;
+    let sqs = stack.sqs();
+    let url = sqs
+        .create_queue()
+        .queue_name(unique_name("dlq-1mib"))
+        .attributes(QueueAttributeName::MaximumMessageSize, "1048576")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let payload: Vec<u8> = (0..700_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    let written = vec![DeadLetter::new(
+        Origin::Kinesis {
+            stream: "events".into(),
+            shard_id: "shardId-000000000000".into(),
+            sequence_number: "700".into(),
+            sub_sequence_number: 0,
+        },
+        Reason::ItemTooLarge,
+        "item is 700000 bytes".into(),
+        &payload,
+        Utc::now(),
+    )];
+    let sink = SqsSink::for_queue(sqs.clone(), url.clone()).await.unwrap();
+    sink.write(&written).await.unwrap();
+    let got = sqs
+        .receive_message()
+        .queue_url(&url)
+        .wait_time_seconds(1)
+        .send()
+        .await
+        .unwrap();
+    let body = got.messages()[0].body().unwrap();
+    assert!(body.len() > 900_000, "{} bytes", body.len());
+    let back: DeadLetter = serde_json::from_str(body).unwrap();
+    assert!(!back.payload_truncated, "the 700 KB entry was cut");
+    assert_eq!(back.payload().unwrap(), payload, "byte for byte");
+    sqs.delete_queue().queue_url(&url).send().await.unwrap();
+}

@@ -34,6 +34,14 @@ impl SqsSink {
     pub fn new(client: aws_sdk_sqs::Client, queue_url: String) -> Self {
         SqsSink { client, queue_url }
     }
+
+    /// Sends entries to `queue_url`, sized to that queue.
+    pub async fn for_queue(
+        client: aws_sdk_sqs::Client,
+        queue_url: String,
+    ) -> Result<Self, DeadLetterError> {
+        Ok(SqsSink::new(client, queue_url))
+    }
 }
 
 impl DeadLetterSink for SqsSink {
@@ -129,6 +137,25 @@ mod tests {
     use chrono::Utc;
     use sha2::{Digest, Sha256};
     use tidemark_schema::Reason;
+
+    /// An entry holds its whole payload, whatever its size: only a
+    /// destination's limit cuts it (a 1 MiB queue keeps 700 KB whole).
+    #[test]
+    fn an_entry_keeps_its_whole_payload() {
+        let big = vec![b'q'; 700_000];
+        let e = DeadLetter::new(
+            origin(),
+            Reason::ItemTooLarge,
+            "big".into(),
+            &big,
+            Utc::now(),
+        );
+        assert!(!e.payload_truncated);
+        assert_eq!(e.payload().unwrap(), big);
+        let json = e.to_json_within(1024 * 1024 - SQS_SLACK);
+        let back: DeadLetter = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.payload().unwrap(), big, "fits a 1 MiB message whole");
+    }
 
     #[test]
     fn large_entries_are_truncated_to_fit_with_their_digest() {
