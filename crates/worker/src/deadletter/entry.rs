@@ -11,9 +11,6 @@ use tidemark_schema::{Origin, Reason};
 /// the text only needs to say what is wrong.
 pub(crate) const MAX_ERROR_TEXT: usize = 2048;
 
-/// Payload bytes kept when an entry must be truncated to fit its destination.
-const TRUNCATED_PAYLOAD: usize = 64 * 1024;
-
 /// One dead-letter entry, as written to every destination (JSON).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -52,16 +49,17 @@ impl DeadLetter {
         payload: &[u8],
         now: DateTime<Utc>,
     ) -> Self {
-        let keep = payload.len().min(TRUNCATED_PAYLOAD * 4);
+        // The whole payload: only a destination's own limit cuts it
+        // (`to_json_within`), and the queue of entries is bounded by bytes.
         DeadLetter {
             time: now.to_rfc3339_opts(SecondsFormat::Millis, true),
             reason,
             error: cap_text(error, MAX_ERROR_TEXT),
             source,
-            payload_base64: base64::engine::general_purpose::STANDARD.encode(&payload[..keep]),
+            payload_base64: base64::engine::general_purpose::STANDARD.encode(payload),
             payload_bytes: payload.len(),
             payload_sha256: hex(&Sha256::digest(payload)),
-            payload_truncated: keep < payload.len(),
+            payload_truncated: false,
             inner: None,
         }
     }

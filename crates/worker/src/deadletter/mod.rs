@@ -7,8 +7,8 @@
 //!   DynamoDB table, or a JSON-lines file), or else in the local fallback file.
 //! - Every entry fits its destination: the error text is capped at
 //!   `MAX_ERROR_TEXT` (2 KiB), and the whole entry is sized against the
-//!   destination's limit (SQS: 256 KiB per message and per batch; DynamoDB:
-//!   400 KB per item) before it is sent, by truncating the payload (its full
+//!   destination's limit (SQS: the queue's `MaximumMessageSize`, read at
+//!   start, per message and per batch; DynamoDB: 400,000 bytes per item) before it is sent, by truncating the payload (its full
 //!   size and SHA-256 are kept).
 //! - A slow or failing destination is waited for, never given up: a
 //!   transient failure (throttling, a timeout, a 5xx, no connection) is

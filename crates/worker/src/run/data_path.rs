@@ -144,10 +144,14 @@ impl DataPath {
             DeadLetterConfig::File { path } => Arc::new(FileSink::new(path.clone())),
             // The delivery task retries (with back-off, several batches at
             // a time): one attempt per call, not the SDK's three.
-            DeadLetterConfig::Sqs { queue_url, .. } => Arc::new(SqsSink::new(
-                aws_sdk_sqs::Client::new(&own_retries(sdk)),
-                queue_url.clone(),
-            )),
+            // Sized to the queue's own MaximumMessageSize, read now.
+            DeadLetterConfig::Sqs { queue_url, .. } => Arc::new(
+                SqsSink::for_queue(
+                    aws_sdk_sqs::Client::new(&own_retries(sdk)),
+                    queue_url.clone(),
+                )
+                .await?,
+            ),
             DeadLetterConfig::Dynamodb { table, .. } => Arc::new(
                 DynamoDbSink::new(
                     aws_sdk_dynamodb::Client::new(&own_retries(sdk)),
