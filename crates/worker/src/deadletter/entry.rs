@@ -38,6 +38,12 @@ pub struct DeadLetter {
     /// that event alone. Absent for a record of one event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inner: Option<u32>,
+    /// Where the whole entry was written when it did not fit its
+    /// destination (`s3://bucket/key` of a gzip JSON-lines object holding
+    /// it): the SQS destination with `s3_bucket` sends this pointer, with
+    /// `payload_base64` empty, instead of a truncated payload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload_s3: Option<String>,
 }
 
 impl DeadLetter {
@@ -61,6 +67,7 @@ impl DeadLetter {
             payload_sha256: hex(&Sha256::digest(payload)),
             payload_truncated: false,
             inner: None,
+            payload_s3: None,
         }
     }
 
@@ -107,6 +114,17 @@ impl DeadLetter {
         shrunk.payload_base64 = base64::engine::general_purpose::STANDARD.encode(&raw[..keep]);
         shrunk.payload_truncated = true;
         shrunk.to_json()
+    }
+
+    /// The entry without its payload, pointing at `location` where it is
+    /// kept whole.
+    pub(crate) fn pointer_to(&self, location: String) -> DeadLetter {
+        DeadLetter {
+            payload_base64: String::new(),
+            payload_truncated: true,
+            payload_s3: Some(location),
+            ..self.clone()
+        }
     }
 
     pub(super) fn to_json(&self) -> String {

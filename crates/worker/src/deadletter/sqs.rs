@@ -4,7 +4,10 @@
 use futures::future::BoxFuture;
 use tracing::warn;
 
+use std::borrow::Cow;
+
 use super::entry::DeadLetter;
+use super::s3::{ObjectWriter, json_lines};
 use super::sink::{DeadLetterError, DeadLetterSink};
 
 /// The message size assumed when the queue's own cannot be read (the
@@ -33,6 +36,9 @@ pub struct SqsSink {
     /// The queue's largest message, which is also its largest
     /// SendMessageBatch request (the bodies of its messages together).
     max_body: usize,
+    /// Where an entry too large for the queue is kept whole (its message
+    /// then points there); none: its payload is truncated.
+    overflow: Option<ObjectWriter>,
 }
 
 impl SqsSink {
@@ -43,7 +49,41 @@ impl SqsSink {
             client,
             queue_url,
             max_body: SQS_MAX_BODY,
+            overflow: None,
         }
+    }
+
+    /// Entries too large for the queue are written whole by `objects`, and
+    /// their message points there.
+    pub fn with_overflow(mut self, objects: ObjectWriter) -> Self {
+        self.overflow = Some(objects);
+        self
+    }
+
+    /// `entries`, each one too large for the queue replaced by a pointer
+    /// to the object now holding it whole (when an overflow bucket is set).
+    async fn fitted<'e>(
+        &self,
+        entries: &'e [DeadLetter],
+    ) -> Result<Vec<Cow<'e, DeadLetter>>, DeadLetterError> {
+        let mut out = Vec::with_capacity(entries.len());
+        for e in entries {
+            match &self.overflow {
+                // The JSON's length is its payload's base64 plus a little:
+                // no need to serialize the small ones to know.
+                Some(objects) if e.cost() + 512 > self.max_body - SQS_SLACK => {
+                    let json = e.to_json();
+                    if json.len() > self.max_body - SQS_SLACK {
+                        let at = objects.put(json_lines(std::slice::from_ref(e))).await?;
+                        out.push(Cow::Owned(e.pointer_to(at)));
+                        continue;
+                    }
+                    out.push(Cow::Borrowed(e));
+                }
+                _ => out.push(Cow::Borrowed(e)),
+            }
+        }
+        Ok(out)
     }
 
     /// Sends entries to `queue_url`, sized to the queue's
@@ -118,7 +158,8 @@ impl DeadLetterSink for SqsSink {
                 message,
                 permanent,
             };
-            for batch in sqs_batches(entries, self.max_body) {
+            let fitted = self.fitted(entries).await?;
+            for batch in sqs_batches(fitted.iter().map(AsRef::as_ref), self.max_body) {
                 let n = batch.len();
                 let mut request = Vec::with_capacity(n);
                 for (i, (e, body)) in batch.into_iter().enumerate() {
@@ -172,7 +213,10 @@ impl DeadLetterSink for SqsSink {
 /// their sum within `max` too (SQS's batch limit equals its message limit),
 /// both less [`SQS_SLACK`]. An entry that would not fit beside others gets
 /// a call of its own.
-fn sqs_batches(entries: &[DeadLetter], max: usize) -> Vec<Vec<(&DeadLetter, String)>> {
+fn sqs_batches<'e>(
+    entries: impl IntoIterator<Item = &'e DeadLetter>,
+    max: usize,
+) -> Vec<Vec<(&'e DeadLetter, String)>> {
     let mut batches: Vec<Vec<(&DeadLetter, String)>> = Vec::new();
     let mut size = 0;
     for e in entries {
@@ -248,7 +292,7 @@ mod tests {
         // Small ones: 10 per batch.
         let small: Vec<DeadLetter> = (0..25).map(|n| entry(n, b"{}")).collect();
         for (entries, batches) in [(&large, Some(3)), (&mid, None), (&small, Some(3))] {
-            let got = sqs_batches(entries, SQS_MAX_BODY);
+            let got = sqs_batches(entries.iter(), SQS_MAX_BODY);
             let mut seen = 0;
             for b in &got {
                 assert!(!b.is_empty() && b.len() <= SQS_MAX_BATCH_ENTRIES);

@@ -90,6 +90,21 @@ pub(crate) fn own_retries(sdk: &SdkConfig) -> SdkConfig {
         .build()
 }
 
+/// An S3 client for `sdk`. Against an endpoint set by hand (`--endpoint-url`,
+/// `AWS_ENDPOINT_URL`, `AWS_ENDPOINT_URL_S3`: a local emulator or a
+/// gateway) it addresses buckets by path (`http://host/bucket/key`): such
+/// endpoints rarely resolve `bucket.host`. On AWS itself, the SDK's
+/// virtual-host addressing.
+pub(crate) fn s3_client(sdk: &SdkConfig) -> aws_sdk_s3::Client {
+    let by_hand = sdk.endpoint_url().is_some()
+        || std::env::var_os("AWS_ENDPOINT_URL_S3").is_some_and(|v| !v.is_empty());
+    aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::from(sdk)
+            .force_path_style(by_hand)
+            .build(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
