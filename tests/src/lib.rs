@@ -172,6 +172,25 @@ impl LocalStack {
         aws_sdk_applicationautoscaling::Client::from_conf(conf)
     }
 
+    /// An S3 client for the local stack (`AWS_ENDPOINT_URL_S3`, else the
+    /// SQS endpoint: moto and LocalStack serve S3 there too), addressing
+    /// buckets by path as the worker does against a local endpoint.
+    pub fn s3(&self) -> aws_sdk_s3::Client {
+        let conf = aws_sdk_s3::config::Builder::from(&self.sdk)
+            .endpoint_url(self.s3_url())
+            .force_path_style(true)
+            .build();
+        aws_sdk_s3::Client::from_conf(conf)
+    }
+
+    /// The S3 endpoint: `AWS_ENDPOINT_URL_S3`, else the SQS endpoint.
+    pub fn s3_url(&self) -> String {
+        std::env::var("AWS_ENDPOINT_URL_S3")
+            .ok()
+            .filter(|u| !u.is_empty())
+            .unwrap_or_else(|| self.sqs_url.clone())
+    }
+
     /// An SQS client for the local stack.
     pub fn sqs(&self) -> aws_sdk_sqs::Client {
         let conf = aws_sdk_sqs::config::Builder::from(&self.sdk)

@@ -23,6 +23,7 @@ struct Endpoints {
     kinesis: String,
     dynamodb: String,
     sqs: String,
+    s3: String,
 }
 
 impl LoadServiceConfig for Endpoints {
@@ -34,6 +35,7 @@ impl LoadServiceConfig for Endpoints {
             "Kinesis" => Some(self.kinesis.clone()),
             "DynamoDB" => Some(self.dynamodb.clone()),
             "SQS" => Some(self.sqs.clone()),
+            "S3" => Some(self.s3.clone()),
             _ => None,
         }
     }
@@ -50,6 +52,7 @@ pub fn sdk(stack: &LocalStack) -> SdkConfig {
             kinesis: stack.kinesis_url.clone(),
             dynamodb: stack.dynamodb_url.clone(),
             sqs: stack.sqs_url.clone(),
+            s3: stack.s3_url(),
         })
         .build()
 }

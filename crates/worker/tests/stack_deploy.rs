@@ -65,6 +65,16 @@ use tidemark_tests::{LocalStack, free_port, repo_root, unique_name, wait_until_o
 const BIN: &str = env!("CARGO_BIN_EXE_tidemark");
 
 /// The account of the stream (kinesis-local) and the stack (moto's default).
+/// The dead-letter variables a stack without `DeadLetterBucket` leaves out.
+const NO_DEAD_LETTER_BUCKET: [&str; 6] = [
+    "TIDEMARK__DEAD_LETTERS__BUCKET",
+    "TIDEMARK__DEAD_LETTERS__PREFIX",
+    "TIDEMARK__DEAD_LETTERS__KMS_KEY_ID",
+    "TIDEMARK__DEAD_LETTERS__S3_BUCKET",
+    "TIDEMARK__DEAD_LETTERS__S3_PREFIX",
+    "TIDEMARK__DEAD_LETTERS__S3_KMS_KEY_ID",
+];
+
 const ACCOUNT: &str = "123456789012";
 
 /// Variables for configuration keys the worker gains with issue 22: dropped,
@@ -543,14 +553,18 @@ async fn deployed_stack_maintains_its_tables_and_stores_every_event() {
     assert_env_is_the_templates(
         &env,
         &[
-            "TIDEMARK__SOURCE__QUEUE_URL",
-            "TIDEMARK__MAINTENANCE__EXPORT__BUCKET",
-            "TIDEMARK__MAINTENANCE__EXPORT__PREFIX",
-            // Provisioned billing: no on-demand ceiling.
-            "TIDEMARK__SCHEMA__TIERS__PREBUILD__MAX_WRITE_UNITS",
-            "TIDEMARK__SCHEMA__TIERS__ACTIVE__MAX_WRITE_UNITS",
-            "TIDEMARK__SCHEMA__TIERS__COOLING__MAX_WRITE_UNITS",
-        ],
+            &[
+                "TIDEMARK__SOURCE__QUEUE_URL",
+                "TIDEMARK__MAINTENANCE__EXPORT__BUCKET",
+                "TIDEMARK__MAINTENANCE__EXPORT__PREFIX",
+                // Provisioned billing: no on-demand ceiling.
+                "TIDEMARK__SCHEMA__TIERS__PREBUILD__MAX_WRITE_UNITS",
+                "TIDEMARK__SCHEMA__TIERS__ACTIVE__MAX_WRITE_UNITS",
+                "TIDEMARK__SCHEMA__TIERS__COOLING__MAX_WRITE_UNITS",
+            ][..],
+            &NO_DEAD_LETTER_BUCKET,
+        ]
+        .concat(),
     );
     // The role as IAM holds it: OnExpiry tag deletes nothing, exports
     // nothing; no KMS key, no KMS rights; the tag condition names the prefix.
@@ -842,16 +856,20 @@ async fn deployed_stack_variants_get_the_environment_and_rights_they_need() {
     assert_env_is_the_templates(
         &env,
         &[
-            "TIDEMARK__SOURCE__STREAM",
-            "TIDEMARK__SOURCE__LEASE_TABLE",
-            "TIDEMARK__SOURCE__READ_MODE",
-            "TIDEMARK__SOURCE__LEASE_ASSIGNMENT",
-            "TIDEMARK__SCHEMA__KEY__SHARDS",
-            "TIDEMARK__SCHEMA__KEY__BUCKET",
-            "TIDEMARK__SCHEMA__TIERS__PREBUILD__MAX_WRITE_UNITS",
-            "TIDEMARK__SCHEMA__TIERS__ACTIVE__MAX_WRITE_UNITS",
-            "TIDEMARK__SCHEMA__TIERS__COOLING__MAX_WRITE_UNITS",
-        ],
+            &[
+                "TIDEMARK__SOURCE__STREAM",
+                "TIDEMARK__SOURCE__LEASE_TABLE",
+                "TIDEMARK__SOURCE__READ_MODE",
+                "TIDEMARK__SOURCE__LEASE_ASSIGNMENT",
+                "TIDEMARK__SCHEMA__KEY__SHARDS",
+                "TIDEMARK__SCHEMA__KEY__BUCKET",
+                "TIDEMARK__SCHEMA__TIERS__PREBUILD__MAX_WRITE_UNITS",
+                "TIDEMARK__SCHEMA__TIERS__ACTIVE__MAX_WRITE_UNITS",
+                "TIDEMARK__SCHEMA__TIERS__COOLING__MAX_WRITE_UNITS",
+            ][..],
+            &NO_DEAD_LETTER_BUCKET,
+        ]
+        .concat(),
     );
     assert_eq!(env["TIDEMARK__MAINTENANCE__ON_EXPIRY"], "export");
     assert_eq!(
@@ -931,11 +949,29 @@ async fn deployed_stack_variants_get_the_environment_and_rights_they_need() {
         ("TablePrefix", name.as_str()),
         ("OnExpiry", "delete"),
         ("ReadMode", "fan_out"),
+        // Dead letters in S3: the bucket and prefix passed on, the task
+        // allowed to write under the prefix only.
+        ("DeadLetterKind", "s3"),
+        ("DeadLetterBucket", "tidemark-dl"),
+        ("DeadLetterPrefix", "events/dl"),
     ]);
     let deployed = Deployed::create(&stack, &name, &params);
     let env = task_env(&deployed.report["task_definition"]);
     assert_eq!(env["TIDEMARK__SOURCE__READ_MODE"], "fan_out");
+    assert_eq!(
+        (
+            env["TIDEMARK__DEAD_LETTERS__KIND"].as_str(),
+            env["TIDEMARK__DEAD_LETTERS__BUCKET"].as_str(),
+            env["TIDEMARK__DEAD_LETTERS__PREFIX"].as_str(),
+        ),
+        ("s3", "tidemark-dl", "events/dl")
+    );
+    assert!(!env.contains_key("TIDEMARK__DEAD_LETTERS__QUEUE_URL"));
     let grants = task_role_grants(&deployed.report);
+    assert_eq!(
+        grant_of(&grants, "s3:PutObject").resources,
+        ["arn:aws:s3:::tidemark-dl/events/dl/*"]
+    );
     let stream_arn = format!("arn:aws:kinesis:us-east-1:{ACCOUNT}:stream/any-stream");
     for on_stream in [
         "kinesis:RegisterStreamConsumer",
@@ -970,10 +1006,21 @@ async fn deployed_stack_variants_get_the_environment_and_rights_they_need() {
         )]
     );
     let actions = all_actions(&grants);
+    // The only S3 right is the dead letters' PutObject (checked above).
     assert!(
         !actions.contains("dynamodb:ExportTableToPointInTime")
-            && !actions.iter().any(|a| a.starts_with("s3:")),
+            && !actions
+                .iter()
+                .any(|a| a.starts_with("s3:") && a != "s3:PutObject"),
         "export rights without OnExpiry export: {actions:?}"
+    );
+    assert_eq!(
+        grants
+            .iter()
+            .filter(|g| g.actions.iter().any(|a| a == "s3:PutObject"))
+            .count(),
+        1,
+        "PutObject for the dead letters only"
     );
 }
 

@@ -55,6 +55,9 @@ impl Config {
         if let Err(e) = self.source.validate() {
             out.push((format!("source.{}", e.key), e.problem));
         }
+        if let Some((key, message)) = self.dead_letters.problem() {
+            out.push((format!("dead_letters.{key}"), message));
+        }
         // Each stream's own mapping must make a router too.
         for (i, stream, event) in self.source.stream_events() {
             let mut schema = self.schema.clone();

@@ -11,9 +11,6 @@ use tidemark_schema::{Origin, Reason};
 /// the text only needs to say what is wrong.
 pub(crate) const MAX_ERROR_TEXT: usize = 2048;
 
-/// Payload bytes kept when an entry must be truncated to fit its destination.
-const TRUNCATED_PAYLOAD: usize = 64 * 1024;
-
 /// One dead-letter entry, as written to every destination (JSON).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -41,6 +38,12 @@ pub struct DeadLetter {
     /// that event alone. Absent for a record of one event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inner: Option<u32>,
+    /// Where the whole entry was written when it did not fit its
+    /// destination (`s3://bucket/key` of a gzip JSON-lines object holding
+    /// it): the SQS destination with `s3_bucket` sends this pointer, with
+    /// `payload_base64` empty, instead of a truncated payload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload_s3: Option<String>,
 }
 
 impl DeadLetter {
@@ -52,17 +55,19 @@ impl DeadLetter {
         payload: &[u8],
         now: DateTime<Utc>,
     ) -> Self {
-        let keep = payload.len().min(TRUNCATED_PAYLOAD * 4);
+        // The whole payload: only a destination's own limit cuts it
+        // (`to_json_within`), and the queue of entries is bounded by bytes.
         DeadLetter {
             time: now.to_rfc3339_opts(SecondsFormat::Millis, true),
             reason,
             error: cap_text(error, MAX_ERROR_TEXT),
             source,
-            payload_base64: base64::engine::general_purpose::STANDARD.encode(&payload[..keep]),
+            payload_base64: base64::engine::general_purpose::STANDARD.encode(payload),
             payload_bytes: payload.len(),
             payload_sha256: hex(&Sha256::digest(payload)),
-            payload_truncated: keep < payload.len(),
+            payload_truncated: false,
             inner: None,
+            payload_s3: None,
         }
     }
 
@@ -109,6 +114,17 @@ impl DeadLetter {
         shrunk.payload_base64 = base64::engine::general_purpose::STANDARD.encode(&raw[..keep]);
         shrunk.payload_truncated = true;
         shrunk.to_json()
+    }
+
+    /// The entry without its payload, pointing at `location` where it is
+    /// kept whole.
+    pub(crate) fn pointer_to(&self, location: String) -> DeadLetter {
+        DeadLetter {
+            payload_base64: String::new(),
+            payload_truncated: true,
+            payload_s3: Some(location),
+            ..self.clone()
+        }
     }
 
     pub(super) fn to_json(&self) -> String {

@@ -5,8 +5,9 @@ use futures::future::BoxFuture;
 
 use super::entry::DeadLetter;
 
-/// Errors writing dead letters.
-#[derive(Debug, thiserror::Error)]
+/// Errors writing dead letters (Clone: one failed object fails every
+/// batch it held).
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum DeadLetterError {
     /// The destination refused or could not be reached.
     #[error("dead-letter destination {destination}: {message}")]

@@ -1,19 +1,25 @@
 //! The SQS queue destination: one message per entry, in SendMessageBatch
-//! calls sized to SQS's limits.
+//! calls sized to the queue's own `MaximumMessageSize`, read at start.
 
 use futures::future::BoxFuture;
+use tracing::warn;
+
+use std::borrow::Cow;
 
 use super::entry::DeadLetter;
+use super::s3::{ObjectWriter, json_lines};
 use super::sink::{DeadLetterError, DeadLetterSink};
 
-/// Largest SQS message body (256 KiB). Entries bigger than this keep a
-/// truncated payload plus its full size and SHA-256, so they still say
-/// exactly which record it was.
+/// The message size assumed when the queue's own cannot be read (the
+/// default of queues created before August 2025, and the lowest a queue
+/// keeps unless it was set lower on purpose). Entries bigger than the
+/// queue's size keep a truncated payload plus its full size and SHA-256,
+/// so they still say exactly which record it was.
 pub(crate) const SQS_MAX_BODY: usize = 256 * 1024;
 
-/// Largest SendMessageBatch request: the bodies of its (at most 10)
-/// messages together, like one message.
-pub(crate) const SQS_MAX_BATCH: usize = 256 * 1024;
+/// The largest message SQS takes (and the largest SendMessageBatch
+/// request): 1 MiB, the default of new queues.
+pub(crate) const SQS_LARGEST_BODY: usize = 1024 * 1024;
 
 /// Messages per SendMessageBatch call.
 const SQS_MAX_BATCH_ENTRIES: usize = 10;
@@ -27,12 +33,116 @@ const SQS_SLACK: usize = 1024;
 pub struct SqsSink {
     client: aws_sdk_sqs::Client,
     queue_url: String,
+    /// The queue's largest message, which is also its largest
+    /// SendMessageBatch request (the bodies of its messages together).
+    max_body: usize,
+    /// Where an entry too large for the queue is kept whole (its message
+    /// then points there); none: its payload is truncated.
+    overflow: Option<ObjectWriter>,
 }
 
 impl SqsSink {
-    /// Sends entries to `queue_url`.
+    /// Sends entries to `queue_url`, assuming the old 256 KiB message
+    /// size; [`SqsSink::for_queue`] reads the queue's own.
     pub fn new(client: aws_sdk_sqs::Client, queue_url: String) -> Self {
-        SqsSink { client, queue_url }
+        SqsSink {
+            client,
+            queue_url,
+            max_body: SQS_MAX_BODY,
+            overflow: None,
+        }
+    }
+
+    /// Entries too large for the queue are written whole by `objects`, and
+    /// their message points there.
+    pub fn with_overflow(mut self, objects: ObjectWriter) -> Self {
+        self.overflow = Some(objects);
+        self
+    }
+
+    /// `entries`, each one too large for the queue replaced by a pointer
+    /// to the object now holding it whole (when an overflow bucket is set).
+    async fn fitted<'e>(
+        &self,
+        entries: &'e [DeadLetter],
+    ) -> Result<Vec<Cow<'e, DeadLetter>>, DeadLetterError> {
+        let mut out = Vec::with_capacity(entries.len());
+        for e in entries {
+            match &self.overflow {
+                // The JSON's length is its payload's base64 plus a little:
+                // no need to serialize the small ones to know.
+                Some(objects) if e.cost() + 512 > self.max_body - SQS_SLACK => {
+                    let json = e.to_json();
+                    if json.len() > self.max_body - SQS_SLACK {
+                        let at = objects.put(json_lines(std::slice::from_ref(e))).await?;
+                        out.push(Cow::Owned(e.pointer_to(at)));
+                        continue;
+                    }
+                    out.push(Cow::Borrowed(e));
+                }
+                _ => out.push(Cow::Borrowed(e)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Sends entries to `queue_url`, sized to the queue's
+    /// `MaximumMessageSize` (GetQueueAttributes). A queue that cannot be
+    /// read for good (access denied) is written as if 256 KiB; a missing
+    /// queue, or one that stays unreachable over a few tries, is an error.
+    pub async fn for_queue(
+        client: aws_sdk_sqs::Client,
+        queue_url: String,
+    ) -> Result<Self, DeadLetterError> {
+        use aws_sdk_sqs::types::QueueAttributeName;
+        let mut sink = SqsSink::new(client, queue_url);
+        let mut tries = 0;
+        let answer = loop {
+            tries += 1;
+            let call = sink
+                .client
+                .get_queue_attributes()
+                .queue_url(&sink.queue_url)
+                .attribute_names(QueueAttributeName::MaximumMessageSize)
+                .send()
+                .await;
+            match call {
+                Ok(out) => break Some(out),
+                Err(e) => {
+                    let class = tidemark_aws_errors::classify(&e);
+                    let message = tidemark_aws_errors::describe(&e);
+                    if class == tidemark_aws_errors::ErrorClass::NotFound
+                        || (class.is_retryable() && tries >= 5)
+                    {
+                        return Err(DeadLetterError::of_class(
+                            sink.queue_url.clone(),
+                            format!("reading its MaximumMessageSize: {message}"),
+                            class,
+                        ));
+                    }
+                    if !class.is_retryable() {
+                        warn!(queue = %sink.queue_url, error = %message,
+                            "cannot read the dead-letter queue's MaximumMessageSize (grant sqs:GetQueueAttributes); entries are cut to 256 KiB");
+                        break None;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(200 << tries)).await;
+                }
+            }
+        };
+        if let Some(size) = answer
+            .as_ref()
+            .and_then(|out| out.attributes())
+            .and_then(|a| a.get(&QueueAttributeName::MaximumMessageSize))
+            .and_then(|v| v.parse::<usize>().ok())
+        {
+            sink.max_body = size.clamp(SQS_SLACK * 2, SQS_LARGEST_BODY);
+        }
+        Ok(sink)
+    }
+
+    /// The largest message body this sink sends.
+    pub fn max_message_size(&self) -> usize {
+        self.max_body
     }
 }
 
@@ -48,7 +158,8 @@ impl DeadLetterSink for SqsSink {
                 message,
                 permanent,
             };
-            for batch in sqs_batches(entries) {
+            let fitted = self.fitted(entries).await?;
+            for batch in sqs_batches(fitted.iter().map(AsRef::as_ref), self.max_body) {
                 let n = batch.len();
                 let mut request = Vec::with_capacity(n);
                 for (i, (e, body)) in batch.into_iter().enumerate() {
@@ -98,16 +209,20 @@ impl DeadLetterSink for SqsSink {
 }
 
 /// Entries as SQS message bodies, grouped into SendMessageBatch calls: at
-/// most 10 messages, each body within [`SQS_MAX_BODY`] and their sum within
-/// [`SQS_MAX_BATCH`] (both less [`SQS_SLACK`]). An entry that would not fit
-/// beside others gets a call of its own.
-fn sqs_batches(entries: &[DeadLetter]) -> Vec<Vec<(&DeadLetter, String)>> {
+/// most 10 messages, each body within `max` (the queue's message size) and
+/// their sum within `max` too (SQS's batch limit equals its message limit),
+/// both less [`SQS_SLACK`]. An entry that would not fit beside others gets
+/// a call of its own.
+fn sqs_batches<'e>(
+    entries: impl IntoIterator<Item = &'e DeadLetter>,
+    max: usize,
+) -> Vec<Vec<(&'e DeadLetter, String)>> {
     let mut batches: Vec<Vec<(&DeadLetter, String)>> = Vec::new();
     let mut size = 0;
     for e in entries {
-        let body = e.to_json_within(SQS_MAX_BODY - SQS_SLACK);
+        let body = e.to_json_within(max - SQS_SLACK);
         let fits = batches.last().is_some_and(|b| {
-            b.len() < SQS_MAX_BATCH_ENTRIES && size + body.len() <= SQS_MAX_BATCH - SQS_SLACK
+            b.len() < SQS_MAX_BATCH_ENTRIES && size + body.len() <= max - SQS_SLACK
         });
         if !fits {
             batches.push(Vec::new());
@@ -129,6 +244,25 @@ mod tests {
     use chrono::Utc;
     use sha2::{Digest, Sha256};
     use tidemark_schema::Reason;
+
+    /// An entry holds its whole payload, whatever its size: only a
+    /// destination's limit cuts it (a 1 MiB queue keeps 700 KB whole).
+    #[test]
+    fn an_entry_keeps_its_whole_payload() {
+        let big = vec![b'q'; 700_000];
+        let e = DeadLetter::new(
+            origin(),
+            Reason::ItemTooLarge,
+            "big".into(),
+            &big,
+            Utc::now(),
+        );
+        assert!(!e.payload_truncated);
+        assert_eq!(e.payload().unwrap(), big);
+        let json = e.to_json_within(1024 * 1024 - SQS_SLACK);
+        let back: DeadLetter = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.payload().unwrap(), big, "fits a 1 MiB message whole");
+    }
 
     #[test]
     fn large_entries_are_truncated_to_fit_with_their_digest() {
@@ -158,7 +292,7 @@ mod tests {
         // Small ones: 10 per batch.
         let small: Vec<DeadLetter> = (0..25).map(|n| entry(n, b"{}")).collect();
         for (entries, batches) in [(&large, Some(3)), (&mid, None), (&small, Some(3))] {
-            let got = sqs_batches(entries);
+            let got = sqs_batches(entries.iter(), SQS_MAX_BODY);
             let mut seen = 0;
             for b in &got {
                 assert!(!b.is_empty() && b.len() <= SQS_MAX_BATCH_ENTRIES);
@@ -167,7 +301,7 @@ mod tests {
                         .all(|(_, body)| body.len() <= SQS_MAX_BODY - SQS_SLACK)
                 );
                 let sum: usize = b.iter().map(|(_, body)| body.len()).sum();
-                assert!(sum <= SQS_MAX_BATCH - SQS_SLACK, "{sum} bytes in one call");
+                assert!(sum <= SQS_MAX_BODY - SQS_SLACK, "{sum} bytes in one call");
                 seen += b.len();
             }
             assert_eq!(seen, entries.len(), "every entry sent once");
@@ -176,7 +310,7 @@ mod tests {
             }
         }
         assert!(
-            sqs_batches(&mid).len() >= 3,
+            sqs_batches(&mid, SQS_MAX_BODY).len() >= 3,
             "about 5 mid-size entries per call"
         );
     }

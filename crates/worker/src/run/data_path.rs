@@ -19,11 +19,11 @@ use super::pipeline::{LateByLifecycle, Pipeline, system_clock};
 use crate::config::Config;
 use crate::deadletter::{
     DeadLetterConfig, DeadLetterError, DeadLetterSink, DeadLetters, DynamoDbSink, FileSink,
-    SqsSink, check_dead_letter_table,
+    ObjectWriter, S3Sink, SqsSink, check_dead_letter_table,
 };
 use crate::maintenance::migrate::record_layouts;
 use crate::maintenance::{CreateMissingTables, RoundKind, TableManager, TablesError};
-use crate::sdk::own_retries;
+use crate::sdk::{own_retries, s3_client};
 
 /// What one run (or replay) did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -145,9 +145,47 @@ impl DataPath {
             DeadLetterConfig::File { path } => Arc::new(FileSink::new(path.clone())),
             // The delivery task retries (with back-off, several batches at
             // a time): one attempt per call, not the SDK's three.
-            DeadLetterConfig::Sqs { queue_url, .. } => Arc::new(SqsSink::new(
-                aws_sdk_sqs::Client::new(&own_retries(sdk)),
-                queue_url.clone(),
+            // Sized to the queue's own MaximumMessageSize, read now.
+            DeadLetterConfig::Sqs {
+                queue_url,
+                s3_bucket,
+                s3_prefix,
+                s3_kms_key_id,
+                ..
+            } => {
+                let sink = SqsSink::for_queue(
+                    aws_sdk_sqs::Client::new(&own_retries(sdk)),
+                    queue_url.clone(),
+                )
+                .await?;
+                Arc::new(match s3_bucket {
+                    Some(bucket) => sink.with_overflow(ObjectWriter::new(
+                        s3_client(&own_retries(sdk)),
+                        bucket.clone(),
+                        s3_prefix.clone(),
+                        s3_kms_key_id.clone(),
+                        &worker_id(config),
+                    )),
+                    None => sink,
+                })
+            }
+            DeadLetterConfig::S3 {
+                bucket,
+                prefix,
+                max_object_bytes,
+                max_object_age,
+                kms_key_id,
+                ..
+            } => Arc::new(S3Sink::new(
+                ObjectWriter::new(
+                    s3_client(&own_retries(sdk)),
+                    bucket.clone(),
+                    prefix.clone(),
+                    kms_key_id.clone(),
+                    &worker_id(config),
+                ),
+                *max_object_bytes,
+                *max_object_age,
             )),
             DeadLetterConfig::Dynamodb { table, .. } => Arc::new(
                 DynamoDbSink::new(
@@ -240,5 +278,14 @@ impl DataPath {
             dead_lettered_by_writer: stats.dead_lettered,
             throttled_calls: stats.throttled_calls,
         })
+    }
+}
+
+/// This worker's id (`source.worker_id`, else the task id or host name),
+/// which names its dead-letter objects.
+fn worker_id(config: &Config) -> String {
+    match config.source.worker_id() {
+        Some(id) => id.to_string(),
+        None => crate::config::default_worker_id(&crate::config::process_env()),
     }
 }

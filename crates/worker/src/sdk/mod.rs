@@ -90,6 +90,28 @@ pub(crate) fn own_retries(sdk: &SdkConfig) -> SdkConfig {
         .build()
 }
 
+/// An S3 client for `sdk`. Against an endpoint set by hand (`--endpoint-url`,
+/// `AWS_ENDPOINT_URL`, `AWS_ENDPOINT_URL_S3`, a profile's `services`
+/// section: a local emulator or a gateway) it addresses buckets by path
+/// (`http://host/bucket/key`): such endpoints rarely resolve `bucket.host`.
+/// On AWS itself, the SDK's virtual-host addressing.
+pub(crate) fn s3_client(sdk: &SdkConfig) -> aws_sdk_s3::Client {
+    // Where the S3 client's own builder looks for an endpoint.
+    let s3_endpoint = aws_types::service_config::ServiceConfigKey::builder()
+        .service_id("S3")
+        .env("AWS_ENDPOINT_URL")
+        .profile("endpoint_url")
+        .build()
+        .ok()
+        .and_then(|key| sdk.service_config()?.load_config(key));
+    let by_hand = sdk.endpoint_url().is_some() || s3_endpoint.is_some();
+    aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::from(sdk)
+            .force_path_style(by_hand)
+            .build(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]

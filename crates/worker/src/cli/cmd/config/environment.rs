@@ -313,6 +313,12 @@ pub(crate) async fn checks(config: &Config, sdk: &aws_config::SdkConfig) -> Vec<
         DeadLetterConfig::Dynamodb { table: t, .. } => {
             table(&dynamodb, "dead letters", t, false, "dead_letters.table").await
         }
+        // Only a write proves s3:PutObject under the prefix, and a check
+        // writes nothing: said, not checked.
+        DeadLetterConfig::S3 { bucket, prefix, .. } => ok(
+            "dead letters",
+            format!("bucket s3://{bucket}/{prefix}/ (not checked: only a write would prove s3:PutObject)"),
+        ),
         DeadLetterConfig::File { path } => {
             let dir = path
                 .parent()
