@@ -339,6 +339,47 @@ impl TableSplits {
     }
 }
 
+/// One partition key takes at most this many WCU per second.
+const PARTITION_WCU: f64 = 1000.0;
+
+/// The warning for a busiest entity of `wcu_per_sec` (at least its events
+/// per second: an item costs 1 WCU or more) under `strategy`: as (config
+/// key under `schema`, why), or `None` when its keys can take it.
+/// `rate_key` is the key that gave the rate.
+pub fn one_partition_warning(
+    strategy: &KeyStrategy,
+    adaptive: &AdaptiveSharding,
+    wcu_per_sec: f64,
+    rate_key: &'static str,
+) -> Option<(&'static str, String)> {
+    if !strategy.takes_splits() || wcu_per_sec <= PARTITION_WCU {
+        return None;
+    }
+    let name = match strategy {
+        KeyStrategy::Entity => "entity",
+        _ => "time_bucket",
+    };
+    if !adaptive.enabled {
+        return Some((
+            rate_key,
+            format!(
+                "is above one partition's 1,000 WCU/s, and `{name}` keeps one entity on one partition key whatever `shards` is: that entity is paced at about 1,000 WCU/s and falls behind for as long as its peak lasts. Turn on `schema.adaptive_sharding` (only that entity gets more partition keys, from the moment it is held back; a read of it then takes up to `max_fan_out` queries per {} instead of 1, other entities read as before) or use `calculated_suffix` (every read of every entity takes one query per suffix)",
+                if name == "entity" { "table" } else { "bucket" }
+            ),
+        ));
+    }
+    let most = f64::from(adaptive.max_fan_out) * PARTITION_WCU;
+    (wcu_per_sec > most).then(|| {
+        (
+            "adaptive_sharding.max_fan_out",
+            format!(
+                "is {}: adaptive sharding gives one entity at most {} WCU/s, below the busiest entity's {}; raise it",
+                adaptive.max_fan_out, most, wcu_per_sec
+            ),
+        )
+    })
+}
+
 /// Sub-key `k` of a base partition key: the base itself for 0, else
 /// `{base}#x{k}`.
 pub fn sub_key(base_pk: &str, k: u32) -> String {

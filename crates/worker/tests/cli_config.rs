@@ -263,7 +263,10 @@ fn a_hot_key_under_time_bucket_is_warned_unless_adaptive_sharding_is_on() {
         "peak_key_events_per_sec = 2000\nadaptive_sharding = { enabled = true }",
     );
     let (problems_on, warnings) = problems(&[], &file("hot-key-adaptive", &on));
-    assert!(problems_on.is_empty() && warnings.is_empty(), "{problems_on:?} {warnings:?}");
+    assert!(
+        problems_on.is_empty() && warnings.is_empty(),
+        "{problems_on:?} {warnings:?}"
+    );
 }
 
 /// `run` says what `config check` warns about, in its log, before it
