@@ -22,7 +22,9 @@
 //! refresh of the table's splits ([`TableSplits::knows`]). Every split a
 //! worker does not know yet starts after every event it keys.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -380,6 +382,131 @@ pub fn one_partition_warning(
     })
 }
 
+/// What a worker learned of one table's splits, and when it read them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Learned {
+    /// The table's splits.
+    pub splits: Arc<TableSplits>,
+    /// When the read that found them started (epoch ms): every split made
+    /// later starts at or after this plus `learn_delay`.
+    pub refreshed_at_ms: i64,
+}
+
+/// The event's table's splits are not known recently enough to key it
+/// (never read, or read more than `learn_delay` before the event's time):
+/// hold the event until the next refresh.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("the splits of table {table} are not known for event time {at}: waiting for their refresh")]
+pub struct NotLearned {
+    /// The table.
+    pub table: String,
+    /// The event's time, ISO.
+    pub at: String,
+}
+
+/// The splits a worker knows, by table, shared by its routers and
+/// refreshed by its split task; tables a router asked for and did not find
+/// are `wanted`, for the next refresh.
+#[derive(Debug, Default)]
+pub struct SplitRegistry {
+    learn_delay: Duration,
+    generation: AtomicU64,
+    tables: RwLock<HashMap<String, Learned>>,
+    wanted: Mutex<BTreeSet<String>>,
+}
+
+impl SplitRegistry {
+    /// Nothing learned yet.
+    pub fn new(learn_delay: Duration) -> SplitRegistry {
+        SplitRegistry {
+            learn_delay,
+            ..SplitRegistry::default()
+        }
+    }
+
+    /// Records a read of `table`'s splits started at `refreshed_at_ms`
+    /// (an older read than the one known changes nothing).
+    pub fn set(&self, table: &str, splits: TableSplits, refreshed_at_ms: i64) {
+        let mut t = self.tables.write().unwrap_or_else(|e| e.into_inner());
+        if t.get(table)
+            .is_some_and(|l| l.refreshed_at_ms >= refreshed_at_ms)
+        {
+            return;
+        }
+        t.insert(
+            table.to_owned(),
+            Learned {
+                splits: Arc::new(splits),
+                refreshed_at_ms,
+            },
+        );
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// What is known of `table`.
+    pub fn get(&self, table: &str) -> Option<Learned> {
+        let t = self.tables.read().unwrap_or_else(|e| e.into_inner());
+        t.get(table).cloned()
+    }
+
+    /// Every table known, by name.
+    pub fn snapshot(&self) -> BTreeMap<String, Learned> {
+        let t = self.tables.read().unwrap_or_else(|e| e.into_inner());
+        t.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+
+    /// Forgets tables no longer written (the refresher keeps the live ones).
+    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
+        let mut t = self.tables.write().unwrap_or_else(|e| e.into_inner());
+        let before = t.len();
+        t.retain(|k, _| keep(k));
+        if t.len() != before {
+            self.generation.fetch_add(1, Ordering::Release);
+        }
+    }
+
+    /// Bumped by every change.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// The fan-out of `entity` at `ts_ms` in `table`, or [`NotLearned`]
+    /// (the table is then wanted by the next refresh).
+    pub fn fan_out(
+        &self,
+        learned: Option<&Learned>,
+        table: &str,
+        entity: &str,
+        ts_ms: i64,
+    ) -> Result<u32, NotLearned> {
+        match learned {
+            Some(l) if TableSplits::knows(l.refreshed_at_ms, self.learn_delay, ts_ms) => {
+                Ok(l.splits.fan_out_at(entity, ts_ms))
+            }
+            _ => {
+                self.want(table);
+                Err(NotLearned {
+                    table: table.to_owned(),
+                    at: timefmt::iso_millis(ts_ms),
+                })
+            }
+        }
+    }
+
+    /// Asks the next refresh for `table`'s splits.
+    pub fn want(&self, table: &str) {
+        self.wanted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(table.to_owned());
+    }
+
+    /// The tables routers asked for since the last call.
+    pub fn take_wanted(&self) -> BTreeSet<String> {
+        std::mem::take(&mut *self.wanted.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
 /// Sub-key `k` of a base partition key: the base itself for 0, else
 /// `{base}#x{k}`.
 pub fn sub_key(base_pk: &str, k: u32) -> String {
@@ -417,6 +544,53 @@ pub fn key_with_splits(
         return base;
     }
     split_key(base, event_id, splits.fan_out_at(entity_id, timestamp_ms))
+}
+
+/// The entity and event time of an item's key under `strategy` (with
+/// adaptive sharding on): what a held-back key is traced back to. `None`
+/// for a key this strategy does not make.
+pub fn entity_and_time_of(strategy: &KeyStrategy, key: &ItemKey) -> Option<(String, i64)> {
+    let (entity, rest) = match strategy {
+        // pk `{entity}` or `{entity}#x{k}`; sk `{iso}#{event}`.
+        KeyStrategy::Entity => {
+            let pk = key.pk();
+            let entity = match pk.rsplit_once(SUB_KEY_MARK) {
+                Some((e, k)) if !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()) => e,
+                _ => pk,
+            };
+            (entity, key.sk())
+        }
+        // sk `{entity}#{iso}#{event}` (entity ids hold no `#` here).
+        KeyStrategy::TimeBucket { .. } => key.sk().split_once('#')?,
+        _ => return None,
+    };
+    let iso = rest.get(..24)?;
+    Some((entity.to_owned(), timefmt::parse_canonical(iso)?))
+}
+
+/// The decision law: the fan-out to record for `entity`, whose item of
+/// event time `item_ts_ms` waits on a key held back at its partition's
+/// limit for `held_for`, given the table's `splits` (`None`: no split).
+///
+/// A split only once the hold lasted `hold_threshold`, and only when the
+/// held item is keyed by the latest split: items from before it (a backlog
+/// still draining onto the old keys) say nothing about whether that split
+/// is enough. Fan-out doubles up to `max_fan_out` and never shrinks.
+pub fn decide(
+    adaptive: &AdaptiveSharding,
+    splits: &TableSplits,
+    entity: &str,
+    item_ts_ms: i64,
+    held_for: Duration,
+) -> Option<u32> {
+    if !adaptive.enabled || held_for < adaptive.hold_threshold {
+        return None;
+    }
+    let current = splits.fan_out_at(entity, item_ts_ms);
+    if current < splits.max_fan_out(entity) {
+        return None;
+    }
+    adaptive.next_fan_out(current)
 }
 
 /// True when `entity_id`, keyed by `entity` strategy, could be mistaken

@@ -177,6 +177,12 @@ impl<T> TableQueue<T> {
         self.parked_turn.iter().copied()
     }
 
+    /// The key of an entry of partition-key hash `pk` held back by a gate.
+    pub(crate) fn parked_key_of(&self, pk: u64) -> Option<&ItemKey> {
+        let slot = *self.parked.get(&pk)?.front()?;
+        self.slots.slots.get(slot)?.as_ref().map(|e| &e.key)
+    }
+
     /// Entries held back by a gate.
     pub(crate) fn parked_len(&self) -> usize {
         self.parked_len

@@ -25,6 +25,30 @@ pub trait LateTables: Send + Sync + 'static {
     fn is_late(&self, table: &str) -> bool;
 }
 
+/// Hears of partition keys held back at their partition's limit (per-key
+/// pacing; see `keyrate`): adaptive write sharding's evidence. Told about
+/// once a second per table while a key stays held.
+pub trait HotKeys: Send + Sync + 'static {
+    /// `key` (an item of the held partition key) of `table` has been held
+    /// back by its own budget for `held_for`, accepted at `accepted_wcu`
+    /// WCU/s, close to one partition's limit.
+    fn held(
+        &self,
+        table: &str,
+        key: &tidemark_schema::ItemKey,
+        held_for: std::time::Duration,
+        accepted_wcu: f64,
+    );
+}
+
+/// Nobody listens (the default).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoHotKeys;
+
+impl HotKeys for NoHotKeys {
+    fn held(&self, _: &str, _: &tidemark_schema::ItemKey, _: std::time::Duration, _: f64) {}
+}
+
 /// No table is late (the default).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoneLate;

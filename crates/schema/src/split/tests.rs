@@ -211,3 +211,57 @@ proptest! {
         }
     }
 }
+
+/// The decision law: wait for the threshold, split from the base in steps
+/// of two up to the maximum, and never on the evidence of items keyed
+/// before the latest split (a backlog draining onto the old keys).
+#[test]
+fn splits_double_only_when_the_latest_split_is_not_enough() {
+    let a = AdaptiveSharding {
+        enabled: true,
+        max_fan_out: 4,
+        ..AdaptiveSharding::default()
+    };
+    let long = a.hold_threshold;
+    let none = TableSplits::default();
+    assert_eq!(
+        decide(&a, &none, "e", BASE_MS, long - Duration::from_millis(1)),
+        None
+    );
+    assert_eq!(decide(&a, &none, "e", BASE_MS, long), Some(2));
+    let two = TableSplits::from_splits([split("e", BASE_MS, 0, 2)]);
+    let from = BASE_MS + LEARN.as_millis() as i64;
+    assert_eq!(decide(&a, &two, "e", from - 1, long), None, "backlog");
+    assert_eq!(decide(&a, &two, "e", from, long), Some(4));
+    assert_eq!(decide(&a, &two, "other", from, long), Some(2));
+    let four = TableSplits::from_splits([split("e", BASE_MS, 0, 2), split("e", BASE_MS + 1, 0, 4)]);
+    assert_eq!(
+        decide(&a, &four, "e", from + 10, long),
+        None,
+        "at the maximum"
+    );
+    let off = AdaptiveSharding::default();
+    assert_eq!(decide(&off, &none, "e", BASE_MS, long), None);
+}
+
+/// A held key traces back to its entity and event time, sub-keys included.
+#[test]
+fn keys_trace_back_to_their_entity_and_time() {
+    let ts = BASE_MS + 1234;
+    let tb = KeyStrategy::TimeBucket {
+        shards: 4,
+        bucket: Bucket::Hour,
+    };
+    for strategy in [KeyStrategy::Entity, tb] {
+        for fan_out in [1, 8] {
+            let k = split_key(strategy.key("sensor-1", ts, "ev-9"), "ev-9", fan_out);
+            assert_eq!(
+                entity_and_time_of(&strategy, &k),
+                Some(("sensor-1".into(), ts)),
+                "{k}"
+            );
+        }
+    }
+    let cs = KeyStrategy::CalculatedSuffix { shards: 2 };
+    assert_eq!(entity_and_time_of(&cs, &cs.key("e", ts, "x")), None);
+}

@@ -75,6 +75,8 @@ pub(crate) struct DataPath {
     // Aborted when dropped: an abandoned drain must not keep writing.
     writer_task: AbortOnDropHandle<Result<(), WriterError>>,
     dead_task: AbortOnDropHandle<Result<(), DeadLetterError>>,
+    /// Adaptive sharding: keeps the routers' learned splits current.
+    splits_task: Option<AbortOnDropHandle<()>>,
     pipeline: Pipeline,
 }
 
@@ -87,7 +89,21 @@ impl DataPath {
         // Each table's recorded key layouts, shared by the routers and kept
         // current by maintenance (see `check_layouts` below).
         let table_layouts = router.table_layouts().clone();
+        // Adaptive sharding: one registry of learned splits for every router.
+        let splits = router.splits().clone();
         let router = Arc::new(router);
+        let splits_task = if router.keys_by_splits() {
+            super::splits::first_refresh(&dynamodb, &router).await;
+            Some(AbortOnDropHandle::new(tokio::spawn(
+                super::splits::refresh_task(
+                    dynamodb.clone(),
+                    router.clone(),
+                    tokio_util::sync::CancellationToken::new(),
+                ),
+            )))
+        } else {
+            None
+        };
         // One governor per endpoint, shared by the writer, the table
         // manager, the lease table and the readers (see tidemark-governor).
         let governors = Governors {
@@ -159,7 +175,9 @@ impl DataPath {
         let (dead_letters, dead_task) = DeadLetters::start(sink, config.dead_letters.fallback());
         let mut stream_routers = std::collections::HashMap::new();
         for (stream, schema) in config.stream_schemas() {
-            let router = Router::new(schema)?.with_table_layouts(table_layouts.clone());
+            let router = Router::new(schema)?
+                .with_table_layouts(table_layouts.clone())
+                .with_splits(splits.clone());
             stream_routers.insert(stream, Arc::new(router));
         }
         let pipeline = Pipeline::new(router, writer.clone(), dead_letters, system_clock())
@@ -171,6 +189,7 @@ impl DataPath {
             writer,
             writer_task: AbortOnDropHandle::new(writer_task),
             dead_task: AbortOnDropHandle::new(dead_task),
+            splits_task,
             pipeline,
         })
     }
@@ -195,8 +214,11 @@ impl DataPath {
             writer,
             mut writer_task,
             mut dead_task,
+            splits_task,
             pipeline,
         } = self;
+        // Dropped (stopped) when the data path ends.
+        let _splits_task = splits_task;
         // Both tasks outlive the pipeline unless they failed: one that ends
         // first is a fatal error, reported now rather than at the next batch.
         let counts = tokio::select! {

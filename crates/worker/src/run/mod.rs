@@ -26,6 +26,7 @@ pub(crate) mod emf;
 mod error;
 mod pipeline;
 pub(crate) mod report;
+pub(crate) mod splits;
 mod supervisor;
 pub(crate) mod telemetry;
 mod worker;

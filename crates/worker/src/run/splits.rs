@@ -1,0 +1,201 @@
+//! Adaptive write sharding, the I/O side: reading a table's split records
+//! (strongly consistent), recording a new split (a conditional PutItem, so
+//! two workers deciding the same step write one record), and the refresh
+//! task that keeps every router's [`SplitRegistry`] current. The rules
+//! (keying, when a worker knows enough) are `tidemark_schema::split`'s.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::AttributeValue;
+use chrono::Utc;
+use tidemark_schema::Router;
+use tidemark_schema::split::{SPLITS_PK, Split, TableSplits};
+use tidemark_schema::strategy::KeyAttributes;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+/// A split read or write that failed, with the AWS error described.
+#[derive(Debug, thiserror::Error)]
+#[error("{operation} on the split records of {table}: {message}")]
+pub(crate) struct SplitCallError {
+    operation: &'static str,
+    table: String,
+    message: String,
+}
+
+/// The split records of `table`, all of them or those of one entity
+/// (`None` for a table that does not exist: it has no splits).
+pub(crate) async fn load(
+    client: &Client,
+    table: &str,
+    attrs: &KeyAttributes,
+    entity: Option<&str>,
+) -> Result<Option<TableSplits>, SplitCallError> {
+    let mut splits = TableSplits::default();
+    let mut start = None;
+    loop {
+        let mut q = client
+            .query()
+            .table_name(table)
+            .consistent_read(true)
+            .expression_attribute_names("#pk", &attrs.pk)
+            .expression_attribute_values(":pk", AttributeValue::S(SPLITS_PK.into()))
+            .set_exclusive_start_key(start);
+        q = match entity {
+            Some(e) => q
+                .key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)")
+                .expression_attribute_names("#sk", &attrs.sk)
+                .expression_attribute_values(":prefix", AttributeValue::S(format!("{e}#"))),
+            None => q.key_condition_expression("#pk = :pk"),
+        };
+        let out = match q.send().await {
+            Ok(out) => out,
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_resource_not_found_exception()) =>
+            {
+                return Ok(None);
+            }
+            Err(e) => {
+                return Err(SplitCallError {
+                    operation: "Query",
+                    table: table.to_owned(),
+                    message: tidemark_aws_errors::describe(&e),
+                });
+            }
+        };
+        for item in out.items() {
+            match Split::from_item(item, attrs) {
+                Ok(s) if entity.is_none_or(|e| s.entity == e) => splits.add(s),
+                Ok(_) => {}
+                Err(e) => warn!(table, error = %e, "a split record cannot be read; skipped"),
+            }
+        }
+        start = out.last_evaluated_key().cloned();
+        if start.is_none() {
+            return Ok(Some(splits));
+        }
+    }
+}
+
+/// Records `split` in `table` unless a record of the same entity and
+/// fan-out exists: true when this call wrote it.
+pub(crate) async fn record(
+    client: &Client,
+    table: &str,
+    attrs: &KeyAttributes,
+    split: &Split,
+) -> Result<bool, SplitCallError> {
+    let put = client
+        .put_item()
+        .table_name(table)
+        .set_item(Some(split.to_item(attrs)))
+        .condition_expression("attribute_not_exists(#pk)")
+        .expression_attribute_names("#pk", &attrs.pk)
+        .send()
+        .await;
+    match put {
+        Ok(_) => Ok(true),
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+        {
+            Ok(false)
+        }
+        Err(e) => Err(SplitCallError {
+            operation: "PutItem",
+            table: table.to_owned(),
+            message: tidemark_aws_errors::describe(&e),
+        }),
+    }
+}
+
+/// The tables whose splits a worker keeps current at `now_ms`: those an
+/// event accepted now can target and that still take writes (from the
+/// late-arrival grace back to the future skew ahead).
+fn live_tables(router: &Router, now_ms: i64) -> BTreeSet<String> {
+    let c = router.config();
+    let back = i64::try_from(c.late_arrival_grace.as_millis()).unwrap_or(i64::MAX);
+    let ahead = i64::try_from(c.max_future_skew.as_millis()).unwrap_or(i64::MAX);
+    let naming = router.naming();
+    let mut p = naming.period.containing(now_ms.saturating_sub(back));
+    let last = naming.period.containing(now_ms.saturating_add(ahead));
+    let mut out = BTreeSet::new();
+    while p.start_ms <= last.start_ms {
+        out.insert(naming.name_of(&p));
+        p = p.next();
+    }
+    out
+}
+
+/// Reads the splits of `tables` into the router's registry; the tables
+/// that failed are returned.
+async fn refresh(client: &Client, router: &Router, tables: &BTreeSet<String>) -> Vec<String> {
+    let attrs = &router.config().key_attributes;
+    let mut failed = Vec::new();
+    for table in tables {
+        // Read before the clock is taken for it is wrong: the time is taken
+        // before the read, so a split made during it is not vouched for.
+        let started = Utc::now().timestamp_millis();
+        match load(client, table, attrs, None).await {
+            Ok(splits) => {
+                let splits = splits.unwrap_or_default();
+                if let Some(known) = router.splits().get(table) {
+                    for (entity, list) in splits.entities() {
+                        let before = known.splits.max_fan_out(entity);
+                        if let Some(new) = list.iter().find(|s| s.fan_out > before) {
+                            info!(table, split = %new.describe(), "learned a split");
+                        }
+                    }
+                }
+                router.splits().set(table, splits, started);
+            }
+            Err(e) => {
+                warn!(error = %e, "reading the splits failed; events past what is known wait");
+                failed.push(table.clone());
+            }
+        }
+    }
+    failed
+}
+
+/// Before the first event: the live tables' splits (best effort; events
+/// wait for the refresh task otherwise).
+pub(crate) async fn first_refresh(client: &Client, router: &Router) {
+    let tables = live_tables(router, Utc::now().timestamp_millis());
+    refresh(client, router, &tables).await;
+}
+
+/// Every `refresh_interval`, the splits of the live tables, and at once
+/// those of tables a router asked for; until `stop`.
+pub(crate) async fn refresh_task(client: Client, router: Arc<Router>, stop: CancellationToken) {
+    let every = router.config().adaptive_sharding.refresh_interval;
+    // Asked-for tables are read within this (an event waits on them).
+    let wanted_every = Duration::from_millis(100).min(every);
+    let mut next_full = tokio::time::Instant::now() + every;
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(wanted_every) => {}
+        }
+        let mut tables = router.splits().take_wanted();
+        let now = tokio::time::Instant::now();
+        if now >= next_full {
+            next_full = now + every;
+            let now_ms = Utc::now().timestamp_millis();
+            let live = live_tables(&router, now_ms);
+            // Tables no longer live keep what was read last: late events
+            // are older than it vouches for.
+            tables.extend(live);
+        }
+        if !tables.is_empty() {
+            for t in refresh(&client, &router, &tables).await {
+                // Asked for again next time.
+                router.splits().want(&t);
+            }
+        }
+    }
+}
