@@ -92,15 +92,25 @@ impl DataPath {
         // Adaptive sharding: one registry of learned splits for every router.
         let splits = router.splits().clone();
         let router = Arc::new(router);
+        let mut hot_keys = None;
         let splits_task = if router.keys_by_splits() {
             super::splits::first_refresh(&dynamodb, &router).await;
-            Some(AbortOnDropHandle::new(tokio::spawn(
-                super::splits::refresh_task(
-                    dynamodb.clone(),
-                    router.clone(),
-                    tokio_util::sync::CancellationToken::new(),
-                ),
-            )))
+            let (requests, rx) = super::splits::requests(&router);
+            hot_keys = Some(Arc::new(requests));
+            let worker = config
+                .source
+                .worker_id()
+                .map(str::to_owned)
+                .unwrap_or_else(|| crate::config::default_worker_id(&crate::config::process_env()));
+            let refresh = super::splits::refresh_task(
+                dynamodb.clone(),
+                router.clone(),
+                tokio_util::sync::CancellationToken::new(),
+            );
+            let decide = super::splits::decide_task(dynamodb.clone(), router.clone(), worker, rx);
+            Some(AbortOnDropHandle::new(tokio::spawn(async move {
+                tokio::join!(refresh, decide);
+            })))
         } else {
             None
         };
@@ -139,7 +149,7 @@ impl DataPath {
         // identity cache, signing, HTTP client), with pre-encoded bodies (see
         // tidemark_writer::transport).
         let transport = Arc::new(tidemark_writer::SdkTransport::new(sdk)?);
-        let (writer, writer_task) = Writer::builder(
+        let writer_builder = Writer::builder(
             dynamodb.clone(),
             transport.clone(),
             config.schema.key_attributes.clone(),
@@ -154,8 +164,13 @@ impl DataPath {
             router: router.clone(),
             clock: system_clock(),
         }))
-        .governor(governors.dynamodb.clone())
-        .start();
+        .governor(governors.dynamodb.clone());
+        // Adaptive sharding hears of keys held at their partition's limit.
+        let writer_builder = match hot_keys {
+            Some(h) => writer_builder.hot_keys(h),
+            None => writer_builder,
+        };
+        let (writer, writer_task) = writer_builder.start();
         let sink: Arc<dyn DeadLetterSink> = match &config.dead_letters {
             DeadLetterConfig::File { path } => Arc::new(FileSink::new(path.clone())),
             // The delivery task retries (with back-off, several batches at

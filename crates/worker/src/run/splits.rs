@@ -152,6 +152,7 @@ async fn refresh(client: &Client, router: &Router, tables: &BTreeSet<String>) ->
                     }
                 }
                 router.splits().set(table, splits, started);
+                publish_metrics(router);
             }
             Err(e) => {
                 warn!(error = %e, "reading the splits failed; events past what is known wait");
@@ -198,4 +199,134 @@ pub(crate) async fn refresh_task(client: Client, router: Arc<Router>, stop: Canc
             }
         }
     }
+}
+
+/// A key the writer saw held back at its partition's limit.
+#[derive(Debug)]
+pub(crate) struct Held {
+    table: String,
+    key: tidemark_schema::ItemKey,
+    held_for: Duration,
+    accepted_wcu: f64,
+}
+
+/// The writer's [`HotKeys`](tidemark_writer::HotKeys): keys held at least
+/// `hold_threshold` go to the decision task (dropped when it is busy: the
+/// writer tells again within a second while the key stays held).
+pub(crate) struct SplitRequests {
+    tx: tokio::sync::mpsc::Sender<Held>,
+    threshold: Duration,
+}
+
+impl tidemark_writer::HotKeys for SplitRequests {
+    fn held(
+        &self,
+        table: &str,
+        key: &tidemark_schema::ItemKey,
+        held_for: Duration,
+        accepted_wcu: f64,
+    ) {
+        if held_for >= self.threshold {
+            let _ = self.tx.try_send(Held {
+                table: table.to_owned(),
+                key: key.clone(),
+                held_for,
+                accepted_wcu,
+            });
+        }
+    }
+}
+
+/// The hot-key hook for the writer and the task that decides and records
+/// splits from what it hears (see [`decide_task`]).
+pub(crate) fn requests(router: &Router) -> (SplitRequests, tokio::sync::mpsc::Receiver<Held>) {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    let threshold = router.config().adaptive_sharding.hold_threshold;
+    (SplitRequests { tx, threshold }, rx)
+}
+
+/// Turns held keys into recorded splits: traces the key to its entity and
+/// event time, asks the decision law (`tidemark_schema::split::decide`)
+/// with the splits this worker knows, and records the next fan-out with a
+/// conditional write, starting `learn_delay` from now. A split another
+/// worker recorded first is learned at the next refresh.
+pub(crate) async fn decide_task(
+    client: Client,
+    router: Arc<Router>,
+    worker: String,
+    mut rx: tokio::sync::mpsc::Receiver<Held>,
+) {
+    let config = router.config().clone();
+    let adaptive = &config.adaptive_sharding;
+    let learn_ms = i64::try_from(adaptive.learn_delay.as_millis()).unwrap_or(i64::MAX);
+    while let Some(h) = rx.recv().await {
+        let Some((entity, item_ts)) = tidemark_schema::split::entity_and_time_of(&config.key, &h.key)
+        else {
+            continue;
+        };
+        let Some(known) = router.splits().get(&h.table) else {
+            continue;
+        };
+        let Some(fan_out) =
+            tidemark_schema::split::decide(adaptive, &known.splits, &entity, item_ts, h.held_for)
+        else {
+            continue;
+        };
+        let now = Utc::now().timestamp_millis();
+        let split = Split {
+            entity: entity.clone(),
+            from_ms: now.saturating_add(learn_ms),
+            fan_out,
+            made_at_ms: now,
+            worker: worker.clone(),
+            evidence: format!(
+                "key {} held back {:.1}s at {:.0} WCU/s",
+                h.key.pk(),
+                h.held_for.as_secs_f64(),
+                h.accepted_wcu
+            ),
+        };
+        match record(&client, &h.table, &config.key_attributes, &split).await {
+            Ok(written) => {
+                if written {
+                    metrics::counter!(crate::metrics::SPLITS_MADE).increment(1);
+                    info!(
+                        table = %h.table,
+                        entity = %split.entity,
+                        fan_out = split.fan_out,
+                        from = %tidemark_schema::timefmt::iso_millis(split.from_ms),
+                        evidence = %split.evidence,
+                        "split an entity held back at its partition's limit"
+                    );
+                }
+                // Learned (ours or another worker's) by the next refresh;
+                // until then the law sees the old splits and the
+                // conditional write keeps the step from repeating.
+                let mut learned = (*known.splits).clone();
+                learned.add(split);
+                router.splits().set(&h.table, learned, known.refreshed_at_ms);
+                router.splits().want(&h.table);
+            }
+            Err(e) => warn!(error = %e, entity = %entity, "recording a split failed; asked again while the key stays held"),
+        }
+    }
+}
+
+/// The split metrics of what `router` knows: entities split in the live
+/// tables, and each one's fan-out.
+pub(crate) fn publish_metrics(router: &Router) {
+    let now_ms = Utc::now().timestamp_millis();
+    let live = live_tables(router, now_ms);
+    let mut entities = 0u64;
+    for (table, learned) in router.splits().snapshot() {
+        if !live.contains(&table) {
+            continue;
+        }
+        for (entity, _) in learned.splits.entities() {
+            entities += 1;
+            metrics::gauge!(crate::metrics::SPLIT_FAN_OUT, "table" => table.clone(), "entity" => entity.to_owned())
+                .set(f64::from(learned.splits.max_fan_out(entity)));
+        }
+    }
+    metrics::gauge!(crate::metrics::SPLIT_ENTITIES).set(entities as f64);
 }
