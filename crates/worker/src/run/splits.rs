@@ -117,10 +117,17 @@ pub(crate) async fn record(
 /// event accepted now can target and that still take writes (from the
 /// late-arrival grace back to the future skew ahead).
 fn live_tables(router: &Router, now_ms: i64) -> BTreeSet<String> {
-    let c = router.config();
+    live_tables_of(router.config(), now_ms)
+}
+
+/// [`live_tables`] of a config (also what `status` lists splits of).
+pub(crate) fn live_tables_of(c: &tidemark_schema::RouterConfig, now_ms: i64) -> BTreeSet<String> {
     let back = i64::try_from(c.late_arrival_grace.as_millis()).unwrap_or(i64::MAX);
     let ahead = i64::try_from(c.max_future_skew.as_millis()).unwrap_or(i64::MAX);
-    let naming = router.naming();
+    let naming = &tidemark_schema::period::TableNaming {
+        prefix: c.table_prefix.clone(),
+        period: c.period,
+    };
     let mut p = naming.period.containing(now_ms.saturating_sub(back));
     let last = naming.period.containing(now_ms.saturating_add(ahead));
     let mut out = BTreeSet::new();
