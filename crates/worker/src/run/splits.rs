@@ -267,7 +267,8 @@ pub(crate) async fn decide_task(
     let adaptive = &config.adaptive_sharding;
     let learn_ms = i64::try_from(adaptive.learn_delay.as_millis()).unwrap_or(i64::MAX);
     while let Some(h) = rx.recv().await {
-        let Some((entity, item_ts)) = tidemark_schema::split::entity_and_time_of(&config.key, &h.key)
+        let Some((entity, item_ts)) =
+            tidemark_schema::split::entity_and_time_of(&config.key, &h.key)
         else {
             continue;
         };
@@ -311,10 +312,14 @@ pub(crate) async fn decide_task(
                 // conditional write keeps the step from repeating.
                 let mut learned = (*known.splits).clone();
                 learned.add(split);
-                router.splits().set(&h.table, learned, known.refreshed_at_ms);
+                router
+                    .splits()
+                    .set(&h.table, learned, known.refreshed_at_ms);
                 router.splits().want(&h.table);
             }
-            Err(e) => warn!(error = %e, entity = %entity, "recording a split failed; asked again while the key stays held"),
+            Err(e) => {
+                warn!(error = %e, entity = %entity, "recording a split failed; asked again while the key stays held")
+            }
         }
     }
 }

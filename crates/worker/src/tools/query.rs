@@ -17,11 +17,11 @@ use futures::StreamExt;
 use tidemark_schema::Item;
 use tidemark_schema::period::TableNaming;
 use tidemark_schema::query::{
-    PlannedQuery, TimeRange, item_order_key, merge_items, plan_latest, plan_latest_split, plan_range,
-    plan_range_split,
+    PlannedQuery, TimeRange, item_order_key, merge_items, plan_latest, plan_latest_split,
+    plan_range, plan_range_split,
 };
-use tidemark_schema::split::TableSplits;
 use tidemark_schema::route::RouterConfig;
+use tidemark_schema::split::TableSplits;
 use tidemark_schema::strategy::KeyStrategy;
 use tidemark_schema::timefmt;
 
@@ -87,8 +87,7 @@ pub async fn range(
             plan_range(s, &naming, entity, range)?
         };
         queries.extend(
-            plan
-                .queries
+            plan.queries
                 .into_iter()
                 .filter(|q| by_table.get(&q.table).is_some_and(|l| l.contains(s))),
         );
@@ -124,7 +123,11 @@ async fn splits_of(
             table: table.clone(),
             message: e.to_string(),
         })?;
-        tracing::info!(table, entity, "query: the split records of the entity (1 query)");
+        tracing::info!(
+            table,
+            entity,
+            "query: the split records of the entity (1 query)"
+        );
         if let Some(s) = s.filter(|s| !s.is_empty()) {
             for split in s.of(entity) {
                 tracing::info!(table, split = %split.describe(), "query: split");

@@ -202,7 +202,10 @@ pub async fn verify(
                     Default::default()
                 }
                 Err(_) => {
-                    tracing::warn!(table, "reading the splits timed out: verifying as if unsplit");
+                    tracing::warn!(
+                        table,
+                        "reading the splits timed out: verifying as if unsplit"
+                    );
                     Default::default()
                 }
             };

@@ -192,7 +192,9 @@ pub(crate) fn run(schema: &RouterConfig, args: &Args) -> Result<()> {
             .splits()
             .get(&routes.new.table)
             .zip(router.extractor().extract(data, &origin).ok())
-            .map_or(1, |(l, e)| l.splits.fan_out_at(&e.entity_id, e.timestamp_ms));
+            .map_or(1, |(l, e)| {
+                l.splits.fan_out_at(&e.entity_id, e.timestamp_ms)
+            });
         copies.push(copy(&routes.new, attr, "key", from, fan_out)?);
         if let Some(old) = &routes.old {
             copies.push(copy(old, attr, "migrate_from", from, 1)?);
