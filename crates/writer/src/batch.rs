@@ -177,10 +177,16 @@ impl<T> TableQueue<T> {
         self.parked_turn.iter().copied()
     }
 
-    /// The key of an entry of partition-key hash `pk` held back by a gate.
-    pub(crate) fn parked_key_of(&self, pk: u64) -> Option<&ItemKey> {
-        let slot = *self.parked.get(&pk)?.front()?;
-        self.slots.slots.get(slot)?.as_ref().map(|e| &e.key)
+    /// The keys of up to `most` entries of partition-key hash `pk` held
+    /// back by a gate, oldest first.
+    pub(crate) fn parked_keys_of(&self, pk: u64, most: usize) -> Vec<ItemKey> {
+        self.parked.get(&pk).map_or_else(Vec::new, |slots| {
+            slots
+                .iter()
+                .take(most)
+                .filter_map(|&s| self.slots.slots.get(s)?.as_ref().map(|e| e.key.clone()))
+                .collect()
+        })
     }
 
     /// Entries held back by a gate.

@@ -252,13 +252,14 @@ impl KeyPacer {
     }
 
     /// Keys held back by their own budget without a pause (of over a
-    /// second) and accepted at 80% or more of `max_key_wcu`, close to one
-    /// partition's limit: (key, held for, accepted WCU/s). Keys held back
+    /// second) and accepted at half of `max_key_wcu` or more (a partition
+    /// serves a key at up to its limit; the accepted rate is an average
+    /// that lags behind): (key, held for, accepted WCU/s). Keys held back
     /// at a lower rate (a table-wide throttle charged to them) are not
     /// named: more keys would not help them.
     pub(crate) fn held_at_limit(&self, now: Instant) -> Vec<(u64, Duration, f64)> {
         let tau = self.p.share_window;
-        let floor = 0.8 * self.p.max_key_wcu;
+        let floor = 0.5 * self.p.max_key_wcu;
         self.keys
             .iter()
             .filter(|(k, _)| self.bound(**k, now))

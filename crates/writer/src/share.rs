@@ -29,13 +29,15 @@ pub trait LateTables: Send + Sync + 'static {
 /// pacing; see `keyrate`): adaptive write sharding's evidence. Told about
 /// once a second per table while a key stays held.
 pub trait HotKeys: Send + Sync + 'static {
-    /// `key` (an item of the held partition key) of `table` has been held
-    /// back by its own budget for `held_for`, accepted at `accepted_wcu`
-    /// WCU/s, close to one partition's limit.
+    /// A partition key of `table` has been held back by its own budget for
+    /// `held_for`, accepted at `accepted_wcu` WCU/s, close to one
+    /// partition's limit; `waiting` are keys of its items waiting (the
+    /// oldest first, up to 64): under `time_bucket` one partition key holds
+    /// several entities, and the one with most items waiting is the hot one.
     fn held(
         &self,
         table: &str,
-        key: &tidemark_schema::ItemKey,
+        waiting: &[tidemark_schema::ItemKey],
         held_for: std::time::Duration,
         accepted_wcu: f64,
     );
@@ -46,7 +48,7 @@ pub trait HotKeys: Send + Sync + 'static {
 pub struct NoHotKeys;
 
 impl HotKeys for NoHotKeys {
-    fn held(&self, _: &str, _: &tidemark_schema::ItemKey, _: std::time::Duration, _: f64) {}
+    fn held(&self, _: &str, _: &[tidemark_schema::ItemKey], _: std::time::Duration, _: f64) {}
 }
 
 /// No table is late (the default).

@@ -449,8 +449,9 @@ impl TableTask {
             // Adaptive sharding's evidence: keys held back at their
             // partition's limit, named by an item of theirs still waiting.
             for (pk, held_for, accepted) in k.held_at_limit(std_now) {
-                if let Some(key) = self.queue.parked_key_of(pk) {
-                    self.hot.held(&self.table, key, held_for, accepted);
+                let waiting = self.queue.parked_keys_of(pk, 64);
+                if !waiting.is_empty() {
+                    self.hot.held(&self.table, &waiting, held_for, accepted);
                 }
             }
         }

@@ -212,7 +212,8 @@ pub(crate) async fn refresh_task(client: Client, router: Arc<Router>, stop: Canc
 #[derive(Debug)]
 pub(crate) struct Held {
     table: String,
-    key: tidemark_schema::ItemKey,
+    /// Keys of its items waiting, oldest first.
+    waiting: Vec<tidemark_schema::ItemKey>,
     held_for: Duration,
     accepted_wcu: f64,
 }
@@ -229,14 +230,14 @@ impl tidemark_writer::HotKeys for SplitRequests {
     fn held(
         &self,
         table: &str,
-        key: &tidemark_schema::ItemKey,
+        waiting: &[tidemark_schema::ItemKey],
         held_for: Duration,
         accepted_wcu: f64,
     ) {
         if held_for >= self.threshold {
             let _ = self.tx.try_send(Held {
                 table: table.to_owned(),
-                key: key.clone(),
+                waiting: waiting.to_vec(),
                 held_for,
                 accepted_wcu,
             });
@@ -267,9 +268,7 @@ pub(crate) async fn decide_task(
     let adaptive = &config.adaptive_sharding;
     let learn_ms = i64::try_from(adaptive.learn_delay.as_millis()).unwrap_or(i64::MAX);
     while let Some(h) = rx.recv().await {
-        let Some((entity, item_ts)) =
-            tidemark_schema::split::entity_and_time_of(&config.key, &h.key)
-        else {
+        let Some((entity, item_ts, pk)) = hottest(&config.key, &h.waiting) else {
             continue;
         };
         let Some(known) = router.splits().get(&h.table) else {
@@ -289,7 +288,7 @@ pub(crate) async fn decide_task(
             worker: worker.clone(),
             evidence: format!(
                 "key {} held back {:.1}s at {:.0} WCU/s",
-                h.key.pk(),
+                pk,
                 h.held_for.as_secs_f64(),
                 h.accepted_wcu
             ),
@@ -322,6 +321,28 @@ pub(crate) async fn decide_task(
             }
         }
     }
+}
+
+/// The entity with most items waiting among `waiting` (ties: the one
+/// waiting longest), the event time of its oldest waiting item, and the
+/// partition key.
+fn hottest(
+    strategy: &tidemark_schema::strategy::KeyStrategy,
+    waiting: &[tidemark_schema::ItemKey],
+) -> Option<(String, i64, String)> {
+    let mut counts: Vec<(String, usize, i64)> = Vec::new();
+    for key in waiting {
+        let Some((entity, ts)) = tidemark_schema::split::entity_and_time_of(strategy, key) else {
+            continue;
+        };
+        match counts.iter_mut().find(|(e, _, _)| *e == entity) {
+            Some(c) => c.1 += 1,
+            None => counts.push((entity, 1, ts)),
+        }
+    }
+    // `max_by_key` keeps the last of equals: reversed, the first seen wins.
+    let (entity, _, ts) = counts.into_iter().rev().max_by_key(|c| c.1)?;
+    Some((entity, ts, waiting.first()?.pk().to_owned()))
 }
 
 /// The split metrics of what `router` knows: entities split in the live
