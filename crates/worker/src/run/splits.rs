@@ -144,8 +144,9 @@ async fn refresh(client: &Client, router: &Router, tables: &BTreeSet<String>) ->
     let attrs = &router.config().key_attributes;
     let mut failed = Vec::new();
     for table in tables {
-        // Read before the clock is taken for it is wrong: the time is taken
-        // before the read, so a split made during it is not vouched for.
+        // The time is taken before the read: a split recorded during the
+        // read starts after this time plus `learn_delay` whether or not
+        // the read saw it.
         let started = Utc::now().timestamp_millis();
         match load(client, table, attrs, None).await {
             Ok(splits) => {
@@ -306,14 +307,10 @@ pub(crate) async fn decide_task(
                         "split an entity held back at its partition's limit"
                     );
                 }
-                // Learned (ours or another worker's) by the next refresh;
-                // until then the law sees the old splits and the
-                // conditional write keeps the step from repeating.
-                let mut learned = (*known.splits).clone();
-                learned.add(split);
-                router
-                    .splits()
-                    .set(&h.table, learned, known.refreshed_at_ms);
+                // Ours or another worker's (whose `from` differs from ours:
+                // only the record is keyed by), learned by reading it back
+                // now; until then the same step is asked again and its
+                // conditional write changes nothing.
                 router.splits().want(&h.table);
             }
             Err(e) => {

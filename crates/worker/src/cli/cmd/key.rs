@@ -57,9 +57,10 @@ struct Copy {
     /// `event` (the event's own id) or `position` (derived from
     /// `--position`).
     event_id_from: &'static str,
-    /// Partition keys the entity's events spread over at this event's
-    /// time (1: not split; adaptive sharding).
-    fan_out: u32,
+    /// With adaptive sharding on: partition keys the entity's events
+    /// spread over at this event's time (1: not split).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fan_out: Option<u32>,
     /// The item, DynamoDB JSON, as stored.
     item: serde_json::Value,
 }
@@ -188,16 +189,18 @@ pub(crate) fn run(schema: &RouterConfig, args: &Args) -> Result<()> {
             .route(data, &origin, inner, now, &mut cache)
             .with_context(|| format!("the event{}", which()))?;
         let attr = &schema.attributes.event_id;
-        let fan_out = router
-            .splits()
-            .get(&routes.new.table)
-            .zip(router.extractor().extract(data, &origin).ok())
-            .map_or(1, |(l, e)| {
-                l.splits.fan_out_at(&e.entity_id, e.timestamp_ms)
-            });
+        let fan_out = router.keys_by_splits().then(|| {
+            router
+                .splits()
+                .get(&routes.new.table)
+                .zip(router.extractor().extract(data, &origin).ok())
+                .map_or(1, |(l, e)| {
+                    l.splits.fan_out_at(&e.entity_id, e.timestamp_ms)
+                })
+        });
         copies.push(copy(&routes.new, attr, "key", from, fan_out)?);
         if let Some(old) = &routes.old {
-            copies.push(copy(old, attr, "migrate_from", from, 1)?);
+            copies.push(copy(old, attr, "migrate_from", from, fan_out.map(|_| 1))?);
         }
     }
     let output = super::output(Output::Jsonl);
@@ -210,17 +213,18 @@ pub(crate) fn run(schema: &RouterConfig, args: &Args) -> Result<()> {
                 c.sk.clone(),
                 c.layout.to_string(),
                 format!("{} ({})", c.event_id, c.event_id_from),
-                c.fan_out.to_string(),
             ]
+            .into_iter()
+            .chain(c.fan_out.map(|f| f.to_string()))
+            .collect()
         })
         .collect();
-    render::print_rows(
-        &["TABLE", "PK", "SK", "LAYOUT", "EVENT ID", "FAN-OUT"],
-        rows,
-        &[],
-        output,
-        &copies,
-    )
+    let headers: &[&str] = if router.keys_by_splits() {
+        &["TABLE", "PK", "SK", "LAYOUT", "EVENT ID", "FAN-OUT"]
+    } else {
+        &["TABLE", "PK", "SK", "LAYOUT", "EVENT ID"]
+    };
+    render::print_rows(headers, rows, &[], output, &copies)
 }
 
 /// Adaptive sharding: reads the splits of the events' tables into the
@@ -263,7 +267,7 @@ fn copy(
     event_attr: &str,
     layout: &'static str,
     from: &'static str,
-    fan_out: u32,
+    fan_out: Option<u32>,
 ) -> Result<Copy> {
     let item: serde_json::Value =
         serde_json::from_slice(r.item.json()).context("the item's DynamoDB JSON")?;
