@@ -68,7 +68,6 @@ async fn a_hot_entity_is_split_and_read_back_exactly_once_across_a_killed_worker
     // as sent, for SECONDS seconds.
     let mut manifest: Vec<(String, i64, String, Vec<u8>)> = Vec::new();
     let started = std::time::Instant::now();
-    let mut n = 0u64;
     let mut a = Some(a);
     for tick in 0..SECONDS * 10 {
         let now = chrono::Utc::now();
@@ -78,10 +77,10 @@ async fn a_hot_entity_is_split_and_read_back_exactly_once_across_a_killed_worker
             let entity = if i < per_tick {
                 HOT.to_owned()
             } else {
-                format!("cold-{}", (n + i) % 4)
+                format!("cold-{}", (tick + i) % 4)
             };
             let ts = now + chrono::Duration::milliseconds(i as i64);
-            let id = format!("ev-{n:06}-{i:03}");
+            let id = format!("ev-{tick:06}-{i:03}");
             let body = format!(
                 r#"{{"deviceId":"{entity}","timestamp":"{}","eventId":"{id}","v":{i}}}"#,
                 ts.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
@@ -95,7 +94,6 @@ async fn a_hot_entity_is_split_and_read_back_exactly_once_across_a_killed_worker
             );
             manifest.push((entity, ts.timestamp_millis(), id, body.into_bytes()));
         }
-        n += 1;
         let out = stack
             .kinesis()
             .put_records()
