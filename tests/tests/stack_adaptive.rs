@@ -21,11 +21,14 @@ use tidemark_tests::worker::{Running, config, kinesis_source, sdk, test_toml};
 use tidemark_tests::{start_limits_proxy, unique_name, wait_until};
 
 /// One partition serves this many WCU/s here (AWS: 1,000): the hot entity
-/// offers twice that.
-const PARTITION_WCU: f64 = 50.0;
+/// offers three times that (throttled for sure, even on a busy emulator).
+const PARTITION_WCU: f64 = 20.0;
 const HOT: &str = "sensor-alpha-001";
-const HOT_PER_SEC: u64 = 100;
-const SECONDS: u64 = 10;
+const HOT_PER_SEC: u64 = 60;
+/// Ticks (of 100 ms) produced after the first split is seen, and the most
+/// before it.
+const AFTER_SPLIT_TICKS: u64 = 50;
+const MAX_TICKS: u64 = 400;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[cfg_attr(
@@ -64,16 +67,18 @@ async fn a_hot_entity_is_split_and_read_back_exactly_once_across_a_killed_worker
     let a = Running::start(&config_a, &sdk(&limited)).await;
     let b = Running::start(&config_b, &sdk(&limited)).await;
 
-    // The hot entity at 2 partitions' worth, four cold ones at 5/s, stamped
-    // as sent, for SECONDS seconds.
+    // The hot entity at 3 partitions' worth, four cold ones at 2.5/s each
+    // (far below a partition: they must not be split), stamped as sent,
+    // until 5 s after the first split is recorded.
     let mut manifest: Vec<(String, i64, String, Vec<u8>)> = Vec::new();
     let started = std::time::Instant::now();
     let mut a = Some(a);
-    for tick in 0..SECONDS * 10 {
+    let mut split_at = None;
+    for tick in 0..MAX_TICKS {
         let now = chrono::Utc::now();
         let mut entries = Vec::new();
         let per_tick = HOT_PER_SEC / 10;
-        for i in 0..per_tick + 2 {
+        for i in 0..=per_tick {
             let entity = if i < per_tick {
                 HOT.to_owned()
             } else {
@@ -104,9 +109,14 @@ async fn a_hot_entity_is_split_and_read_back_exactly_once_across_a_killed_worker
             .unwrap();
         assert_eq!(out.failed_record_count(), Some(0));
         // Worker A is killed (no drain, no checkpoint of what it holds)
-        // half-way: B takes its shard over and writes its records again.
-        if tick == SECONDS * 5 {
+        // once the split is recorded, half-way: B takes its shard over and
+        // writes its records again.
+        if split_at.is_none() && tick % 5 == 0 && !splits_of(&stack, &table).await.is_empty() {
+            split_at = Some(tick);
             a.take().unwrap().kill().await;
+        }
+        if split_at.is_some_and(|t| tick >= t + AFTER_SPLIT_TICKS) {
+            break;
         }
         let due = Duration::from_millis(100 * (tick + 1));
         if let Some(wait) = due.checked_sub(started.elapsed()) {
@@ -114,6 +124,7 @@ async fn a_hot_entity_is_split_and_read_back_exactly_once_across_a_killed_worker
         }
     }
 
+    assert!(split_at.is_some(), "no split within {MAX_TICKS} ticks");
     let ddb = stack.dynamodb();
     let router = Router::new(config_b.schema.clone()).unwrap();
     let events: Vec<Vec<u8>> = manifest.iter().map(|m| m.3.clone()).collect();
@@ -135,19 +146,7 @@ async fn a_hot_entity_is_split_and_read_back_exactly_once_across_a_killed_worker
 
     // A split was recorded before use, and the hot entity's items spread
     // over its sub-keys.
-    let splits: Vec<Split> = ddb
-        .query()
-        .table_name(&table)
-        .key_condition_expression("pk = :pk")
-        .expression_attribute_values(":pk", AttributeValue::S(SPLITS_PK.into()))
-        .consistent_read(true)
-        .send()
-        .await
-        .unwrap()
-        .items()
-        .iter()
-        .map(|i| Split::from_item(i, &Default::default()).unwrap())
-        .collect();
+    let splits = splits_of(&stack, &table).await;
     assert!(
         splits.iter().any(|s| s.entity == HOT && s.fan_out >= 2),
         "{splits:?}"
@@ -212,4 +211,24 @@ async fn a_hot_entity_is_split_and_read_back_exactly_once_across_a_killed_worker
         .stream_name(&name)
         .send()
         .await;
+}
+
+/// The split records of `table` (none while it does not exist).
+async fn splits_of(stack: &tidemark_tests::LocalStack, table: &str) -> Vec<Split> {
+    let Ok(out) = stack
+        .dynamodb()
+        .query()
+        .table_name(table)
+        .key_condition_expression("pk = :pk")
+        .expression_attribute_values(":pk", AttributeValue::S(SPLITS_PK.into()))
+        .consistent_read(true)
+        .send()
+        .await
+    else {
+        return Vec::new();
+    };
+    out.items()
+        .iter()
+        .map(|i| Split::from_item(i, &Default::default()).unwrap())
+        .collect()
 }
