@@ -261,6 +261,14 @@ pub struct TelemetryConfig {
     #[schemars(with = "String")]
     #[serde(with = "humantime_serde")]
     pub stall_timeout: Duration,
+    /// Time between the worker's reports to the coordinator table (lag per
+    /// shard, checkpoint lag, SQS queue age, late backlogs): what
+    /// `tidemark status` shows and what late-data capacity lifts are sized
+    /// from. One small PutItem per worker per interval. Default 30s, from
+    /// 1s to 60s (a report older than 2 minutes counts as its worker gone).
+    #[schemars(with = "String")]
+    #[serde(with = "humantime_serde")]
+    pub report_interval: Duration,
 }
 
 impl Default for TelemetryConfig {
@@ -273,6 +281,7 @@ impl Default for TelemetryConfig {
             emf_namespace: "Tidemark".into(),
             emf_interval: Duration::from_secs(60),
             stall_timeout: Duration::from_secs(300),
+            report_interval: crate::REPORT_INTERVAL,
         }
     }
 }

@@ -424,6 +424,10 @@ fn impossible_values_are_refused() {
             ("TIDEMARK__TELEMETRY__LOG_LEVEL", "verbose"),
             "telemetry.log_level",
         ),
+        (
+            ("TIDEMARK__TELEMETRY__REPORT_INTERVAL", "90s"),
+            "telemetry.report_interval",
+        ),
     ] {
         let p = problem_at(MINIMAL, &[e], key);
         assert!(p.to_string().contains(e.0), "{p}");

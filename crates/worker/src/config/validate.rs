@@ -118,6 +118,14 @@ impl Config {
                 "must be at least 10s (a lease renewal or a long poll takes seconds)".into(),
             ));
         }
+        let interval = self.telemetry.report_interval;
+        if interval < Duration::from_secs(1) || interval > Duration::from_secs(60) {
+            out.push((
+                "telemetry.report_interval".into(),
+                "must be from 1s to 60s (a report older than 2 minutes counts as its worker gone)"
+                    .into(),
+            ));
+        }
         if self.telemetry.emf && self.telemetry.emf_namespace.trim().is_empty() {
             out.push((
                 "telemetry.emf_namespace".into(),

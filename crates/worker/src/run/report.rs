@@ -1,7 +1,7 @@
 //! What each worker reports about itself, so `tidemark status` shows lag
 //! from what the workers already measured instead of reading the stream.
 //!
-//! Every [`REPORT_INTERVAL`] a running worker puts one small item in the
+//! Every `telemetry.report_interval` (default [`REPORT_INTERVAL`]) a running worker puts one small item in the
 //! coordinator table (the maintenance lease's table), keyed
 //! `leaseKey = "tidemark-worker#{worker id}"`:
 //!
@@ -34,7 +34,7 @@ use tidemark_writer::WriterHandle;
 use super::telemetry::{Last, TypedMetrics};
 use crate::maintenance::lift::Backlog;
 
-/// Time between a worker's reports.
+/// Default time between a worker's reports (`telemetry.report_interval`).
 pub const REPORT_INTERVAL: Duration = Duration::from_secs(30);
 /// Reports older than this are ignored (their worker is gone).
 pub(crate) const STALE_AFTER: Duration = Duration::from_secs(120);
@@ -249,18 +249,19 @@ fn measure(
     }
 }
 
-/// Writes this worker's report every [`REPORT_INTERVAL`] until `shutdown`,
-/// then deletes it.
+/// Writes this worker's report every `interval` until `shutdown`, then
+/// deletes it.
 pub(crate) async fn run(
     client: aws_sdk_dynamodb::Client,
     table: String,
+    interval: Duration,
     worker: String,
     metrics: TypedMetrics,
     writer: Option<WriterHandle>,
     shutdown: CancellationToken,
 ) {
     let mut last = Last::new();
-    let mut tick = tokio::time::interval(REPORT_INTERVAL);
+    let mut tick = tokio::time::interval(interval);
     loop {
         tokio::select! {
             () = shutdown.cancelled() => break,
@@ -432,6 +433,7 @@ mod tests {
         let task = tokio::spawn(run(
             client,
             "coordinator".into(),
+            REPORT_INTERVAL,
             "w1".into(),
             recorder.metrics(),
             None,

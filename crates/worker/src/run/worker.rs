@@ -285,6 +285,7 @@ impl Worker {
                 super::report::run(
                     dynamodb.clone(),
                     config.maintenance.coordinator_table.clone(),
+                    config.telemetry.report_interval,
                     worker_id.clone(),
                     typed_metrics.clone(),
                     Some(data.writer.clone()),
