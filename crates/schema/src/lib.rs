@@ -29,6 +29,10 @@
 //!   readers take any [`wire::Tree`]: serde_json's `Value`, or the limits
 //!   proxy's borrowed tree); and the payload encoder the router writes items
 //!   with (a record's JSON text to DynamoDB JSON, sized as it goes).
+//! - [`split`]: adaptive write sharding: split records (one hot entity's
+//!   extra partition keys in one table, from an event time on), their
+//!   DynamoDB encoding under the reserved partition key, the pure keying
+//!   they give, and `[schema.adaptive_sharding]`.
 //! - [`sizing`]: the sizing planner: [`sizing::recommend`] turns rates and
 //!   sizes into a [`sizing::SizingPlan`]: one recommendation per decision
 //!   (key strategy, write shards, period, billing) with its reason,
@@ -46,8 +50,9 @@
 //! - [`timefmt`]: fixed-width UTC rendering and the accepted time range.
 //!
 //! Imports run one way, and no two modules import each other: `route` →
-//! {`event`, `wire`, `strategy`, `period`} → {`raw`, `timefmt`, `size`,
-//! the shared types}; `sizing` and `query` sit on `route`.
+//! {`event`, `wire`, `split`, `strategy`, `period`} → {`raw`, `timefmt`, `size`,
+//! the shared types}; `split` sits on {`strategy`, the shared types}; `sizing` and `query`
+//! sit on `route` and `split`.
 //!
 //! Guarantees:
 //! - Determinism: every function here is pure. The same record, config and
@@ -75,6 +80,7 @@ mod reason;
 pub mod route;
 pub mod size;
 pub mod sizing;
+pub mod split;
 pub mod strategy;
 pub mod timefmt;
 pub mod wire;

@@ -12,6 +12,12 @@
 //! and entity is (timestamp, event id) order; [`merge_items`] k-way merges
 //! those streams into one timeline.
 //!
+//! A table's split records (adaptive write sharding, [`crate::split`]) give
+//! a split entity's sub-keys: the `_split` plans take each table's splits
+//! and add, for that entity only, one query per sub-key and bucket from
+//! the first time a split used the sub-key. A reader loads them first
+//! ([`splits_query`] on each table of [`tables_of`]).
+//!
 //! Plans do not know which tables exist: a query on a missing (expired, or
 //! never written) table should be treated as empty.
 
@@ -23,6 +29,7 @@ use thiserror::Error;
 use crate::period::TableNaming;
 use crate::route::ItemAttributes;
 use crate::size::Item;
+use crate::split::{self, SPLITS_PK, TableSplits};
 use crate::strategy::{KeyAttributes, KeyStrategy, ShardMigration, shard_of};
 use crate::timefmt;
 
@@ -223,16 +230,21 @@ fn check_entity(strategy: &KeyStrategy, entity_id: &str) -> Result<(), QueryErro
     Ok(())
 }
 
-/// Queries for one table slice, in partition order.
+/// Queries for one table slice, in groups that hold the same time span
+/// (one group per table for `entity` and the suffix strategies, one per
+/// bucket for `time_bucket`), groups oldest first. A split entity's group
+/// also holds its sub-keys, each from the first time a split used it.
+#[allow(clippy::too_many_arguments)]
 fn slice_queries(
     strategy: &KeyStrategy,
+    splits: &TableSplits,
     entity_id: &str,
     table: &str,
     lo: i64,
     hi: i64,
     scan_forward: bool,
     limit: Option<i32>,
-) -> Vec<PlannedQuery> {
+) -> Vec<Vec<PlannedQuery>> {
     let q = |pk: String, cond: SortKeyCondition| PlannedQuery {
         table: table.to_owned(),
         pk,
@@ -240,12 +252,35 @@ fn slice_queries(
         scan_forward,
         limit,
     };
+    // Sub-keys 1.. of a split entity, each with the first time it may hold.
+    let subs: Vec<(u32, i64)> = if strategy.takes_splits() {
+        (1..splits.max_fan_out(entity_id))
+            .filter_map(|k| splits.sub_key_from(entity_id, k).map(|from| (k, from)))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    // The base key's query, then each sub-key's that can hold events in
+    // [a, z].
+    let group = |base: String, prefix: &str, a: i64, z: i64| -> Vec<PlannedQuery> {
+        let mut out = Vec::with_capacity(1 + subs.len());
+        for &(k, from) in &subs {
+            if from <= z {
+                out.push(q(split::sub_key(&base, k), between(prefix, a.max(from), z)));
+            }
+        }
+        out.insert(0, q(base, between(prefix, a, z)));
+        out
+    };
     match *strategy {
-        KeyStrategy::Entity => vec![q(entity_id.to_owned(), between("", lo, hi))],
-        KeyStrategy::RandomSuffix { shards } | KeyStrategy::CalculatedSuffix { shards } => (0
-            ..shards)
-            .map(|k| q(format!("{entity_id}#{k}"), between("", lo, hi)))
-            .collect(),
+        KeyStrategy::Entity => vec![group(entity_id.to_owned(), "", lo, hi)],
+        KeyStrategy::RandomSuffix { shards } | KeyStrategy::CalculatedSuffix { shards } => {
+            vec![
+                (0..shards)
+                    .map(|k| q(format!("{entity_id}#{k}"), between("", lo, hi)))
+                    .collect(),
+            ]
+        }
         KeyStrategy::TimeBucket { shards, bucket } => {
             let shard = shard_of(entity_id, shards);
             let prefix = format!("{entity_id}#");
@@ -255,7 +290,7 @@ fn slice_queries(
                 let (a, z) = (lo.max(b), hi.min(b + bucket.len_ms() - 1));
                 let mut pk = format!("{shard}#");
                 bucket.push_label(&mut pk, b);
-                out.push(q(pk, between(&prefix, a, z)));
+                out.push(group(pk, &prefix, a, z));
                 b += bucket.len_ms();
             }
             out
@@ -263,20 +298,67 @@ fn slice_queries(
     }
 }
 
+/// The period tables a range touches, oldest first: the tables whose
+/// splits a reader loads (see [`splits_query`]) before planning.
+pub fn tables_of(naming: &TableNaming, range: TimeRange) -> Result<Vec<String>, QueryError> {
+    Ok(table_slices(naming, range)?
+        .into_iter()
+        .map(|(t, _, _)| t)
+        .collect())
+}
+
+/// The query that reads `entity_id`'s split records in `table` (strongly
+/// consistent reads are the caller's to ask for). It may also return
+/// records of entities whose id starts with `{entity_id}#`: keep those
+/// whose [`Split::entity`](crate::split::Split) is the entity.
+pub fn splits_query(table: &str, entity_id: &str) -> PlannedQuery {
+    PlannedQuery {
+        table: table.to_owned(),
+        pk: SPLITS_PK.to_owned(),
+        sk_condition: Some(SortKeyCondition::BeginsWith {
+            prefix: format!("{entity_id}#"),
+        }),
+        scan_forward: true,
+        limit: None,
+    }
+}
+
 /// The queries that return exactly the events of `entity_id` with
-/// timestamps in `range`.
+/// timestamps in `range`, in tables without splits.
 pub fn plan_range(
     strategy: &KeyStrategy,
     naming: &TableNaming,
     entity_id: &str,
     range: TimeRange,
 ) -> Result<QueryPlan, QueryError> {
+    plan_range_split(strategy, naming, entity_id, range, &no_splits)
+}
+
+/// No table has splits.
+fn no_splits(_: &str) -> Option<&'static TableSplits> {
+    None
+}
+
+/// As [`plan_range`], where `splits` gives each table's recorded splits
+/// (`None`: none): a split entity's plan adds its sub-keys, each only from
+/// the first time a split used it; other entities' plans are unchanged.
+pub fn plan_range_split<'s>(
+    strategy: &KeyStrategy,
+    naming: &TableNaming,
+    entity_id: &str,
+    range: TimeRange,
+    splits: &dyn Fn(&str) -> Option<&'s TableSplits>,
+) -> Result<QueryPlan, QueryError> {
     check_entity(strategy, entity_id)?;
+    let none = TableSplits::default();
     let mut queries = Vec::new();
     for (table, lo, hi) in table_slices(naming, range)? {
-        queries.extend(slice_queries(
-            strategy, entity_id, &table, lo, hi, true, None,
-        ));
+        let s = splits(&table).unwrap_or(&none);
+        queries.extend(
+            slice_queries(strategy, s, entity_id, &table, lo, hi, true, None)
+                .into_iter()
+                .flatten(),
+        );
         if queries.len() > MAX_PLANNED_QUERIES {
             return Err(QueryError::TooManyQueries);
         }
@@ -309,24 +391,34 @@ pub fn plan_latest(
     entity_id: &str,
     range: TimeRange,
 ) -> Result<LatestPlan, QueryError> {
+    plan_latest_split(strategy, naming, entity_id, range, &no_splits)
+}
+
+/// As [`plan_latest`], with each table's splits (see [`plan_range_split`]):
+/// a split entity's step queries its sub-keys with its base key, and the
+/// newest item of the step is the answer.
+pub fn plan_latest_split<'s>(
+    strategy: &KeyStrategy,
+    naming: &TableNaming,
+    entity_id: &str,
+    range: TimeRange,
+    splits: &dyn Fn(&str) -> Option<&'s TableSplits>,
+) -> Result<LatestPlan, QueryError> {
     check_entity(strategy, entity_id)?;
+    let none = TableSplits::default();
     let mut steps = Vec::new();
     let mut total = 0usize;
     for (table, lo, hi) in table_slices(naming, range)?.into_iter().rev() {
-        let queries = slice_queries(strategy, entity_id, &table, lo, hi, false, Some(1));
-        total += queries.len();
+        let s = splits(&table).unwrap_or(&none);
+        // Each group is one time span (a table, or a bucket): newest first,
+        // one step each; the queries of a group split one span's events
+        // over partitions, so the newest is the newest of all of them.
+        let groups = slice_queries(strategy, s, entity_id, &table, lo, hi, false, Some(1));
+        total += groups.iter().map(Vec::len).sum::<usize>();
         if total > MAX_PLANNED_QUERIES {
             return Err(QueryError::TooManyQueries);
         }
-        match strategy {
-            // One partition per time bucket: newest bucket first, one step each.
-            KeyStrategy::TimeBucket { .. } => {
-                steps.extend(queries.into_iter().rev().map(|q| vec![q]))
-            }
-            // Suffixes split one table's events over partitions: the newest is
-            // the newest of all of them, so they form a single step.
-            _ => steps.push(queries),
-        }
+        steps.extend(groups.into_iter().rev());
     }
     Ok(LatestPlan { steps })
 }

@@ -21,6 +21,7 @@ use crate::event::Extractor;
 use crate::key::ItemKey;
 use crate::origin::{Origin, SharedStr};
 use crate::period::{self, PeriodRef, TableNaming};
+use crate::split::{self, SplitRegistry};
 use crate::strategy::{KeyStrategy, MAX_PARTITION_KEY_BYTES, MAX_SORT_KEY_BYTES, ShardCache};
 use crate::timefmt;
 use crate::wire::WireItem;
@@ -73,6 +74,9 @@ pub struct RouteCache {
     /// config's, with the [`TableLayouts`] generation they were read at.
     layouts: Option<(SharedStr, u64, Option<Layouts>)>,
     shards: ShardCache,
+    /// The last table's learned splits, with the registry generation they
+    /// were read at.
+    splits: Option<(SharedStr, u64, Option<crate::split::Learned>)>,
     /// The shards under `migrate_from` (its own cache: one shared by two
     /// shard counts would start over at every event).
     old_shards: ShardCache,
@@ -172,6 +176,8 @@ pub struct Router {
     layout: ItemLayout,
     /// Tables recorded with other key layouts than the config's.
     table_layouts: Arc<TableLayouts>,
+    /// The splits this worker learned (adaptive sharding).
+    splits: Arc<SplitRegistry>,
 }
 
 impl Router {
@@ -189,6 +195,7 @@ impl Router {
             lifecycle: config.lifecycle(),
             skew_ms: period::duration_ms(config.max_future_skew),
             table_layouts: Arc::new(TableLayouts::for_config(&config)),
+            splits: Arc::new(SplitRegistry::new(config.adaptive_sharding.learn_delay)),
             config,
         })
     }
@@ -198,6 +205,24 @@ impl Router {
     pub fn with_table_layouts(mut self, layouts: Arc<TableLayouts>) -> Router {
         self.table_layouts = layouts;
         self
+    }
+
+    /// Keys events of split entities by the splits `splits` learned
+    /// (with `schema.adaptive_sharding.enabled`).
+    pub fn with_splits(mut self, splits: Arc<SplitRegistry>) -> Router {
+        self.splits = splits;
+        self
+    }
+
+    /// The splits this router keys by.
+    pub fn splits(&self) -> &Arc<SplitRegistry> {
+        &self.splits
+    }
+
+    /// True when this router keys by learned splits: adaptive sharding on
+    /// and a strategy that takes them.
+    pub fn keys_by_splits(&self) -> bool {
+        self.config.adaptive_sharding.enabled && self.config.key.takes_splits()
     }
 
     /// The table layouts this router keys by.
@@ -310,6 +335,29 @@ impl Router {
         }
     }
 
+    /// The fan-out of `entity` at `ts_ms` in `table` (the learned splits
+    /// looked up once per table and registry generation).
+    fn fan_out_of(
+        &self,
+        table: &SharedStr,
+        entity: &str,
+        ts_ms: i64,
+        cache: &mut RouteCache,
+    ) -> Result<u32, RouteError> {
+        let generation = self.splits.generation();
+        let learned = match &cache.splits {
+            Some((t, g, l)) if t == table && *g == generation => l.clone(),
+            _ => {
+                let l = self.splits.get(table.as_str());
+                cache.splits = Some((table.clone(), generation, l.clone()));
+                l
+            }
+        };
+        Ok(self
+            .splits
+            .fan_out(learned.as_ref(), table.as_str(), entity, ts_ms)?)
+    }
+
     /// A key within DynamoDB's size limits, or why not.
     fn check_key(&self, key: &ItemKey) -> Result<(), RouteError> {
         if key.pk().len() > MAX_PARTITION_KEY_BYTES || key.sk().len() > MAX_SORT_KEY_BYTES {
@@ -343,6 +391,17 @@ impl Router {
             return Err(RouteError::BadEntity {
                 field: cfg.event.entity_label(),
                 problem: "contains `#`, the key separator of the time_bucket strategy".into(),
+            });
+        }
+        // `{e}#x{k}` would read as entity `e`'s sub-key `k`, and the split
+        // records' key is no entity's.
+        if matches!(cfg.key, KeyStrategy::Entity)
+            && (ev.entity_id == split::SPLITS_PK
+                || (cfg.adaptive_sharding.enabled && split::entity_id_is_ambiguous(&ev.entity_id)))
+        {
+            return Err(RouteError::BadEntity {
+                field: cfg.event.entity_label(),
+                problem: "is `tidemark#splits` or ends in `#x` and digits: reserved for adaptive sharding's split records and sub-keys".into(),
             });
         }
         if ts > now_ms.saturating_add(self.skew_ms) {
@@ -379,9 +438,19 @@ impl Router {
                 &ev.event_id,
                 &mut ShardCache::default(),
             ),
-            None => cfg
-                .key
-                .key_with_iso(&ev.entity_id, ts, &iso, &ev.event_id, &mut cache.shards),
+            None => {
+                let base =
+                    cfg.key
+                        .key_with_iso(&ev.entity_id, ts, &iso, &ev.event_id, &mut cache.shards);
+                // Adaptive sharding: a split entity's sub-key (a table with
+                // a layout of its own is keyed by that layout alone).
+                if self.keys_by_splits() {
+                    let fan_out = self.fan_out_of(&table, &ev.entity_id, ts, cache)?;
+                    split::split_key(base, &ev.event_id, fan_out)
+                } else {
+                    base
+                }
+            }
         };
         self.check_key(&key)?;
         Ok(Prepared {

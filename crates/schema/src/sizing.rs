@@ -413,6 +413,9 @@ pub struct CurrentLayout {
     pub billing: Billing,
     /// `schema.tiers.active.write` (provisioned billing).
     pub active_write_capacity: u64,
+    /// `schema.adaptive_sharding`.
+    #[serde(default)]
+    pub adaptive_sharding: crate::split::AdaptiveSharding,
 }
 
 impl CurrentLayout {
@@ -829,6 +832,26 @@ pub fn recommend(input: &SizingInput) -> Result<SizingPlan, SizingError> {
         .current
         .as_ref()
         .map(|c| p.review(c, &recommendation, &evaluation));
+    // A given busiest entity the config's keys keep on one partition.
+    if let Some(c) = &input.current
+        && input.peak_key_events_per_sec.is_some()
+    {
+        let hot = p.load.hot_key_wcu as f64;
+        let rate_key = "peak_key_events_per_sec";
+        if let Some((key, why)) =
+            crate::split::one_partition_warning(&c.key, &c.adaptive_sharding, hot, rate_key)
+        {
+            p.warnings.push(if key == rate_key {
+                format!(
+                    "{}: the busiest entity's {} WCU/s {why}",
+                    c.source,
+                    thousands(p.load.hot_key_wcu)
+                )
+            } else {
+                format!("{}: `schema.{key}` {why}", c.source)
+            });
+        }
+    }
     p.final_warnings(&recommendation, &evaluation);
     Ok(SizingPlan {
         load: p.load.clone(),

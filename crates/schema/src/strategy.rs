@@ -301,6 +301,13 @@ impl KeyStrategy {
         )
     }
 
+    /// True when adaptive write sharding can split one entity's key
+    /// (`entity`, `time_bucket`); the suffix strategies spread one entity
+    /// over their shards already.
+    pub fn takes_splits(&self) -> bool {
+        matches!(self, KeyStrategy::Entity | KeyStrategy::TimeBucket { .. })
+    }
+
     /// True when `#` in an entity id would make keys ambiguous: the
     /// `time_bucket` sort key starts with `{entity}#`, so an id containing
     /// `#` followed by a timestamp could fall inside another entity's range.

@@ -33,10 +33,16 @@ pub(crate) const NEXT_TABLE_ACTIVE: &str = "tidemark_maintenance_next_table_acti
 /// Maintenance actions skipped because this host's clock disagrees with
 /// DynamoDB's, by action.
 pub(crate) const CLOCK_SKIPS: &str = "tidemark_maintenance_clock_skips_total";
+/// Splits this worker recorded (adaptive write sharding).
+pub(crate) const SPLITS_MADE: &str = "tidemark_splits_made_total";
+/// Entities split in the tables that take writes now.
+pub(crate) const SPLIT_ENTITIES: &str = "tidemark_split_entities";
+/// Partition keys of a split entity, by table and entity.
+pub(crate) const SPLIT_FAN_OUT: &str = "tidemark_split_fan_out";
 
 /// Every metric of this crate, for tests that check each is described.
 #[cfg(test)]
-pub(crate) const ALL: [&str; 11] = [
+pub(crate) const ALL: [&str; 14] = [
     RECORDS_READ,
     DEAD_LETTERS,
     DEAD_LETTER_WRITE_ERRORS,
@@ -48,10 +54,28 @@ pub(crate) const ALL: [&str; 11] = [
     MAINTENANCE_LAST_SUCCESS,
     NEXT_TABLE_ACTIVE,
     CLOCK_SKIPS,
+    SPLITS_MADE,
+    SPLIT_ENTITIES,
+    SPLIT_FAN_OUT,
 ];
 
 /// Describes every metric of this crate to the current recorder.
 pub(crate) fn describe() {
+    metrics::describe_counter!(
+        SPLITS_MADE,
+        metrics::Unit::Count,
+        "Splits this worker recorded: an entity held back at its partition's limit got more partition keys (adaptive write sharding)."
+    );
+    metrics::describe_gauge!(
+        SPLIT_ENTITIES,
+        metrics::Unit::Count,
+        "Entities split in the tables that take writes now."
+    );
+    metrics::describe_gauge!(
+        SPLIT_FAN_OUT,
+        metrics::Unit::Count,
+        "Partition keys of a split entity, by table and entity."
+    );
     metrics::describe_counter!(
         RECORDS_READ,
         metrics::Unit::Count,

@@ -239,6 +239,36 @@ path = "x"
     assert!(err.contains(&format!("{} problems", list.len())), "{err}");
 }
 
+/// The seeds' hot-key case: a known 2,000 events/s entity
+/// (`schema.peak_key_events_per_sec`) under `time_bucket` is warned about
+/// (one entity stays on one partition, whatever `shards` is) unless
+/// adaptive sharding is on; the warning says what turning it on costs
+/// reads.
+#[test]
+fn a_hot_key_under_time_bucket_is_warned_unless_adaptive_sharding_is_on() {
+    let hot = GOOD.replace(
+        "billing = { mode = \"on_demand\" }",
+        "billing = { mode = \"on_demand\" }\npeak_key_events_per_sec = 2000",
+    );
+    let (problems_off, warnings) = problems(&[], &file("hot-key", &hot));
+    assert!(problems_off.is_empty(), "{problems_off:?}");
+    let w = serde_json::to_string(&warnings).unwrap();
+    assert!(w.contains("schema.peak_key_events_per_sec"), "{w}");
+    assert!(
+        w.contains("one partition") && w.contains("adaptive_sharding") && w.contains("read"),
+        "{w}"
+    );
+    let on = hot.replace(
+        "peak_key_events_per_sec = 2000",
+        "peak_key_events_per_sec = 2000\nadaptive_sharding = { enabled = true }",
+    );
+    let (problems_on, warnings) = problems(&[], &file("hot-key-adaptive", &on));
+    assert!(
+        problems_on.is_empty() && warnings.is_empty(),
+        "{problems_on:?} {warnings:?}"
+    );
+}
+
 /// `run` says what `config check` warns about, in its log, before it
 /// starts (a worker started without a check still tells).
 #[test]

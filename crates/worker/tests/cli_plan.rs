@@ -451,3 +451,38 @@ fn the_table_count_covers_every_prefix() {
     let w = p["warnings"].to_string();
     assert!(w.contains("10,000"), "{w}");
 }
+
+/// The seeds' hot sensor (2,000 writes/s) under `time_bucket`: write
+/// shards cannot help one entity, so `plan --config` says that the entity
+/// stays on one partition unless adaptive sharding is on, and what that
+/// costs reads; with it on, no such warning.
+#[test]
+fn a_hot_key_under_time_bucket_is_warned_unless_adaptive_sharding_is_on() {
+    let dir = std::env::temp_dir().join(format!("tidemark-plan-hot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = |name: &str, extra: &str| {
+        let file = dir.join(name);
+        std::fs::write(
+            &file,
+            format!(
+                "[schema]\ntable_prefix = \"x\"\n\
+                 key = {{ strategy = \"time_bucket\", shards = 10, bucket = \"hour\" }}\n{extra}"
+            ),
+        )
+        .unwrap();
+        file
+    };
+    let warnings = |p: &Value| serde_json::to_string(&p["warnings"]).unwrap();
+    let off = config("off.toml", "");
+    let p = plan_json(&["--config", off.to_str().unwrap()]);
+    let w = warnings(&p);
+    assert!(
+        w.contains("one partition") && w.contains("adaptive_sharding"),
+        "{w}"
+    );
+    assert!(w.contains("read"), "the read cost is named: {w}");
+    let on = config("on.toml", "adaptive_sharding = { enabled = true }\n");
+    let w = warnings(&plan_json(&["--config", on.to_str().unwrap()]));
+    assert!(!w.contains("adaptive_sharding"), "{w}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -177,6 +177,18 @@ impl<T> TableQueue<T> {
         self.parked_turn.iter().copied()
     }
 
+    /// The keys of up to `most` entries of partition-key hash `pk` held
+    /// back by a gate, oldest first.
+    pub(crate) fn parked_keys_of(&self, pk: u64, most: usize) -> Vec<ItemKey> {
+        self.parked.get(&pk).map_or_else(Vec::new, |slots| {
+            slots
+                .iter()
+                .take(most)
+                .filter_map(|&s| self.slots.slots.get(s)?.as_ref().map(|e| e.key.clone()))
+                .collect()
+        })
+    }
+
     /// Entries held back by a gate.
     pub(crate) fn parked_len(&self) -> usize {
         self.parked_len

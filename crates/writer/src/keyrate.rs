@@ -155,6 +155,9 @@ struct KeyState {
     last_throttle: Instant,
     last_cut: Instant,
     last_held: Option<Instant>,
+    /// Since when the key has been held back without a pause of over a
+    /// second.
+    held_since: Option<Instant>,
     last_increase: Instant,
     /// Accepted WCU/s, exponentially weighted.
     accepted: f64,
@@ -184,6 +187,18 @@ impl KeyState {
         self.last_refill = now;
         let depth = (self.rate * burst.as_secs_f64()).max(1.0);
         self.tokens = (self.tokens + self.rate * dt).min(depth);
+    }
+
+    /// Held back at `now`: `held_since` starts anew after a pause of over
+    /// a second.
+    fn held(&mut self, now: Instant) {
+        let paused = self
+            .last_held
+            .is_none_or(|h| now.saturating_duration_since(h) > Duration::from_secs(1));
+        if paused {
+            self.held_since = Some(now);
+        }
+        self.last_held = Some(now);
     }
 
     fn accepted_now(&self, now: Instant, tau: Duration) -> f64 {
@@ -236,6 +251,26 @@ impl KeyPacer {
         self.keys.get(&key).map(|k| k.rate)
     }
 
+    /// Keys held back by their own budget without a pause (of over a
+    /// second) and accepted at half of `max_key_wcu` or more (a partition
+    /// serves a key at up to its limit; the accepted rate is an average
+    /// that lags behind): (key, held for, accepted WCU/s). Keys held back
+    /// at a lower rate (a table-wide throttle charged to them) are not
+    /// named: more keys would not help them.
+    pub(crate) fn held_at_limit(&self, now: Instant) -> Vec<(u64, Duration, f64)> {
+        let tau = self.p.share_window;
+        let floor = 0.5 * self.p.max_key_wcu;
+        self.keys
+            .iter()
+            .filter(|(k, _)| self.bound(**k, now))
+            .filter_map(|(k, s)| {
+                let accepted = s.accepted_now(now, tau);
+                let since = s.held_since?;
+                (accepted >= floor).then(|| (*k, now.saturating_duration_since(since), accepted))
+            })
+            .collect()
+    }
+
     /// May an item of `key` costing `wcu` go at `now`? On [`Gate::Go`] its
     /// cost is charged (the bucket may go below zero, as the table's does).
     pub(crate) fn admit(&mut self, key: u64, wcu: f64, now: Instant) -> Gate {
@@ -243,12 +278,12 @@ impl KeyPacer {
             return Gate::Go;
         };
         if now < k.hold_until {
-            k.last_held = Some(now);
+            k.held(now);
             return Gate::Held(k.hold_until);
         }
         k.refill(now, self.p.burst);
         if k.tokens < 0.0 {
-            k.last_held = Some(now);
+            k.held(now);
             // At least 1 ms: timers are that coarse.
             let wait = Duration::from_secs_f64(-k.tokens / k.rate).max(Duration::from_millis(1));
             return Gate::Held(now + wait);
@@ -407,6 +442,7 @@ impl KeyPacer {
                     last_throttle: now,
                     last_cut: now,
                     last_held: None,
+                    held_since: None,
                     last_increase: now,
                     accepted: 0.0,
                     accepted_at: now,
@@ -504,6 +540,75 @@ mod tests {
             at,
             1.0,
         )
+    }
+
+    /// A key that wants more than its partition serves is named as held at
+    /// the limit once its rate has grown there, with how long it has been
+    /// held without a pause; a key held at a low rate (a table-wide
+    /// throttle charged to it) or that stops pushing is not.
+    #[test]
+    fn a_key_pushing_at_its_partitions_limit_is_named_with_its_hold() {
+        let t0 = Instant::now();
+        let mut p = KeyPacer::new(KeyParams::default(), t0);
+        throttle(&mut p, 7, t0);
+        throttle(&mut p, 9, t0);
+        let mut t = t0 + Duration::from_millis(50);
+        let end = t0 + Duration::from_secs(30);
+        let mut first_named = None;
+        let mut next9 = t;
+        // Key 7 offers 2,000 WCU/s (an item every 0.5 ms), every item stored.
+        while t < end {
+            match p.admit(7, 1.0, t) {
+                Gate::Go => {
+                    p.on_result(
+                        t,
+                        &[ItemResult {
+                            key: 7,
+                            wcu: 1.0,
+                            stored: true,
+                        }],
+                        Scope::Unknown,
+                        false,
+                        t,
+                        1.0,
+                    );
+                    t += Duration::from_micros(500);
+                }
+                Gate::Held(u) => t = u,
+            }
+            // Key 9 is held too but offers 1 item a second.
+            if t >= next9 && p.admit(9, 1.0, t) == Gate::Go {
+                p.on_result(
+                    t,
+                    &[ItemResult {
+                        key: 9,
+                        wcu: 1.0,
+                        stored: true,
+                    }],
+                    Scope::Unknown,
+                    false,
+                    t,
+                    1.0,
+                );
+                next9 = t + Duration::from_secs(1);
+            }
+            let named = p.held_at_limit(t);
+            assert!(named.iter().all(|(k, _, _)| *k == 7), "{named:?}");
+            if first_named.is_none() && !named.is_empty() {
+                first_named = Some(t);
+            }
+        }
+        let first = first_named.expect("the hot key is named");
+        assert!(first.saturating_duration_since(t0) < Duration::from_secs(20));
+        let named = p.held_at_limit(t);
+        let (_, held_for, accepted) = named[0];
+        assert!(
+            held_for >= end.saturating_duration_since(first),
+            "{held_for:?}"
+        );
+        assert!(accepted >= 800.0, "{accepted}");
+        // Two seconds without pushing: no longer held.
+        assert!(p.held_at_limit(t + Duration::from_secs(2)).is_empty());
     }
 
     #[test]

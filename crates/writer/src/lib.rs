@@ -15,7 +15,9 @@
 //! - `missing`: writes to a missing table ([`MissingTableHandler`],
 //!   [`RejectMissing`]) and the bookkeeping of batches waiting for its answer.
 //! - `share`: each table's share of the in-flight bound, and which tables
-//!   take late data ([`LateTables`], the caller's policy; [`NoneLate`]).
+//!   take late data ([`LateTables`], the caller's policy; [`NoneLate`]),
+//!   and who hears of keys held back at their partition's limit
+//!   ([`HotKeys`]: adaptive write sharding's evidence).
 //! - `table`: one table's loop: batching, pacing, sending; its files
 //!   `results` (what a call's answer does: completions, requeues, back-off,
 //!   bisection, missing tables) and `describe` (the table's capacity).
@@ -109,7 +111,7 @@ pub use ack::{Complete, Completion, WriteOutcome};
 pub use config::WriterConfig;
 pub use error::WriterError;
 pub use missing::{MissingTableAction, MissingTableHandler, RejectMissing};
-pub use share::{LateTables, NoneLate};
+pub use share::{HotKeys, LateTables, NoHotKeys, NoneLate};
 pub use stats::{TableLoad, WriterStats};
 pub use transport::{RawResponse, SdkTransport, Transport, TransportError};
 pub use writer::{Submission, Writer, WriterBuilder, WriterHandle};

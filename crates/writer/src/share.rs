@@ -25,6 +25,32 @@ pub trait LateTables: Send + Sync + 'static {
     fn is_late(&self, table: &str) -> bool;
 }
 
+/// Hears of partition keys held back at their partition's limit (per-key
+/// pacing; see `keyrate`): adaptive write sharding's evidence. Told about
+/// once a second per table while a key stays held.
+pub trait HotKeys: Send + Sync + 'static {
+    /// A partition key of `table` has been held back by its own budget for
+    /// `held_for`, accepted at `accepted_wcu` WCU/s, close to one
+    /// partition's limit; `waiting` are keys of its items waiting (the
+    /// oldest first, up to 64): under `time_bucket` one partition key holds
+    /// several entities, and the one with most items waiting is the hot one.
+    fn held(
+        &self,
+        table: &str,
+        waiting: &[tidemark_schema::ItemKey],
+        held_for: std::time::Duration,
+        accepted_wcu: f64,
+    );
+}
+
+/// Nobody listens (the default).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoHotKeys;
+
+impl HotKeys for NoHotKeys {
+    fn held(&self, _: &str, _: &[tidemark_schema::ItemKey], _: std::time::Duration, _: f64) {}
+}
+
 /// No table is late (the default).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoneLate;

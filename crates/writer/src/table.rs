@@ -158,6 +158,8 @@ pub(crate) struct TableTask {
     /// Which tables take late data, and whether this one did at the last look.
     late: Arc<dyn LateTables>,
     is_late: bool,
+    /// Hears of keys held back at their partition's limit.
+    hot: Arc<dyn crate::share::HotKeys>,
     /// When lateness, the late budget and the load were last looked at.
     last_look: Instant,
     /// When an item was last stored, and since when items have waited.
@@ -186,6 +188,7 @@ pub(crate) struct WriterResources {
     pub(crate) key_attributes: Arc<KeyAttributes>,
     pub(crate) missing: Arc<dyn MissingTableHandler>,
     pub(crate) late: Arc<dyn LateTables>,
+    pub(crate) hot: Arc<dyn crate::share::HotKeys>,
     pub(crate) stats: Arc<SharedStats>,
     pub(crate) gov: Governor,
 }
@@ -204,6 +207,7 @@ impl TableTask {
             key_attributes,
             missing,
             late,
+            hot,
             stats: shared,
             gov,
         } = resources;
@@ -258,6 +262,7 @@ impl TableTask {
             pending_tokens: 0,
             is_late,
             late,
+            hot,
             last_look: now,
             last_stored: None,
             busy_since: None,
@@ -441,6 +446,14 @@ impl TableTask {
             k.expire(std_now);
             self.last_expire = std_now;
             self.stats.paced_keys(k.tracked());
+            // Adaptive sharding's evidence: keys held back at their
+            // partition's limit, named by an item of theirs still waiting.
+            for (pk, held_for, accepted) in k.held_at_limit(std_now) {
+                let waiting = self.queue.parked_keys_of(pk, 64);
+                if !waiting.is_empty() {
+                    self.hot.held(&self.table, &waiting, held_for, accepted);
+                }
+            }
         }
         loop {
             let isolated = !self.isolated.is_empty();

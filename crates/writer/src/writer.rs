@@ -18,7 +18,7 @@ use crate::ack::{Completion, Permits, Token, WriteOutcome};
 use crate::config::WriterConfig;
 use crate::error::WriterError;
 use crate::missing::{MissingTableHandler, RejectMissing};
-use crate::share::{LateTables, NoneLate, SharePermits, TableShares};
+use crate::share::{HotKeys, LateTables, NoHotKeys, NoneLate, SharePermits, TableShares};
 use crate::stats::{SharedStats, WriterStats};
 use crate::table::{Pending, TableMsg, TableTask, TaskState, WriterResources};
 use crate::transport::Transport;
@@ -80,6 +80,7 @@ impl Writer {
             config: WriterConfig::default(),
             missing: Arc::new(RejectMissing),
             late: Arc::new(NoneLate),
+            hot: Arc::new(NoHotKeys),
             gov: None,
         }
     }
@@ -93,6 +94,7 @@ pub struct WriterBuilder {
     config: WriterConfig,
     missing: Arc<dyn MissingTableHandler>,
     late: Arc<dyn LateTables>,
+    hot: Arc<dyn HotKeys>,
     gov: Option<Governor>,
 }
 
@@ -116,6 +118,13 @@ impl WriterBuilder {
     /// What happens to writes that find their table missing.
     pub fn missing_tables(mut self, handler: Arc<dyn MissingTableHandler>) -> WriterBuilder {
         self.missing = handler;
+        self
+    }
+
+    /// Who hears of partition keys held back at their partition's limit
+    /// (default: nobody).
+    pub fn hot_keys(mut self, hot: Arc<dyn HotKeys>) -> WriterBuilder {
+        self.hot = hot;
         self
     }
 
@@ -150,6 +159,7 @@ impl WriterBuilder {
             config,
             missing,
             late,
+            hot,
             gov,
         } = self;
         let gov = gov.unwrap_or_else(|| Governor::new("dynamodb", GovernorParams::default()));
@@ -207,6 +217,7 @@ impl WriterBuilder {
                 key_attributes: Arc::new(key_attributes),
                 missing,
                 late,
+                hot,
                 stats,
                 items,
                 bytes,
@@ -485,6 +496,7 @@ struct Dispatcher {
     key_attributes: Arc<KeyAttributes>,
     missing: Arc<dyn MissingTableHandler>,
     late: Arc<dyn LateTables>,
+    hot: Arc<dyn HotKeys>,
     stats: Arc<SharedStats>,
     items: Arc<Semaphore>,
     bytes: Arc<Semaphore>,
@@ -598,6 +610,7 @@ impl Dispatcher {
                     key_attributes: self.key_attributes.clone(),
                     missing: self.missing.clone(),
                     late: self.late.clone(),
+                    hot: self.hot.clone(),
                     stats: self.stats.clone(),
                     gov: self.gov.clone(),
                 };

@@ -8,6 +8,7 @@ use thiserror::Error;
 
 use crate::event::{EventConfig, EventConfigError};
 use crate::period::{self, Lifecycle, Period, TableNaming};
+use crate::split::{self, AdaptiveSharding};
 use crate::strategy::{Bucket, KeyAttributes, KeyStrategy, ShardMigration, StrategyError};
 
 /// Names of the non-key attributes every item carries.
@@ -121,6 +122,18 @@ pub struct RouterConfig {
     #[schemars(with = "String")]
     #[serde(with = "humantime_serde", default = "default_future_skew")]
     pub max_future_skew: Duration,
+    /// Adaptive write sharding: an entity held back at one partition's
+    /// limit gets more partition keys in the current table (`time_bucket`
+    /// and `entity` strategies). See "Adaptive write sharding" in
+    /// docs/keys-and-tables.md.
+    #[serde(default)]
+    pub adaptive_sharding: AdaptiveSharding,
+    /// The busiest entity's peak events per second, if known. Only read by
+    /// `config check` and `plan` (its `--peak-key-events-per-sec` by
+    /// default), which warn when one partition (1,000 WCU/s) cannot take
+    /// it under this config's keys.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_key_events_per_sec: Option<f64>,
 }
 
 impl RouterConfig {
@@ -140,6 +153,8 @@ impl RouterConfig {
             expiry_guard: period::default_expiry_guard(),
             prebuild_ahead: period::default_prebuild_ahead(),
             max_future_skew: default_future_skew(),
+            adaptive_sharding: AdaptiveSharding::default(),
+            peak_key_events_per_sec: None,
         }
     }
 
@@ -328,6 +343,17 @@ impl RouterConfig {
                 "exceeds `prebuild_ahead`: an accepted event could target a table not built yet; raise prebuild_ahead or lower the skew".into(),
             );
         }
+        for (key, problem) in config.adaptive_sharding.problems() {
+            invalid(key, problem);
+        }
+        if let Some(rate) = config.peak_key_events_per_sec
+            && !(rate.is_finite() && rate > 0.0)
+        {
+            invalid(
+                "peak_key_events_per_sec",
+                format!("is {rate}: give the busiest entity's events per second, above 0"),
+            );
+        }
         out
     }
 
@@ -366,8 +392,18 @@ impl RouterConfig {
                 ));
             }
         }
-        // (A hot entity under `time_bucket` or `entity` is `tidemark plan`'s
-        // to name: only it knows the entity's rate.)
+        // A hot entity is named when its rate is given (`tidemark plan`
+        // names it from its flags).
+        if let Some(rate) = self.peak_key_events_per_sec
+            && let Some((key, message)) = split::one_partition_warning(
+                &self.key,
+                &self.adaptive_sharding,
+                rate,
+                "peak_key_events_per_sec",
+            )
+        {
+            out.push((key, message));
+        }
         out
     }
 }

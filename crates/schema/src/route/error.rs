@@ -60,9 +60,20 @@ pub enum RouteError {
         /// Configured skew, seconds.
         skew_s: u64,
     },
+    /// Adaptive sharding: the splits of the event's table are not known
+    /// recently enough to key it. Not a defect of the record: the worker
+    /// holds the event until its next refresh of the splits.
+    #[error(transparent)]
+    SplitsNotLearned(#[from] crate::split::NotLearned),
 }
 
 impl RouteError {
+    /// True when the record is fine and must be routed again later (after
+    /// the next refresh of the splits), never dead-lettered.
+    pub fn is_hold(&self) -> bool {
+        matches!(self, RouteError::SplitsNotLearned(_))
+    }
+
     /// The dead-letter reason.
     pub fn reason(&self) -> Reason {
         match self {
@@ -71,6 +82,9 @@ impl RouteError {
             RouteError::ItemTooLarge { .. } => Reason::ItemTooLarge,
             RouteError::ExpiredPeriod { .. } => Reason::ExpiredPeriod,
             RouteError::FutureEvent { .. } => Reason::FutureEvent,
+            // Never dead-lettered by the worker (it holds the event); a tool
+            // that routes one event shows the message.
+            RouteError::SplitsNotLearned(_) => Reason::TableMissing,
         }
     }
 }

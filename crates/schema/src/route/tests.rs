@@ -618,3 +618,98 @@ fn number_limits() {
     assert!(check_number(&"1".repeat(39)).is_err());
     assert!(check_number(&format!("1{}", "0".repeat(100))).is_ok());
 }
+
+/// Adaptive sharding: a router keys a split entity's events by the splits
+/// it learned (the event time decides, not arrival), holds an event its
+/// table's splits are not known for (never dead-letters it), and refuses
+/// entity ids that read as sub-keys under `entity`.
+#[test]
+fn routers_key_by_learned_splits_and_hold_what_they_do_not_know() {
+    let r = router(|c| {
+        c.key = KeyStrategy::TimeBucket {
+            shards: 4,
+            bucket: crate::strategy::Bucket::Hour,
+        };
+        c.adaptive_sharding.enabled = true;
+    });
+    let now = at("2026-11-22T10:30:00Z");
+    let now_ms = now.timestamp_millis();
+    let rec =
+        |id: &str, ts: &str| format!(r#"{{"deviceId":"hot","timestamp":"{ts}","eventId":"{id}"}}"#);
+    // Never read: held, and the table is wanted by the next refresh.
+    let e = r
+        .route_alone(rec("a", "2026-11-22T10:29:00Z").as_bytes(), &origin(), now)
+        .unwrap_err();
+    assert!(e.is_hold(), "{e}");
+    assert_eq!(
+        r.splits().take_wanted().into_iter().collect::<Vec<_>>(),
+        ["tm_2026-11-22"]
+    );
+    // Learned at now - 1 s: a split x4 from 10:29:30.
+    let split = crate::split::Split {
+        entity: "hot".into(),
+        from_ms: at("2026-11-22T10:29:30Z").timestamp_millis(),
+        fan_out: 4,
+        made_at_ms: at("2026-11-22T10:29:00Z").timestamp_millis(),
+        worker: "w".into(),
+        evidence: "test".into(),
+    };
+    let splits = crate::split::TableSplits::from_splits([split]);
+    r.splits()
+        .set("tm_2026-11-22", splits.clone(), now_ms - 1000);
+    let mut cache = RouteCache::default();
+    let mut subs = std::collections::BTreeSet::new();
+    for i in 0..40 {
+        let id = format!("e{i}");
+        let before = r
+            .route(
+                rec(&id, "2026-11-22T10:29:29.999Z").as_bytes(),
+                &origin(),
+                0,
+                now,
+                &mut cache,
+            )
+            .unwrap()
+            .new;
+        let after = r
+            .route(
+                rec(&id, "2026-11-22T10:29:30Z").as_bytes(),
+                &origin(),
+                0,
+                now,
+                &mut cache,
+            )
+            .unwrap()
+            .new;
+        let ts = at("2026-11-22T10:29:30Z").timestamp_millis();
+        assert_eq!(before.key.pk(), r.config().key.key("hot", ts - 1, &id).pk());
+        assert_eq!(
+            after.key,
+            crate::split::key_with_splits(&r.config().key, &splits, "hot", ts, &id)
+        );
+        subs.insert(after.key.pk().to_owned());
+    }
+    assert_eq!(subs.len(), 4, "{subs:?}");
+    // Past what that read vouches for (refreshed + learn_delay): held.
+    let later = now + chrono::Duration::seconds(30);
+    let e = r
+        .route_alone(
+            rec("z", "2026-11-22T10:30:20Z").as_bytes(),
+            &origin(),
+            later,
+        )
+        .unwrap_err();
+    assert!(e.is_hold(), "{e}");
+
+    let by_entity = router(|c| c.adaptive_sharding.enabled = true);
+    for id in ["pump#x3", "tidemark#splits"] {
+        let e = by_entity
+            .route_alone(
+                format!(r#"{{"deviceId":"{id}","timestamp":"2026-11-22T10:29:00Z"}}"#).as_bytes(),
+                &origin(),
+                now,
+            )
+            .unwrap_err();
+        assert_eq!(e.reason(), Reason::InvalidField, "{id}: {e}");
+    }
+}

@@ -206,6 +206,7 @@ fn a_config_is_judged_beside_the_recommendation() {
         period: Period::Day,
         billing: Billing::Provisioned,
         active_write_capacity: 1000,
+        adaptive_sharding: Default::default(),
     });
     let p = recommend(&i).unwrap();
     let c = p.config.unwrap();

@@ -75,6 +75,8 @@ pub(crate) struct DataPath {
     // Aborted when dropped: an abandoned drain must not keep writing.
     writer_task: AbortOnDropHandle<Result<(), WriterError>>,
     dead_task: AbortOnDropHandle<Result<(), DeadLetterError>>,
+    /// Adaptive sharding: keeps the routers' learned splits current.
+    splits_task: Option<AbortOnDropHandle<()>>,
     pipeline: Pipeline,
 }
 
@@ -87,7 +89,31 @@ impl DataPath {
         // Each table's recorded key layouts, shared by the routers and kept
         // current by maintenance (see `check_layouts` below).
         let table_layouts = router.table_layouts().clone();
+        // Adaptive sharding: one registry of learned splits for every router.
+        let splits = router.splits().clone();
         let router = Arc::new(router);
+        let mut hot_keys = None;
+        let splits_task = if router.keys_by_splits() {
+            super::splits::first_refresh(&dynamodb, &router).await;
+            let (requests, rx) = super::splits::requests(&router);
+            hot_keys = Some(Arc::new(requests));
+            let worker = config
+                .source
+                .worker_id()
+                .map(str::to_owned)
+                .unwrap_or_else(|| crate::config::default_worker_id(&crate::config::process_env()));
+            let refresh = super::splits::refresh_task(
+                dynamodb.clone(),
+                router.clone(),
+                tokio_util::sync::CancellationToken::new(),
+            );
+            let decide = super::splits::decide_task(dynamodb.clone(), router.clone(), worker, rx);
+            Some(AbortOnDropHandle::new(tokio::spawn(async move {
+                tokio::join!(refresh, decide);
+            })))
+        } else {
+            None
+        };
         // One governor per endpoint, shared by the writer, the table
         // manager, the lease table and the readers (see tidemark-governor).
         let governors = Governors {
@@ -124,7 +150,7 @@ impl DataPath {
         // identity cache, signing, HTTP client), with pre-encoded bodies (see
         // tidemark_writer::transport).
         let transport = Arc::new(tidemark_writer::SdkTransport::new(sdk)?);
-        let (writer, writer_task) = Writer::builder(
+        let writer_builder = Writer::builder(
             dynamodb.clone(),
             transport.clone(),
             config.schema.key_attributes.clone(),
@@ -139,8 +165,13 @@ impl DataPath {
             router: router.clone(),
             clock: system_clock(),
         }))
-        .governor(governors.dynamodb.clone())
-        .start();
+        .governor(governors.dynamodb.clone());
+        // Adaptive sharding hears of keys held at their partition's limit.
+        let writer_builder = match hot_keys {
+            Some(h) => writer_builder.hot_keys(h),
+            None => writer_builder,
+        };
+        let (writer, writer_task) = writer_builder.start();
         let sink: Arc<dyn DeadLetterSink> = match &config.dead_letters {
             DeadLetterConfig::File { path } => Arc::new(FileSink::new(path.clone())),
             // The delivery task retries (with back-off, several batches at
@@ -198,7 +229,9 @@ impl DataPath {
         let (dead_letters, dead_task) = DeadLetters::start(sink, config.dead_letters.fallback());
         let mut stream_routers = std::collections::HashMap::new();
         for (stream, schema) in config.stream_schemas() {
-            let router = Router::new(schema)?.with_table_layouts(table_layouts.clone());
+            let router = Router::new(schema)?
+                .with_table_layouts(table_layouts.clone())
+                .with_splits(splits.clone());
             stream_routers.insert(stream, Arc::new(router));
         }
         let pipeline = Pipeline::new(router, writer.clone(), dead_letters, system_clock())
@@ -210,6 +243,7 @@ impl DataPath {
             writer,
             writer_task: AbortOnDropHandle::new(writer_task),
             dead_task: AbortOnDropHandle::new(dead_task),
+            splits_task,
             pipeline,
         })
     }
@@ -234,8 +268,11 @@ impl DataPath {
             writer,
             mut writer_task,
             mut dead_task,
+            splits_task,
             pipeline,
         } = self;
+        // Dropped (stopped) when the data path ends.
+        let _splits_task = splits_task;
         // Both tasks outlive the pipeline unless they failed: one that ends
         // first is a fatal error, reported now rather than at the next batch.
         let counts = tokio::select! {

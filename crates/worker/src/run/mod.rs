@@ -10,6 +10,11 @@
 //!   dead letters, pipeline; shared with `replay`), [`Report`],
 //!   [`Progress`];
 //! - `pipeline.rs`: source records → route → writer → acknowledgement;
+//! - `splits.rs`: adaptive write sharding's I/O: reading a table's split
+//!   records, recording one (conditional PutItem), the refresh task that
+//!   keeps the routers' learned splits current, and the task that turns keys
+//!   the writer saw held at their partition's limit into splits (also used
+//!   by `query`, `verify`, `key` and `status`);
 //! - `error.rs`: [`WorkerError`];
 //! - `telemetry/`: `/metrics`, `/healthz`, `/readyz`, the `healthcheck`
 //!   client and the process's recorder with its typed snapshot, which
@@ -26,6 +31,7 @@ pub(crate) mod emf;
 mod error;
 mod pipeline;
 pub(crate) mod report;
+pub(crate) mod splits;
 mod supervisor;
 pub(crate) mod telemetry;
 mod worker;

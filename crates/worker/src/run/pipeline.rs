@@ -25,6 +25,7 @@ use tidemark_schema::Origin;
 use tidemark_schema::route::{RouteCache, Routed, Router, Routes};
 use tidemark_writer::{Complete, Completion, Submission, WriteOutcome, WriterError, WriterHandle};
 use tokio::sync::mpsc;
+use tracing::warn;
 
 use crate::deadletter::{DeadLetter, DeadLetters};
 
@@ -195,12 +196,30 @@ impl Pipeline {
             self.dead_letters.send_bounded(entry, Some(ack)).await;
             return 1;
         }
-        match self.prepare_event(origin, data, inner, ack, now, cache, slots, routed) {
-            Some((entry, ack)) => {
-                self.dead_letters.send_bounded(entry, Some(ack)).await;
-                1
+        let (mut origin, mut data, mut ack, mut now) = (origin, data, ack, now);
+        let held_since = std::time::Instant::now();
+        let mut told = held_since;
+        loop {
+            match self.prepare_event(origin, data, inner, ack, now, cache, slots, routed) {
+                Prepared::Routed => return 0,
+                Prepared::Dead(entry, ack) => {
+                    self.dead_letters.send_bounded(entry, Some(ack)).await;
+                    return 1;
+                }
+                // Adaptive sharding: the table's splits are not known for
+                // this event's time. Guessing could key it differently from
+                // another worker: wait for the refresh (the refresh task is
+                // asked for the table), holding the source back meanwhile.
+                Prepared::Held(o, d, a, why) => {
+                    if told.elapsed() >= HOLD_WARN_EVERY {
+                        told = std::time::Instant::now();
+                        warn!(waited_s = held_since.elapsed().as_secs(), reason = %why, "an event waits for the splits of its table");
+                    }
+                    (origin, data, ack) = (o, d, a);
+                    tokio::time::sleep(HOLD_POLL).await;
+                    now = (self.clock)();
+                }
             }
-            None => 0,
         }
     }
 
@@ -217,7 +236,7 @@ impl Pipeline {
         cache: &mut RouteCache,
         slots: &mut Vec<Slot>,
         routed: &mut Vec<Routed>,
-    ) -> Option<(DeadLetter, Ack)> {
+    ) -> Prepared {
         match self
             .router_for(&origin)
             .route(&data, &origin, inner.unwrap_or(0), now, cache)
@@ -230,7 +249,7 @@ impl Pipeline {
                     inner,
                 }));
                 routed.push(r);
-                None
+                Prepared::Routed
             }
             // A shard migration's dual write: the event is acknowledged
             // only once both its items are stored (or dead-lettered).
@@ -247,16 +266,34 @@ impl Pipeline {
                     }));
                     routed.push(r);
                 }
-                None
+                Prepared::Routed
             }
+            Err(e) if e.is_hold() => Prepared::Held(origin, data, ack, e.to_string()),
             Err(e) => {
                 let entry = DeadLetter::new(origin, e.reason(), e.to_string(), &data, now)
                     .with_inner(inner);
-                Some((entry, ack))
+                Prepared::Dead(entry, ack)
             }
         }
     }
 }
+
+/// What routing one event came to.
+enum Prepared {
+    /// Its items are in the batch.
+    Routed,
+    /// To the dead letters, with its ack.
+    Dead(DeadLetter, Ack),
+    /// Not routable yet (its table's splits are not known for its time):
+    /// the event back, to route again, and why.
+    Held(Origin, Bytes, Ack, String),
+}
+
+/// How often a held event is routed again.
+const HOLD_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// How often a held event is logged.
+const HOLD_WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What a routed record keeps until its write ends: its ack, and what a
 /// dead letter needs if the write is rejected.

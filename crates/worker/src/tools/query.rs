@@ -5,6 +5,11 @@
 //! [`crate::maintenance::migrate`]): both during a shard migration, the old one for a
 //! table that ended before it, the config's when none is recorded. An event
 //! stored under two layouts comes back once ([`merge_items`]).
+//!
+//! With adaptive sharding on, each table's split records of the entity are
+//! read first (one Query of the reserved partition per table): a split
+//! entity's plan adds its sub-keys from its first split on; `-v` logs each
+//! query, those of sub-keys marked.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -12,9 +17,11 @@ use futures::StreamExt;
 use tidemark_schema::Item;
 use tidemark_schema::period::TableNaming;
 use tidemark_schema::query::{
-    PlannedQuery, TimeRange, item_order_key, merge_items, plan_latest, plan_range,
+    PlannedQuery, TimeRange, item_order_key, merge_items, plan_latest, plan_latest_split,
+    plan_range, plan_range_split,
 };
 use tidemark_schema::route::RouterConfig;
+use tidemark_schema::split::TableSplits;
 use tidemark_schema::strategy::KeyStrategy;
 use tidemark_schema::timefmt;
 
@@ -65,20 +72,70 @@ pub async fn range(
         .map(|q| q.table)
         .collect();
     let by_table = layouts(client, config, tables).await;
+    let splits = splits_of(client, config, entity, by_table.keys().cloned()).await?;
+    let lookup = |t: &str| splits.get(t);
     let mut strategies: Vec<&KeyStrategy> = by_table.values().flatten().collect();
     strategies.sort_by_key(|s| crate::maintenance::layout_of(s));
     strategies.dedup();
     let mut queries = Vec::new();
     for s in strategies {
-        queries.extend(
+        // Splits apply to the layout in force (the router keys by them
+        // only there).
+        let plan = if *s == config.key {
+            plan_range_split(s, &naming, entity, range, &lookup)?
+        } else {
             plan_range(s, &naming, entity, range)?
-                .queries
+        };
+        queries.extend(
+            plan.queries
                 .into_iter()
                 .filter(|q| by_table.get(&q.table).is_some_and(|l| l.contains(s))),
         );
     }
     let results = run_all(client, config, queries).await?;
     Ok(merge_items(results, &config.attributes).collect())
+}
+
+/// The split records of `entity` in `tables`, when the config keys by
+/// splits (adaptive sharding on, `time_bucket` or `entity`); tables
+/// without any are left out.
+async fn splits_of(
+    client: &aws_sdk_dynamodb::Client,
+    config: &RouterConfig,
+    entity: &str,
+    tables: impl IntoIterator<Item = String>,
+) -> Result<BTreeMap<String, TableSplits>, QueryError> {
+    if !(config.adaptive_sharding.enabled && config.key.takes_splits()) {
+        return Ok(BTreeMap::new());
+    }
+    let attrs = &config.key_attributes;
+    let found: Vec<_> = futures::stream::iter(tables)
+        .map(|table| async move {
+            let s = crate::run::splits::load(client, &table, attrs, Some(entity)).await;
+            (table, s)
+        })
+        .buffer_unordered(PARALLEL_QUERIES)
+        .collect()
+        .await;
+    let mut out = BTreeMap::new();
+    for (table, s) in found {
+        let s = s.map_err(|e| QueryError::Call {
+            table: table.clone(),
+            message: e.to_string(),
+        })?;
+        tracing::info!(
+            table,
+            entity,
+            "query: the split records of the entity (1 query)"
+        );
+        if let Some(s) = s.filter(|s| !s.is_empty()) {
+            for split in s.of(entity) {
+                tracing::info!(table, split = %split.describe(), "query: split");
+            }
+            out.insert(table, s);
+        }
+    }
+    Ok(out)
 }
 
 /// The layouts to read each table in: those its tags record, else the
@@ -146,9 +203,17 @@ pub async fn latest(
             end_ms: range.end_ms.min(p.end_ms() - 1),
         };
         let by_table = layouts(client, config, BTreeSet::from([table.clone()])).await;
+        let splits = splits_of(client, config, entity, by_table.keys().cloned()).await?;
+        let lookup = |t: &str| splits.get(t);
+        let none = |_: &str| None;
         let mut newest: Option<Item> = None;
         for s in by_table.get(&table).into_iter().flatten() {
-            for step in plan_latest(s, &naming, entity, slice)?.steps {
+            let plan = if *s == config.key {
+                plan_latest_split(s, &naming, entity, slice, &lookup)?
+            } else {
+                plan_latest_split(s, &naming, entity, slice, &none)?
+            };
+            for step in plan.steps {
                 let found = run_all(client, config, step).await?;
                 if let Some(item) = found
                     .into_iter()
@@ -178,6 +243,14 @@ async fn run_all(
     config: &RouterConfig,
     queries: Vec<PlannedQuery>,
 ) -> Result<Vec<Vec<Item>>, QueryError> {
+    for q in &queries {
+        tracing::info!(
+            table = %q.table,
+            pk = %q.pk,
+            sub_key = q.pk.contains("#x"),
+            "query"
+        );
+    }
     futures::stream::iter(queries)
         .map(|q| run_one(client, config, q))
         .buffer_unordered(PARALLEL_QUERIES)

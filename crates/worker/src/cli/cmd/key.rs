@@ -3,6 +3,9 @@
 //! layouts during a shard migration; for one event, a file or stdin (one
 //! JSON document or NDJSON). An event without an event id takes its id
 //! from its source position: `--position` gives it, never a made-up one.
+//! With adaptive sharding on, the splits of each event's table are read
+//! from DynamoDB first (the only AWS call), so the key shown is the one
+//! `run` writes under the current splits.
 
 use std::io::Read as _;
 use std::path::PathBuf;
@@ -54,6 +57,10 @@ struct Copy {
     /// `event` (the event's own id) or `position` (derived from
     /// `--position`).
     event_id_from: &'static str,
+    /// With adaptive sharding on: partition keys the entity's events
+    /// spread over at this event's time (1: not split).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fan_out: Option<u32>,
     /// The item, DynamoDB JSON, as stored.
     item: serde_json::Value,
 }
@@ -143,9 +150,13 @@ pub(crate) fn run(schema: &RouterConfig, args: &Args) -> Result<()> {
         sub_sequence_number: 0,
     };
     let now = args.now.unwrap_or_else(Utc::now);
+    let events = events(args)?;
+    if router.keys_by_splits() {
+        learn_splits(&router, &events, &probe, now)?;
+    }
     let mut cache = RouteCache::default();
     let mut copies = Vec::new();
-    for (n, data) in events(args)?.iter().enumerate() {
+    for (n, data) in events.iter().enumerate() {
         let which = || {
             if n == 0 {
                 String::new()
@@ -178,9 +189,18 @@ pub(crate) fn run(schema: &RouterConfig, args: &Args) -> Result<()> {
             .route(data, &origin, inner, now, &mut cache)
             .with_context(|| format!("the event{}", which()))?;
         let attr = &schema.attributes.event_id;
-        copies.push(copy(&routes.new, attr, "key", from)?);
+        let fan_out = router.keys_by_splits().then(|| {
+            router
+                .splits()
+                .get(&routes.new.table)
+                .zip(router.extractor().extract(data, &origin).ok())
+                .map_or(1, |(l, e)| {
+                    l.splits.fan_out_at(&e.entity_id, e.timestamp_ms)
+                })
+        });
+        copies.push(copy(&routes.new, attr, "key", from, fan_out)?);
         if let Some(old) = &routes.old {
-            copies.push(copy(old, attr, "migrate_from", from)?);
+            copies.push(copy(old, attr, "migrate_from", from, fan_out.map(|_| 1))?);
         }
     }
     let output = super::output(Output::Jsonl);
@@ -194,18 +214,61 @@ pub(crate) fn run(schema: &RouterConfig, args: &Args) -> Result<()> {
                 c.layout.to_string(),
                 format!("{} ({})", c.event_id, c.event_id_from),
             ]
+            .into_iter()
+            .chain(c.fan_out.map(|f| f.to_string()))
+            .collect()
         })
         .collect();
-    render::print_rows(
-        &["TABLE", "PK", "SK", "LAYOUT", "EVENT ID"],
-        rows,
-        &[],
-        output,
-        &copies,
-    )
+    let headers: &[&str] = if router.keys_by_splits() {
+        &["TABLE", "PK", "SK", "LAYOUT", "EVENT ID", "FAN-OUT"]
+    } else {
+        &["TABLE", "PK", "SK", "LAYOUT", "EVENT ID"]
+    };
+    render::print_rows(headers, rows, &[], output, &copies)
 }
 
-fn copy(r: &Routed, event_attr: &str, layout: &'static str, from: &'static str) -> Result<Copy> {
+/// Adaptive sharding: reads the splits of the events' tables into the
+/// router (as `run` learns them), as of `now`.
+fn learn_splits(
+    router: &Router,
+    events: &[Vec<u8>],
+    probe: &Origin,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    let tables: std::collections::BTreeSet<String> = events
+        .iter()
+        .filter_map(|d| router.extractor().extract(d, probe).ok())
+        .map(|e| router.naming().table_for(e.timestamp_ms))
+        .collect();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    rt.block_on(async {
+        let sdk = super::sdk().await?;
+        let client = aws_sdk_dynamodb::Client::new(&sdk);
+        for table in tables {
+            let splits =
+                crate::run::splits::load(&client, &table, &router.config().key_attributes, None)
+                    .await
+                    .with_context(|| {
+                        format!("reading the splits of {table} (schema.adaptive_sharding is on)")
+                    })?;
+            router
+                .splits()
+                .set(&table, splits.unwrap_or_default(), now.timestamp_millis());
+        }
+        Ok(())
+    })
+}
+
+fn copy(
+    r: &Routed,
+    event_attr: &str,
+    layout: &'static str,
+    from: &'static str,
+    fan_out: Option<u32>,
+) -> Result<Copy> {
     let item: serde_json::Value =
         serde_json::from_slice(r.item.json()).context("the item's DynamoDB JSON")?;
     Ok(Copy {
@@ -218,6 +281,7 @@ fn copy(r: &Routed, event_attr: &str, layout: &'static str, from: &'static str) 
             .unwrap_or_default()
             .to_string(),
         event_id_from: from,
+        fan_out,
         item,
     })
 }

@@ -185,7 +185,11 @@ pub(crate) fn run(args: &Args) -> Result<()> {
             period: schema.period,
             billing: extras.billing,
             active_write_capacity: extras.tiers.active.write,
+            adaptive_sharding: schema.adaptive_sharding.clone(),
         });
+        if input.peak_key_events_per_sec.is_none() {
+            input.peak_key_events_per_sec = schema.peak_key_events_per_sec;
+        }
     }
     if let Some(days) = args.retention_days {
         input.retention = std::time::Duration::from_secs(days.saturating_mul(86_400));

@@ -79,6 +79,13 @@ struct Snapshot {
     /// Why the lifts could not be read.
     #[serde(skip_serializing_if = "Option::is_none")]
     lifts_error: Option<String>,
+    /// Adaptive sharding: the split entities of the tables that take
+    /// writes now.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    splits: Vec<SplitRow>,
+    /// Why a table's splits could not be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    splits_error: Option<String>,
     /// The first failure, kept whole (its cause decides the exit status)
     /// for when no section could be read at all.
     #[serde(skip)]
@@ -86,6 +93,20 @@ struct Snapshot {
     /// Sections that could be read.
     #[serde(skip)]
     read: usize,
+}
+
+/// One split entity of a current table.
+#[derive(Debug, serde::Serialize)]
+struct SplitRow {
+    table: String,
+    entity: String,
+    /// Partition keys it spreads over now.
+    fan_out: u32,
+    /// From when (event time) that fan-out applies.
+    from: String,
+    /// The worker that recorded it, and why.
+    worker: String,
+    evidence: String,
 }
 
 /// What the lease table holds besides leases, and what Tidemark makes of it.
@@ -238,6 +259,8 @@ async fn snapshot(config: &Config, args: &Args) -> Result<Snapshot> {
         tables_error: None,
         lifts: Vec::new(),
         lifts_error: None,
+        splits: Vec::new(),
+        splits_error: None,
         first_error: None,
         read: 0,
     };
@@ -270,6 +293,31 @@ async fn snapshot(config: &Config, args: &Args) -> Result<Snapshot> {
     )
     .await;
     let dynamodb_for_lifts = dynamodb.clone();
+    if config.schema.adaptive_sharding.enabled {
+        let now_ms = Utc::now().timestamp_millis();
+        let attrs = &config.schema.key_attributes;
+        for table in crate::run::splits::live_tables_of(&config.schema, now_ms) {
+            match crate::run::splits::load(&dynamodb, &table, attrs, None).await {
+                Ok(Some(s)) => {
+                    for (entity, list) in s.entities() {
+                        let Some(last) = list.iter().max_by_key(|x| x.fan_out) else {
+                            continue;
+                        };
+                        snap.splits.push(SplitRow {
+                            table: table.clone(),
+                            entity: entity.to_owned(),
+                            fan_out: last.fan_out,
+                            from: tidemark_schema::timefmt::iso_millis(last.from_ms),
+                            worker: last.worker.clone(),
+                            evidence: last.evidence.clone(),
+                        });
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => snap.splits_error = Some(e.to_string()),
+            }
+        }
+    }
     match TableManager::from_config(config, dynamodb)
         .list(Utc::now())
         .await
@@ -442,6 +490,23 @@ fn print(snap: &Snapshot, args: &Args, output: Output) -> Result<()> {
     }
     if let Some(e) = &snap.lifts_error {
         outln!("\n{e}")?;
+    }
+    if let Some(e) = &snap.splits_error {
+        outln!("\nsplits: error: {e}")?;
+    }
+    if !snap.splits.is_empty() {
+        outln!("\nsplit entities (adaptive sharding):")?;
+        for s in &snap.splits {
+            outln!(
+                "  {} {} x{} from {} (by {}: {})",
+                s.table,
+                s.entity,
+                s.fan_out,
+                s.from,
+                s.worker,
+                s.evidence
+            )?;
+        }
     }
     if !snap.lifts.is_empty() {
         let now = Utc::now().timestamp_millis();

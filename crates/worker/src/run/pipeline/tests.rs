@@ -420,3 +420,71 @@ async fn poison_waits_for_room_in_the_dead_letter_queue() {
     drop(writer);
     task.await.unwrap().unwrap();
 }
+
+/// Adaptive sharding: events whose table's splits are not known are held,
+/// not dead-lettered and not keyed by a guess, and go once the splits are
+/// read (here set by hand, as the refresh task would).
+#[tokio::test]
+async fn events_wait_for_their_tables_splits_and_none_is_dead_lettered() {
+    let mut config = RouterConfig::with_prefix("t");
+    config.adaptive_sharding.enabled = true;
+    let (pipeline, writer, memory, task, dl_task) = setup_with(config);
+    let tracker = Arc::new(AckTracker::new());
+    let records = device_records(&tracker, |_| "");
+    let (tx, rx) = mpsc::channel(1);
+    tx.send(records).await.unwrap();
+    drop(tx);
+    let splits = pipeline.router.splits().clone();
+    let run = tokio::spawn({
+        let pipeline = pipeline.clone();
+        async move { pipeline.run(rx).await }
+    });
+    // Nothing moves while the table's splits are unknown: the table is
+    // asked for, nothing is stored or dead-lettered.
+    let wanted = tidemark_tests_wait(|| {
+        let w = splits.take_wanted();
+        (!w.is_empty()).then_some(w)
+    })
+    .await;
+    assert_eq!(wanted.into_iter().collect::<Vec<_>>(), ["t_2026-11-22"]);
+    assert_eq!(writer.stats().stored, 0);
+    assert!(memory.0.lock().unwrap().is_empty());
+    assert!(!run.is_finished());
+    // Read (no split): every event goes, keyed by its base key.
+    let read_at = DateTime::parse_from_rfc3339("2026-11-22T09:59:30Z")
+        .unwrap()
+        .timestamp_millis();
+    splits.set("t_2026-11-22", Default::default(), read_at);
+    let counts = run.await.unwrap().unwrap();
+    writer.flush().await;
+    tokio::time::timeout(Duration::from_secs(10), tracker.drained())
+        .await
+        .expect("every record is acked");
+    assert_eq!(
+        (counts.records, counts.submitted, counts.dead_lettered),
+        (40, 40, 0)
+    );
+    // The fake refuses d17's write (see `Fake`): a write's dead letter,
+    // not a routing one.
+    let dead = memory.0.lock().unwrap().clone();
+    assert!(
+        dead.iter().all(|d| d.reason == Reason::DynamodbRejected),
+        "{dead:?}"
+    );
+    assert_eq!(writer.stats().stored + dead.len() as u64, 40);
+    drop(pipeline);
+    writer.close();
+    task.await.unwrap().unwrap();
+    dl_task.await.unwrap().unwrap();
+}
+
+/// Polls `f` (every 10 ms, up to 10 s) until it gives a value.
+async fn tidemark_tests_wait<T>(mut f: impl FnMut() -> Option<T>) -> T {
+    for _ in 0..1000 {
+        if let Some(v) = f() {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("nothing within 10 s");
+}

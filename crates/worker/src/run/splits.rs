@@ -1,0 +1,362 @@
+//! Adaptive write sharding, the I/O side: reading a table's split records
+//! (strongly consistent), recording a new split (a conditional PutItem, so
+//! two workers deciding the same step write one record), and the refresh
+//! task that keeps every router's [`SplitRegistry`] current. The rules
+//! (keying, when a worker knows enough) are `tidemark_schema::split`'s.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::AttributeValue;
+use chrono::Utc;
+use tidemark_schema::Router;
+use tidemark_schema::split::{SPLITS_PK, Split, TableSplits};
+use tidemark_schema::strategy::KeyAttributes;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+/// A split read or write that failed, with the AWS error described.
+#[derive(Debug, thiserror::Error)]
+#[error("{operation} on the split records of {table}: {message}")]
+pub(crate) struct SplitCallError {
+    operation: &'static str,
+    table: String,
+    message: String,
+}
+
+/// The split records of `table`, all of them or those of one entity
+/// (`None` for a table that does not exist: it has no splits).
+pub(crate) async fn load(
+    client: &Client,
+    table: &str,
+    attrs: &KeyAttributes,
+    entity: Option<&str>,
+) -> Result<Option<TableSplits>, SplitCallError> {
+    let mut splits = TableSplits::default();
+    let mut start = None;
+    loop {
+        let mut q = client
+            .query()
+            .table_name(table)
+            .consistent_read(true)
+            .expression_attribute_names("#pk", &attrs.pk)
+            .expression_attribute_values(":pk", AttributeValue::S(SPLITS_PK.into()))
+            .set_exclusive_start_key(start);
+        q = match entity {
+            Some(e) => q
+                .key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)")
+                .expression_attribute_names("#sk", &attrs.sk)
+                .expression_attribute_values(":prefix", AttributeValue::S(format!("{e}#"))),
+            None => q.key_condition_expression("#pk = :pk"),
+        };
+        let out = match q.send().await {
+            Ok(out) => out,
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_resource_not_found_exception()) =>
+            {
+                return Ok(None);
+            }
+            Err(e) => {
+                return Err(SplitCallError {
+                    operation: "Query",
+                    table: table.to_owned(),
+                    message: tidemark_aws_errors::describe(&e),
+                });
+            }
+        };
+        for item in out.items() {
+            match Split::from_item(item, attrs) {
+                Ok(s) if entity.is_none_or(|e| s.entity == e) => splits.add(s),
+                Ok(_) => {}
+                Err(e) => warn!(table, error = %e, "a split record cannot be read; skipped"),
+            }
+        }
+        start = out.last_evaluated_key().cloned();
+        if start.is_none() {
+            return Ok(Some(splits));
+        }
+    }
+}
+
+/// Records `split` in `table` unless a record of the same entity and
+/// fan-out exists: true when this call wrote it.
+pub(crate) async fn record(
+    client: &Client,
+    table: &str,
+    attrs: &KeyAttributes,
+    split: &Split,
+) -> Result<bool, SplitCallError> {
+    let put = client
+        .put_item()
+        .table_name(table)
+        .set_item(Some(split.to_item(attrs)))
+        .condition_expression("attribute_not_exists(#pk)")
+        .expression_attribute_names("#pk", &attrs.pk)
+        .send()
+        .await;
+    match put {
+        Ok(_) => Ok(true),
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+        {
+            Ok(false)
+        }
+        Err(e) => Err(SplitCallError {
+            operation: "PutItem",
+            table: table.to_owned(),
+            message: tidemark_aws_errors::describe(&e),
+        }),
+    }
+}
+
+/// The tables whose splits a worker keeps current at `now_ms`: those an
+/// event accepted now can target and that still take writes (from the
+/// late-arrival grace back to the future skew ahead).
+fn live_tables(router: &Router, now_ms: i64) -> BTreeSet<String> {
+    live_tables_of(router.config(), now_ms)
+}
+
+/// [`live_tables`] of a config (also what `status` lists splits of).
+pub(crate) fn live_tables_of(c: &tidemark_schema::RouterConfig, now_ms: i64) -> BTreeSet<String> {
+    let back = i64::try_from(c.late_arrival_grace.as_millis()).unwrap_or(i64::MAX);
+    let ahead = i64::try_from(c.max_future_skew.as_millis()).unwrap_or(i64::MAX);
+    let naming = &tidemark_schema::period::TableNaming {
+        prefix: c.table_prefix.clone(),
+        period: c.period,
+    };
+    let mut p = naming.period.containing(now_ms.saturating_sub(back));
+    let last = naming.period.containing(now_ms.saturating_add(ahead));
+    let mut out = BTreeSet::new();
+    while p.start_ms <= last.start_ms {
+        out.insert(naming.name_of(&p));
+        p = p.next();
+    }
+    out
+}
+
+/// Reads the splits of `tables` into the router's registry; the tables
+/// that failed are returned.
+async fn refresh(client: &Client, router: &Router, tables: &BTreeSet<String>) -> Vec<String> {
+    let attrs = &router.config().key_attributes;
+    let mut failed = Vec::new();
+    for table in tables {
+        // The time is taken before the read: a split recorded during the
+        // read starts after this time plus `learn_delay` whether or not
+        // the read saw it.
+        let started = Utc::now().timestamp_millis();
+        match load(client, table, attrs, None).await {
+            Ok(splits) => {
+                let splits = splits.unwrap_or_default();
+                if let Some(known) = router.splits().get(table) {
+                    for (entity, list) in splits.entities() {
+                        let before = known.splits.max_fan_out(entity);
+                        if let Some(new) = list.iter().find(|s| s.fan_out > before) {
+                            info!(table, split = %new.describe(), "learned a split");
+                        }
+                    }
+                }
+                router.splits().set(table, splits, started);
+                publish_metrics(router);
+            }
+            Err(e) => {
+                warn!(error = %e, "reading the splits failed; events past what is known wait");
+                failed.push(table.clone());
+            }
+        }
+    }
+    failed
+}
+
+/// Before the first event: the live tables' splits (best effort; events
+/// wait for the refresh task otherwise).
+pub(crate) async fn first_refresh(client: &Client, router: &Router) {
+    let tables = live_tables(router, Utc::now().timestamp_millis());
+    refresh(client, router, &tables).await;
+}
+
+/// Every `refresh_interval`, the splits of the live tables, and at once
+/// those of tables a router asked for; until `stop`.
+pub(crate) async fn refresh_task(client: Client, router: Arc<Router>, stop: CancellationToken) {
+    let every = router.config().adaptive_sharding.refresh_interval;
+    // Asked-for tables are read within this (an event waits on them).
+    let wanted_every = Duration::from_millis(100).min(every);
+    let mut next_full = tokio::time::Instant::now() + every;
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(wanted_every) => {}
+        }
+        let mut tables = router.splits().take_wanted();
+        let now = tokio::time::Instant::now();
+        if now >= next_full {
+            next_full = now + every;
+            let now_ms = Utc::now().timestamp_millis();
+            let live = live_tables(&router, now_ms);
+            // Tables no longer live keep what was read last: late events
+            // are older than it vouches for.
+            tables.extend(live);
+        }
+        if !tables.is_empty() {
+            for t in refresh(&client, &router, &tables).await {
+                // Asked for again next time.
+                router.splits().want(&t);
+            }
+        }
+    }
+}
+
+/// A key the writer saw held back at its partition's limit.
+#[derive(Debug)]
+pub(crate) struct Held {
+    table: String,
+    /// Keys of its items waiting, oldest first.
+    waiting: Vec<tidemark_schema::ItemKey>,
+    held_for: Duration,
+    accepted_wcu: f64,
+}
+
+/// The writer's [`HotKeys`](tidemark_writer::HotKeys): keys held at least
+/// `hold_threshold` go to the decision task (dropped when it is busy: the
+/// writer tells again within a second while the key stays held).
+pub(crate) struct SplitRequests {
+    tx: tokio::sync::mpsc::Sender<Held>,
+    threshold: Duration,
+}
+
+impl tidemark_writer::HotKeys for SplitRequests {
+    fn held(
+        &self,
+        table: &str,
+        waiting: &[tidemark_schema::ItemKey],
+        held_for: Duration,
+        accepted_wcu: f64,
+    ) {
+        if held_for >= self.threshold {
+            let _ = self.tx.try_send(Held {
+                table: table.to_owned(),
+                waiting: waiting.to_vec(),
+                held_for,
+                accepted_wcu,
+            });
+        }
+    }
+}
+
+/// The hot-key hook for the writer and the task that decides and records
+/// splits from what it hears (see [`decide_task`]).
+pub(crate) fn requests(router: &Router) -> (SplitRequests, tokio::sync::mpsc::Receiver<Held>) {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    let threshold = router.config().adaptive_sharding.hold_threshold;
+    (SplitRequests { tx, threshold }, rx)
+}
+
+/// Turns held keys into recorded splits: traces the key to its entity and
+/// event time, asks the decision law (`tidemark_schema::split::decide`)
+/// with the splits this worker knows, and records the next fan-out with a
+/// conditional write, starting `learn_delay` from now. A split another
+/// worker recorded first is learned at the next refresh.
+pub(crate) async fn decide_task(
+    client: Client,
+    router: Arc<Router>,
+    worker: String,
+    mut rx: tokio::sync::mpsc::Receiver<Held>,
+) {
+    let config = router.config().clone();
+    let adaptive = &config.adaptive_sharding;
+    let learn_ms = i64::try_from(adaptive.learn_delay.as_millis()).unwrap_or(i64::MAX);
+    while let Some(h) = rx.recv().await {
+        let Some((entity, item_ts, pk)) = hottest(&config.key, &h.waiting) else {
+            continue;
+        };
+        let Some(known) = router.splits().get(&h.table) else {
+            continue;
+        };
+        let Some(fan_out) =
+            tidemark_schema::split::decide(adaptive, &known.splits, &entity, item_ts, h.held_for)
+        else {
+            continue;
+        };
+        let now = Utc::now().timestamp_millis();
+        let split = Split {
+            entity: entity.clone(),
+            from_ms: now.saturating_add(learn_ms),
+            fan_out,
+            made_at_ms: now,
+            worker: worker.clone(),
+            evidence: format!(
+                "key {} held back {:.1}s at {:.0} WCU/s",
+                pk,
+                h.held_for.as_secs_f64(),
+                h.accepted_wcu
+            ),
+        };
+        match record(&client, &h.table, &config.key_attributes, &split).await {
+            Ok(written) => {
+                if written {
+                    metrics::counter!(crate::metrics::SPLITS_MADE).increment(1);
+                    info!(
+                        table = %h.table,
+                        entity = %split.entity,
+                        fan_out = split.fan_out,
+                        from = %tidemark_schema::timefmt::iso_millis(split.from_ms),
+                        evidence = %split.evidence,
+                        "split an entity held back at its partition's limit"
+                    );
+                }
+                // Ours or another worker's (whose `from` differs from ours:
+                // only the record is keyed by), learned by reading it back
+                // now; until then the same step is asked again and its
+                // conditional write changes nothing.
+                router.splits().want(&h.table);
+            }
+            Err(e) => {
+                warn!(error = %e, entity = %entity, "recording a split failed; asked again while the key stays held")
+            }
+        }
+    }
+}
+
+/// The entity with most items waiting among `waiting` (ties: the one
+/// waiting longest), the event time of its oldest waiting item, and the
+/// partition key.
+fn hottest(
+    strategy: &tidemark_schema::strategy::KeyStrategy,
+    waiting: &[tidemark_schema::ItemKey],
+) -> Option<(String, i64, String)> {
+    let mut counts: Vec<(String, usize, i64)> = Vec::new();
+    for key in waiting {
+        let Some((entity, ts)) = tidemark_schema::split::entity_and_time_of(strategy, key) else {
+            continue;
+        };
+        match counts.iter_mut().find(|(e, _, _)| *e == entity) {
+            Some(c) => c.1 += 1,
+            None => counts.push((entity, 1, ts)),
+        }
+    }
+    // `max_by_key` keeps the last of equals: reversed, the first seen wins.
+    let (entity, _, ts) = counts.into_iter().rev().max_by_key(|c| c.1)?;
+    Some((entity, ts, waiting.first()?.pk().to_owned()))
+}
+
+/// The split metrics of what `router` knows: entities split in the live
+/// tables, and each one's fan-out.
+pub(crate) fn publish_metrics(router: &Router) {
+    let now_ms = Utc::now().timestamp_millis();
+    let live = live_tables(router, now_ms);
+    let mut entities = 0u64;
+    for (table, learned) in router.splits().snapshot() {
+        if !live.contains(&table) {
+            continue;
+        }
+        for (entity, _) in learned.splits.entities() {
+            entities += 1;
+            metrics::gauge!(crate::metrics::SPLIT_FAN_OUT, "table" => table.clone(), "entity" => entity.to_owned())
+                .set(f64::from(learned.splits.max_fan_out(entity)));
+        }
+    }
+    metrics::gauge!(crate::metrics::SPLIT_ENTITIES).set(entities as f64);
+}
