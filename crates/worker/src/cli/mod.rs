@@ -114,6 +114,13 @@ enum Command {
         after_help = "Example:\n  tidemark consumer deregister --config deploy/tidemark.toml --yes"
     )]
     Consumer(cmd::consumer::Args),
+    /// Read the dead-letter destination (file, SQS queue, DynamoDB table or
+    /// S3 bucket): list entries, count them, show one with its payload.
+    #[command(
+        name = "dead-letters",
+        after_help = "Examples:\n  tidemark dead-letters list --config localstack/tidemark.toml --reason missing_field --since 1h\n  tidemark dead-letters stats --config localstack/tidemark.toml -o json\n  tidemark dead-letters show 3f9c2a1b --from-file dead-letters.jsonl\n\nOn SQS, reading makes the messages read invisible for 30 s (never deleted)."
+    )]
+    DeadLetters(cmd::dead_letters::Args),
     /// Print shell completions (bash, zsh, fish, elvish, powershell).
     #[command(
         after_help = "Example:\n  tidemark completions bash > /etc/bash_completion.d/tidemark"
@@ -214,6 +221,16 @@ fn real_main(cli: Cli) -> Result<()> {
             aws_command(&args.aws.clone(), false, async move {
                 cmd::consumer::run(&config, &args).await
             })
+        }
+        Command::DeadLetters(args) => {
+            let dest = cmd::dead_letters::destination(&args)?;
+            if cmd::dead_letters::needs_aws(&dest) {
+                aws_command(&args.aws.clone(), false, async move {
+                    cmd::dead_letters::run(&dest, &args).await
+                })
+            } else {
+                runtime()?.block_on(cmd::dead_letters::run(&dest, &args))
+            }
         }
         Command::Tables(args) => {
             let config = args.config.load()?;

@@ -3,6 +3,7 @@
 
 pub(crate) mod config;
 pub(crate) mod consumer;
+pub(crate) mod dead_letters;
 pub(crate) mod healthcheck;
 pub(crate) mod key;
 pub(crate) mod man;

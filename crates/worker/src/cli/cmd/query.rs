@@ -51,7 +51,7 @@ pub(crate) enum Since {
     At(DateTime<Utc>),
 }
 
-fn parse_since(s: &str) -> Result<Since, String> {
+pub(crate) fn parse_since(s: &str) -> Result<Since, String> {
     if let Ok(d) = humantime_serde::re::humantime::parse_duration(s) {
         return Ok(Since::Ago(d));
     }
