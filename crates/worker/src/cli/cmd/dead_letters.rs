@@ -2,9 +2,10 @@
 //! `stats`, `show`) from any of its kinds: a JSON-lines file, an SQS queue,
 //! a DynamoDB table, or gzip JSON-lines objects in S3.
 //!
-//! Reading never removes an entry. On SQS, reading receives messages with a
-//! short visibility timeout and never deletes them: they are invisible to
-//! other readers for that long, then visible again.
+//! Reading never removes an entry. On SQS, reading receives every message
+//! (invisible to other readers meanwhile, for at most
+//! `SQS_VISIBILITY_SECS`) and never deletes one; once all are read, they
+//! are made visible again.
 
 use std::collections::BTreeMap;
 use std::io::Read as _;
@@ -22,8 +23,8 @@ use crate::deadletter::{DeadLetter, DeadLetterConfig};
 
 /// Seconds an SQS message received by `list`, `stats` or `show` stays
 /// invisible to other readers: long enough for one listing to page through
-/// the queue without seeing a message twice, short enough that the worker
-/// or a second reader sees it again soon.
+/// the queue without seeing a message twice; the listing makes them visible
+/// again when it is done, and this bounds the wait when it cannot (killed).
 const SQS_VISIBILITY_SECS: i32 = 30;
 
 /// Arguments of `dead-letters`.
@@ -334,6 +335,7 @@ async fn read_table(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<Ve
 async fn read_queue(client: &aws_sdk_sqs::Client, url: &str) -> Result<Vec<Stored>> {
     let mut out = Vec::new();
     let mut seen = std::collections::HashSet::new();
+    let mut handles = Vec::new();
     loop {
         let page = client
             .receive_message()
@@ -348,6 +350,9 @@ async fn read_queue(client: &aws_sdk_sqs::Client, url: &str) -> Result<Vec<Store
         let mut new = 0;
         for m in messages {
             let id = m.message_id().unwrap_or_default().to_string();
+            if let Some(h) = m.receipt_handle() {
+                handles.push(h.to_string());
+            }
             if !seen.insert(id.clone()) {
                 continue;
             }
@@ -364,7 +369,42 @@ async fn read_queue(client: &aws_sdk_sqs::Client, url: &str) -> Result<Vec<Store
             break;
         }
     }
+    release(client, url, handles).await;
     Ok(out)
+}
+
+/// Makes the messages read visible again at once, so the next reader (the
+/// next `list`, a `replay`) sees them without waiting for the timeout. Best
+/// effort: a message not released is visible again after
+/// [`SQS_VISIBILITY_SECS`] anyway.
+async fn release(client: &aws_sdk_sqs::Client, url: &str, handles: Vec<String>) {
+    use aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry as Entry;
+    for chunk in handles.chunks(10) {
+        let entries = chunk
+            .iter()
+            .enumerate()
+            .filter_map(|(i, h)| {
+                Entry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(h)
+                    .visibility_timeout(0)
+                    .build()
+                    .ok()
+            })
+            .collect();
+        let r = client
+            .change_message_visibility_batch()
+            .queue_url(url)
+            .set_entries(Some(entries))
+            .send()
+            .await;
+        if let Err(e) = r {
+            tracing::warn!(
+                "could not make dead-letter messages visible again (they will be in {SQS_VISIBILITY_SECS} s): {}",
+                tidemark_consumer::error::AwsError::new("ChangeMessageVisibilityBatch", &e)
+            );
+        }
+    }
 }
 
 async fn read_bucket(

@@ -1,0 +1,198 @@
+//! `tidemark dead-letters list`, `stats` and `show` through the binary
+//! against the local stack: entries written by the worker's own SQS,
+//! DynamoDB and S3 sinks are all listed, filtered and counted, `show`
+//! decodes a payload, objects under `replayed/` are skipped, and listing
+//! an SQS queue deletes nothing.
+//!
+//! Lives in this crate to name the built binary (`CARGO_BIN_EXE_tidemark`).
+//! Ignored unless the crate's `stack` feature is on.
+
+// Helpers outside #[test] fns: a panic there is a failed assertion too.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Command;
+
+use chrono::Utc;
+use serde_json::Value;
+use tidemark_schema::{Origin, Reason};
+use tidemark_tests::{LocalStack, TableCapacity, unique_name};
+use tidemark_worker::deadletter::{
+    DeadLetter, DeadLetterSink, DynamoDbSink, ObjectWriter, S3Sink, SqsSink,
+};
+
+const BIN: &str = env!("CARGO_BIN_EXE_tidemark");
+
+/// Three entries: two of stream `events` (one `missing_field` with a JSON
+/// payload, one `invalid_json`), one of a queue.
+fn entries() -> Vec<DeadLetter> {
+    let kinesis = |n: u32| Origin::Kinesis {
+        stream: "events".into(),
+        shard_id: "shardId-000000000001".into(),
+        sequence_number: format!("49680{n:04}").into(),
+        sub_sequence_number: 0,
+    };
+    vec![
+        DeadLetter::new(
+            kinesis(1),
+            Reason::MissingField,
+            "field `deviceId` is missing".into(),
+            br#"{"device":"d-1","timestamp":1764190000000}"#,
+            Utc::now(),
+        ),
+        DeadLetter::new(
+            kinesis(2),
+            Reason::InvalidJson,
+            "not JSON".into(),
+            b"{oops",
+            Utc::now(),
+        ),
+        DeadLetter::new(
+            Origin::Sqs {
+                queue: "http://127.0.0.1/000000000000/orders".into(),
+                message_id: "m-1".into(),
+                index: 0,
+            },
+            Reason::MissingField,
+            "field `deviceId` is missing".into(),
+            b"{}",
+            Utc::now(),
+        ),
+    ]
+}
+
+fn tidemark(stack: &LocalStack, args: &[&str]) -> String {
+    let out = Command::new(BIN)
+        .args(args)
+        .env("AWS_ENDPOINT_URL_DYNAMODB", &stack.dynamodb_url)
+        .env("AWS_ENDPOINT_URL_SQS", &stack.sqs_url)
+        .env("AWS_ENDPOINT_URL_S3", stack.s3_url())
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env_remove("TIDEMARK_CONFIG")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "tidemark {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `list`, `stats` and `show` of the destination `from` names, holding
+/// [`entries`].
+fn check_destination(stack: &LocalStack, from: &[&str]) {
+    let run = |args: &[&str]| {
+        let mut all = vec!["dead-letters"];
+        all.extend(args);
+        all.extend(from);
+        tidemark(stack, &all)
+    };
+    let list: Vec<Value> = serde_json::from_str(&run(&["list", "-o", "json"])).unwrap();
+    assert_eq!(list.len(), 3, "{list:?}");
+    let missing: Vec<Value> = serde_json::from_str(&run(&[
+        "list",
+        "-o",
+        "json",
+        "--reason",
+        "missing_field",
+        "--stream",
+        "events",
+    ]))
+    .unwrap();
+    assert_eq!(missing.len(), 1, "{missing:?}");
+    assert_eq!(missing[0]["source"], "events");
+    let stats: Value = serde_json::from_str(&run(&["stats", "-o", "json"])).unwrap();
+    assert_eq!(stats["total"], 3);
+    assert_eq!(stats["by_reason"]["missing_field"], 2);
+    assert_eq!(stats["by_source"]["orders"], 1);
+    let none: Value =
+        serde_json::from_str(&run(&["stats", "-o", "json", "--until", "1h"])).unwrap();
+    assert_eq!(none["total"], 0);
+    let id = missing[0]["id"].as_str().unwrap();
+    let shown: Value = serde_json::from_str(&run(&["show", &id[..8]])).unwrap();
+    assert_eq!(shown["payload_encoding"], "json");
+    assert_eq!(shown["payload"]["device"], "d-1");
+}
+
+#[tokio::test]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn dynamodb_dead_letters_are_listed_counted_and_shown() {
+    let stack = tidemark_tests::stack().await;
+    let ddb = stack.dynamodb();
+    let table = unique_name("dead-letters");
+    tidemark_tests::create_table(&ddb, &table, true, TableCapacity::OnDemand).await;
+    DynamoDbSink::new(ddb.clone(), table.clone())
+        .write(&entries())
+        .await
+        .unwrap();
+    check_destination(&stack, &["--from-table", &table]);
+    ddb.delete_table().table_name(&table).send().await.unwrap();
+}
+
+#[tokio::test]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn sqs_dead_letters_are_listed_without_being_deleted() {
+    let stack = tidemark_tests::stack().await;
+    let sqs = stack.sqs();
+    let url = tidemark_tests::create_queue(&sqs, "dlq", false).await;
+    SqsSink::new(sqs.clone(), url.clone())
+        .write(&entries())
+        .await
+        .unwrap();
+    check_destination(&stack, &["--from-queue-url", &url]);
+    // Nothing deleted: every message is still in the queue (in flight
+    // until its short visibility timeout ends).
+    let (visible, in_flight) = tidemark_tests::queue_counts(&sqs, &url).await;
+    assert_eq!(
+        visible + in_flight,
+        3,
+        "visible {visible}, in flight {in_flight}"
+    );
+    sqs.delete_queue().queue_url(&url).send().await.unwrap();
+}
+
+#[tokio::test]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn s3_dead_letters_are_listed_and_replayed_objects_skipped() {
+    let stack = tidemark_tests::stack().await;
+    let s3 = stack.s3();
+    let bucket = unique_name("dl").to_ascii_lowercase().replace('_', "-");
+    s3.create_bucket().bucket(&bucket).send().await.unwrap();
+    let sink = S3Sink::new(
+        ObjectWriter::new(s3.clone(), bucket.clone(), "dl".into(), None, "w"),
+        8 * 1024 * 1024,
+        std::time::Duration::from_millis(100),
+    );
+    sink.write(&entries()).await.unwrap();
+    // An object already moved under `replayed/` is not listed.
+    let moved = ObjectWriter::new(s3.clone(), bucket.clone(), "dl/replayed".into(), None, "w");
+    S3Sink::new(moved, 1024 * 1024, std::time::Duration::from_millis(100))
+        .write(&entries()[..1])
+        .await
+        .unwrap();
+    check_destination(&stack, &["--from-bucket", &bucket, "--from-prefix", "dl"]);
+    let mut pages = s3.list_objects_v2().bucket(&bucket).into_paginator().send();
+    while let Some(page) = pages.next().await {
+        for o in page.unwrap().contents() {
+            let key = o.key().unwrap();
+            s3.delete_object()
+                .bucket(&bucket)
+                .key(key)
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+    s3.delete_bucket().bucket(&bucket).send().await.unwrap();
+}
