@@ -118,7 +118,7 @@ enum Command {
     /// S3 bucket): list entries, count them, show one with its payload.
     #[command(
         name = "dead-letters",
-        after_help = "Examples:\n  tidemark dead-letters list --config localstack/tidemark.toml --reason missing_field --since 1h\n  tidemark dead-letters stats --config localstack/tidemark.toml -o json\n  tidemark dead-letters show 3f9c2a1b --from-file dead-letters.jsonl\n\nOn SQS, reading hides the messages from other readers while it reads (at most 30 s)\nand never deletes them."
+        after_help = "Examples:\n  tidemark dead-letters list --config localstack/tidemark.toml --reason missing_field --since 1h\n  tidemark dead-letters stats --config localstack/tidemark.toml -o json\n  tidemark dead-letters show ID --from-file dead-letters.jsonl\n\nOn SQS, reading hides the messages from other readers while it reads (at most 30 s)\nand never deletes them."
     )]
     DeadLetters(cmd::dead_letters::Args),
     /// Print shell completions (bash, zsh, fish, elvish, powershell).
