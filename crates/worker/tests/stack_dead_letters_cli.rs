@@ -1,8 +1,9 @@
 //! `tidemark dead-letters list`, `stats` and `show` through the binary
 //! against the local stack: entries written by the worker's own SQS,
 //! DynamoDB and S3 sinks are all listed, filtered and counted, `show`
-//! decodes a payload, objects under `replayed/` are skipped, and listing
-//! an SQS queue deletes nothing.
+//! decodes a payload (also one an SQS entry keeps in S3 through
+//! `payload_s3`), objects under `replayed/` are skipped, and listing an SQS
+//! queue deletes nothing.
 //!
 //! Lives in this crate to name the built binary (`CARGO_BIN_EXE_tidemark`).
 //! Ignored unless the crate's `stack` feature is on.
@@ -159,6 +160,100 @@ async fn sqs_dead_letters_are_listed_without_being_deleted() {
     sqs.delete_queue().queue_url(&url).send().await.unwrap();
 }
 
+async fn new_bucket(s3: &aws_sdk_s3::Client) -> String {
+    let bucket = unique_name("dl").to_ascii_lowercase().replace('_', "-");
+    s3.create_bucket().bucket(&bucket).send().await.unwrap();
+    bucket
+}
+
+async fn remove_bucket(s3: &aws_sdk_s3::Client, bucket: &str) {
+    let mut pages = s3.list_objects_v2().bucket(bucket).into_paginator().send();
+    while let Some(page) = pages.next().await {
+        for o in page.unwrap().contents() {
+            let key = o.key().unwrap();
+            s3.delete_object()
+                .bucket(bucket)
+                .key(key)
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+    s3.delete_bucket().bucket(bucket).send().await.unwrap();
+}
+
+#[tokio::test]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn show_reads_the_payload_an_sqs_entry_keeps_in_s3() {
+    use aws_sdk_sqs::types::QueueAttributeName;
+    let stack = tidemark_tests::stack().await;
+    let (sqs, s3) = (stack.sqs(), stack.s3());
+    let bucket = new_bucket(&s3).await;
+    let url = sqs
+        .create_queue()
+        .queue_name(unique_name("dlq-1k"))
+        .attributes(QueueAttributeName::MaximumMessageSize, "1024")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    // 5 KB of JSON: too large for the queue, so it goes whole to S3.
+    let body = format!(r#"{{"device":"d-9","pad":"{}"}}"#, "x".repeat(5_000));
+    let big = DeadLetter::new(
+        Origin::Kinesis {
+            stream: "events".into(),
+            shard_id: "shardId-000000000000".into(),
+            sequence_number: "7".into(),
+            sub_sequence_number: 0,
+        },
+        Reason::ItemTooLarge,
+        "too large".into(),
+        body.as_bytes(),
+        Utc::now(),
+    );
+    SqsSink::for_queue(sqs.clone(), url.clone())
+        .await
+        .unwrap()
+        .with_overflow(ObjectWriter::new(
+            s3.clone(),
+            bucket.clone(),
+            "dl".into(),
+            None,
+            "w",
+        ))
+        .write(std::slice::from_ref(&big))
+        .await
+        .unwrap();
+    let list: Vec<Value> = serde_json::from_str(&tidemark(
+        &stack,
+        &[
+            "dead-letters",
+            "list",
+            "-o",
+            "json",
+            "--from-queue-url",
+            &url,
+        ],
+    ))
+    .unwrap();
+    assert_eq!(list.len(), 1, "{list:?}");
+    assert!(list[0]["payload_s3"].as_str().unwrap().starts_with("s3://"));
+    let id = list[0]["id"].as_str().unwrap();
+    let shown: Value = serde_json::from_str(&tidemark(
+        &stack,
+        &["dead-letters", "show", id, "--from-queue-url", &url],
+    ))
+    .unwrap();
+    assert_eq!(shown["payload_encoding"], "json");
+    assert_eq!(shown["payload"]["pad"].as_str().unwrap().len(), 5_000);
+    sqs.delete_queue().queue_url(&url).send().await.unwrap();
+    remove_bucket(&s3, &bucket).await;
+}
+
 #[tokio::test]
 #[cfg_attr(
     not(feature = "stack"),
@@ -167,8 +262,7 @@ async fn sqs_dead_letters_are_listed_without_being_deleted() {
 async fn s3_dead_letters_are_listed_and_replayed_objects_skipped() {
     let stack = tidemark_tests::stack().await;
     let s3 = stack.s3();
-    let bucket = unique_name("dl").to_ascii_lowercase().replace('_', "-");
-    s3.create_bucket().bucket(&bucket).send().await.unwrap();
+    let bucket = new_bucket(&s3).await;
     let sink = S3Sink::new(
         ObjectWriter::new(s3.clone(), bucket.clone(), "dl".into(), None, "w"),
         8 * 1024 * 1024,
