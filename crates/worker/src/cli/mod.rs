@@ -223,13 +223,13 @@ fn real_main(cli: Cli) -> Result<()> {
             })
         }
         Command::DeadLetters(args) => {
-            let dest = cmd::dead_letters::destination(&args)?;
-            if cmd::dead_letters::needs_aws(&dest) {
+            let (dest, config) = cmd::dead_letters::destination(&args)?;
+            if config.is_some() || cmd::dead_letters::needs_aws(&dest) {
                 aws_command(&args.aws.clone(), false, async move {
-                    cmd::dead_letters::run(&dest, &args).await
+                    cmd::dead_letters::run(&dest, config.as_ref(), &args).await
                 })
             } else {
-                runtime()?.block_on(cmd::dead_letters::run(&dest, &args))
+                runtime()?.block_on(cmd::dead_letters::run(&dest, None, &args))
             }
         }
         Command::Tables(args) => {

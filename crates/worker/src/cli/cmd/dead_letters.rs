@@ -17,6 +17,8 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use tidemark_schema::{Origin, Reason};
 
+mod replay;
+
 use super::query::{Since, parse_since};
 use super::render::{self, Output};
 use crate::deadletter::{DeadLetter, DeadLetterConfig};
@@ -77,6 +79,18 @@ enum Action {
     Show {
         /// The entry's id (as `list` prints it; a unique prefix is enough).
         id: String,
+    },
+    /// Re-route the entries through the current config and store them;
+    /// each is removed from the destination once its event is stored, one
+    /// that fails again stays with its new reason (file and DynamoDB
+    /// destinations).
+    Replay {
+        #[command(flatten)]
+        filter: Filter,
+        /// Say what would be stored where, and what would fail again and
+        /// why; write and remove nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
 }
 
@@ -574,12 +588,22 @@ fn find<'a>(entries: &'a [Stored], id: &str, dest: &Destination) -> Result<&'a S
     }
 }
 
-/// The destination to read: the flags', else the config's.
-pub(crate) fn destination(args: &Args) -> Result<Destination> {
-    match args.from.destination()? {
-        Some(d) => Ok(d),
-        None => Ok(Destination::of(&args.config.load()?.dead_letters)),
-    }
+/// The destination to read (the flags', else the config's) and, for
+/// `replay`, the config it routes and writes with.
+pub(crate) fn destination(args: &Args) -> Result<(Destination, Option<crate::config::Config>)> {
+    let named = args.from.destination()?;
+    let replaying = matches!(args.action, Action::Replay { .. });
+    let config = if replaying || named.is_none() {
+        Some(args.config.load()?)
+    } else {
+        None
+    };
+    let dest = match (named, &config) {
+        (Some(d), _) => d,
+        (None, Some(c)) => Destination::of(&c.dead_letters),
+        (None, None) => bail!("no dead-letter destination: give --config or a --from-* flag"),
+    };
+    Ok((dest, config.filter(|_| replaying)))
 }
 
 /// Whether the command calls AWS (a file destination does not).
@@ -587,7 +611,14 @@ pub(crate) fn needs_aws(dest: &Destination) -> bool {
     !matches!(dest, Destination::File(_))
 }
 
-pub(crate) async fn run(dest: &Destination, args: &Args) -> Result<()> {
+pub(crate) async fn run(
+    dest: &Destination,
+    config: Option<&crate::config::Config>,
+    args: &Args,
+) -> Result<()> {
+    if let (Action::Replay { filter, dry_run }, Some(config)) = (&args.action, config) {
+        return replay::run(config, dest, filter, *dry_run).await;
+    }
     let entries = read_all(dest).await?;
     let now = Utc::now();
     match &args.action {
@@ -657,6 +688,7 @@ pub(crate) async fn run(dest: &Destination, args: &Args) -> Result<()> {
             }
             render::print_json(&v, Output::Json)
         }
+        Action::Replay { .. } => bail!("replay needs the config (--config)"),
     }
 }
 
