@@ -290,3 +290,215 @@ async fn s3_dead_letters_are_listed_and_replayed_objects_skipped() {
     }
     s3.delete_bucket().bucket(&bucket).send().await.unwrap();
 }
+
+/// `tidemark` with the local stack's demo config, its tables under
+/// `prefix`, no maintenance, and `extra` settings (a config fix).
+fn replay_cmd(
+    stack: &LocalStack,
+    prefix: &str,
+    extra: &[(&str, &str)],
+    args: &[&str],
+) -> (bool, String) {
+    let config =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../localstack/tidemark.toml");
+    let mut c = Command::new(BIN);
+    c.arg("dead-letters")
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .env("AWS_ENDPOINT_URL_DYNAMODB", &stack.dynamodb_url)
+        .env("AWS_ENDPOINT_URL_KINESIS", &stack.kinesis_url)
+        .env("AWS_ENDPOINT_URL_SQS", &stack.sqs_url)
+        .env("AWS_ENDPOINT_URL_S3", stack.s3_url())
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("TIDEMARK__SCHEMA__TABLE_PREFIX", prefix)
+        .env("TIDEMARK__MAINTENANCE__ENABLED", "false")
+        .env_remove("TIDEMARK_CONFIG");
+    for (k, v) in extra {
+        c.env(k, v);
+    }
+    let out = c.output().unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// Two events keyed by `device` (the config wants `deviceId`: dead-lettered
+/// as `missing_field`) and one that is not JSON.
+fn poison() -> Vec<DeadLetter> {
+    let now = Utc::now().timestamp_millis();
+    let kinesis = |n: u32| Origin::Kinesis {
+        stream: "events".into(),
+        shard_id: "shardId-000000000002".into(),
+        sequence_number: format!("5{n:04}").into(),
+        sub_sequence_number: 0,
+    };
+    let mut out: Vec<DeadLetter> = (1..=2)
+        .map(|n| {
+            DeadLetter::new(
+                kinesis(n),
+                Reason::MissingField,
+                "field `deviceId` is missing".into(),
+                format!(r#"{{"device":"d-{n}","timestamp":{now},"eventId":"e-{n}"}}"#).as_bytes(),
+                Utc::now(),
+            )
+        })
+        .collect();
+    out.push(DeadLetter::new(
+        kinesis(3),
+        Reason::InvalidJson,
+        "not JSON".into(),
+        b"{oops",
+        Utc::now(),
+    ));
+    out
+}
+
+/// The tables named `<prefix>_...`.
+async fn tables(ddb: &aws_sdk_dynamodb::Client, prefix: &str) -> Vec<String> {
+    let mut pages = ddb.list_tables().into_paginator().items().send();
+    let mut out = Vec::new();
+    while let Some(t) = pages.next().await {
+        let t = t.unwrap();
+        if t.starts_with(&format!("{prefix}_")) {
+            out.push(t);
+        }
+    }
+    out
+}
+
+/// Items in every table named `<prefix>_...`.
+async fn stored(ddb: &aws_sdk_dynamodb::Client, prefix: &str) -> usize {
+    let mut n = 0;
+    for t in tables(ddb, prefix).await {
+        n += tidemark_tests::count_items(ddb, &t).await;
+    }
+    n
+}
+
+async fn drop_tables(ddb: &aws_sdk_dynamodb::Client, prefix: &str) {
+    for t in tables(ddb, prefix).await {
+        ddb.delete_table().table_name(t).send().await.unwrap();
+    }
+}
+
+/// Replay from `from` holding [`poison`]: a dry run changes nothing;
+/// without the fix nothing is stored and every entry stays; with it the two
+/// events are stored once, the bad one stays with its reason, and a second
+/// run stores nothing new. `left` counts the destination's entries.
+async fn replay_after_a_fix<F, Fut>(stack: &LocalStack, from: &[&str], left: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Vec<DeadLetter>>,
+{
+    let ddb = stack.dynamodb();
+    let prefix = unique_name("dlr").to_ascii_lowercase().replace('-', "_");
+    let fix = [("TIDEMARK__EVENT__ENTITY_FIELD", "device")];
+    let args = |extra: &[&'static str]| {
+        let mut a = vec!["replay"];
+        a.extend(extra);
+        a.extend(from.iter().copied());
+        a
+    };
+    let (ok, out) = replay_cmd(stack, &prefix, &fix, &args(&["--dry-run", "-o", "json"]));
+    assert!(ok, "{out}");
+    let planned: Vec<Value> = serde_json::from_str(&out).unwrap();
+    let would: Vec<&str> = planned
+        .iter()
+        .map(|p| p["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(would.iter().filter(|o| **o == "store").count(), 2, "{out}");
+    assert_eq!(left().await.len(), 3, "a dry run removes nothing");
+    assert_eq!(stored(&ddb, &prefix).await, 0, "a dry run stores nothing");
+
+    let (ok, out) = replay_cmd(stack, &prefix, &[], &args(&[]));
+    assert!(!ok, "entries failed again: exit 1\n{out}");
+    assert_eq!(left().await.len(), 3, "{out}");
+    assert_eq!(stored(&ddb, &prefix).await, 0);
+
+    let (ok, out) = replay_cmd(stack, &prefix, &fix, &args(&[]));
+    assert!(!ok, "the bad entry failed again\n{out}");
+    assert!(
+        out.contains("2 stored and removed, 1 failed again"),
+        "{out}"
+    );
+    assert_eq!(stored(&ddb, &prefix).await, 2);
+    let kept = left().await;
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(kept[0].reason, Reason::InvalidJson);
+
+    let (_, out) = replay_cmd(stack, &prefix, &fix, &args(&["--reason", "missing_field"]));
+    assert!(out.contains("replayed 0 entries"), "{out}");
+    let (_, _) = replay_cmd(stack, &prefix, &fix, &args(&[]));
+    assert_eq!(
+        stored(&ddb, &prefix).await,
+        2,
+        "a second run stores nothing new"
+    );
+    assert_eq!(left().await.len(), 1);
+    drop_tables(&ddb, &prefix).await;
+}
+
+#[tokio::test]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn replay_from_a_file_after_a_config_fix_stores_each_event_once() {
+    let stack = tidemark_tests::stack().await;
+    let dir = std::env::temp_dir().join(unique_name("dlr-file"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("dead-letters.jsonl");
+    let text: String = poison()
+        .iter()
+        .map(|e| serde_json::to_string(e).unwrap() + "\n")
+        .collect();
+    std::fs::write(&path, text).unwrap();
+    let read = || async {
+        std::fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect::<Vec<DeadLetter>>()
+    };
+    replay_after_a_fix(&stack, &["--from-file", path.to_str().unwrap()], read).await;
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn replay_from_dynamodb_after_a_config_fix_stores_each_event_once() {
+    let stack = tidemark_tests::stack().await;
+    let ddb = stack.dynamodb();
+    let table = unique_name("dead-letters");
+    tidemark_tests::create_table(&ddb, &table, true, TableCapacity::OnDemand).await;
+    DynamoDbSink::new(ddb.clone(), table.clone())
+        .write(&poison())
+        .await
+        .unwrap();
+    let read = || async {
+        let scan = ddb
+            .scan()
+            .table_name(&table)
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap();
+        scan.items()
+            .iter()
+            .map(|it| serde_json::from_str(it["entry"].as_s().unwrap()).unwrap())
+            .collect::<Vec<DeadLetter>>()
+    };
+    replay_after_a_fix(&stack, &["--from-table", &table], read).await;
+    ddb.delete_table().table_name(&table).send().await.unwrap();
+}
