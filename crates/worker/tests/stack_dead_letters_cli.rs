@@ -502,3 +502,43 @@ async fn replay_from_dynamodb_after_a_config_fix_stores_each_event_once() {
     replay_after_a_fix(&stack, &["--from-table", &table], read).await;
     ddb.delete_table().table_name(&table).send().await.unwrap();
 }
+
+#[tokio::test]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn replay_from_sqs_after_a_config_fix_stores_each_event_once() {
+    let stack = tidemark_tests::stack().await;
+    let sqs = stack.sqs();
+    let url = tidemark_tests::create_queue(&sqs, "dlq", false).await;
+    SqsSink::new(sqs.clone(), url.clone())
+        .write(&poison())
+        .await
+        .unwrap();
+    // What is in the queue, as `list` reads it (and releases at once):
+    // only the count and the reasons are compared.
+    let read = || async {
+        let out = tidemark(
+            &stack,
+            &[
+                "dead-letters",
+                "list",
+                "-o",
+                "json",
+                "--from-queue-url",
+                &url,
+            ],
+        );
+        let rows: Vec<Value> = serde_json::from_str(&out).unwrap();
+        rows.iter()
+            .map(|r| {
+                let mut e = poison()[0].clone();
+                e.reason = serde_json::from_value(r["reason"].clone()).unwrap();
+                e
+            })
+            .collect::<Vec<DeadLetter>>()
+    };
+    replay_after_a_fix(&stack, &["--from-queue-url", &url], read).await;
+    sqs.delete_queue().queue_url(&url).send().await.unwrap();
+}

@@ -135,6 +135,8 @@ pub(crate) struct Stored {
     /// Where it is kept: `file:line`, the SQS message id, the DynamoDB key,
     /// or `s3://bucket/key#line`.
     pub(crate) location: String,
+    /// SQS: the receipt handle that deletes or releases the message.
+    pub(crate) handle: Option<String>,
 }
 
 /// The id of an entry: a hash of its source position, time and reason
@@ -157,6 +159,7 @@ fn stored(entry: DeadLetter, location: String) -> Stored {
         id: entry_id(&entry),
         entry,
         location,
+        handle: None,
     }
 }
 
@@ -282,7 +285,9 @@ pub(crate) async fn read_all(dest: &Destination) -> Result<Vec<Stored>> {
         }
         Destination::Sqs(url) => {
             let client = aws_sdk_sqs::Client::new(&super::sdk().await?);
-            read_queue(&client, url).await
+            let entries = read_queue(&client, url, SQS_VISIBILITY_SECS).await?;
+            release(&client, url, &entries).await;
+            Ok(entries)
         }
         Destination::S3 { bucket, prefix } => {
             let client = crate::sdk::s3_client(&super::sdk().await?);
@@ -346,16 +351,21 @@ async fn read_table(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<Ve
     Ok(out)
 }
 
-async fn read_queue(client: &aws_sdk_sqs::Client, url: &str) -> Result<Vec<Stored>> {
-    let mut out = Vec::new();
-    let mut seen = std::collections::HashSet::new();
-    let mut handles = Vec::new();
+/// Every message of the queue, each received once and left invisible for
+/// `visibility` seconds (the caller releases or deletes them).
+pub(crate) async fn read_queue(
+    client: &aws_sdk_sqs::Client,
+    url: &str,
+    visibility: i32,
+) -> Result<Vec<Stored>> {
+    let mut out: Vec<Stored> = Vec::new();
+    let mut seen = std::collections::HashMap::new();
     loop {
         let page = client
             .receive_message()
             .queue_url(url)
             .max_number_of_messages(10)
-            .visibility_timeout(SQS_VISIBILITY_SECS)
+            .visibility_timeout(visibility)
             .wait_time_seconds(1)
             .send()
             .await
@@ -364,18 +374,23 @@ async fn read_queue(client: &aws_sdk_sqs::Client, url: &str) -> Result<Vec<Store
         let mut new = 0;
         for m in messages {
             let id = m.message_id().unwrap_or_default().to_string();
-            if let Some(h) = m.receipt_handle() {
-                handles.push(h.to_string());
-            }
-            if !seen.insert(id.clone()) {
+            let handle = m.receipt_handle().map(str::to_string);
+            // Received again (its visibility ran out): the newest handle
+            // is the one that works.
+            if let Some(&i) = seen.get(&id) {
+                let s: &mut Stored = &mut out[i];
+                s.handle = handle;
                 continue;
             }
             new += 1;
             let location = format!("{url} message {id}");
-            out.push(stored(
+            let mut s = stored(
                 parse_entry(m.body().unwrap_or_default(), &location)?,
                 location,
-            ));
+            );
+            s.handle = handle;
+            seen.insert(id, out.len());
+            out.push(s);
         }
         // Empty, or only messages seen before (their visibility ran out):
         // every message was read.
@@ -383,7 +398,6 @@ async fn read_queue(client: &aws_sdk_sqs::Client, url: &str) -> Result<Vec<Store
             break;
         }
     }
-    release(client, url, handles).await;
     Ok(out)
 }
 
@@ -391,8 +405,9 @@ async fn read_queue(client: &aws_sdk_sqs::Client, url: &str) -> Result<Vec<Store
 /// next `list`, a `replay`) sees them without waiting for the timeout. Best
 /// effort: a message not released is visible again after
 /// [`SQS_VISIBILITY_SECS`] anyway.
-async fn release(client: &aws_sdk_sqs::Client, url: &str, handles: Vec<String>) {
+pub(crate) async fn release(client: &aws_sdk_sqs::Client, url: &str, entries: &[Stored]) {
     use aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry as Entry;
+    let handles: Vec<&str> = entries.iter().filter_map(|s| s.handle.as_deref()).collect();
     for chunk in handles.chunks(10) {
         let entries = chunk
             .iter()
@@ -400,7 +415,7 @@ async fn release(client: &aws_sdk_sqs::Client, url: &str, handles: Vec<String>) 
             .filter_map(|(i, h)| {
                 Entry::builder()
                     .id(i.to_string())
-                    .receipt_handle(h)
+                    .receipt_handle(*h)
                     .visibility_timeout(0)
                     .build()
                     .ok()

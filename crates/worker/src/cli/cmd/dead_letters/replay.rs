@@ -18,7 +18,16 @@ use tidemark_schema::route::{RouteCache, Router};
 use tokio::sync::mpsc;
 
 use super::super::render::{self, Output, outln};
-use super::{Destination, Filter, Stored, read_all, read_file};
+use super::{Destination, Filter, Stored, read_all, read_file, read_queue, release};
+
+/// Seconds the messages a replay reads stay invisible: its whole run, so
+/// no other reader takes them meanwhile; each is deleted or released at
+/// the end.
+const SQS_REPLAY_VISIBILITY_SECS: i32 = 900;
+
+async fn sqs() -> Result<aws_sdk_sqs::Client> {
+    Ok(aws_sdk_sqs::Client::new(&super::super::sdk().await?))
+}
 use crate::config::Config;
 use crate::deadletter::{DeadLetter, DeadLetterConfig};
 use crate::run::DataPath;
@@ -122,17 +131,31 @@ pub(crate) async fn run(
     filter: &Filter,
     dry_run: bool,
 ) -> Result<()> {
-    if !matches!(dest, Destination::File(_) | Destination::Dynamodb(_)) {
+    if !matches!(
+        dest,
+        Destination::File(_) | Destination::Dynamodb(_) | Destination::Sqs(_)
+    ) {
         bail!(
             "replay from {dest} is not supported yet: replay reads a dead-letter file or DynamoDB table (list, stats and show read every destination)"
         );
     }
     let now = Utc::now();
-    let entries: Vec<Stored> = read_all(dest)
-        .await?
-        .into_iter()
-        .filter(|s| filter.matches(&s.entry, now))
-        .collect();
+    let (entries, others): (Vec<Stored>, Vec<Stored>) = match dest {
+        // Kept invisible until each is deleted or released below.
+        Destination::Sqs(url) => {
+            let client = sqs().await?;
+            read_queue(&client, url, SQS_REPLAY_VISIBILITY_SECS).await?
+        }
+        _ => read_all(dest).await?,
+    }
+    .into_iter()
+    .partition(|s| filter.matches(&s.entry, now));
+    if let Destination::Sqs(url) = dest {
+        release(&sqs().await?, url, &others).await;
+        if dry_run {
+            release(&sqs().await?, url, &entries).await;
+        }
+    }
     if dry_run {
         let planned = plan(config, &entries).await?;
         let store = planned.iter().filter(|p| p.outcome == "store").count();
@@ -213,12 +236,14 @@ pub(crate) async fn replay(
     let bar = super::super::progress_bar(entries.len() as u64, "{bar:40} {pos}/{len} entries");
     let target: Arc<dyn AckTarget> = Arc::new(Ignore);
     let mut sent = Vec::new();
+    let mut skipped = Vec::new();
     for (n, s) in entries.into_iter().enumerate() {
         let data = match payload(&s.entry).await {
             Ok(d) => d,
             Err(why) => {
                 tracing::warn!(id = %s.id, "not replayed: {why}");
                 summary.not_replayable += 1;
+                skipped.push(s);
                 continue;
             }
         };
@@ -246,6 +271,9 @@ pub(crate) async fn replay(
         .map(|s| (s.entry.position(), s.entry))
         .collect();
     let _ = std::fs::remove_file(&scratch);
+    if let Destination::Sqs(url) = dest {
+        release(&sqs().await?, url, &skipped).await;
+    }
     if report.records as usize != sent.len() {
         bail!(
             "the data path handled {} of {} entries; nothing was removed",
@@ -298,6 +326,34 @@ async fn settle(dest: &Destination, outcome: &[(Stored, Option<DeadLetter>)]) ->
                     .await
                     .map_err(|e| tidemark_consumer::error::AwsError::new("DeleteItem", &e))?;
             }
+            Ok(())
+        }
+        Destination::Sqs(url) => {
+            let client = sqs().await?;
+            let sink = crate::deadletter::SqsSink::for_queue(client.clone(), url.clone()).await?;
+            let mut unchanged = Vec::new();
+            for (s, new) in outcome {
+                if let Some(new) = new {
+                    // Same reason: the message stays as it is (on a FIFO
+                    // queue a resend of it could be deduplicated away).
+                    if new.reason == s.entry.reason {
+                        unchanged.push(s.clone());
+                        continue;
+                    }
+                    // The new entry first: the old message goes only once it is sent.
+                    use crate::deadletter::DeadLetterSink as _;
+                    sink.write(std::slice::from_ref(new)).await?;
+                }
+                let Some(handle) = &s.handle else { continue };
+                client
+                    .delete_message()
+                    .queue_url(url)
+                    .receipt_handle(handle)
+                    .send()
+                    .await
+                    .map_err(|e| tidemark_consumer::error::AwsError::new("DeleteMessage", &e))?;
+            }
+            release(&client, url, &unchanged).await;
             Ok(())
         }
         _ => bail!("replay from {dest} is not supported yet"),
