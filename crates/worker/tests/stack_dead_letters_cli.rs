@@ -542,3 +542,64 @@ async fn replay_from_sqs_after_a_config_fix_stores_each_event_once() {
     replay_after_a_fix(&stack, &["--from-queue-url", &url], read).await;
     sqs.delete_queue().queue_url(&url).send().await.unwrap();
 }
+
+#[tokio::test]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn replay_from_s3_after_a_config_fix_stores_each_event_once() {
+    let stack = tidemark_tests::stack().await;
+    let s3 = stack.s3();
+    let bucket = new_bucket(&s3).await;
+    S3Sink::new(
+        ObjectWriter::new(s3.clone(), bucket.clone(), "dl".into(), None, "w"),
+        8 * 1024 * 1024,
+        std::time::Duration::from_millis(100),
+    )
+    .write(&poison())
+    .await
+    .unwrap();
+    let read = || async {
+        let out = tidemark(
+            &stack,
+            &[
+                "dead-letters",
+                "list",
+                "-o",
+                "json",
+                "--from-bucket",
+                &bucket,
+                "--from-prefix",
+                "dl",
+            ],
+        );
+        let rows: Vec<Value> = serde_json::from_str(&out).unwrap();
+        rows.iter()
+            .map(|r| {
+                let mut e = poison()[0].clone();
+                e.reason = serde_json::from_value(r["reason"].clone()).unwrap();
+                e
+            })
+            .collect::<Vec<DeadLetter>>()
+    };
+    replay_after_a_fix(
+        &stack,
+        &["--from-bucket", &bucket, "--from-prefix", "dl"],
+        read,
+    )
+    .await;
+    // The replayed objects are kept, moved under `replayed/`.
+    let mut moved = 0;
+    let mut pages = s3
+        .list_objects_v2()
+        .bucket(&bucket)
+        .prefix("dl/replayed/")
+        .into_paginator()
+        .send();
+    while let Some(page) = pages.next().await {
+        moved += page.unwrap().contents().len();
+    }
+    assert!(moved >= 1, "nothing under dl/replayed/");
+    remove_bucket(&s3, &bucket).await;
+}

@@ -131,14 +131,6 @@ pub(crate) async fn run(
     filter: &Filter,
     dry_run: bool,
 ) -> Result<()> {
-    if !matches!(
-        dest,
-        Destination::File(_) | Destination::Dynamodb(_) | Destination::Sqs(_)
-    ) {
-        bail!(
-            "replay from {dest} is not supported yet: replay reads a dead-letter file or DynamoDB table (list, stats and show read every destination)"
-        );
-    }
     let now = Utc::now();
     let (entries, others): (Vec<Stored>, Vec<Stored>) = match dest {
         // Kept invisible until each is deleted or released below.
@@ -356,8 +348,71 @@ async fn settle(dest: &Destination, outcome: &[(Stored, Option<DeadLetter>)]) ->
             release(&client, url, &unchanged).await;
             Ok(())
         }
-        _ => bail!("replay from {dest} is not supported yet"),
+        Destination::S3 { bucket, prefix } => settle_bucket(bucket, prefix, outcome).await,
     }
+}
+
+/// Each object holding a replayed entry: what it still holds (entries not
+/// selected or not replayable, failed ones as their new entry) goes into a
+/// new object first; then the object is moved under `<prefix>/replayed/`
+/// (copied, then deleted).
+async fn settle_bucket(
+    bucket: &str,
+    prefix: &str,
+    outcome: &[(Stored, Option<DeadLetter>)],
+) -> Result<()> {
+    let client = crate::sdk::s3_client(&super::super::sdk().await?);
+    let by_location: HashMap<&str, &Option<DeadLetter>> = outcome
+        .iter()
+        .map(|(s, new)| (s.location.as_str(), new))
+        .collect();
+    let mut keys: Vec<&str> = outcome
+        .iter()
+        .filter_map(|(s, _)| s.location.strip_prefix(&format!("s3://{bucket}/")))
+        .filter_map(|k| k.rsplit_once('#').map(|(k, _)| k))
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let writer = crate::deadletter::ObjectWriter::new(
+        client.clone(),
+        bucket.to_string(),
+        prefix.to_string(),
+        None,
+        "replay",
+    );
+    for key in keys {
+        let mut rest = String::new();
+        for (line, e) in super::read_object(&client, bucket, key).await? {
+            match by_location.get(format!("s3://{bucket}/{key}#{line}").as_str()) {
+                Some(None) => {}
+                Some(Some(new)) => rest.push_str(&(serde_json::to_string(new)? + "\n")),
+                None => rest.push_str(&(serde_json::to_string(&e)? + "\n")),
+            }
+        }
+        if !rest.is_empty() {
+            writer.put(rest.into_bytes()).await?;
+        }
+        let moved = match key.strip_prefix(&format!("{prefix}/")) {
+            Some(tail) => format!("{prefix}/replayed/{tail}"),
+            None => format!("{prefix}/replayed/{key}"),
+        };
+        client
+            .copy_object()
+            .bucket(bucket)
+            .copy_source(format!("{bucket}/{key}"))
+            .key(&moved)
+            .send()
+            .await
+            .map_err(|e| tidemark_consumer::error::AwsError::new("CopyObject", &e))?;
+        client
+            .delete_object()
+            .bucket(bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| tidemark_consumer::error::AwsError::new("DeleteObject", &e))?;
+    }
+    Ok(())
 }
 
 /// Rewrites the file without the stored entries, failed ones replaced by
