@@ -1,6 +1,7 @@
 //! `tidemark dead-letters`: read the dead-letter destination (`list`,
 //! `stats`, `show`) from any of its kinds: a JSON-lines file, an SQS queue,
-//! a DynamoDB table, or gzip JSON-lines objects in S3.
+//! a DynamoDB table, or gzip JSON-lines objects in S3; and `replay` it
+//! through the current config (`replay.rs`).
 //!
 //! Reading never removes an entry. On SQS, reading receives every message
 //! (invisible to other readers meanwhile, for at most
