@@ -60,19 +60,20 @@ fn a_dry_run_changes_nothing_and_says_what_would_happen() {
         .arg(&path)
         .arg("--config")
         .arg(config)
-        .env("TIDEMARK__EVENT__ENTITY_FIELD", "device")
-        .env("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
+        // The fix (the events key their entity as `device`), and an AWS
+        // that refuses every connection: a dry run needs none.
+        .envs([
+            ("TIDEMARK__EVENT__ENTITY_FIELD", "device"),
+            ("AWS_ENDPOINT_URL", "http://127.0.0.1:9"),
+            ("AWS_REGION", "us-east-1"),
+            ("AWS_ACCESS_KEY_ID", "test"),
+            ("AWS_SECRET_ACCESS_KEY", "test"),
+        ])
         .env_remove("TIDEMARK_CONFIG")
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
     let planned: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(planned.len(), 2);
     assert_eq!(planned[0]["outcome"], "store", "{planned:?}");

@@ -61,18 +61,22 @@ fn entries() -> Vec<DeadLetter> {
     ]
 }
 
-fn tidemark(stack: &LocalStack, args: &[&str]) -> String {
-    let out = Command::new(BIN)
-        .args(args)
-        .env("AWS_ENDPOINT_URL_DYNAMODB", &stack.dynamodb_url)
+/// The binary with the local stack's endpoints and no config.
+fn command(stack: &LocalStack) -> Command {
+    let mut c = Command::new(BIN);
+    c.env("AWS_ENDPOINT_URL_DYNAMODB", &stack.dynamodb_url)
+        .env("AWS_ENDPOINT_URL_KINESIS", &stack.kinesis_url)
         .env("AWS_ENDPOINT_URL_SQS", &stack.sqs_url)
         .env("AWS_ENDPOINT_URL_S3", stack.s3_url())
         .env("AWS_REGION", "us-east-1")
         .env("AWS_ACCESS_KEY_ID", "test")
         .env("AWS_SECRET_ACCESS_KEY", "test")
-        .env_remove("TIDEMARK_CONFIG")
-        .output()
-        .unwrap();
+        .env_remove("TIDEMARK_CONFIG");
+    c
+}
+
+fn tidemark(stack: &LocalStack, args: &[&str]) -> String {
+    let out = command(stack).args(args).output().unwrap();
     assert!(
         out.status.success(),
         "tidemark {args:?}: {}",
@@ -301,21 +305,13 @@ fn replay_cmd(
 ) -> (bool, String) {
     let config =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../localstack/tidemark.toml");
-    let mut c = Command::new(BIN);
+    let mut c = command(stack);
     c.arg("dead-letters")
         .args(args)
         .arg("--config")
         .arg(config)
-        .env("AWS_ENDPOINT_URL_DYNAMODB", &stack.dynamodb_url)
-        .env("AWS_ENDPOINT_URL_KINESIS", &stack.kinesis_url)
-        .env("AWS_ENDPOINT_URL_SQS", &stack.sqs_url)
-        .env("AWS_ENDPOINT_URL_S3", stack.s3_url())
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
         .env("TIDEMARK__SCHEMA__TABLE_PREFIX", prefix)
-        .env("TIDEMARK__MAINTENANCE__ENABLED", "false")
-        .env_remove("TIDEMARK_CONFIG");
+        .env("TIDEMARK__MAINTENANCE__ENABLED", "false");
     for (k, v) in extra {
         c.env(k, v);
     }
@@ -372,6 +368,22 @@ async fn tables(ddb: &aws_sdk_dynamodb::Client, prefix: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// What `list` reads from `from` (and releases at once, on SQS): entries
+/// standing for the rows, of which only the count and the reasons are
+/// compared.
+fn listed(stack: &LocalStack, from: &[&str]) -> Vec<DeadLetter> {
+    let mut args = vec!["dead-letters", "list", "-o", "json"];
+    args.extend(from);
+    let rows: Vec<Value> = serde_json::from_str(&tidemark(stack, &args)).unwrap();
+    rows.iter()
+        .map(|r| {
+            let mut e = poison()[0].clone();
+            e.reason = serde_json::from_value(r["reason"].clone()).unwrap();
+            e
+        })
+        .collect()
 }
 
 /// Items in every table named `<prefix>_...`.
@@ -516,30 +528,9 @@ async fn replay_from_sqs_after_a_config_fix_stores_each_event_once() {
         .write(&poison())
         .await
         .unwrap();
-    // What is in the queue, as `list` reads it (and releases at once):
-    // only the count and the reasons are compared.
-    let read = || async {
-        let out = tidemark(
-            &stack,
-            &[
-                "dead-letters",
-                "list",
-                "-o",
-                "json",
-                "--from-queue-url",
-                &url,
-            ],
-        );
-        let rows: Vec<Value> = serde_json::from_str(&out).unwrap();
-        rows.iter()
-            .map(|r| {
-                let mut e = poison()[0].clone();
-                e.reason = serde_json::from_value(r["reason"].clone()).unwrap();
-                e
-            })
-            .collect::<Vec<DeadLetter>>()
-    };
-    replay_after_a_fix(&stack, &["--from-queue-url", &url], read).await;
+    let from = ["--from-queue-url", url.as_str()];
+    let read = || async { listed(&stack, &from) };
+    replay_after_a_fix(&stack, &from, read).await;
     sqs.delete_queue().queue_url(&url).send().await.unwrap();
 }
 
@@ -560,35 +551,9 @@ async fn replay_from_s3_after_a_config_fix_stores_each_event_once() {
     .write(&poison())
     .await
     .unwrap();
-    let read = || async {
-        let out = tidemark(
-            &stack,
-            &[
-                "dead-letters",
-                "list",
-                "-o",
-                "json",
-                "--from-bucket",
-                &bucket,
-                "--from-prefix",
-                "dl",
-            ],
-        );
-        let rows: Vec<Value> = serde_json::from_str(&out).unwrap();
-        rows.iter()
-            .map(|r| {
-                let mut e = poison()[0].clone();
-                e.reason = serde_json::from_value(r["reason"].clone()).unwrap();
-                e
-            })
-            .collect::<Vec<DeadLetter>>()
-    };
-    replay_after_a_fix(
-        &stack,
-        &["--from-bucket", &bucket, "--from-prefix", "dl"],
-        read,
-    )
-    .await;
+    let from = ["--from-bucket", bucket.as_str(), "--from-prefix", "dl"];
+    let read = || async { listed(&stack, &from) };
+    replay_after_a_fix(&stack, &from, read).await;
     // The replayed objects are kept, moved under `replayed/`.
     let mut moved = 0;
     let mut pages = s3
