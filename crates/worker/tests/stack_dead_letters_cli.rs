@@ -3,7 +3,10 @@
 //! DynamoDB and S3 sinks are all listed, filtered and counted, `show`
 //! decodes a payload (also one an SQS entry keeps in S3 through
 //! `payload_s3`), objects under `replayed/` are skipped, and listing an SQS
-//! queue deletes nothing.
+//! queue deletes nothing. `replay` from each destination: a dry run changes
+//! nothing; after a config fix every replayable entry is stored once and
+//! removed, the bad one stays with its reason, and a second run stores
+//! nothing new.
 //!
 //! Lives in this crate to name the built binary (`CARGO_BIN_EXE_tidemark`).
 //! Ignored unless the crate's `stack` feature is on.
