@@ -83,8 +83,7 @@ enum Action {
     },
     /// Re-route the entries through the current config and store them;
     /// each is removed from the destination once its event is stored, one
-    /// that fails again stays with its new reason (file and DynamoDB
-    /// destinations).
+    /// that fails again stays with its new reason. Exit 1 when some stay.
     Replay {
         #[command(flatten)]
         filter: Filter,
