@@ -119,7 +119,7 @@ enum Command {
     /// replay them through the current config.
     #[command(
         name = "dead-letters",
-        after_help = "Examples:\n  tidemark dead-letters list --config localstack/tidemark.toml --reason missing_field --since 1h\n  tidemark dead-letters stats --config localstack/tidemark.toml -o json\n  tidemark dead-letters show ID --from-file dead-letters.jsonl\n  tidemark dead-letters replay --config tidemark.toml --reason missing_field --dry-run\n\nOn SQS, reading hides the messages from other readers while it reads (at most 30 s)\nand never deletes them."
+        after_help = "Examples:\n  tidemark dead-letters list --config localstack/tidemark.toml --reason missing_field --since 1h\n  tidemark dead-letters stats --config localstack/tidemark.toml -o json\n  tidemark dead-letters show ID --from-file dead-letters.jsonl\n  tidemark dead-letters replay --config tidemark.toml --reason missing_field --dry-run\n\nOn SQS, list, stats and show hide the messages from other readers while they read\n(at most 30 s) and never delete them."
     )]
     DeadLetters(cmd::dead_letters::Args),
     /// Print shell completions (bash, zsh, fish, elvish, powershell).
