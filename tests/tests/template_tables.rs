@@ -72,3 +72,64 @@ fn lease_and_coordinator_tables_are_keyed_on_lease_key() {
         );
     }
 }
+
+/// The `Default` of the template parameter `name` (one-line or block form).
+fn parameter_default(template: &str, name: &str) -> String {
+    let header = format!("  {name}:");
+    let mut lines = template
+        .lines()
+        .skip_while(|l| !l.starts_with(&header))
+        .peekable();
+    let first = lines
+        .next()
+        .unwrap_or_else(|| panic!("parameter {name} not found"));
+    let value_after = |l: &str| -> Option<String> {
+        let at = l.find("Default:")? + "Default:".len();
+        Some(
+            l[at..]
+                .split([',', '}'])
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .trim_matches('"')
+                .to_owned(),
+        )
+    };
+    if let Some(v) = value_after(first) {
+        return v;
+    }
+    lines
+        .take_while(|l| l.starts_with("    "))
+        .find_map(value_after)
+        .unwrap_or_else(|| panic!("parameter {name} has no Default"))
+}
+
+/// The template's cost defaults are what `tidemark plan` recommends for the
+/// documented worked example (docs/keys-and-tables.md: 600 events/s of
+/// 180 bytes with peaks of 900/s): provisioned billing with table auto
+/// scaling of the current table's writes, history tables in
+/// standard-infrequent-access.
+#[test]
+fn cost_defaults_follow_the_planners_choice_for_the_documented_load() {
+    use tidemark_schema::sizing::{HistoryClass, SizingInput, WriteSetup, recommend};
+    let plan = recommend(&SizingInput::new(600.0, 900.0, 180)).unwrap();
+    let choice = &plan.pricing.choice;
+    assert_eq!(
+        choice.setup,
+        WriteSetup::ProvisionedAutoscaled,
+        "{choice:?}"
+    );
+    assert_eq!(
+        choice.history_class,
+        HistoryClass::StandardInfrequentAccess,
+        "{choice:?}"
+    );
+    let path = tidemark_tests::repo_root().join("deploy/cloudformation/tidemark.yaml");
+    let t = std::fs::read_to_string(path).unwrap();
+    assert_eq!(parameter_default(&t, "BillingMode"), "provisioned");
+    assert_ne!(parameter_default(&t, "ActiveWriteScalingMin"), "0");
+    assert_eq!(
+        parameter_default(&t, "HistoryTableClass"),
+        "standard_infrequent_access"
+    );
+}
