@@ -121,6 +121,26 @@ const OPERATOR_ONLY: &[(&str, &str, &str)] = &[
         "sqs:GetQueueAttributes",
         "`tidemark config check --environment` checks the queue from an operator's shell",
     ),
+    (
+        "crates/worker/src/cli/cmd/dead_letters.rs",
+        "s3:ListObjectsV2",
+        "`tidemark dead-letters` lists dead-letter objects from an operator's shell",
+    ),
+    (
+        "crates/worker/src/cli/cmd/dead_letters.rs",
+        "s3:GetObject",
+        "`tidemark dead-letters` reads dead-letter objects from an operator's shell",
+    ),
+    (
+        "crates/worker/src/cli/cmd/dead_letters/replay.rs",
+        "s3:CopyObject",
+        "`tidemark dead-letters replay` moves replayed objects under replayed/ from an operator's shell",
+    ),
+    (
+        "crates/worker/src/cli/cmd/dead_letters/replay.rs",
+        "s3:DeleteObject",
+        "`tidemark dead-letters replay` moves replayed objects under replayed/ from an operator's shell",
+    ),
 ];
 
 /// (file, method name, why it is not an SDK call): zero-argument calls that

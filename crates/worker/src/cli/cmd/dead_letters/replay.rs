@@ -361,7 +361,7 @@ async fn settle_bucket(
     prefix: &str,
     outcome: &[(Stored, Option<DeadLetter>)],
 ) -> Result<()> {
-    let client = crate::sdk::s3_client(&super::super::sdk().await?);
+    let client: aws_sdk_s3::Client = crate::sdk::s3_client(&super::super::sdk().await?);
     let by_location: HashMap<&str, &Option<DeadLetter>> = outcome
         .iter()
         .map(|(s, new)| (s.location.as_str(), new))
