@@ -29,8 +29,10 @@ use crate::wire::WireItem;
 mod config;
 mod error;
 mod item;
+pub mod oversize;
 
 pub use config::{ItemAttributes, RouterConfig, RouterConfigError};
+pub use oversize::{Offload, Oversize, OversizeS3};
 pub use error::RouteError;
 
 use item::{ItemLayout, Prepared};
@@ -49,6 +51,9 @@ pub struct Routed {
     pub wcu: u64,
     /// Event time, epoch milliseconds.
     pub timestamp_ms: i64,
+    /// For a pointer item (`oversize = "s3"`): the object the event's
+    /// payload must be written to, and confirmed, before the item.
+    pub offload: Option<Offload>,
 }
 
 /// What routing one event gives: its item under the key layout in force and,
@@ -306,6 +311,7 @@ impl Router {
                         wcu: item.wcu(),
                         item,
                         timestamp_ms: p.ev.timestamp_ms,
+                        offload: None,
                     })
                 }
             }
@@ -317,6 +323,7 @@ impl Router {
             wcu: item.wcu(),
             item,
             timestamp_ms: p.ev.timestamp_ms,
+            offload: None,
         };
         Ok(Routes { new, old })
     }
