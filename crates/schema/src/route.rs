@@ -32,8 +32,8 @@ mod item;
 pub mod oversize;
 
 pub use config::{ItemAttributes, RouterConfig, RouterConfigError};
-pub use oversize::{Offload, Oversize, OversizeS3};
 pub use error::RouteError;
+pub use oversize::{Offload, Oversize, OversizeS3};
 
 use item::{ItemLayout, Prepared};
 
@@ -278,9 +278,7 @@ impl Router {
         cache: &mut RouteCache,
     ) -> Result<Routes, RouteError> {
         let p = self.prepare(data, origin, inner, now, cache)?;
-        let item = self
-            .layout
-            .encode(&p, &p.key, data.len(), &self.extractor)?;
+        let (item, offload) = self.layout.encode(&p, &p.key, data, &self.extractor)?;
         let from = match &p.layouts {
             Some(l) => l.get(1),
             None => self.config.migrate_from.as_ref(),
@@ -304,14 +302,14 @@ impl Router {
                     None
                 } else {
                     self.check_key(&key)?;
-                    let item = self.layout.encode(&p, &key, data.len(), &self.extractor)?;
+                    let (item, offload) = self.layout.encode(&p, &key, data, &self.extractor)?;
                     Some(Routed {
                         table: p.table.clone(),
                         key,
                         wcu: item.wcu(),
                         item,
                         timestamp_ms: p.ev.timestamp_ms,
-                        offload: None,
+                        offload,
                     })
                 }
             }
@@ -323,7 +321,7 @@ impl Router {
             wcu: item.wcu(),
             item,
             timestamp_ms: p.ev.timestamp_ms,
-            offload: None,
+            offload,
         };
         Ok(Routes { new, old })
     }

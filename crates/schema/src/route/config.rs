@@ -6,8 +6,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::event::{EventConfig, EventConfigError};
 use super::oversize::{self, Oversize, OversizeS3};
+use crate::event::{EventConfig, EventConfigError};
 use crate::period::{self, Lifecycle, Period, TableNaming};
 use crate::split::{self, AdaptiveSharding};
 use crate::strategy::{Bucket, KeyAttributes, KeyStrategy, ShardMigration, StrategyError};

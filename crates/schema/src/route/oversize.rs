@@ -45,7 +45,8 @@ pub struct OversizeS3 {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kms_key_id: Option<String>,
     /// Top-level payload fields the pointer item may keep, in this order
-    /// (names as stored, after `event.rename`). Unset (the default): every
+    /// (names after
+    /// `event.rename`). Unset (the default): every
     /// top-level field, in the event's order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fields: Option<Vec<String>>,
@@ -211,6 +212,10 @@ mod tests {
         let o = Offload::of(b"abc", &s3);
         assert_eq!(o.url(), format!("s3://b/p/q/sha256/{abc}"));
         assert_eq!(o.bytes, 3);
-        assert_eq!(o, Offload::of(b"abc", &s3), "the same payload, the same key");
+        assert_eq!(
+            o,
+            Offload::of(b"abc", &s3),
+            "the same payload, the same key"
+        );
     }
 }

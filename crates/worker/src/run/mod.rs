@@ -29,6 +29,7 @@ mod background;
 mod data_path;
 pub(crate) mod emf;
 mod error;
+mod offload;
 mod pipeline;
 pub(crate) mod report;
 pub(crate) mod splits;

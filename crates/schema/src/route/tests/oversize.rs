@@ -129,9 +129,7 @@ fn oversize_bytes_is_the_limit_in_dynamodb_bytes() {
         .size();
     let at_limit = event(limit - fixed);
     for r in [&dl, &off] {
-        let whole = r
-            .route_alone(at_limit.as_bytes(), &origin(), now)
-            .unwrap();
+        let whole = r.route_alone(at_limit.as_bytes(), &origin(), now).unwrap();
         assert_eq!(whole.item.size(), limit);
         assert_eq!(whole.offload, None);
     }
@@ -184,18 +182,32 @@ fn the_projection_keeps_the_fields_that_fit_in_order() {
 
 /// While `oversize = "s3"`, the pointer attributes' names are reserved
 /// (a payload field of that name would make a stored item read as a
-/// pointer): refused, or prefixed with `on_clash = "prefix"`.
+/// pointer): prefixed by `on_clash` (the default), like any reserved name.
 #[test]
 fn pointer_attribute_names_are_reserved_with_oversize_s3() {
     let r = offloading(|_| {});
     let now = at("2026-11-22T05:00:00Z");
     for name in POINTER_ATTRIBUTES {
         let data = format!(r#"{{"deviceId":"d","timestamp":1795323600,"{name}":"x"}}"#);
-        let e = r.route_alone(data.as_bytes(), &origin(), now).unwrap_err();
-        assert_eq!(e.reason(), Reason::InvalidField, "{name}: {e}");
-        assert!(router(|_| {})
+        let item = r
             .route_alone(data.as_bytes(), &origin(), now)
-            .is_ok());
+            .unwrap()
+            .item
+            .to_item()
+            .unwrap();
+        assert_eq!(s(&item, name), None, "{name}");
+        assert_eq!(s(&item, &format!("payload_{name}")).as_deref(), Some("x"));
+        let plain = router(|_| {})
+            .route_alone(data.as_bytes(), &origin(), now)
+            .unwrap()
+            .item
+            .to_item()
+            .unwrap();
+        assert_eq!(
+            s(&plain, name).as_deref(),
+            Some("x"),
+            "not reserved by default"
+        );
     }
 }
 
@@ -204,7 +216,10 @@ fn oversize_settings_are_checked() {
     type Edit = fn(&mut RouterConfig);
     let cases: [(Edit, &str); 4] = [
         (|c| c.oversize = Oversize::S3, "schema.oversize_s3"),
-        (|c| c.oversize_bytes = size::MAX_ITEM_BYTES + 1, "schema.oversize_bytes"),
+        (
+            |c| c.oversize_bytes = size::MAX_ITEM_BYTES + 1,
+            "schema.oversize_bytes",
+        ),
         (|c| c.oversize_bytes = 100, "schema.oversize_bytes"),
         (
             |c| {

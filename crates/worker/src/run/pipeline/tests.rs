@@ -488,3 +488,5 @@ async fn tidemark_tests_wait<T>(mut f: impl FnMut() -> Option<T>) -> T {
     }
     panic!("nothing within 10 s");
 }
+
+mod oversize;
