@@ -216,7 +216,10 @@ impl Pipeline {
                 let offloader = self.offloader.clone();
                 async move {
                     let result = match offloader {
-                        Some(o) => o.store(&object, data).await,
+                        Some(o) => o.store(&object, data).await.inspect(|()| {
+                            metrics::counter!(crate::metrics::OVERSIZE_PAYLOAD_BYTES)
+                                .increment(object.bytes as u64);
+                        }),
                         None => Err("no S3 client for oversized events' payloads".to_owned()),
                     };
                     (users, result)
@@ -229,6 +232,8 @@ impl Pipeline {
             .await;
         let mut failed = Vec::new();
         for (users, result) in results {
+            let outcome = if result.is_ok() { "stored" } else { "failed" };
+            metrics::counter!(crate::metrics::OVERSIZE_PAYLOADS, "outcome" => outcome).increment(1);
             let Err(message) = result else { continue };
             for i in users {
                 if let Some(k) = slots.get_mut(i).and_then(Option::take) {
