@@ -148,7 +148,7 @@ pub(super) fn problems(
     s3: Option<&OversizeS3>,
 ) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
-    if oversize_bytes > size::MAX_ITEM_BYTES || oversize_bytes < MIN_OVERSIZE_BYTES {
+    if !(MIN_OVERSIZE_BYTES..=size::MAX_ITEM_BYTES).contains(&oversize_bytes) {
         out.push((
             "oversize_bytes",
             format!(

@@ -51,35 +51,13 @@ fn rig(store: &Arc<FakeStore>) -> (Rig, Arc<Recording>) {
         store: store.clone(),
         calls: Mutex::default(),
     });
-    let sdk = aws_sdk_dynamodb::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .endpoint_url("http://127.0.0.1:1")
-        .credentials_provider(Credentials::new("a", "b", None, None, "test"))
-        .build();
-    let (writer, task) = Writer::builder(
-        aws_sdk_dynamodb::Client::from_conf(sdk),
-        transport.clone(),
-        KeyAttributes::default(),
-    )
-    .config(WriterConfig {
-        linger: Duration::from_millis(1),
-        ..WriterConfig::default()
-    })
-    .start();
-    let memory = Arc::new(Memory::default());
-    let (dead_letters, dl_task) = DeadLetters::start(Arc::new(memory.clone()), None);
-    let now = DateTime::parse_from_rfc3339("2026-11-22T10:00:00Z")
-        .unwrap()
-        .with_timezone(&Utc);
-    let router = Arc::new(Router::new(config()).unwrap());
+    let (pipeline, writer, memory, task, dl_task) = setup_on(config(), transport.clone());
     let offloader = Offloader::new(
         Box::new(store.clone()),
         &WriterConfig::default(),
         Duration::from_secs(30),
     );
-    let pipeline = Pipeline::new(router, writer.clone(), dead_letters, Arc::new(move || now))
-        .with_offloader(Arc::new(offloader));
+    let pipeline = pipeline.with_offloader(Arc::new(offloader));
     ((pipeline, writer, memory, task, dl_task), transport)
 }
 
