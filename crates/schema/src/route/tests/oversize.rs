@@ -235,3 +235,40 @@ fn oversize_settings_are_checked() {
         assert_eq!(e.key_path(), key, "{e}");
     }
 }
+
+/// During a shard migration both items of an oversized event are pointers
+/// to the one object (written once by the pipeline, which dedups by key).
+#[test]
+fn a_migration_writes_two_pointers_to_one_object() {
+    let tb = |shards| KeyStrategy::TimeBucket {
+        shards,
+        bucket: crate::strategy::Bucket::Hour,
+    };
+    let s3 = s3(|_| {});
+    let r = router(|c| {
+        c.oversize = Oversize::S3;
+        c.oversize_s3 = Some(s3);
+        c.key = tb(8);
+        c.migrate_from = Some(tb(4));
+    });
+    let now = at("2026-11-22T05:00:00Z");
+    // Entities until one whose two layouts differ.
+    let routes = (0..100)
+        .map(|i| {
+            let data = event(450_000).replace("d-1", &format!("d-{i}"));
+            r.route(
+                data.as_bytes(),
+                &origin(),
+                0,
+                now,
+                &mut RouteCache::default(),
+            )
+            .unwrap()
+        })
+        .find(|routes| routes.old.is_some())
+        .expect("an entity keyed differently by 4 and 8 shards");
+    let old = routes.old.unwrap();
+    assert_ne!(routes.new.key, old.key);
+    assert!(routes.new.offload.is_some());
+    assert_eq!(routes.new.offload, old.offload);
+}
