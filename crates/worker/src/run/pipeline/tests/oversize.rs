@@ -139,3 +139,45 @@ async fn a_payload_that_cannot_be_written_is_dead_lettered_whole() {
             .any(|(b, _)| b.windows(19).any(|w| w == b"tidemark_payload_s3"))
     );
 }
+
+/// A payload whose PutObject never answers: no record of its batch is
+/// acknowledged (no checkpoint passes it) until `max_retry_time` is spent;
+/// then it is dead-lettered and the batch goes on. Simulated time.
+#[tokio::test(start_paused = true)]
+async fn nothing_is_acked_while_a_payload_is_unwritten() {
+    let store = Arc::new(FakeStore {
+        hang: true,
+        ..FakeStore::default()
+    });
+    let ((pipeline, writer, memory, task, dl_task), _) = rig(&store);
+    let tracker = Arc::new(AckTracker::new());
+    let (tx, rx) = mpsc::channel(1);
+    tx.send(records(&tracker)).await.unwrap();
+    drop(tx);
+    let started = tokio::time::Instant::now();
+    let run = tokio::spawn({
+        let pipeline = pipeline.clone();
+        async move { pipeline.run(rx).await }
+    });
+    // Well inside max_retry_time (30 s): the put is in flight, nothing acked.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert!(*store.puts.lock().unwrap() >= 1);
+    assert_eq!(tracker.checkpoint(), None, "acked before the object");
+    let counts = run.await.unwrap().unwrap();
+    writer.flush().await;
+    tokio::time::timeout(Duration::from_secs(60), tracker.drained())
+        .await
+        .expect("every record is acked");
+    let took = started.elapsed();
+    assert!(took >= Duration::from_secs(25), "{took:?}");
+    assert_eq!((counts.submitted, counts.dead_lettered), (39, 1));
+    assert_eq!(tracker.checkpoint(), Some(Position::new("1039", 0)));
+    drop(pipeline);
+    writer.close();
+    task.await.unwrap().unwrap();
+    dl_task.await.unwrap().unwrap();
+    let dead = memory.0.lock().unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].reason, Reason::PayloadStoreFailed);
+    assert!(dead[0].error.contains("no answer"), "{}", dead[0].error);
+}
