@@ -30,7 +30,9 @@
 //!   or dead-lettered on its own, and its source record acknowledged once
 //!   all of them are; during a shard migration, `schema.migrate_from`, an
 //!   event whose old key differs is written under both, and acknowledged
-//!   once both are stored); `telemetry/`: `/metrics` (Prometheus, every
+//!   once both are stored; an oversized event's pointer item, with
+//!   `schema.oversize = "s3"`, only once `offload.rs` wrote its payload to
+//!   S3); `telemetry/`: `/metrics` (Prometheus, every
 //!   metric described), `/healthz` (503 with the cause while a fatal error
 //!   stops the worker), `/readyz`, the `healthcheck` client, and the
 //!   process's recorder with its typed `MetricsSnapshot`, which `emf.rs`
