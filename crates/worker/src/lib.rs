@@ -61,8 +61,9 @@
 //!   fenced maintenance lease (one maintainer at a time; a stale holder's
 //!   table changes are refused) and its loop, and shard-count migrations.
 //! - [`tools`]: what only the command line uses besides `run`: synthetic
-//!   events (`produce`, with templates), reading events back (`query`),
-//!   checking a manifest against DynamoDB (`verify`, under an adaptive
+//!   events (`produce`, with templates), reading events back (`query`,
+//!   oversized events' payloads fetched from S3 and checked by hash:
+//!   `payloads`), checking a manifest against DynamoDB (`verify`, under an adaptive
 //!   limit that cannot overload the backend).
 //! - [`cli`]: the command line (`cli::main`, which `src/main.rs` calls):
 //!   parses, loads the config, starts logs, dispatches to
