@@ -62,6 +62,52 @@ pub struct StreamSettings {
     pub fan_out_limit: u32,
 }
 
+/// The largest record a stream takes, partition key and data together:
+/// `MaxRecordSizeInKiB`, or the 1 MiB default when the stream does not
+/// report it (kinesis-local, older regions' answers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct MaxRecordSize {
+    /// KiB.
+    pub kib: i32,
+    /// False: the stream did not report the setting; this is the default.
+    pub reported: bool,
+}
+
+impl MaxRecordSize {
+    /// Kinesis's default, KiB (1 MiB).
+    pub const DEFAULT_KIB: i32 = 1024;
+    /// The most `UpdateMaxRecordSize` allows, KiB (10 MiB).
+    pub const MOST_KIB: i32 = 10_240;
+
+    /// From DescribeStreamSummary's `MaxRecordSizeInKiB`, if any.
+    pub fn of(reported: Option<i32>) -> Self {
+        match reported {
+            Some(kib) if kib > 0 => Self {
+                kib,
+                reported: true,
+            },
+            _ => Self {
+                kib: Self::DEFAULT_KIB,
+                reported: false,
+            },
+        }
+    }
+
+    /// In bytes.
+    pub fn bytes(self) -> usize {
+        usize::try_from(self.kib).unwrap_or(0) * 1024
+    }
+
+    /// "1024 KiB", or "1024 KiB (default)" when the stream did not say.
+    pub fn describe(self) -> String {
+        if self.reported {
+            format!("{} KiB", self.kib)
+        } else {
+            format!("{} KiB (default)", self.kib)
+        }
+    }
+}
+
 /// A stream's warm throughput.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct WarmThroughput {
@@ -104,6 +150,11 @@ impl StreamSettings {
     /// True on a stream whose records Kinesis places itself (`AUTO`).
     pub fn auto_distribution(&self) -> bool {
         self.record_distribution.as_deref() == Some("AUTO")
+    }
+
+    /// The largest record the stream takes (the default when not reported).
+    pub fn max_record_size(&self) -> MaxRecordSize {
+        MaxRecordSize::of(self.max_record_size_kib)
     }
 
     /// Whether another enhanced fan-out consumer can be registered; the

@@ -5,7 +5,7 @@ use std::io::Write as _;
 use std::path::PathBuf;
 
 use crate::config::Config;
-use crate::tools::produce::{ProduceSpec, Produced, Target};
+use crate::tools::produce::{KinesisStream, ProduceSpec, Produced, Target};
 use crate::tools::template::Template;
 use anyhow::{Context, Result};
 use chrono::Utc;
@@ -61,7 +61,7 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
     // Produce retries failed calls itself (one budget of 50 attempts); an
     // attempt gets 30 s, as a loaded emulator can take seconds per call.
     let sdk = crate::sdk::single_attempt(&super::sdk().await?, std::time::Duration::from_secs(30));
-    let target = per_kind(
+    let mut target = per_kind(
         &config.source,
         Destination {
             sdk: &sdk,
@@ -85,6 +85,15 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
         hot_factor: args.hot_factor,
         seed: args.seed,
     };
+    if let Target::Kinesis(k) | Target::KinesisAggregated(k, _) = &mut target
+        && let Err(e) = k.read_max_record().await
+    {
+        tracing::warn!(
+            stream = %k.stream,
+            error = %e,
+            "cannot read the stream's MaxRecordSizeInKiB; records are kept to the default 1024 KiB"
+        );
+    }
     let mut manifest = match &args.manifest {
         Some(p) => Some(std::io::BufWriter::new(
             std::fs::File::create(p)
@@ -168,11 +177,14 @@ impl<'c> PerKind<'c> for Destination<'_> {
 
     fn kinesis(self, k: &'c tidemark_consumer::KinesisConfig) -> Result<Target> {
         let k = super::one_stream(k, self.stream)?;
-        let client = aws_sdk_kinesis::Client::new(self.sdk);
+        let stream = KinesisStream::new(
+            aws_sdk_kinesis::Client::new(self.sdk),
+            stream_name(&k.stream),
+        );
         Ok(if self.aggregate > 1 {
-            Target::KinesisAggregated(client, stream_name(&k.stream), self.aggregate)
+            Target::KinesisAggregated(stream, self.aggregate)
         } else {
-            Target::Kinesis(client, stream_name(&k.stream))
+            Target::Kinesis(stream)
         })
     }
 
