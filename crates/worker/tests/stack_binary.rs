@@ -1640,5 +1640,10 @@ async fn produce_sends_a_record_of_the_streams_largest_size_whole() {
             && err.contains("update-max-record-size"),
         "{err}"
     );
-    kinesis.delete_stream().stream_name(&stream).send().await.unwrap();
+    kinesis
+        .delete_stream()
+        .stream_name(&stream)
+        .send()
+        .await
+        .unwrap();
 }

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::operation::put_records::PutRecordsOutput;
+use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -116,6 +116,8 @@ pub struct KinesisStream {
     /// Partition key and data together, at most (the stream's
     /// `MaxRecordSizeInKiB`).
     pub max_record: MaxRecordSize,
+    /// The stream's ARN, once read (for the command that raises the limit).
+    pub arn: Option<String>,
 }
 
 impl KinesisStream {
@@ -126,6 +128,7 @@ impl KinesisStream {
             client,
             stream,
             max_record: MaxRecordSize::of(None),
+            arn: None,
         }
     }
 
@@ -136,6 +139,7 @@ impl KinesisStream {
         match tidemark_consumer::kinesis::stream_settings(&self.client, &self.stream).await {
             Ok(s) => {
                 self.max_record = s.max_record_size();
+                self.arn = Some(s.arn);
                 Ok(())
             }
             Err(e) => Err(e.to_string()),
@@ -163,10 +167,44 @@ impl Target {
     /// bytes, fit in one record; the refusal names the stream's setting and
     /// how to raise it. Always true for a queue (SQS answers for itself).
     pub fn check_event_size(&self, size: usize, key_len: usize) -> Result<(), String> {
-        // Placeholder: nothing is checked yet.
-        let _ = (size, key_len);
-        Ok(())
-}
+        let (k, overhead) = match self {
+            Target::Kinesis(k) => (k, 0),
+            Target::KinesisAggregated(k, _) => (k, AGGREGATE_OVERHEAD + PER_USER_RECORD),
+            Target::Sqs(..) => return Ok(()),
+        };
+        let room = k.max_record.bytes().saturating_sub(key_len + overhead);
+        if size <= room {
+            return Ok(());
+        }
+        let setting = if k.max_record.reported {
+            format!("MaxRecordSizeInKiB = {}", k.max_record.kib)
+        } else {
+            format!(
+                "MaxRecordSizeInKiB not reported, so the default {} KiB",
+                k.max_record.kib
+            )
+        };
+        let raise = if k.max_record.kib < MaxRecordSize::MOST_KIB {
+            format!(
+                "; raise the stream's limit (up to {} KiB) with `aws kinesis update-max-record-size --stream-arn {} --max-record-size-in-ki-b {}`",
+                MaxRecordSize::MOST_KIB,
+                k.arn.as_deref().unwrap_or("<the stream's ARN>"),
+                MaxRecordSize::MOST_KIB
+            )
+        } else {
+            String::new()
+        };
+        Err(format!(
+            "--size {size} does not fit a record of stream {}: its records take at most {} bytes ({setting}), partition key{} included, which leaves {room} bytes for an event{raise}",
+            k.stream,
+            k.max_record.bytes(),
+            if overhead > 0 {
+                " and KPL aggregate framing"
+            } else {
+                ""
+            },
+        ))
+    }
 
     /// Most events per call.
     pub fn batch_size(&self) -> usize {
@@ -231,14 +269,33 @@ pub(crate) struct Produced {
     pub body: Vec<u8>,
 }
 
-/// SendMessageBatch of events (at most 10), retrying refused entries.
+/// SendMessageBatch of events (at most 10), in calls of at most
+/// [`SQS_BATCH_BYTES`].
 async fn send_sqs(
     client: &aws_sdk_sqs::Client,
     queue: &str,
     events: &[Produced],
 ) -> Result<(), String> {
+    for call in calls_of(events.to_vec(), 10, SQS_BATCH_BYTES, |e| e.body.len()) {
+        send_sqs_batch(client, queue, call).await?;
+    }
+    Ok(())
+}
+
+/// Bytes of message bodies `produce` puts in one SendMessageBatch: every
+/// queue takes a batch of 256 KiB (the API's total was 256 KiB before the
+/// 1 MiB messages), so large events (`--size`) never make a batch too long;
+/// a larger message goes alone, within its queue's `MaximumMessageSize`.
+const SQS_BATCH_BYTES: usize = 256 << 10;
+
+/// One SendMessageBatch (at most 10 events), retrying refused entries.
+async fn send_sqs_batch(
+    client: &aws_sdk_sqs::Client,
+    queue: &str,
+    events: Vec<Produced>,
+) -> Result<(), String> {
     let fifo = queue.ends_with(".fifo");
-    until_accepted(events.to_vec(), async |pending: &[Produced]| {
+    until_accepted(events, async |pending: &[Produced]| {
         let entries = pending
             .iter()
             .enumerate()
@@ -365,29 +422,46 @@ const PER_USER_RECORD: usize = 32;
 /// `max_record` bytes (its partition key included), as the KPL does.
 /// An event too large for any aggregate goes alone; [`put_calls`] refuses it.
 fn aggregates(events: &[Produced], n: usize, max_record: usize) -> Vec<(String, Vec<u8>)> {
-    // Placeholder: n per aggregate whatever their size, as before.
-    let _ = max_record;
     let mut records = Vec::new();
-    for chunk in events.chunks(n.max(1)) {
-        let users: Vec<(String, Vec<u8>)> = chunk.iter().map(|e| (e.key.clone(), e.body.clone())).collect();
+    let mut users: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut bytes = 0;
+    let mut flush = |users: &mut Vec<(String, Vec<u8>)>| {
+        // The KPL puts an aggregate under its first user record's key.
         let key = users.first().map(|u| u.0.clone()).unwrap_or_default();
-        records.push((key, tidemark_consumer::kinesis::kpl_aggregate(&users)));
+        records.push((key, tidemark_consumer::kinesis::kpl_aggregate(users)));
+        users.clear();
+    };
+    for e in events {
+        let size = e.key.len() + e.body.len() + PER_USER_RECORD;
+        let key_len = users.first().map_or(e.key.len(), |u| u.0.len());
+        if !users.is_empty()
+            && (users.len() >= n.max(1) || key_len + AGGREGATE_OVERHEAD + bytes + size > max_record)
+        {
+            flush(&mut users);
+            bytes = 0;
+        }
+        bytes += size;
+        users.push((e.key.clone(), e.body.clone()));
+    }
+    if !users.is_empty() {
+        flush(&mut users);
     }
     records
 }
+
+/// A record to put: (partition key, data).
+type KeyedRecord = (String, Vec<u8>);
 
 /// Splits `records` into PutRecords calls of at most 500 records and
 /// [`MAX_PUT_BYTES`] of keys and data (a record larger than that goes
 /// alone). A record over `max_record` bytes (key and data) is refused before
 /// anything is sent: Kinesis would refuse it, and retrying cannot help.
 fn put_calls(
-    records: Vec<(String, Vec<u8>)>,
+    records: Vec<KeyedRecord>,
     max_record: MaxRecordSize,
-) -> Result<Vec<Vec<(String, Vec<u8>)>>, String> {
-    // Placeholder: the record limit is not checked yet.
+) -> Result<Vec<Vec<KeyedRecord>>, String> {
     if let Some((n, (k, d))) = records
         .iter()
-        .filter(|_| false)
         .enumerate()
         .find(|(_, (k, d))| k.len() + d.len() > max_record.bytes())
     {
@@ -400,22 +474,35 @@ fn put_calls(
             max_record.describe()
         ));
     }
+    Ok(calls_of(records, MAX_PUT_RECORDS, MAX_PUT_BYTES, |r| {
+        r.0.len() + r.1.len()
+    }))
+}
+
+/// Splits `items` in order into calls of at most `most` items and
+/// `max_bytes` (by `size`); an item larger than `max_bytes` goes alone.
+fn calls_of<T>(
+    items: Vec<T>,
+    most: usize,
+    max_bytes: usize,
+    size: impl Fn(&T) -> usize,
+) -> Vec<Vec<T>> {
     let mut calls = Vec::new();
-    let mut call: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut call: Vec<T> = Vec::new();
     let mut bytes = 0;
-    for r in records {
-        let size = r.0.len() + r.1.len();
-        if !call.is_empty() && (call.len() == MAX_PUT_RECORDS || bytes + size > MAX_PUT_BYTES) {
+    for item in items {
+        let n = size(&item);
+        if !call.is_empty() && (call.len() >= most || bytes + n > max_bytes) {
             calls.push(std::mem::take(&mut call));
             bytes = 0;
         }
-        bytes += size;
-        call.push(r);
+        bytes += n;
+        call.push(item);
     }
     if !call.is_empty() {
         calls.push(call);
     }
-    Ok(calls)
+    calls
 }
 
 /// The entries of a PutRecords answer to send again: throttled ones and
@@ -424,14 +511,24 @@ fn put_calls(
 /// and the whole send fails with Kinesis's message rather than retrying 50
 /// times.
 fn refused_entries(out: &PutRecordsOutput) -> Result<Vec<usize>, CallFailed> {
-    // Placeholder: every refused entry is sent again, as before.
-    Ok(out
-        .records()
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| r.error_code().is_some())
-        .map(|(i, _)| i)
-        .collect())
+    let mut again = Vec::new();
+    for (i, r) in out.records().iter().enumerate() {
+        match r.error_code() {
+            None => {}
+            Some(
+                "ProvisionedThroughputExceededException"
+                | "InternalFailure"
+                | "KMSThrottlingException",
+            ) => again.push(i),
+            Some(code) => {
+                return Err(CallFailed::Fatal(format!(
+                    "record {i} refused: {code}: {}",
+                    r.error_message().unwrap_or("no message")
+                )));
+            }
+        }
+    }
+    Ok(again)
 }
 
 /// PutRecords of raw `(partition key, data)` records, in calls of at most
@@ -471,16 +568,62 @@ async fn put_kinesis(k: &KinesisStream, records: Vec<(String, Vec<u8>)>) -> Resu
 /// field of `x`s added last, so `produce --size` makes large events that
 /// stay valid JSON. Refused when the event is already too large for it.
 pub(crate) fn pad(body: &mut Vec<u8>, size: usize) -> Result<(), String> {
-    // Placeholder: no padding yet.
-    let _ = (body, size);
+    let Some(close) = body.iter().rposition(|b| *b == b'}') else {
+        return Err("--size pads JSON objects; this event is not one".into());
+    };
+    let empty = body[..close]
+        .iter()
+        .rev()
+        .find(|b| !b.is_ascii_whitespace())
+        == Some(&b'{');
+    let field = if empty {
+        "\"padding\":\""
+    } else {
+        ",\"padding\":\""
+    };
+    let fixed = body.len() + field.len() + 1;
+    let Some(fill) = size.checked_sub(fixed) else {
+        return Err(format!(
+            "--size {size} is smaller than an event with its padding field ({fixed} bytes)"
+        ));
+    };
+    let tail = body.split_off(close);
+    body.reserve(size - body.len());
+    body.extend_from_slice(field.as_bytes());
+    body.resize(body.len() + fill, b'x');
+    body.push(b'"');
+    body.extend_from_slice(&tail);
     Ok(())
 }
 
 /// A byte count as `--size` takes it: `900000`, `900KB`, `900KiB`, `1MiB`,
 /// `1.5MB` (KB and MB are powers of 1000, KiB and MiB of 1024).
 pub fn parse_size(text: &str) -> Result<usize, String> {
-    // Placeholder: plain numbers only.
-    text.parse().map_err(|_| format!("`{text}` is not a size"))
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "kb" | "k" => 1e3,
+        "kib" => 1024.0,
+        "mb" | "m" => 1e6,
+        "mib" => 1024.0 * 1024.0,
+        other => {
+            return Err(format!(
+                "unknown unit `{other}` in size `{text}` (B, KB, KiB, MB or MiB)"
+            ));
+        }
+    };
+    let n: f64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a size (e.g. 900KiB, 1MiB, 500000)"))?;
+    let bytes = (n * scale).round();
+    if !(1.0..=1e12).contains(&bytes) {
+        return Err(format!("size `{text}` is out of range"));
+    }
+    Ok(bytes as usize)
 }
 
 #[cfg(test)]
@@ -592,6 +735,30 @@ mod tests {
     }
 
     #[test]
+    fn sqs_batches_of_large_events_stay_under_256_kib() {
+        let event = |n: usize| Produced {
+            key: "k".into(),
+            id: "i".into(),
+            body: vec![b'x'; n],
+        };
+        // Call sizes (in events) of `n` events of `bytes` each.
+        let split = |n: usize, bytes: usize| -> Vec<usize> {
+            calls_of(
+                (0..n).map(|_| event(bytes)).collect(),
+                10,
+                SQS_BATCH_BYTES,
+                |e| e.body.len(),
+            )
+            .iter()
+            .map(Vec::len)
+            .collect()
+        };
+        assert_eq!(split(10, 100_000), vec![2, 2, 2, 2, 2]);
+        assert_eq!(split(25, 100), vec![10, 10, 5]);
+        assert_eq!(split(2, 300_000), vec![1, 1], "a larger message goes alone");
+    }
+
+    #[test]
     fn a_record_over_the_streams_limit_is_refused_before_any_call() {
         // Partition key and data count together, as Kinesis counts them.
         let mib = MaxRecordSize::of(None);
@@ -661,11 +828,7 @@ mod tests {
             pad(&mut e.body, size).unwrap();
             assert_eq!(e.body.len(), size);
             let mut after: serde_json::Value = serde_json::from_slice(&e.body).unwrap();
-            let padding = after
-                .as_object_mut()
-                .unwrap()
-                .remove("padding")
-                .unwrap();
+            let padding = after.as_object_mut().unwrap().remove("padding").unwrap();
             assert!(padding.as_str().unwrap().bytes().all(|b| b == b'x'));
             assert_eq!(after, before, "the event's own fields are unchanged");
         }

@@ -5,7 +5,7 @@ use std::io::Write as _;
 use std::path::PathBuf;
 
 use crate::config::Config;
-use crate::tools::produce::{KinesisStream, ProduceSpec, Produced, Target};
+use crate::tools::produce::{KinesisStream, ProduceSpec, Produced, Target, pad};
 use crate::tools::template::Template;
 use anyhow::{Context, Result};
 use chrono::Utc;
@@ -55,6 +55,12 @@ pub(crate) struct Args {
     /// `{{int|1|9}}`, `{{time|epoch_micros}}` (docs/event-mapping.md).
     #[arg(long)]
     template: Option<PathBuf>,
+    /// Pad each event's JSON to exactly this size with a `padding` field:
+    /// bytes, or with a unit (900KB, 900KiB, 1MiB). On Kinesis, refused
+    /// above what the stream's records take (`MaxRecordSizeInKiB`, 1 MiB
+    /// unless raised, partition key included).
+    #[arg(long, value_parser = crate::tools::produce::parse_size)]
+    size: Option<usize>,
 }
 
 pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
@@ -94,6 +100,17 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
             "cannot read the stream's MaxRecordSizeInKiB; records are kept to the default 1024 KiB"
         );
     }
+    if let Some(size) = args.size {
+        // The longest partition key the IoT events use; a template's keys
+        // are checked record by record as they are sent.
+        let key_len = match &template {
+            Some(_) => 1,
+            None => format!("device-{:04}", args.devices.max(1) - 1).len(),
+        };
+        target
+            .check_event_size(size, key_len)
+            .map_err(anyhow::Error::msg)?;
+    }
     let mut manifest = match &args.manifest {
         Some(p) => Some(std::io::BufWriter::new(
             std::fs::File::create(p)
@@ -116,12 +133,17 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
         while n < args.count && in_flight.len() < args.concurrency.max(1) {
             let end = (n + batch).min(args.count);
             let now = Utc::now();
-            let events: Vec<Produced> = (n..end)
+            let mut events: Vec<Produced> = (n..end)
                 .map(|i| match &template {
                     Some(t) => t.render(&spec, i, now),
                     None => spec.produced(i, now),
                 })
                 .collect();
+            if let Some(size) = args.size {
+                for e in &mut events {
+                    pad(&mut e.body, size).map_err(anyhow::Error::msg)?;
+                }
+            }
             if let Some(m) = manifest.as_mut() {
                 for e in &events {
                     m.write_all(&e.body)?;
