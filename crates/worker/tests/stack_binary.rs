@@ -1406,6 +1406,14 @@ async fn status_shows_kcl_items_as_such_and_the_streams_settings() {
     assert_eq!(stream["capacity_mode"], "PROVISIONED", "{status}");
     assert_eq!(stream["open_shards"], 4);
     assert_eq!(stream["fan_out_limit"], 20);
+    // kinesis-local does not report MaxRecordSizeInKiB: the default shows,
+    // marked as such.
+    assert_eq!(stream["max_record_size_kib"], Value::Null, "{status}");
+    assert_eq!(
+        stream["max_record_size"],
+        serde_json::json!({"kib": 1024, "reported": false}),
+        "{status}"
+    );
     // The table view names the state and the items too.
     let table = env.output(&["status"]);
     for needle in [
@@ -1413,6 +1421,7 @@ async fn status_shows_kcl_items_as_such_and_the_streams_settings() {
         "Leader (LEADER)",
         "hand-off",
         "PROVISIONED",
+        "max record size 1024 KiB (default)",
     ] {
         assert!(table.contains(needle), "{needle} missing from:\n{table}");
     }

@@ -46,8 +46,12 @@ pub struct StreamSettings {
     pub capacity_mode: Option<String>,
     /// `AUTO` or `USER_PARTITION_KEY`; reported for on-demand streams only.
     pub record_distribution: Option<String>,
-    /// Largest record the stream accepts, KiB (1024 by default, up to 10240).
+    /// Largest record the stream accepts, KiB (1024 by default, up to
+    /// 10240), as reported (absent: not reported).
     pub max_record_size_kib: Option<i32>,
+    /// The limit in force: the reported one, else the documented default.
+    #[serde(skip)]
+    pub max_record_size: MaxRecordSize,
     /// Open shards.
     pub open_shards: i32,
     /// Retention, hours.
@@ -150,11 +154,6 @@ impl StreamSettings {
     /// True on a stream whose records Kinesis places itself (`AUTO`).
     pub fn auto_distribution(&self) -> bool {
         self.record_distribution.as_deref() == Some("AUTO")
-    }
-
-    /// The largest record the stream takes (the default when not reported).
-    pub fn max_record_size(&self) -> MaxRecordSize {
-        MaxRecordSize::of(self.max_record_size_kib)
     }
 
     /// Whether another enhanced fan-out consumer can be registered; the
@@ -275,6 +274,7 @@ pub async fn stream_settings(
             other => other.as_str().to_string(),
         }),
         max_record_size_kib: s.max_record_size_in_kib(),
+        max_record_size: MaxRecordSize::of(s.max_record_size_in_kib()),
         open_shards: s.open_shard_count(),
         retention_hours: s.retention_period_hours(),
         consumer_count: s.consumer_count(),
@@ -381,6 +381,13 @@ mod tests {
         assert_eq!(s.record_distribution.as_deref(), Some("AUTO"));
         assert!(s.auto_distribution());
         assert_eq!(s.max_record_size_kib, Some(10_240));
+        assert_eq!(
+            s.max_record_size,
+            MaxRecordSize {
+                kib: 10_240,
+                reported: true
+            }
+        );
         assert_eq!(s.consumer_count, Some(3));
         assert_eq!(
             s.warm_throughput,

@@ -138,7 +138,7 @@ impl KinesisStream {
     pub async fn read_max_record(&mut self) -> Result<(), String> {
         match tidemark_consumer::kinesis::stream_settings(&self.client, &self.stream).await {
             Ok(s) => {
-                self.max_record = s.max_record_size();
+                self.max_record = s.max_record_size;
                 self.arn = Some(s.arn);
                 Ok(())
             }
