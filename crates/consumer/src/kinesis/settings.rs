@@ -17,7 +17,9 @@
 //!
 //! kinesis-local returns none of `MaxRecordSizeInKiB`,
 //! `RecordDistributionStrategy` and `WarmThroughput`, and no account
-//! settings: absent fields are shown as unknown, never guessed.
+//! settings: absent fields are shown as unknown, never guessed, except the
+//! record size, whose default Kinesis documents (1 MiB): it is shown as
+//! that default, marked as such ([`MaxRecordSize`]).
 
 use aws_sdk_kinesis::types::{
     MinimumThroughputBillingCommitmentOutputStatus as Commitment, RecordDistributionStrategy,
@@ -50,7 +52,6 @@ pub struct StreamSettings {
     /// 10240), as reported (absent: not reported).
     pub max_record_size_kib: Option<i32>,
     /// The limit in force: the reported one, else the documented default.
-    #[serde(skip)]
     pub max_record_size: MaxRecordSize,
     /// Open shards.
     pub open_shards: i32,

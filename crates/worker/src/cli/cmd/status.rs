@@ -552,7 +552,7 @@ fn stream_line(s: &StreamSettings) -> String {
             .unwrap_or_else(|| "capacity mode not reported".into()),
         format!("{} open shards", s.open_shards),
         format!("retention {} h", s.retention_hours),
-        format!("max record size {}", or(s.max_record_size_kib, " KiB")),
+        format!("max record size {}", s.max_record_size.describe()),
     ];
     if let Some(d) = &s.record_distribution {
         parts.push(if s.auto_distribution() {
