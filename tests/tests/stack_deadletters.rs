@@ -549,9 +549,10 @@ async fn sqs_destination_sends_an_entry_too_large_for_the_queue_whole_to_s3() {
 /// the local endpoint). The local Kinesis (kinesis-local) accepts records
 /// up to 1 MiB (1,048,576 bytes with the partition key) unless the stream's
 /// `MaxRecordSizeInKiB` is raised; 900 KB stays under that. 20 records
-/// here (the unoptimized test build of the worker takes about 0.5 s per
-/// 900 KB poison record: the 200 of the sink test above would take
-/// minutes); the sink test covers 200. About 15 s.
+/// here (9 MB): kinesis-local spends about 1 s of CPU per MB put and read
+/// (9 to 12 s for these, while this process spends about 1 s), so the 200
+/// of the sink test above (90 MB) would take minutes; the sink test covers
+/// 200. About 15 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[cfg_attr(
     not(feature = "stack"),
