@@ -156,6 +156,12 @@ pub struct ProduceError {
 }
 
 impl Target {
+    /// `stream` at the default record size (1 MiB): a test's producer.
+    /// `produce` reads the stream's own ([`KinesisStream::read_max_record`]).
+    pub fn kinesis(client: aws_sdk_kinesis::Client, stream: String) -> Self {
+        Target::Kinesis(KinesisStream::new(client, stream))
+    }
+
     fn name(&self) -> String {
         match self {
             Target::Kinesis(k) | Target::KinesisAggregated(k, _) => format!("stream {}", k.stream),
