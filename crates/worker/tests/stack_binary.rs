@@ -1579,21 +1579,10 @@ async fn produce_sends_a_record_of_the_streams_largest_size_whole() {
     let env = setup_with(1, "", |source| source).await;
     let kinesis = env.stack.kinesis();
     let stream = env.prefix.clone();
-    // One device: its key is `device-0000`, 11 bytes.
+    // Ten devices: keys `device-0000` to `device-0009`, 11 bytes.
     let largest = (1usize << 20) - "device-0000".len();
     let manifest = env.dir.join("large.jsonl");
-    let out = env
-        .cmd()
-        .args(["produce", "--count", "1", "--devices", "1", "--quiet"])
-        .args(["--size", &largest.to_string(), "--manifest"])
-        .arg(&manifest)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "produce: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    env.produce_with(&["--size", &largest.to_string()], 1, &manifest);
     let sent = std::fs::read(&manifest).unwrap();
     let sent = sent.strip_suffix(b"\n").unwrap();
     assert_eq!(sent.len(), largest);
@@ -1626,7 +1615,8 @@ async fn produce_sends_a_record_of_the_streams_largest_size_whole() {
         .unwrap();
     let records = records.records();
     assert_eq!(records.len(), 1);
-    assert_eq!(records[0].partition_key(), Some("device-0000"));
+    let key = records[0].partition_key().unwrap();
+    assert!(key.starts_with("device-000") && key.len() == 11, "{key}");
     assert!(
         records[0].data().as_ref() == sent,
         "the record read back is {} bytes, not the {} sent",
@@ -1634,11 +1624,11 @@ async fn produce_sends_a_record_of_the_streams_largest_size_whole() {
         sent.len()
     );
     let event: Value = serde_json::from_slice(records[0].data().as_ref()).unwrap();
-    assert_eq!(event["deviceId"], "device-0000");
+    assert_eq!(event["deviceId"], key);
 
     let refused = env
         .cmd()
-        .args(["produce", "--count", "1", "--devices", "1", "--quiet"])
+        .args(["produce", "--count", "1", "--quiet"])
         .args(["--size", &(largest + 1).to_string()])
         .output()
         .unwrap();
