@@ -38,7 +38,7 @@ pub enum Reason {
     /// so that late data never stalls the worker.
     LateBacklog,
     /// A record (a Kinesis record, an SQS body) holding more events than
-    /// `max_events_per_record`, most likely a decompression bomb: it is
+    /// [`MAX_EVENTS_PER_RECORD`](crate::framing::MAX_EVENTS_PER_RECORD), most likely a decompression bomb: it is
     /// dead-lettered whole, as one entry, instead of event by event.
     TooManyEvents,
 }
