@@ -894,6 +894,62 @@ mod tests {
         assert_eq!(agg.check_event_size(900_000, 11), Ok(()));
     }
 
+    /// The stream's own limit is read (and its ARN, for the command that
+    /// raises it); a stream that cannot be described keeps the default.
+    #[tokio::test]
+    async fn the_streams_record_size_is_read_and_the_default_kept_when_unreadable() {
+        use aws_sdk_kinesis::operation::describe_stream_summary::{
+            DescribeStreamSummaryError, DescribeStreamSummaryOutput,
+        };
+        use aws_sdk_kinesis::types::{StreamDescriptionSummary, StreamStatus};
+        use aws_smithy_mocks::{RuleMode, mock, mock_client};
+        let arn = "arn:aws:kinesis:eu-west-1:123456789012:stream/events";
+        let described =
+            mock!(aws_sdk_kinesis::Client::describe_stream_summary).then_output(move || {
+                let s = StreamDescriptionSummary::builder()
+                    .stream_name("events")
+                    .stream_arn(arn)
+                    .stream_status(StreamStatus::Active)
+                    .retention_period_hours(24)
+                    .stream_creation_timestamp(aws_smithy_types::DateTime::from_secs(1_764_000_000))
+                    .set_enhanced_monitoring(Some(vec![]))
+                    .open_shard_count(1)
+                    .max_record_size_in_kib(10_240)
+                    .build()
+                    .unwrap();
+                DescribeStreamSummaryOutput::builder()
+                    .stream_description_summary(s)
+                    .build()
+            });
+        let mut k = stream(None);
+        k.client = mock_client!(aws_sdk_kinesis, RuleMode::MatchAny, [&described]);
+        k.read_max_record().await.unwrap();
+        assert_eq!(k.max_record, MaxRecordSize::of(Some(10_240)));
+        assert_eq!(k.max_record.bytes(), 10 << 20);
+        let err = Target::Kinesis(k.clone())
+            .check_event_size(11 << 20, 11)
+            .unwrap_err();
+        assert!(err.contains("MaxRecordSizeInKiB = 10240"), "{err}");
+
+        let denied = mock!(aws_sdk_kinesis::Client::describe_stream_summary).then_error(|| {
+            DescribeStreamSummaryError::generic(
+                aws_sdk_kinesis::error::ErrorMetadata::builder()
+                    .code("AccessDeniedException")
+                    .message("not authorized to perform kinesis:DescribeStreamSummary")
+                    .build(),
+            )
+        });
+        let mut k = stream(None);
+        k.client = mock_client!(aws_sdk_kinesis, RuleMode::MatchAny, [&denied]);
+        let why = k.read_max_record().await.unwrap_err();
+        assert!(why.contains("DescribeStreamSummary"), "{why}");
+        assert_eq!(k.max_record, MaxRecordSize::of(None), "the default stays");
+        let err = Target::Kinesis(k)
+            .check_event_size(2 << 20, 11)
+            .unwrap_err();
+        assert!(err.contains("<the stream's ARN>"), "{err}");
+    }
+
     #[test]
     fn aggregates_stay_within_the_record_size_and_keep_every_event() {
         let spec = ProduceSpec {
