@@ -17,6 +17,9 @@
 //! - DynamoDB: [`create_table`], [`put_items`] (capacity-aware), [`scan_items`],
 //!   [`count_items`].
 //! - SQS: [`create_queue`], [`send_messages`], [`queue_counts`].
+//! - [`deadletters`]: dead-letter destinations made, read and removed
+//!   (buckets and their gzip JSON-lines objects, queues of a message size,
+//!   tables by prefix).
 //! - The limits proxy in-process: [`start_limits_proxy`], [`LimitsProxy`].
 //! - A counting HTTP forward proxy (`HTTP_PROXY` tests):
 //!   [`forward_proxy::start_forward_proxy`].
@@ -44,6 +47,7 @@ use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
 
+pub mod deadletters;
 pub mod fault_proxy;
 pub mod forward_proxy;
 pub mod kcl;

@@ -15,6 +15,9 @@ use std::collections::BTreeMap;
 
 use chrono::Utc;
 use tidemark_schema::{Origin, Reason};
+use tidemark_tests::deadletters::{
+    drop_tables, keys, new_bucket, object, objects, queue_of_size, remove_bucket,
+};
 use tidemark_tests::{TableCapacity, unique_name};
 use tidemark_worker::deadletter::{DeadLetter, DeadLetterSink, DynamoDbSink, SqsSink};
 
@@ -86,14 +89,7 @@ fn check(written: &[DeadLetter], read: Vec<DeadLetter>) {
 async fn sqs_destination_keeps_every_entry() {
     let stack = tidemark_tests::stack().await;
     let sqs = stack.sqs();
-    let url = sqs
-        .create_queue()
-        .queue_name(unique_name("dlq"))
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
+    let url = tidemark_tests::create_queue(&sqs, "dlq", false).await;
     let written = entries();
     SqsSink::new(sqs.clone(), url.clone())
         .write(&written)
@@ -120,6 +116,7 @@ async fn sqs_destination_keeps_every_entry() {
         }
     }
     check(&written, read);
+    sqs.delete_queue().queue_url(&url).send().await.unwrap();
 }
 
 #[tokio::test]
@@ -153,6 +150,7 @@ async fn dynamodb_destination_keeps_every_entry() {
         })
         .collect();
     check(&written, read);
+    ddb.delete_table().table_name(&table).send().await.unwrap();
 }
 
 #[tokio::test]
@@ -229,6 +227,7 @@ async fn sqs_fifo_keeps_same_bytes_from_two_records_and_splits_large_batches() {
         "same bytes, two records, two entries"
     );
     assert!(read.iter().all(|e| !e.payload_truncated));
+    sqs.delete_queue().queue_url(&url).send().await.unwrap();
 }
 
 /// A queue's own `MaximumMessageSize` (1 MiB, the default of new queues)
@@ -241,18 +240,9 @@ async fn sqs_fifo_keeps_same_bytes_from_two_records_and_splits_large_batches() {
     ignore = "needs the local AWS stack (scripts/test runs it)"
 )]
 async fn sqs_destination_sized_to_the_queue_keeps_a_700_kb_entry_whole() {
-    use aws_sdk_sqs::types::QueueAttributeName;
     let stack = tidemark_tests::stack().await;
     let sqs = stack.sqs();
-    let url = sqs
-        .create_queue()
-        .queue_name(unique_name("dlq-1mib"))
-        .attributes(QueueAttributeName::MaximumMessageSize, "1048576")
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
+    let url = queue_of_size(&sqs, "dlq-1mib", 1_048_576).await;
     let payload: Vec<u8> = (0..700_000u32).map(|i| b'a' + (i % 26) as u8).collect();
     let written = vec![DeadLetter::new(
         Origin::Kinesis {
@@ -283,78 +273,6 @@ async fn sqs_destination_sized_to_the_queue_keeps_a_700_kb_entry_whole() {
     sqs.delete_queue().queue_url(&url).send().await.unwrap();
 }
 
-/// Every object under `prefix` in `bucket`, as (key, its entries).
-async fn objects(
-    s3: &aws_sdk_s3::Client,
-    bucket: &str,
-    prefix: &str,
-) -> Vec<(String, Vec<DeadLetter>)> {
-    let mut out = Vec::new();
-    for key in keys(s3, bucket, prefix).await {
-        let entries = object(s3, bucket, &key).await;
-        out.push((key, entries));
-    }
-    out
-}
-
-/// The keys under `prefix` in `bucket`.
-async fn keys(s3: &aws_sdk_s3::Client, bucket: &str, prefix: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut pages = s3
-        .list_objects_v2()
-        .bucket(bucket)
-        .prefix(prefix)
-        .into_paginator()
-        .send();
-    while let Some(page) = pages.next().await {
-        out.extend(
-            page.unwrap()
-                .contents()
-                .iter()
-                .filter_map(|o| o.key().map(str::to_string)),
-        );
-    }
-    out
-}
-
-/// The entries of one gzip JSON-lines object.
-async fn object(s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Vec<DeadLetter> {
-    use std::io::Read as _;
-    let body = s3
-        .get_object()
-        .bucket(bucket)
-        .key(key)
-        .send()
-        .await
-        .unwrap();
-    let gz = body.body.collect().await.unwrap().into_bytes();
-    let mut text = String::new();
-    flate2::read::GzDecoder::new(&gz[..])
-        .read_to_string(&mut text)
-        .unwrap();
-    text.lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-async fn bucket(s3: &aws_sdk_s3::Client) -> String {
-    let name = unique_name("dl").to_ascii_lowercase().replace('_', "-");
-    s3.create_bucket().bucket(&name).send().await.unwrap();
-    name
-}
-
-async fn remove_bucket(s3: &aws_sdk_s3::Client, bucket: &str) {
-    for (key, _) in objects(s3, bucket, "").await {
-        s3.delete_object()
-            .bucket(bucket)
-            .key(key)
-            .send()
-            .await
-            .unwrap();
-    }
-    s3.delete_bucket().bucket(bucket).send().await.unwrap();
-}
-
 /// `n`'s payload: `size` bytes, different for every entry.
 fn payload(n: u32, size: usize) -> Vec<u8> {
     (0..size)
@@ -376,7 +294,7 @@ async fn s3_destination_keeps_200_entries_of_1_kb_to_900_kb_whole() {
     use tidemark_worker::deadletter::{ObjectWriter, S3Sink};
     let stack = tidemark_tests::stack().await;
     let s3 = stack.s3();
-    let bucket = bucket(&s3).await;
+    let bucket = new_bucket(&s3).await;
     let sink = S3Sink::new(
         ObjectWriter::new(s3.clone(), bucket.clone(), "dl".into(), None, "worker-1"),
         8 * 1024 * 1024,
@@ -451,20 +369,11 @@ async fn s3_destination_keeps_200_entries_of_1_kb_to_900_kb_whole() {
     ignore = "needs the local AWS stack (scripts/test runs it)"
 )]
 async fn sqs_destination_sends_an_entry_too_large_for_the_queue_whole_to_s3() {
-    use aws_sdk_sqs::types::QueueAttributeName;
     use tidemark_worker::deadletter::ObjectWriter;
     let stack = tidemark_tests::stack().await;
     let (sqs, s3) = (stack.sqs(), stack.s3());
-    let bucket = bucket(&s3).await;
-    let url = sqs
-        .create_queue()
-        .queue_name(unique_name("dlq-64k"))
-        .attributes(QueueAttributeName::MaximumMessageSize, "65536")
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
+    let bucket = new_bucket(&s3).await;
+    let url = queue_of_size(&sqs, "dlq-64k", 65_536).await;
     let big = payload(7, 700_000);
     let written = vec![
         DeadLetter::new(
@@ -549,9 +458,10 @@ async fn sqs_destination_sends_an_entry_too_large_for_the_queue_whole_to_s3() {
 /// the local endpoint). The local Kinesis (kinesis-local) accepts records
 /// up to 1 MiB (1,048,576 bytes with the partition key) unless the stream's
 /// `MaxRecordSizeInKiB` is raised; 900 KB stays under that. 20 records
-/// here (the unoptimized test build of the worker takes about 0.5 s per
-/// 900 KB poison record: the 200 of the sink test above would take
-/// minutes); the sink test covers 200. About 15 s.
+/// here (9 MB): kinesis-local spends about 1 s of CPU per MB put and read
+/// (9 to 12 s for these, while this process spends about 1 s), so the 200
+/// of the sink test above (90 MB) would take minutes; the sink test covers
+/// 200. About 15 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[cfg_attr(
     not(feature = "stack"),
@@ -561,7 +471,7 @@ async fn poison_records_of_1_kb_to_900_kb_are_each_found_whole_in_s3() {
     use tidemark_tests::worker::{Running, config, kinesis_source, sdk, test_toml};
     let stack = tidemark_tests::stack().await;
     let (s3, kinesis) = (stack.s3(), stack.kinesis());
-    let bucket = bucket(&s3).await;
+    let bucket = new_bucket(&s3).await;
     let name = unique_name("dl-s3");
     let dir = std::env::temp_dir().join(&name);
     let dead = dir.join("dead.jsonl");
@@ -640,4 +550,8 @@ async fn poison_records_of_1_kb_to_900_kb_are_each_found_whole_in_s3() {
         .await
         .unwrap();
     remove_bucket(&s3, &bucket).await;
+    // The worker's lease, coordinator and period tables.
+    let ddb = stack.dynamodb();
+    drop_tables(&ddb, &format!("{name}-")).await;
+    drop_tables(&ddb, &format!("{name}_")).await;
 }

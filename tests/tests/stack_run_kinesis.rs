@@ -40,7 +40,7 @@ async fn run_stopped_mid_stream_then_restarted_loses_and_duplicates_nothing() {
 
     // The producer keeps writing (paced) while the first run is stopped, so
     // the stop really falls mid-stream.
-    let target = Target::Kinesis(stack.kinesis(), name.clone());
+    let target = Target::kinesis(stack.kinesis(), name.clone());
     let spec = ProduceSpec {
         devices: 20,
         count: EVENTS,

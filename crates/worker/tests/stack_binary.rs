@@ -1406,6 +1406,14 @@ async fn status_shows_kcl_items_as_such_and_the_streams_settings() {
     assert_eq!(stream["capacity_mode"], "PROVISIONED", "{status}");
     assert_eq!(stream["open_shards"], 4);
     assert_eq!(stream["fan_out_limit"], 20);
+    // kinesis-local does not report MaxRecordSizeInKiB: the default shows,
+    // marked as such.
+    assert_eq!(stream["max_record_size_kib"], Value::Null, "{status}");
+    assert_eq!(
+        stream["max_record_size"],
+        serde_json::json!({"kib": 1024, "reported": false}),
+        "{status}"
+    );
     // The table view names the state and the items too.
     let table = env.output(&["status"]);
     for needle in [
@@ -1413,6 +1421,7 @@ async fn status_shows_kcl_items_as_such_and_the_streams_settings() {
         "Leader (LEADER)",
         "hand-off",
         "PROVISIONED",
+        "max record size 1024 KiB (default)",
     ] {
         assert!(table.contains(needle), "{needle} missing from:\n{table}");
     }
@@ -1551,4 +1560,89 @@ async fn status_shows_a_checkpoint_held_back_by_a_slow_table_as_a_growing_checkp
     );
     let text = env.output(&["status"]);
     assert!(text.contains("max checkpoint lag"), "{text}");
+}
+
+/// `produce --size` sends a record as large as the stream takes: 1 MiB,
+/// partition key included, at the default `MaxRecordSizeInKiB` (which
+/// kinesis-local does not report). kinesis-local itself accepts up to
+/// 1 MiB of data whatever the key (measured: 1,048,576 bytes of data under
+/// an 11-byte key in, 1,048,577 refused as InvalidArgumentException); AWS
+/// counts the key too, so produce keeps to 1 MiB minus the key. The record
+/// is read back whole, byte for byte as the manifest has it; a byte more
+/// is refused before anything is sent, naming the setting.
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(
+    not(feature = "stack"),
+    ignore = "needs the local AWS stack (scripts/test runs it)"
+)]
+async fn produce_sends_a_record_of_the_streams_largest_size_whole() {
+    let env = setup_with(1, "", |source| source).await;
+    let kinesis = env.stack.kinesis();
+    let stream = env.prefix.clone();
+    // Ten devices: keys `device-0000` to `device-0009`, 11 bytes.
+    let largest = (1usize << 20) - "device-0000".len();
+    let manifest = env.dir.join("large.jsonl");
+    env.produce_with(&["--size", &largest.to_string()], 1, &manifest);
+    let sent = std::fs::read(&manifest).unwrap();
+    let sent = sent.strip_suffix(b"\n").unwrap();
+    assert_eq!(sent.len(), largest);
+
+    let shard = kinesis
+        .list_shards()
+        .stream_name(&stream)
+        .send()
+        .await
+        .unwrap()
+        .shards()[0]
+        .shard_id()
+        .to_string();
+    let iterator = kinesis
+        .get_shard_iterator()
+        .stream_name(&stream)
+        .shard_id(&shard)
+        .shard_iterator_type(aws_sdk_kinesis::types::ShardIteratorType::TrimHorizon)
+        .send()
+        .await
+        .unwrap()
+        .shard_iterator()
+        .unwrap()
+        .to_string();
+    let records = kinesis
+        .get_records()
+        .shard_iterator(iterator)
+        .send()
+        .await
+        .unwrap();
+    let records = records.records();
+    assert_eq!(records.len(), 1);
+    let key = records[0].partition_key().unwrap();
+    assert!(key.starts_with("device-000") && key.len() == 11, "{key}");
+    assert!(
+        records[0].data().as_ref() == sent,
+        "the record read back is {} bytes, not the {} sent",
+        records[0].data().as_ref().len(),
+        sent.len()
+    );
+    let event: Value = serde_json::from_slice(records[0].data().as_ref()).unwrap();
+    assert_eq!(event["deviceId"], key);
+
+    let refused = env
+        .cmd()
+        .args(["produce", "--count", "1", "--quiet"])
+        .args(["--size", &(largest + 1).to_string()])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("MaxRecordSizeInKiB not reported, so the default 1024 KiB")
+            && err.contains("update-max-record-size"),
+        "{err}"
+    );
+    kinesis
+        .delete_stream()
+        .stream_name(&stream)
+        .send()
+        .await
+        .unwrap();
 }

@@ -19,6 +19,9 @@ use std::process::Command;
 use chrono::Utc;
 use serde_json::Value;
 use tidemark_schema::{Origin, Reason};
+use tidemark_tests::deadletters::{
+    drop_tables, keys, new_bucket, queue_of_size, remove_bucket, tables,
+};
 use tidemark_tests::{LocalStack, TableCapacity, unique_name};
 use tidemark_worker::deadletter::{
     DeadLetter, DeadLetterSink, DynamoDbSink, ObjectWriter, S3Sink, SqsSink,
@@ -158,47 +161,16 @@ async fn sqs_dead_letters_are_listed_without_being_deleted() {
     sqs.delete_queue().queue_url(&url).send().await.unwrap();
 }
 
-async fn new_bucket(s3: &aws_sdk_s3::Client) -> String {
-    let bucket = unique_name("dl").to_ascii_lowercase().replace('_', "-");
-    s3.create_bucket().bucket(&bucket).send().await.unwrap();
-    bucket
-}
-
-async fn remove_bucket(s3: &aws_sdk_s3::Client, bucket: &str) {
-    let mut pages = s3.list_objects_v2().bucket(bucket).into_paginator().send();
-    while let Some(page) = pages.next().await {
-        for o in page.unwrap().contents() {
-            let key = o.key().unwrap();
-            s3.delete_object()
-                .bucket(bucket)
-                .key(key)
-                .send()
-                .await
-                .unwrap();
-        }
-    }
-    s3.delete_bucket().bucket(bucket).send().await.unwrap();
-}
-
 #[tokio::test]
 #[cfg_attr(
     not(feature = "stack"),
     ignore = "needs the local AWS stack (scripts/test runs it)"
 )]
 async fn show_reads_the_payload_an_sqs_entry_keeps_in_s3() {
-    use aws_sdk_sqs::types::QueueAttributeName;
     let stack = tidemark_tests::stack().await;
     let (sqs, s3) = (stack.sqs(), stack.s3());
     let bucket = new_bucket(&s3).await;
-    let url = sqs
-        .create_queue()
-        .queue_name(unique_name("dlq-1k"))
-        .attributes(QueueAttributeName::MaximumMessageSize, "1024")
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
+    let url = queue_of_size(&sqs, "dlq-1k", 1024).await;
     // 5 KB of JSON: too large for the queue, so it goes whole to S3.
     let body = format!(r#"{{"device":"d-9","pad":"{}"}}"#, "x".repeat(5_000));
     let big = DeadLetter::new(
@@ -274,19 +246,7 @@ async fn s3_dead_letters_are_listed_and_replayed_objects_skipped() {
         .await
         .unwrap();
     check_destination(&stack, &["--from-bucket", &bucket, "--from-prefix", "dl"]);
-    let mut pages = s3.list_objects_v2().bucket(&bucket).into_paginator().send();
-    while let Some(page) = pages.next().await {
-        for o in page.unwrap().contents() {
-            let key = o.key().unwrap();
-            s3.delete_object()
-                .bucket(&bucket)
-                .key(key)
-                .send()
-                .await
-                .unwrap();
-        }
-    }
-    s3.delete_bucket().bucket(&bucket).send().await.unwrap();
+    remove_bucket(&s3, &bucket).await;
 }
 
 /// `tidemark` with the local stack's demo config, its tables under
@@ -351,19 +311,6 @@ fn poison() -> Vec<DeadLetter> {
     out
 }
 
-/// The tables named `<prefix>_...`.
-async fn tables(ddb: &aws_sdk_dynamodb::Client, prefix: &str) -> Vec<String> {
-    let mut pages = ddb.list_tables().into_paginator().items().send();
-    let mut out = Vec::new();
-    while let Some(t) = pages.next().await {
-        let t = t.unwrap();
-        if t.starts_with(&format!("{prefix}_")) {
-            out.push(t);
-        }
-    }
-    out
-}
-
 /// What `list` reads from `from` (and releases at once, on SQS): entries
 /// standing for the rows, of which only the count and the reasons are
 /// compared.
@@ -383,16 +330,10 @@ fn listed(stack: &LocalStack, from: &[&str]) -> Vec<DeadLetter> {
 /// Items in every table named `<prefix>_...`.
 async fn stored(ddb: &aws_sdk_dynamodb::Client, prefix: &str) -> usize {
     let mut n = 0;
-    for t in tables(ddb, prefix).await {
+    for t in tables(ddb, &format!("{prefix}_")).await {
         n += tidemark_tests::count_items(ddb, &t).await;
     }
     n
-}
-
-async fn drop_tables(ddb: &aws_sdk_dynamodb::Client, prefix: &str) {
-    for t in tables(ddb, prefix).await {
-        ddb.delete_table().table_name(t).send().await.unwrap();
-    }
 }
 
 /// Replay from `from` holding [`poison`]: a dry run changes nothing;
@@ -449,7 +390,7 @@ where
         "a second run stores nothing new"
     );
     assert_eq!(left().await.len(), 1);
-    drop_tables(&ddb, &prefix).await;
+    drop_tables(&ddb, &format!("{prefix}_")).await;
 }
 
 #[tokio::test]
@@ -549,16 +490,7 @@ async fn replay_from_s3_after_a_config_fix_stores_each_event_once() {
     let read = || async { listed(&stack, &from) };
     replay_after_a_fix(&stack, &from, read).await;
     // The replayed objects are kept, moved under `replayed/`.
-    let mut moved = 0;
-    let mut pages = s3
-        .list_objects_v2()
-        .bucket(&bucket)
-        .prefix("dl/replayed/")
-        .into_paginator()
-        .send();
-    while let Some(page) = pages.next().await {
-        moved += page.unwrap().contents().len();
-    }
-    assert!(moved >= 1, "nothing under dl/replayed/");
+    let moved = keys(&s3, &bucket, "dl/replayed/").await;
+    assert!(!moved.is_empty(), "nothing under dl/replayed/");
     remove_bucket(&s3, &bucket).await;
 }

@@ -80,6 +80,6 @@ pub use checkpoint::{AckTracker, CheckpointLag, OutOfOrder, Position, SequenceNu
 pub use config::{InitialPosition, KinesisConfig, LeaseAssignment, ReadMode, StreamEntry};
 /// KPL aggregation, as `tidemark produce --aggregate` writes records.
 pub use kpl::aggregate as kpl_aggregate;
-pub use settings::{AccountMode, StreamSettings, WarmThroughput, stream_settings};
+pub use settings::{AccountMode, MaxRecordSize, StreamSettings, WarmThroughput, stream_settings};
 pub use source::KinesisSource;
 pub use status::{ShardState, ShardStatus, StatusHandle};

@@ -17,7 +17,9 @@
 //!
 //! kinesis-local returns none of `MaxRecordSizeInKiB`,
 //! `RecordDistributionStrategy` and `WarmThroughput`, and no account
-//! settings: absent fields are shown as unknown, never guessed.
+//! settings: absent fields are shown as unknown, never guessed, except the
+//! record size, whose default Kinesis documents (1 MiB): it is shown as
+//! that default, marked as such ([`MaxRecordSize`]).
 
 use aws_sdk_kinesis::types::{
     MinimumThroughputBillingCommitmentOutputStatus as Commitment, RecordDistributionStrategy,
@@ -46,8 +48,11 @@ pub struct StreamSettings {
     pub capacity_mode: Option<String>,
     /// `AUTO` or `USER_PARTITION_KEY`; reported for on-demand streams only.
     pub record_distribution: Option<String>,
-    /// Largest record the stream accepts, KiB (1024 by default, up to 10240).
+    /// Largest record the stream accepts, KiB (1024 by default, up to
+    /// 10240), as reported (absent: not reported).
     pub max_record_size_kib: Option<i32>,
+    /// The limit in force: the reported one, else the documented default.
+    pub max_record_size: MaxRecordSize,
     /// Open shards.
     pub open_shards: i32,
     /// Retention, hours.
@@ -60,6 +65,52 @@ pub struct StreamSettings {
     pub account_mode: AccountMode,
     /// Enhanced fan-out consumers this stream may have.
     pub fan_out_limit: u32,
+}
+
+/// The largest record a stream takes, partition key and data together:
+/// `MaxRecordSizeInKiB`, or the 1 MiB default when the stream does not
+/// report it (kinesis-local, older regions' answers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct MaxRecordSize {
+    /// KiB.
+    pub kib: i32,
+    /// False: the stream did not report the setting; this is the default.
+    pub reported: bool,
+}
+
+impl MaxRecordSize {
+    /// Kinesis's default, KiB (1 MiB).
+    pub const DEFAULT_KIB: i32 = 1024;
+    /// The most `UpdateMaxRecordSize` allows, KiB (10 MiB).
+    pub const MOST_KIB: i32 = 10_240;
+
+    /// From DescribeStreamSummary's `MaxRecordSizeInKiB`, if any.
+    pub fn of(reported: Option<i32>) -> Self {
+        match reported {
+            Some(kib) if kib > 0 => Self {
+                kib,
+                reported: true,
+            },
+            _ => Self {
+                kib: Self::DEFAULT_KIB,
+                reported: false,
+            },
+        }
+    }
+
+    /// In bytes.
+    pub fn bytes(self) -> usize {
+        usize::try_from(self.kib).unwrap_or(0) * 1024
+    }
+
+    /// "1024 KiB", or "1024 KiB (default)" when the stream did not say.
+    pub fn describe(self) -> String {
+        if self.reported {
+            format!("{} KiB", self.kib)
+        } else {
+            format!("{} KiB (default)", self.kib)
+        }
+    }
 }
 
 /// A stream's warm throughput.
@@ -224,6 +275,7 @@ pub async fn stream_settings(
             other => other.as_str().to_string(),
         }),
         max_record_size_kib: s.max_record_size_in_kib(),
+        max_record_size: MaxRecordSize::of(s.max_record_size_in_kib()),
         open_shards: s.open_shard_count(),
         retention_hours: s.retention_period_hours(),
         consumer_count: s.consumer_count(),
@@ -330,6 +382,13 @@ mod tests {
         assert_eq!(s.record_distribution.as_deref(), Some("AUTO"));
         assert!(s.auto_distribution());
         assert_eq!(s.max_record_size_kib, Some(10_240));
+        assert_eq!(
+            s.max_record_size,
+            MaxRecordSize {
+                kib: 10_240,
+                reported: true
+            }
+        );
         assert_eq!(s.consumer_count, Some(3));
         assert_eq!(
             s.warm_throughput,

@@ -5,7 +5,7 @@ use std::io::Write as _;
 use std::path::PathBuf;
 
 use crate::config::Config;
-use crate::tools::produce::{ProduceSpec, Produced, Target};
+use crate::tools::produce::{KinesisStream, ProduceSpec, Produced, Target, pad};
 use crate::tools::template::Template;
 use anyhow::{Context, Result};
 use chrono::Utc;
@@ -55,13 +55,19 @@ pub(crate) struct Args {
     /// `{{int|1|9}}`, `{{time|epoch_micros}}` (docs/event-mapping.md).
     #[arg(long)]
     template: Option<PathBuf>,
+    /// Pad each event's JSON to exactly this size with a `padding` field:
+    /// bytes, or with a unit (900KB, 900KiB, 1MiB). On Kinesis, refused
+    /// above what the stream's records take (`MaxRecordSizeInKiB`, 1 MiB
+    /// unless raised, partition key included).
+    #[arg(long, value_parser = crate::tools::produce::parse_size)]
+    size: Option<usize>,
 }
 
 pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
     // Produce retries failed calls itself (one budget of 50 attempts); an
     // attempt gets 30 s, as a loaded emulator can take seconds per call.
     let sdk = crate::sdk::single_attempt(&super::sdk().await?, std::time::Duration::from_secs(30));
-    let target = per_kind(
+    let mut target = per_kind(
         &config.source,
         Destination {
             sdk: &sdk,
@@ -85,6 +91,26 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
         hot_factor: args.hot_factor,
         seed: args.seed,
     };
+    if let Target::Kinesis(k) | Target::KinesisAggregated(k, _) = &mut target
+        && let Err(e) = k.read_max_record().await
+    {
+        tracing::warn!(
+            stream = %k.stream,
+            error = %e,
+            "cannot read the stream's MaxRecordSizeInKiB; records are kept to the default 1024 KiB"
+        );
+    }
+    if let Some(size) = args.size {
+        // The longest partition key the IoT events use; a template's keys
+        // are checked record by record as they are sent.
+        let key_len = match &template {
+            Some(_) => 1,
+            None => format!("device-{:04}", args.devices.max(1) - 1).len(),
+        };
+        target
+            .check_event_size(size, key_len)
+            .map_err(anyhow::Error::msg)?;
+    }
     let mut manifest = match &args.manifest {
         Some(p) => Some(std::io::BufWriter::new(
             std::fs::File::create(p)
@@ -107,12 +133,17 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
         while n < args.count && in_flight.len() < args.concurrency.max(1) {
             let end = (n + batch).min(args.count);
             let now = Utc::now();
-            let events: Vec<Produced> = (n..end)
+            let mut events: Vec<Produced> = (n..end)
                 .map(|i| match &template {
                     Some(t) => t.render(&spec, i, now),
                     None => spec.produced(i, now),
                 })
                 .collect();
+            if let Some(size) = args.size {
+                for e in &mut events {
+                    pad(&mut e.body, size).map_err(anyhow::Error::msg)?;
+                }
+            }
             if let Some(m) = manifest.as_mut() {
                 for e in &events {
                     m.write_all(&e.body)?;
@@ -168,11 +199,14 @@ impl<'c> PerKind<'c> for Destination<'_> {
 
     fn kinesis(self, k: &'c tidemark_consumer::KinesisConfig) -> Result<Target> {
         let k = super::one_stream(k, self.stream)?;
-        let client = aws_sdk_kinesis::Client::new(self.sdk);
+        let stream = KinesisStream::new(
+            aws_sdk_kinesis::Client::new(self.sdk),
+            stream_name(&k.stream),
+        );
         Ok(if self.aggregate > 1 {
-            Target::KinesisAggregated(client, stream_name(&k.stream), self.aggregate)
+            Target::KinesisAggregated(stream, self.aggregate)
         } else {
-            Target::Kinesis(client, stream_name(&k.stream))
+            Target::Kinesis(stream)
         })
     }
 

@@ -552,7 +552,7 @@ fn stream_line(s: &StreamSettings) -> String {
             .unwrap_or_else(|| "capacity mode not reported".into()),
         format!("{} open shards", s.open_shards),
         format!("retention {} h", s.retention_hours),
-        format!("max record size {}", or(s.max_record_size_kib, " KiB")),
+        format!("max record size {}", s.max_record_size.describe()),
     ];
     if let Some(d) = &s.record_distribution {
         parts.push(if s.auto_distribution() {
@@ -787,4 +787,57 @@ async fn lag_after(
         .await?
         .millis_behind_latest
         .ok_or_else(|| anyhow::anyhow!("no MillisBehindLatest"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tidemark_consumer::kinesis::{AccountMode, MaxRecordSize};
+
+    fn settings(reported_kib: Option<i32>) -> StreamSettings {
+        StreamSettings {
+            stream: "events".into(),
+            arn: "arn:aws:kinesis:us-east-1:123456789012:stream/events".into(),
+            status: "ACTIVE".into(),
+            capacity_mode: Some("PROVISIONED".into()),
+            record_distribution: None,
+            max_record_size_kib: reported_kib,
+            max_record_size: MaxRecordSize::of(reported_kib),
+            open_shards: 4,
+            retention_hours: 24,
+            consumer_count: Some(0),
+            warm_throughput: None,
+            account_mode: AccountMode::NotApplicable,
+            fan_out_limit: 20,
+        }
+    }
+
+    /// kinesis-local (and any answer without `MaxRecordSizeInKiB`) shows
+    /// the documented default, marked as such; a raised stream its own.
+    #[test]
+    fn the_record_size_limit_shows_the_default_when_not_reported() {
+        let line = stream_line(&settings(None));
+        assert!(
+            line.contains("max record size 1024 KiB (default)"),
+            "{line}"
+        );
+        let line = stream_line(&settings(Some(10_240)));
+        assert!(line.contains("max record size 10240 KiB,"), "{line}");
+        assert!(!line.contains("(default)"), "{line}");
+    }
+
+    #[test]
+    fn json_has_the_record_size_limit_in_force() {
+        let json = serde_json::to_value(settings(None)).unwrap();
+        assert_eq!(json["max_record_size_kib"], serde_json::Value::Null);
+        assert_eq!(
+            json["max_record_size"],
+            serde_json::json!({"kib": 1024, "reported": false})
+        );
+        let json = serde_json::to_value(settings(Some(2048))).unwrap();
+        assert_eq!(
+            json["max_record_size"],
+            serde_json::json!({"kib": 2048, "reported": true})
+        );
+    }
 }

@@ -28,12 +28,60 @@ fn dimension(side: Side) -> ScalableDimension {
     }
 }
 
-fn side_of(d: Option<&ScalableDimension>) -> Option<Side> {
-    match d? {
+fn side_of(d: &ScalableDimension) -> Option<Side> {
+    match d {
         ScalableDimension::DynamoDbTableReadCapacityUnits => Some(Side::Read),
         ScalableDimension::DynamoDbTableWriteCapacityUnits => Some(Side::Write),
         _ => None,
     }
+}
+
+/// The table and side of a scalable resource (`table/<name>` and its
+/// dimension); `None` for anything else (a GSI, another service's).
+fn table_side<'a>(resource_id: &'a str, d: &ScalableDimension) -> Option<(&'a str, Side)> {
+    Some((resource_id.strip_prefix("table/")?, side_of(d)?))
+}
+
+/// Every item of a paginated read, or `None` (warned: scaling is left
+/// alone this round) when a page failed.
+fn all<T, E: ProvideErrorMetadata + std::fmt::Debug>(
+    operation: &'static str,
+    items: Vec<Result<T, aws_sdk_applicationautoscaling::error::SdkError<E>>>,
+) -> Option<Vec<T>> {
+    items
+        .into_iter()
+        .collect::<Result<Vec<T>, _>>()
+        .map_err(|e| {
+            warn!(error = %failed(operation, "", &e), "reading table auto scaling failed: left alone this round");
+        })
+        .ok()
+}
+
+/// Every item of a paginated Application Auto Scaling read that is a
+/// table's side, as (table, side, item), or `None` as [`all`] says (a
+/// macro: the SDK's fluent builders share no trait to be generic over).
+macro_rules! table_items {
+    ($request:expr, $operation:literal) => {
+        all(
+            $operation,
+            $request
+                .service_namespace(ServiceNamespace::Dynamodb)
+                .into_paginator()
+                .items()
+                .send()
+                .collect()
+                .await,
+        )
+        .map(|items| {
+            items
+                .into_iter()
+                .filter_map(|i| {
+                    let (table, side) = table_side(i.resource_id(), i.scalable_dimension())?;
+                    Some((table.to_string(), side, i))
+                })
+                .collect::<Vec<_>>()
+        })
+    };
 }
 
 fn resource_id(table: &str) -> String {
@@ -63,86 +111,43 @@ impl TableManager {
     pub(super) async fn scaling(&self) -> Option<BTreeMap<String, Scaling>> {
         let client = self.autoscaling.as_ref()?;
         let mut out: BTreeMap<String, Scaling> = BTreeMap::new();
-        let mut next: Option<String> = None;
-        loop {
-            let page = client
-                .describe_scalable_targets()
-                .service_namespace(ServiceNamespace::Dynamodb)
-                .set_next_token(next.take())
-                .send()
-                .await;
-            let page = match page {
-                Ok(p) => p,
-                Err(e) => {
-                    warn!(error = %failed("DescribeScalableTargets", "", &e), "reading table auto scaling failed: left alone this round");
-                    return None;
-                }
+        let targets = table_items!(
+            client.describe_scalable_targets(),
+            "DescribeScalableTargets"
+        )?;
+        let policies = table_items!(
+            client.describe_scaling_policies(),
+            "DescribeScalingPolicies"
+        )?;
+        for (table, side, t) in targets {
+            let r = Registered {
+                range: ScaleRange {
+                    min: t.min_capacity().max(0) as u64,
+                    max: t.max_capacity().max(0) as u64,
+                    target_utilization: 0,
+                },
+                ours: false,
             };
-            for t in page.scalable_targets() {
-                let (Some(table), Some(side)) = (
-                    t.resource_id().strip_prefix("table/"),
-                    side_of(Some(t.scalable_dimension())),
-                ) else {
-                    continue;
-                };
-                let r = Registered {
-                    range: ScaleRange {
-                        min: t.min_capacity().max(0) as u64,
-                        max: t.max_capacity().max(0) as u64,
-                        target_utilization: 0,
-                    },
-                    ours: false,
-                };
-                let s = out.entry(table.to_string()).or_default();
-                match side {
-                    Side::Read => s.read = Some(r),
-                    Side::Write => s.write = Some(r),
-                }
-            }
-            match page.next_token() {
-                Some(t) => next = Some(t.to_string()),
-                None => break,
+            let s = out.entry(table).or_default();
+            match side {
+                Side::Read => s.read = Some(r),
+                Side::Write => s.write = Some(r),
             }
         }
-        loop {
-            let page = client
-                .describe_scaling_policies()
-                .service_namespace(ServiceNamespace::Dynamodb)
-                .set_next_token(next.take())
-                .send()
-                .await;
-            let page = match page {
-                Ok(p) => p,
-                Err(e) => {
-                    warn!(error = %failed("DescribeScalingPolicies", "", &e), "reading table auto scaling failed: left alone this round");
-                    return None;
-                }
-            };
-            for p in page.scaling_policies() {
-                let (Some(table), Some(side)) = (
-                    p.resource_id().strip_prefix("table/"),
-                    side_of(Some(p.scalable_dimension())),
-                ) else {
-                    continue;
-                };
-                if p.policy_name() != POLICY_NAME {
-                    continue;
-                }
-                let target = p
-                    .target_tracking_scaling_policy_configuration()
-                    .map_or(0.0, |c| c.target_value());
-                let reg = out.get_mut(table).and_then(|s| match side {
-                    Side::Read => s.read.as_mut(),
-                    Side::Write => s.write.as_mut(),
-                });
-                if let Some(r) = reg {
-                    r.ours = true;
-                    r.range.target_utilization = target.round().clamp(0.0, 100.0) as u8;
-                }
+        for (table, side, p) in policies {
+            if p.policy_name() != POLICY_NAME {
+                continue;
             }
-            match page.next_token() {
-                Some(t) => next = Some(t.to_string()),
-                None => break,
+            let target = p
+                .target_tracking_scaling_policy_configuration()
+                .map_or(0.0, |c| c.target_value());
+            let reg = out.get_mut(&table).and_then(|s| match side {
+                Side::Read => s.read.as_mut(),
+                Side::Write => s.write.as_mut(),
+            });
+            if let Some(r) = reg {
+                r.ours = true;
+                r.range.target_utilization = target.round().clamp(0.0, 100.0) as u8;
             }
         }
         Some(out)
@@ -179,23 +184,21 @@ impl TableManager {
             Side::Read => MetricType::DynamoDbReadCapacityUtilization,
             Side::Write => MetricType::DynamoDbWriteCapacityUtilization,
         };
+        // A policy the SDK refuses to build (a required field unset).
+        let invalid = |e: aws_sdk_applicationautoscaling::error::BuildError| TablesError::Scaling {
+            operation: "PutScalingPolicy",
+            table: table.to_string(),
+            message: e.to_string(),
+        };
         let spec = PredefinedMetricSpecification::builder()
             .predefined_metric_type(metric)
             .build()
-            .map_err(|e| TablesError::Scaling {
-                operation: "PutScalingPolicy",
-                table: table.to_string(),
-                message: e.to_string(),
-            })?;
+            .map_err(invalid)?;
         let config = TargetTrackingScalingPolicyConfiguration::builder()
             .predefined_metric_specification(spec)
             .target_value(f64::from(to.target_utilization))
             .build()
-            .map_err(|e| TablesError::Scaling {
-                operation: "PutScalingPolicy",
-                table: table.to_string(),
-                message: e.to_string(),
-            })?;
+            .map_err(invalid)?;
         client
             .put_scaling_policy()
             .policy_name(POLICY_NAME)
