@@ -94,7 +94,8 @@ impl DataPath {
         let router = Arc::new(router);
         let mut hot_keys = None;
         let splits_task = if router.keys_by_splits() {
-            super::splits::first_refresh(&dynamodb, &router).await;
+            let now = super::splits::system_now();
+            super::splits::first_refresh(&dynamodb, &now, &router).await;
             let (requests, rx) = super::splits::requests(&router);
             hot_keys = Some(Arc::new(requests));
             let worker = config
@@ -104,10 +105,12 @@ impl DataPath {
                 .unwrap_or_else(|| crate::config::default_worker_id(&crate::config::process_env()));
             let refresh = super::splits::refresh_task(
                 dynamodb.clone(),
+                now.clone(),
                 router.clone(),
                 tokio_util::sync::CancellationToken::new(),
             );
-            let decide = super::splits::decide_task(dynamodb.clone(), router.clone(), worker, rx);
+            let decide =
+                super::splits::decide_task(dynamodb.clone(), now, router.clone(), worker, rx);
             Some(AbortOnDropHandle::new(tokio::spawn(async move {
                 tokio::join!(refresh, decide);
             })))

@@ -5,6 +5,7 @@
 //! (keying, when a worker knows enough) are `tidemark_schema::split`'s.
 
 use std::collections::BTreeSet;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -113,6 +114,54 @@ pub(crate) async fn record(
     }
 }
 
+/// Where the split records are kept: the period tables, through DynamoDB
+/// (the [`Client`]); a fake in tests, so the decision and refresh tasks run
+/// in simulated time.
+pub(crate) trait SplitStore: Send + Sync + 'static {
+    /// See [`load`].
+    fn load(
+        &self,
+        table: &str,
+        attrs: &KeyAttributes,
+        entity: Option<&str>,
+    ) -> impl Future<Output = Result<Option<TableSplits>, SplitCallError>> + Send;
+    /// See [`record`]: a conditional write, true when this call wrote it.
+    fn record(
+        &self,
+        table: &str,
+        attrs: &KeyAttributes,
+        split: &Split,
+    ) -> impl Future<Output = Result<bool, SplitCallError>> + Send;
+}
+
+impl SplitStore for Client {
+    async fn load(
+        &self,
+        table: &str,
+        attrs: &KeyAttributes,
+        entity: Option<&str>,
+    ) -> Result<Option<TableSplits>, SplitCallError> {
+        load(self, table, attrs, entity).await
+    }
+    async fn record(
+        &self,
+        table: &str,
+        attrs: &KeyAttributes,
+        split: &Split,
+    ) -> Result<bool, SplitCallError> {
+        record(self, table, attrs, split).await
+    }
+}
+
+/// The wall clock the split tasks read (epoch ms): when a split is made and
+/// from when it applies, when a read of the splits started.
+pub(crate) type Now = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+/// [`Now`] from the system clock.
+pub(crate) fn system_now() -> Now {
+    Arc::new(|| Utc::now().timestamp_millis())
+}
+
 /// The tables whose splits a worker keeps current at `now_ms`: those an
 /// event accepted now can target and that still take writes (from the
 /// late-arrival grace back to the future skew ahead).
@@ -140,15 +189,20 @@ pub(crate) fn live_tables_of(c: &tidemark_schema::RouterConfig, now_ms: i64) -> 
 
 /// Reads the splits of `tables` into the router's registry; the tables
 /// that failed are returned.
-async fn refresh(client: &Client, router: &Router, tables: &BTreeSet<String>) -> Vec<String> {
+async fn refresh<S: SplitStore>(
+    store: &S,
+    now: &Now,
+    router: &Router,
+    tables: &BTreeSet<String>,
+) -> Vec<String> {
     let attrs = &router.config().key_attributes;
     let mut failed = Vec::new();
     for table in tables {
         // The time is taken before the read: a split recorded during the
         // read starts after this time plus `learn_delay` whether or not
         // the read saw it.
-        let started = Utc::now().timestamp_millis();
-        match load(client, table, attrs, None).await {
+        let started = now();
+        match store.load(table, attrs, None).await {
             Ok(splits) => {
                 let splits = splits.unwrap_or_default();
                 if let Some(known) = router.splits().get(table) {
@@ -160,7 +214,7 @@ async fn refresh(client: &Client, router: &Router, tables: &BTreeSet<String>) ->
                     }
                 }
                 router.splits().set(table, splits, started);
-                publish_metrics(router);
+                publish_metrics(router, started);
             }
             Err(e) => {
                 warn!(error = %e, "reading the splits failed; events past what is known wait");
@@ -173,14 +227,19 @@ async fn refresh(client: &Client, router: &Router, tables: &BTreeSet<String>) ->
 
 /// Before the first event: the live tables' splits (best effort; events
 /// wait for the refresh task otherwise).
-pub(crate) async fn first_refresh(client: &Client, router: &Router) {
-    let tables = live_tables(router, Utc::now().timestamp_millis());
-    refresh(client, router, &tables).await;
+pub(crate) async fn first_refresh<S: SplitStore>(store: &S, now: &Now, router: &Router) {
+    let tables = live_tables(router, now());
+    refresh(store, now, router, &tables).await;
 }
 
 /// Every `refresh_interval`, the splits of the live tables, and at once
 /// those of tables a router asked for; until `stop`.
-pub(crate) async fn refresh_task(client: Client, router: Arc<Router>, stop: CancellationToken) {
+pub(crate) async fn refresh_task<S: SplitStore>(
+    store: S,
+    now: Now,
+    router: Arc<Router>,
+    stop: CancellationToken,
+) {
     let every = router.config().adaptive_sharding.refresh_interval;
     // Asked-for tables are read within this (an event waits on them).
     let wanted_every = Duration::from_millis(100).min(every);
@@ -191,17 +250,16 @@ pub(crate) async fn refresh_task(client: Client, router: Arc<Router>, stop: Canc
             () = tokio::time::sleep(wanted_every) => {}
         }
         let mut tables = router.splits().take_wanted();
-        let now = tokio::time::Instant::now();
-        if now >= next_full {
-            next_full = now + every;
-            let now_ms = Utc::now().timestamp_millis();
-            let live = live_tables(&router, now_ms);
+        let at = tokio::time::Instant::now();
+        if at >= next_full {
+            next_full = at + every;
+            let live = live_tables(&router, now());
             // Tables no longer live keep what was read last: late events
             // are older than it vouches for.
             tables.extend(live);
         }
         if !tables.is_empty() {
-            for t in refresh(&client, &router, &tables).await {
+            for t in refresh(&store, &now, &router, &tables).await {
                 // Asked for again next time.
                 router.splits().want(&t);
             }
@@ -259,8 +317,9 @@ pub(crate) fn requests(router: &Router) -> (SplitRequests, tokio::sync::mpsc::Re
 /// with the splits this worker knows, and records the next fan-out with a
 /// conditional write, starting `learn_delay` from now. A split another
 /// worker recorded first is learned at the next refresh.
-pub(crate) async fn decide_task(
-    client: Client,
+pub(crate) async fn decide_task<S: SplitStore>(
+    store: S,
+    clock: Now,
     router: Arc<Router>,
     worker: String,
     mut rx: tokio::sync::mpsc::Receiver<Held>,
@@ -280,7 +339,7 @@ pub(crate) async fn decide_task(
         else {
             continue;
         };
-        let now = Utc::now().timestamp_millis();
+        let now = clock();
         let split = Split {
             entity: entity.clone(),
             from_ms: now.saturating_add(learn_ms),
@@ -294,7 +353,7 @@ pub(crate) async fn decide_task(
                 h.accepted_wcu
             ),
         };
-        match record(&client, &h.table, &config.key_attributes, &split).await {
+        match store.record(&h.table, &config.key_attributes, &split).await {
             Ok(written) => {
                 if written {
                     metrics::counter!(crate::metrics::SPLITS_MADE).increment(1);
@@ -342,10 +401,9 @@ fn hottest(
     Some((entity, ts, waiting.first()?.pk().to_owned()))
 }
 
-/// The split metrics of what `router` knows: entities split in the live
-/// tables, and each one's fan-out.
-pub(crate) fn publish_metrics(router: &Router) {
-    let now_ms = Utc::now().timestamp_millis();
+/// The split metrics of what `router` knows at `now_ms`: entities split
+/// in the live tables, and each one's fan-out.
+pub(crate) fn publish_metrics(router: &Router, now_ms: i64) {
     let live = live_tables(router, now_ms);
     let mut entities = 0u64;
     for (table, learned) in router.splits().snapshot() {
@@ -360,3 +418,6 @@ pub(crate) fn publish_metrics(router: &Router) {
     }
     metrics::gauge!(crate::metrics::SPLIT_ENTITIES).set(entities as f64);
 }
+
+#[cfg(test)]
+mod tests;
