@@ -347,6 +347,55 @@ async fn a_key_held_less_than_the_threshold_or_a_cold_key_gets_no_split() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn fan_out_steps_2_4_8_while_the_entity_is_held_and_stops_at_max_fan_out() {
+    let store = Fake::default();
+    let w = Worker::start(&store, "worker-a", 0).await;
+    // The writer holds the entity's base key without a pause for four
+    // minutes: its items wait 2 s, each keyed by the splits known when it
+    // was routed.
+    for s in 1..=240u64 {
+        tick().await;
+        w.held(
+            &w.waiting(HOT, 64, Duration::from_secs(2), &[]),
+            Duration::from_secs(s),
+        );
+        assert_no_write_before_learned(&[&w], &store);
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let puts = store.puts();
+    let written: Vec<&Split> = puts
+        .iter()
+        .filter(|p| p.written)
+        .map(|p| &p.split)
+        .collect();
+    assert_eq!(
+        written.iter().map(|s| s.fan_out).collect::<Vec<_>>(),
+        [2, 4, 8],
+        "{written:?}"
+    );
+    // Each step needs the entity held for `hold_threshold` with its items
+    // keyed by the fan-out before: a key held since before the last split
+    // is no evidence that the split did not help.
+    for pair in written.windows(2) {
+        let (before, after) = (pair[0], pair[1]);
+        assert!(
+            after.made_at_ms >= before.from_ms + THRESHOLD.as_millis() as i64,
+            "{} decided {} ms after {} started; the entity was not held for {THRESHOLD:?} at fan-out {}",
+            after.describe(),
+            after.made_at_ms - before.from_ms,
+            before.describe(),
+            before.fan_out
+        );
+        assert!(after.from_ms > before.from_ms);
+    }
+    // Never past max_fan_out, however long it stays held.
+    assert!(puts.iter().all(|p| p.split.fan_out <= 8), "{puts:?}");
+    let learned = w.router.splits().get(&w.table()).unwrap();
+    assert_eq!(learned.splits.max_fan_out(HOT), 8);
+    w.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_worker_racing_for_the_same_split_loses_the_conditional_write_and_adopts_the_winners_record()
  {
     let store = Fake::default();
