@@ -314,7 +314,9 @@ pub(crate) fn requests(router: &Router) -> (SplitRequests, tokio::sync::mpsc::Re
 
 /// Turns held keys into recorded splits: traces the key to its entity and
 /// event time, asks the decision law (`tidemark_schema::split::decide`)
-/// with the splits this worker knows, and records the next fan-out with a
+/// with the splits this worker knows (a split entity counts as held only
+/// since its items at the current fan-out were heard held: see
+/// [`SplitHolds`]), and records the next fan-out with a
 /// conditional write, starting `learn_delay` from now. A split another
 /// worker recorded first is learned at the next refresh.
 pub(crate) async fn decide_task<S: SplitStore>(
@@ -327,6 +329,7 @@ pub(crate) async fn decide_task<S: SplitStore>(
     let config = router.config().clone();
     let adaptive = &config.adaptive_sharding;
     let learn_ms = i64::try_from(adaptive.learn_delay.as_millis()).unwrap_or(i64::MAX);
+    let mut holds = SplitHolds::default();
     while let Some(h) = rx.recv().await {
         let Some((entity, item_ts, pk)) = hottest(&config.key, &h.waiting) else {
             continue;
@@ -334,12 +337,14 @@ pub(crate) async fn decide_task<S: SplitStore>(
         let Some(known) = router.splits().get(&h.table) else {
             continue;
         };
+        let now = clock();
+        let current = known.splits.fan_out_at(&entity, item_ts);
+        let held_for = holds.held_at(&h.table, &entity, current, now, h.held_for);
         let Some(fan_out) =
-            tidemark_schema::split::decide(adaptive, &known.splits, &entity, item_ts, h.held_for)
+            tidemark_schema::split::decide(adaptive, &known.splits, &entity, item_ts, held_for)
         else {
             continue;
         };
-        let now = clock();
         let split = Split {
             entity: entity.clone(),
             from_ms: now.saturating_add(learn_ms),
@@ -376,6 +381,50 @@ pub(crate) async fn decide_task<S: SplitStore>(
                 warn!(error = %e, entity = %entity, "recording a split failed; asked again while the key stays held")
             }
         }
+    }
+}
+
+/// How long each split entity has been held back with its items keyed by
+/// its current fan-out, as the decision task heard it. The writer's
+/// `held_for` is that of a partition key, and a split entity's base key
+/// carries on past the split: held since before it, it would step again as
+/// soon as its backlog from before the split drained, before the split
+/// could show whether it helped.
+#[derive(Debug, Default)]
+struct SplitHolds {
+    /// (table, entity) -> (fan-out, first heard held at it, last heard), ms.
+    seen: std::collections::HashMap<(String, String), (u32, i64, i64)>,
+}
+
+impl SplitHolds {
+    /// How long `entity` counts as held at `fan_out` at `now_ms`, the
+    /// writer saying `held_for`: all of it when not split (fan-out 1), else
+    /// no longer than since this task first heard it held with an item
+    /// waiting at that fan-out.
+    fn held_at(
+        &mut self,
+        table: &str,
+        entity: &str,
+        fan_out: u32,
+        now_ms: i64,
+        held_for: Duration,
+    ) -> Duration {
+        // Entities not heard of for 10 minutes are no longer held.
+        self.seen
+            .retain(|_, (_, _, last)| now_ms - *last <= 600_000);
+        if fan_out <= 1 {
+            return held_for;
+        }
+        let e = self
+            .seen
+            .entry((table.to_owned(), entity.to_owned()))
+            .or_insert((fan_out, now_ms, now_ms));
+        if e.0 != fan_out {
+            *e = (fan_out, now_ms, now_ms);
+        }
+        e.2 = now_ms;
+        let since = u64::try_from(now_ms.saturating_sub(e.1)).unwrap_or(0);
+        held_for.min(Duration::from_millis(since))
     }
 }
 
