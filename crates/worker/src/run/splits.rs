@@ -267,6 +267,41 @@ pub(crate) async fn refresh_task<S: SplitStore>(
     }
 }
 
+/// Adaptive write sharding for a writer: reads the live tables' splits
+/// (best effort: events wait for the refresh otherwise), then gives the hook
+/// to hand the writer (`WriterBuilder::hot_keys`) and the task that keeps
+/// `router`'s learned splits current and turns keys held at their
+/// partition's limit into recorded splits (stopped when dropped). `client`
+/// reads and records the split records; `worker` names this worker in them.
+/// `run` and `replay` wire it in; the benchmark driver uses it with a writer
+/// of its own.
+pub async fn adaptive_sharding(
+    client: Client,
+    router: Arc<Router>,
+    worker: String,
+) -> (
+    Arc<dyn tidemark_writer::HotKeys>,
+    tokio_util::task::AbortOnDropHandle<()>,
+) {
+    let now = system_now();
+    first_refresh(&client, &now, &router).await;
+    let (requests, rx) = requests(&router);
+    let refresh = refresh_task(
+        client.clone(),
+        now.clone(),
+        router.clone(),
+        CancellationToken::new(),
+    );
+    let decide = decide_task(client, now, router, worker, rx);
+    let task = tokio::spawn(async move {
+        tokio::join!(refresh, decide);
+    });
+    (
+        Arc::new(requests),
+        tokio_util::task::AbortOnDropHandle::new(task),
+    )
+}
+
 /// A key the writer saw held back at its partition's limit.
 #[derive(Debug)]
 pub(crate) struct Held {
