@@ -18,7 +18,7 @@ Scenarios (BENCH_SCENARIOS, comma-separated; all by default):
   sensor-alpha-001 at 2,000 events/s among 1,000 sensors at
   BENCH_ENTITY_RATE (6,000) events/s in all, routed by the product's router
   (time_bucket, 10 shards, hour buckets) on a 10,000 WCU table of
-  BENCH_ENTITY_PARTITIONS (20) partitions, adaptive write sharding on then
+  BENCH_ENTITY_PARTITIONS (40) partitions, adaptive write sharding on then
   off, BENCH_ENTITY_SECS (150) s each; figures from 60 s after the start:
   the hot sensor's and the cold ones' stored rate against their offered
   rate, throttled or partial calls, events lost (offered minus the keys the
@@ -44,8 +44,9 @@ HOT_RATE = 2000
 SCENARIOS = os.environ.get("BENCH_SCENARIOS", "layout,hot_device,planned").split(",")
 ENTITY_RATE = int(os.environ.get("BENCH_ENTITY_RATE", "6000"))
 ENTITY_SECS = float(os.environ.get("BENCH_ENTITY_SECS", "150"))
-ENTITY_PARTITIONS = int(os.environ.get("BENCH_ENTITY_PARTITIONS", "20"))
-ENTITY_FROM, ENTITY_SHARDS = 60.0, 10
+ENTITY_PARTITIONS = int(os.environ.get("BENCH_ENTITY_PARTITIONS", "40"))
+ENTITY_FROM = float(os.environ.get("BENCH_ENTITY_FROM", "60"))
+ENTITY_SHARDS = 10
 WCU, SIZE, PARTITIONS = 10_000, 200, 10
 
 

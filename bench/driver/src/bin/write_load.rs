@@ -163,8 +163,8 @@ async fn main() {
     let adaptive =
         hot_entity.is_some() && std::env::var("TIDEMARK_ADAPTIVE").map_or(true, |v| v != "0");
     let router = hot_entity.map(|(_, n)| Arc::new(hot_entity_router(&a[2], n, adaptive)));
-    let mut builder = Writer::builder(client, Arc::new(transport), KeyAttributes::default())
-        .config(cfg);
+    let mut builder =
+        Writer::builder(client, Arc::new(transport), KeyAttributes::default()).config(cfg);
     // Adaptive sharding as `run` wires it: the router's registry, the
     // writer's hot-key hook, the refresh and decision tasks.
     let mut splits_task = None;

@@ -438,3 +438,45 @@ async fn a_worker_racing_for_the_same_split_loses_the_conditional_write_and_adop
     a.stop().await;
     b.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_split_entity_whose_base_key_never_drains_its_backlog_from_before_the_split_steps_again()
+{
+    let store = Fake::default();
+    let w = Worker::start(&store, "worker-a", 0).await;
+    let start = (w.now)();
+    // The base key is held without a pause: at fan-out 2 it still takes
+    // more than a partition serves (half the hot entity plus its cold
+    // neighbours), so the backlog from before the split never drains. The
+    // writer names the 32 oldest items waiting on it (from the first
+    // seconds) and the 32 newest (2 s old, keyed by what is known now).
+    for s in 1..=120u64 {
+        tick().await;
+        let oldest = w.waiting(
+            HOT,
+            64,
+            Duration::from_millis(((w.now)() - start - 1000).max(0) as u64),
+            &[],
+        );
+        let newest = w.waiting(HOT, 64, Duration::from_secs(2), &[]);
+        let mut waiting: Vec<ItemKey> = oldest.into_iter().take(32).collect();
+        waiting.extend(newest.into_iter().take(32));
+        w.held(&waiting, Duration::from_secs(s));
+        assert_no_write_before_learned(&[&w], &store);
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let written: Vec<Split> = store
+        .puts()
+        .into_iter()
+        .filter(|p| p.written)
+        .map(|p| p.split)
+        .collect();
+    let fan_outs: Vec<u32> = written.iter().map(|s| s.fan_out).collect();
+    assert!(
+        fan_outs.starts_with(&[2, 4]),
+        "the entity's items at fan-out 2 were held for minutes and it was not split again: {written:?}"
+    );
+    // Still not before it was held for `hold_threshold` at fan-out 2.
+    assert!(written[1].made_at_ms >= written[0].from_ms + THRESHOLD.as_millis() as i64);
+    w.stop().await;
+}
