@@ -464,8 +464,9 @@ impl SplitHolds {
 }
 
 /// The entity with most items waiting among `waiting` (ties: the one
-/// waiting longest), the event time of its oldest waiting item, and the
-/// partition key.
+/// waiting longest), the event time of its newest waiting item (the
+/// fan-out the entity is keyed by now: after a split, items from before it
+/// may still wait ahead of it), and the partition key.
 fn hottest(
     strategy: &tidemark_schema::strategy::KeyStrategy,
     waiting: &[tidemark_schema::ItemKey],
@@ -476,7 +477,10 @@ fn hottest(
             continue;
         };
         match counts.iter_mut().find(|(e, _, _)| *e == entity) {
-            Some(c) => c.1 += 1,
+            Some(c) => {
+                c.1 += 1;
+                c.2 = c.2.max(ts);
+            }
             None => counts.push((entity, 1, ts)),
         }
     }
