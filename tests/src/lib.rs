@@ -191,6 +191,21 @@ impl LocalStack {
             .unwrap_or_else(|| self.sqs_url.clone())
     }
 
+    /// The `tidemark` binary at `bin` with the stack's endpoints, test
+    /// credentials and no `TIDEMARK_CONFIG`.
+    pub fn command(&self, bin: &str) -> std::process::Command {
+        let mut c = std::process::Command::new(bin);
+        c.env("AWS_ENDPOINT_URL_DYNAMODB", &self.dynamodb_url)
+            .env("AWS_ENDPOINT_URL_KINESIS", &self.kinesis_url)
+            .env("AWS_ENDPOINT_URL_SQS", &self.sqs_url)
+            .env("AWS_ENDPOINT_URL_S3", self.s3_url())
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env_remove("TIDEMARK_CONFIG");
+        c
+    }
+
     /// An SQS client for the local stack.
     pub fn sqs(&self) -> aws_sdk_sqs::Client {
         let conf = aws_sdk_sqs::config::Builder::from(&self.sdk)

@@ -132,6 +132,11 @@ const OPERATOR_ONLY: &[(&str, &str, &str)] = &[
         "`tidemark dead-letters` reads dead-letter objects from an operator's shell",
     ),
     (
+        "crates/worker/src/tools/payloads.rs",
+        "s3:GetObject",
+        "`tidemark query` and `verify` read oversized events' payloads from an operator's shell",
+    ),
+    (
         "crates/worker/src/cli/cmd/dead_letters/replay.rs",
         "s3:CopyObject",
         "`tidemark dead-letters replay` moves replayed objects under replayed/ from an operator's shell",
@@ -224,6 +229,16 @@ const ON_BEHALF_ALSO: &[(&str, &str, &str)] = &[
         "kms:GenerateDataKey",
         "DeadLetterObjectsUnderKmsKey",
         "PutObject of a dead-letter object under SSE-KMS makes S3 generate a data key as the caller",
+    ),
+    (
+        "s3:PutObject",
+        "OversizeToS3",
+        "the worker writes oversized events' payloads itself (run/offload.rs)",
+    ),
+    (
+        "kms:GenerateDataKey",
+        "OversizeObjectsUnderKmsKey",
+        "PutObject of an oversized event's payload under SSE-KMS makes S3 generate a data key as the caller",
     ),
 ];
 

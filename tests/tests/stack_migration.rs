@@ -2,7 +2,8 @@
 //! the local stack (SQS source, in-process workers, moto DynamoDB):
 //!
 //! 1. events written at 4 shards (today's table, and yesterday's: a period
-//!    ended before the migration);
+//!    ended before the migration and past its late-arrival grace; the day
+//!    before in the first minutes of a day);
 //! 2. a start at 8 shards without migration config is refused, naming
 //!    `schema.migrate_from`; with it, the worker makes today's table dual
 //!    and writes both layouts while events keep flowing;
@@ -26,7 +27,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
-use tidemark_schema::period::Period;
+use tidemark_schema::period::{LifecycleState, Period};
 use tidemark_schema::query::TimeRange;
 use tidemark_schema::strategy::{Bucket, KeyStrategy, shard_of};
 use tidemark_tests::worker::{Running, config, sdk, test_toml};
@@ -172,7 +173,23 @@ async fn shards_grow_from_4_to_8_with_dual_writes_backfill_and_cutover_losing_no
 
     let now = Utc::now();
     let today = Period::Day.containing(now.timestamp_millis());
-    let yesterday = today.prev();
+    // The ended period's table must be past its late-arrival grace for the
+    // whole test: a table still cooling takes writes, so the migration
+    // rightly makes it dual too. In the first part of a day (the grace plus
+    // a margin for this test's run) the day before yesterday stands in.
+    let lifecycle = cm.schema.lifecycle();
+    let grace = chrono::Duration::from_std(lifecycle.late_arrival_grace).unwrap();
+    let cooling_until = today.start_ms + (grace + chrono::Duration::minutes(10)).num_milliseconds();
+    let yesterday = if now.timestamp_millis() < cooling_until {
+        today.prev().prev()
+    } else {
+        today.prev()
+    };
+    let state = lifecycle.state_at(&yesterday, now.timestamp_millis());
+    assert!(
+        matches!(state, LifecycleState::Cold | LifecycleState::Frozen),
+        "the old table takes no writes during the test: {state:?}"
+    );
     let table = format!("{name}_{}", today.label());
     let old_table = format!("{name}_{}", yesterday.label());
     let range = TimeRange {

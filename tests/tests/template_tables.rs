@@ -8,9 +8,8 @@
 
 use std::path::Path;
 
-/// The hash-key attribute of the resource `name` in the template, read with a
-/// line scanner (CloudFormation's `!Sub`/`!If` tags defeat a plain YAML parser).
-fn hash_key(template: &str, name: &str) -> String {
+/// The lines of the resource `name` in the template, after its header.
+fn resource<'a>(template: &'a str, name: &str) -> Vec<&'a str> {
     let header = format!("  {name}:");
     let body: Vec<&str> = template
         .lines()
@@ -22,6 +21,13 @@ fn hash_key(template: &str, name: &str) -> String {
         !body.is_empty(),
         "resource {name} not found in the template"
     );
+    body
+}
+
+/// The hash-key attribute of the resource `name` in the template, read with a
+/// line scanner (CloudFormation's `!Sub`/`!If` tags defeat a plain YAML parser).
+fn hash_key(template: &str, name: &str) -> String {
+    let body = resource(template, name);
     let at = body
         .iter()
         .position(|l| l.trim() == "KeySchema:")
@@ -131,5 +137,21 @@ fn cost_defaults_follow_the_planners_choice_for_the_documented_load() {
     assert_eq!(
         parameter_default(&t, "HistoryTableClass"),
         "standard_infrequent_access"
+    );
+}
+
+/// The dead-letter queue takes SQS's largest message (1 MiB), so an entry
+/// keeps its whole payload up to that size: a queue made before SQS raised
+/// its default to 1 MiB keeps 256 KiB until the template sets it.
+#[test]
+fn the_dead_letter_queue_takes_sqss_largest_message() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let template =
+        std::fs::read_to_string(root.join("deploy/cloudformation/tidemark.yaml")).unwrap();
+    let body = resource(&template, "DeadLetterQueue");
+    assert!(
+        body.iter()
+            .any(|l| l.trim() == "MaximumMessageSize: 1048576"),
+        "DeadLetterQueue does not set MaximumMessageSize: 1048576"
     );
 }

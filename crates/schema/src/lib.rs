@@ -22,8 +22,10 @@
 //!   tiers and billing mode.
 //! - [`route`]: the hot path, record bytes to (table, key, item, WCU) or a
 //!   dead-letter [`Reason`]. [`Router::route`] is its one entry point; its
-//!   files are [`RouterConfig`] and its checks, [`RouteError`], and the item
-//!   encoder.
+//!   files are [`RouterConfig`] and its checks, [`RouteError`], the item
+//!   encoder, and `route::oversize` (`schema.oversize`: an oversized
+//!   event's pointer item and the content-addressed S3 object its payload
+//!   goes to, [`route::Offload`]; the write itself is the worker's).
 //! - [`wire`]: [`WireItem`], an item encoded once as DynamoDB JSON (what the
 //!   writer sends), with its size; encode from and decode to SDK maps (the
 //!   readers take any [`wire::Tree`]: serde_json's `Value`, or the limits

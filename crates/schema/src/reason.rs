@@ -38,14 +38,18 @@ pub enum Reason {
     /// so that late data never stalls the worker.
     LateBacklog,
     /// A record (a Kinesis record, an SQS body) holding more events than
-    /// `max_events_per_record`, most likely a decompression bomb: it is
+    /// [`MAX_EVENTS_PER_RECORD`](crate::framing::MAX_EVENTS_PER_RECORD), most likely a decompression bomb: it is
     /// dead-lettered whole, as one entry, instead of event by event.
     TooManyEvents,
+    /// An oversized event (`schema.oversize = "s3"`) whose payload could
+    /// not be written to S3 within `oversize_s3.max_retry_time`, or that
+    /// S3 refused: its pointer item was not written.
+    PayloadStoreFailed,
 }
 
 impl Reason {
     /// Every reason, for metrics pre-registration and exhaustive tests.
-    pub const ALL: [Reason; 13] = [
+    pub const ALL: [Reason; 14] = [
         Reason::InvalidJson,
         Reason::MissingField,
         Reason::InvalidField,
@@ -59,6 +63,7 @@ impl Reason {
         Reason::TableMissing,
         Reason::LateBacklog,
         Reason::TooManyEvents,
+        Reason::PayloadStoreFailed,
     ];
 
     /// The stable snake_case name.
@@ -77,6 +82,7 @@ impl Reason {
             Reason::TableMissing => "table_missing",
             Reason::LateBacklog => "late_backlog",
             Reason::TooManyEvents => "too_many_events",
+            Reason::PayloadStoreFailed => "payload_store_failed",
         }
     }
 }

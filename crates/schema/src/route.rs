@@ -29,9 +29,11 @@ use crate::wire::WireItem;
 mod config;
 mod error;
 mod item;
+pub mod oversize;
 
 pub use config::{ItemAttributes, RouterConfig, RouterConfigError};
 pub use error::RouteError;
+pub use oversize::{Offload, Oversize, OversizeS3};
 
 use item::{ItemLayout, Prepared};
 
@@ -49,6 +51,9 @@ pub struct Routed {
     pub wcu: u64,
     /// Event time, epoch milliseconds.
     pub timestamp_ms: i64,
+    /// For a pointer item (`oversize = "s3"`): the object the event's
+    /// payload must be written to, and confirmed, before the item.
+    pub offload: Option<Offload>,
 }
 
 /// What routing one event gives: its item under the key layout in force and,
@@ -273,9 +278,7 @@ impl Router {
         cache: &mut RouteCache,
     ) -> Result<Routes, RouteError> {
         let p = self.prepare(data, origin, inner, now, cache)?;
-        let item = self
-            .layout
-            .encode(&p, &p.key, data.len(), &self.extractor)?;
+        let (item, offload) = self.layout.encode(&p, &p.key, data, &self.extractor)?;
         let from = match &p.layouts {
             Some(l) => l.get(1),
             None => self.config.migrate_from.as_ref(),
@@ -299,13 +302,14 @@ impl Router {
                     None
                 } else {
                     self.check_key(&key)?;
-                    let item = self.layout.encode(&p, &key, data.len(), &self.extractor)?;
+                    let (item, offload) = self.layout.encode(&p, &key, data, &self.extractor)?;
                     Some(Routed {
                         table: p.table.clone(),
                         key,
                         wcu: item.wcu(),
                         item,
                         timestamp_ms: p.ev.timestamp_ms,
+                        offload,
                     })
                 }
             }
@@ -317,6 +321,7 @@ impl Router {
             wcu: item.wcu(),
             item,
             timestamp_ms: p.ev.timestamp_ms,
+            offload,
         };
         Ok(Routes { new, old })
     }

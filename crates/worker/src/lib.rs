@@ -31,7 +31,9 @@
 //!   or dead-lettered on its own, and its source record acknowledged once
 //!   all of them are; during a shard migration, `schema.migrate_from`, an
 //!   event whose old key differs is written under both, and acknowledged
-//!   once both are stored); `telemetry/`: `/metrics` (Prometheus, every
+//!   once both are stored; an oversized event's pointer item, with
+//!   `schema.oversize = "s3"`, only once `offload.rs` wrote its payload to
+//!   S3); `telemetry/`: `/metrics` (Prometheus, every
 //!   metric described), `/healthz` (503 with the cause while a fatal error
 //!   stops the worker), `/readyz`, the `healthcheck` client, and the
 //!   process's recorder with its typed `MetricsSnapshot`, which `emf.rs`
@@ -60,8 +62,9 @@
 //!   fenced maintenance lease (one maintainer at a time; a stale holder's
 //!   table changes are refused) and its loop, and shard-count migrations.
 //! - [`tools`]: what only the command line uses besides `run`: synthetic
-//!   events (`produce`, with templates), reading events back (`query`),
-//!   checking a manifest against DynamoDB (`verify`, under an adaptive
+//!   events (`produce`, with templates), reading events back (`query`,
+//!   oversized events' payloads fetched from S3 and checked by hash:
+//!   `payloads`), checking a manifest against DynamoDB (`verify`, under an adaptive
 //!   limit that cannot overload the backend).
 //! - [`cli`]: the command line (`cli::main`, which `src/main.rs` calls):
 //!   parses, loads the config, starts logs, dispatches to

@@ -33,6 +33,11 @@ pub(crate) const NEXT_TABLE_ACTIVE: &str = "tidemark_maintenance_next_table_acti
 /// Maintenance actions skipped because this host's clock disagrees with
 /// DynamoDB's, by action.
 pub(crate) const CLOCK_SKIPS: &str = "tidemark_maintenance_clock_skips_total";
+/// Oversized events' payloads written to S3 (`schema.oversize = "s3"`),
+/// by outcome (`stored`, `failed`: dead-lettered as `payload_store_failed`).
+pub(crate) const OVERSIZE_PAYLOADS: &str = "tidemark_oversize_payloads_total";
+/// Bytes of oversized events' payloads written to S3.
+pub(crate) const OVERSIZE_PAYLOAD_BYTES: &str = "tidemark_oversize_payload_bytes_total";
 /// Splits this worker recorded (adaptive write sharding).
 pub(crate) const SPLITS_MADE: &str = "tidemark_splits_made_total";
 /// Entities split in the tables that take writes now.
@@ -42,7 +47,7 @@ pub(crate) const SPLIT_FAN_OUT: &str = "tidemark_split_fan_out";
 
 /// Every metric of this crate, for tests that check each is described.
 #[cfg(test)]
-pub(crate) const ALL: [&str; 14] = [
+pub(crate) const ALL: [&str; 16] = [
     RECORDS_READ,
     DEAD_LETTERS,
     DEAD_LETTER_WRITE_ERRORS,
@@ -57,10 +62,22 @@ pub(crate) const ALL: [&str; 14] = [
     SPLITS_MADE,
     SPLIT_ENTITIES,
     SPLIT_FAN_OUT,
+    OVERSIZE_PAYLOADS,
+    OVERSIZE_PAYLOAD_BYTES,
 ];
 
 /// Describes every metric of this crate to the current recorder.
 pub(crate) fn describe() {
+    metrics::describe_counter!(
+        OVERSIZE_PAYLOADS,
+        metrics::Unit::Count,
+        "Oversized events' payloads written to S3 before their pointer item (schema.oversize = \"s3\"), by outcome: stored, or failed (dead-lettered as payload_store_failed)."
+    );
+    metrics::describe_counter!(
+        OVERSIZE_PAYLOAD_BYTES,
+        metrics::Unit::Bytes,
+        "Bytes of oversized events' payloads written to S3."
+    );
     metrics::describe_counter!(
         SPLITS_MADE,
         metrics::Unit::Count,

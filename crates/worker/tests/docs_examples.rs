@@ -245,3 +245,17 @@ fn the_docs_offline_examples_run_as_shown() {
         broken.join("\n\n")
     );
 }
+
+/// Every dead-letter reason a user can meet is in docs/cli.md's table of
+/// reasons, with what to do about it.
+#[test]
+fn every_dead_letter_reason_is_in_the_cli_docs_table() {
+    let text = std::fs::read_to_string(root().join("docs/cli.md")).unwrap();
+    for reason in tidemark_schema::Reason::ALL {
+        let row = format!("| `{}` |", reason.as_str());
+        assert!(
+            text.lines().any(|l| l.starts_with(&row)),
+            "docs/cli.md has no row for the dead-letter reason `{reason}`"
+        );
+    }
+}

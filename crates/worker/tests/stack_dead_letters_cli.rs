@@ -66,16 +66,7 @@ fn entries() -> Vec<DeadLetter> {
 
 /// The binary with the local stack's endpoints and no config.
 fn command(stack: &LocalStack) -> Command {
-    let mut c = Command::new(BIN);
-    c.env("AWS_ENDPOINT_URL_DYNAMODB", &stack.dynamodb_url)
-        .env("AWS_ENDPOINT_URL_KINESIS", &stack.kinesis_url)
-        .env("AWS_ENDPOINT_URL_SQS", &stack.sqs_url)
-        .env("AWS_ENDPOINT_URL_S3", stack.s3_url())
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .env_remove("TIDEMARK_CONFIG");
-    c
+    stack.command(BIN)
 }
 
 fn tidemark(stack: &LocalStack, args: &[&str]) -> String {

@@ -75,6 +75,15 @@ const NO_DEAD_LETTER_BUCKET: [&str; 6] = [
     "TIDEMARK__DEAD_LETTERS__S3_KMS_KEY_ID",
 ];
 
+/// The oversized-event variables a stack without `OversizeBucket` leaves
+/// out.
+const NO_OVERSIZE_BUCKET: [&str; 4] = [
+    "TIDEMARK__SCHEMA__OVERSIZE",
+    "TIDEMARK__SCHEMA__OVERSIZE_S3__BUCKET",
+    "TIDEMARK__SCHEMA__OVERSIZE_S3__PREFIX",
+    "TIDEMARK__SCHEMA__OVERSIZE_S3__KMS_KEY_ID",
+];
+
 const ACCOUNT: &str = "123456789012";
 
 /// Variables for configuration keys the worker gains with issue 22: dropped,
@@ -563,6 +572,7 @@ async fn deployed_stack_maintains_its_tables_and_stores_every_event() {
                 "TIDEMARK__SCHEMA__TIERS__COOLING__MAX_WRITE_UNITS",
             ][..],
             &NO_DEAD_LETTER_BUCKET,
+            &NO_OVERSIZE_BUCKET,
         ]
         .concat(),
     );
@@ -868,6 +878,7 @@ async fn deployed_stack_variants_get_the_environment_and_rights_they_need() {
                 "TIDEMARK__SCHEMA__TIERS__COOLING__MAX_WRITE_UNITS",
             ][..],
             &NO_DEAD_LETTER_BUCKET,
+            &NO_OVERSIZE_BUCKET,
         ]
         .concat(),
     );
@@ -954,6 +965,10 @@ async fn deployed_stack_variants_get_the_environment_and_rights_they_need() {
         ("DeadLetterKind", "s3"),
         ("DeadLetterBucket", "tidemark-dl"),
         ("DeadLetterPrefix", "events/dl"),
+        // Oversized events to S3: schema.oversize set, the task allowed
+        // to write under their prefix only.
+        ("OversizeBucket", "tidemark-big"),
+        ("OversizePrefix", "events/big"),
     ]);
     let deployed = Deployed::create(&stack, &name, &params);
     let env = task_env(&deployed.report["task_definition"]);
@@ -967,10 +982,33 @@ async fn deployed_stack_variants_get_the_environment_and_rights_they_need() {
         ("s3", "tidemark-dl", "events/dl")
     );
     assert!(!env.contains_key("TIDEMARK__DEAD_LETTERS__QUEUE_URL"));
-    let grants = task_role_grants(&deployed.report);
     assert_eq!(
-        grant_of(&grants, "s3:PutObject").resources,
-        ["arn:aws:s3:::tidemark-dl/events/dl/*"]
+        (
+            env["TIDEMARK__SCHEMA__OVERSIZE"].as_str(),
+            env["TIDEMARK__SCHEMA__OVERSIZE_S3__BUCKET"].as_str(),
+            env["TIDEMARK__SCHEMA__OVERSIZE_S3__PREFIX"].as_str(),
+        ),
+        ("s3", "tidemark-big", "events/big")
+    );
+    assert!(!env.contains_key("TIDEMARK__SCHEMA__OVERSIZE_S3__KMS_KEY_ID"));
+    let grants = task_role_grants(&deployed.report);
+    let puts: BTreeMap<&str, &[String]> = grants
+        .iter()
+        .filter(|g| g.actions.iter().any(|a| a == "s3:PutObject"))
+        .map(|g| (g.sid.as_str(), g.resources.as_slice()))
+        .collect();
+    assert_eq!(
+        puts,
+        BTreeMap::from([
+            (
+                "WriteDeadLettersUnderThePrefix",
+                &["arn:aws:s3:::tidemark-dl/events/dl/*".to_string()][..]
+            ),
+            (
+                "WriteOversizedPayloadsUnderThePrefix",
+                &["arn:aws:s3:::tidemark-big/events/big/*".to_string()][..]
+            ),
+        ])
     );
     let stream_arn = format!("arn:aws:kinesis:us-east-1:{ACCOUNT}:stream/any-stream");
     for on_stream in [
@@ -1006,7 +1044,8 @@ async fn deployed_stack_variants_get_the_environment_and_rights_they_need() {
         )]
     );
     let actions = all_actions(&grants);
-    // The only S3 right is the dead letters' PutObject (checked above).
+    // The only S3 right is PutObject of the dead letters and the oversized
+    // payloads (checked above).
     assert!(
         !actions.contains("dynamodb:ExportTableToPointInTime")
             && !actions
@@ -1014,14 +1053,7 @@ async fn deployed_stack_variants_get_the_environment_and_rights_they_need() {
                 .any(|a| a.starts_with("s3:") && a != "s3:PutObject"),
         "export rights without OnExpiry export: {actions:?}"
     );
-    assert_eq!(
-        grants
-            .iter()
-            .filter(|g| g.actions.iter().any(|a| a == "s3:PutObject"))
-            .count(),
-        1,
-        "PutObject for the dead letters only"
-    );
+    assert_eq!(puts.len(), 2, "PutObject for those two prefixes only");
 }
 
 #[test]

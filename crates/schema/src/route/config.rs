@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use super::oversize::{self, Oversize, OversizeS3};
 use crate::event::{EventConfig, EventConfigError};
 use crate::period::{self, Lifecycle, Period, TableNaming};
 use crate::split::{self, AdaptiveSharding};
@@ -134,6 +135,21 @@ pub struct RouterConfig {
     /// it under this config's keys.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_key_events_per_sec: Option<f64>,
+    /// What happens to an event whose item would be larger than
+    /// `oversize_bytes`: `"dead_letter"` (the default: dead-lettered as
+    /// `item_too_large`, whole) or `"s3"` (its payload written to S3 under
+    /// `oversize_s3`, a pointer item stored in its place). See "Oversized
+    /// events" in docs/keys-and-tables.md.
+    #[serde(default)]
+    pub oversize: Oversize,
+    /// Largest item stored as it is, in bytes as DynamoDB measures an item
+    /// (attribute names plus values). Default 409600, DynamoDB's item limit
+    /// (400 KB); at least 4096.
+    #[serde(default = "oversize::default_oversize_bytes")]
+    pub oversize_bytes: usize,
+    /// Where `oversize = "s3"` writes payloads, and what pointer items keep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oversize_s3: Option<OversizeS3>,
 }
 
 impl RouterConfig {
@@ -155,6 +171,9 @@ impl RouterConfig {
             max_future_skew: default_future_skew(),
             adaptive_sharding: AdaptiveSharding::default(),
             peak_key_events_per_sec: None,
+            oversize: Oversize::default(),
+            oversize_bytes: oversize::default_oversize_bytes(),
+            oversize_s3: None,
         }
     }
 
@@ -353,6 +372,13 @@ impl RouterConfig {
                 "peak_key_events_per_sec",
                 format!("is {rate}: give the busiest entity's events per second, above 0"),
             );
+        }
+        for (key, problem) in oversize::problems(
+            config.oversize,
+            config.oversize_bytes,
+            config.oversize_s3.as_ref(),
+        ) {
+            invalid(key, problem);
         }
         out
     }

@@ -8,6 +8,7 @@ use std::borrow::Cow;
 
 use super::config::{RouterConfig, fixed_names};
 use super::error::RouteError;
+use super::oversize::{Offload, Oversize, OversizeS3, POINTER_ATTRIBUTES};
 use crate::event::mapping::{self, ClashPolicy, Coerced, FieldType};
 use crate::event::{EventError, Extractor, RawEvent};
 use crate::key::ItemKey;
@@ -44,6 +45,10 @@ pub(super) struct ItemLayout {
     /// Output bytes of the attributes every item carries, less their values
     /// taken from the record or key: sizes each item's buffer.
     fixed_bytes: usize,
+    /// Largest item stored as it is (`oversize_bytes`).
+    limit: usize,
+    /// With `oversize = "s3"`: where payloads go and what pointers keep.
+    offload: Option<OffloadLayout>,
 }
 
 /// Output bytes a payload member adds beyond its text in the record (the
@@ -68,8 +73,17 @@ impl ItemLayout {
             head.push(b':');
             head
         };
+        let offload = match (config.oversize, &config.oversize_s3) {
+            (Oversize::S3, Some(s3)) => Some(OffloadLayout {
+                s3: s3.clone(),
+                heads: POINTER_ATTRIBUTES.map(head),
+            }),
+            _ => None,
+        };
         ItemLayout {
             heads: names.each_ref().map(|n| head(n)),
+            limit: config.oversize_bytes,
+            offload,
             ttl: ttl_name.map(|n| (n.to_owned(), head(n))),
             names,
             retention_ms: period::duration_ms(config.retention),
@@ -79,7 +93,9 @@ impl ItemLayout {
 
     /// Whether `name` is one of the attributes every item carries.
     fn is_fixed_name(&self, name: &str) -> bool {
-        self.names.iter().any(|n| n == name) || self.ttl.as_ref().is_some_and(|(t, _)| t == name)
+        self.names.iter().any(|n| n == name)
+            || self.ttl.as_ref().is_some_and(|(t, _)| t == name)
+            || (self.offload.is_some() && POINTER_ATTRIBUTES.contains(&name))
     }
 
     /// `prefix` + `name`, prefixed again while that is taken by an item
@@ -104,26 +120,88 @@ impl ItemLayout {
     }
 
     /// Encodes the item of `p` under `key`, with the payload as `extractor`
-    /// maps it; `data_len` is the record's length (the payload's text is at
-    /// most that).
+    /// maps it; `data` is the event's bytes (the payload's text is at most
+    /// that). An item over `oversize_bytes` is refused, or with
+    /// `oversize = "s3"` becomes a pointer item naming the object `data`
+    /// goes to.
     pub(super) fn encode(
         &self,
         p: &Prepared<'_>,
         key: &ItemKey,
-        data_len: usize,
+        data: &[u8],
         extractor: &Extractor,
-    ) -> Result<WireItem, RouteError> {
+    ) -> Result<(WireItem, Option<Offload>), RouteError> {
         let ev = &p.ev;
-        let ts = ev.timestamp_ms;
         // Payload text is at most the record's; this is usually the final size.
         let mut out = Vec::with_capacity(
             self.fixed_bytes
-                + data_len
+                + data.len()
                 + key.pk().len()
                 + key.sk().len()
                 + ev.event_id.len()
                 + PER_MEMBER_BYTES * ev.payload.len(),
         );
+        let mut size = self.put_fixed(&mut out, p, key);
+        let names = Dups::new(&ev.payload);
+        for i in 0..ev.payload.len() {
+            size += self.put_field(&mut out, i, &ev.payload, &names, extractor)?;
+        }
+        out.push(b'}');
+
+        if size <= self.limit {
+            return Ok((WireItem::from_parts(out, size), None));
+        }
+        let Some(offload) = &self.offload else {
+            return Err(RouteError::ItemTooLarge {
+                size,
+                limit: self.limit,
+            });
+        };
+        // Every field was encoded once above, so none can fail below.
+        let object = Offload::of(data, &offload.s3);
+        out.clear();
+        let mut size = self.put_fixed(&mut out, p, key);
+        let [url, bytes, sha] = &offload.heads;
+        let [url_name, bytes_name, sha_name] = POINTER_ATTRIBUTES;
+        let location = object.url();
+        put_head(&mut out, url);
+        write_tagged_str(&mut out, "S", &location);
+        put_head(&mut out, bytes);
+        let n = put_int(&mut out, i64::try_from(object.bytes).unwrap_or(i64::MAX));
+        put_head(&mut out, sha);
+        write_tagged_str(&mut out, "S", &object.sha256);
+        size += url_name.len()
+            + location.len()
+            + bytes_name.len()
+            + n
+            + sha_name.len()
+            + object.sha256.len();
+        let mut budget = offload.s3.projection_bytes;
+        for i in offload.projection(&ev.payload) {
+            let mark = out.len();
+            let field = self.put_field(&mut out, i, &ev.payload, &names, extractor)?;
+            if field > budget {
+                out.truncate(mark);
+            } else {
+                budget -= field;
+                size += field;
+            }
+        }
+        out.push(b'}');
+        if size > self.limit {
+            return Err(RouteError::ItemTooLarge {
+                size,
+                limit: self.limit,
+            });
+        }
+        Ok((WireItem::from_parts(out, size), Some(object)))
+    }
+
+    /// Opens the item and appends the attributes every item carries;
+    /// returns their size.
+    fn put_fixed(&self, out: &mut Vec<u8>, p: &Prepared<'_>, key: &ItemKey) -> usize {
+        let ev = &p.ev;
+        let ts = ev.timestamp_ms;
         out.push(b'{');
         let mut size = 0;
         let [pk, sk, entity, event_id, timestamp, timestamp_ms] = &self.heads;
@@ -142,74 +220,97 @@ impl ItemLayout {
             (event_id, event_id_name, &ev.event_id),
             (timestamp, timestamp_name, &p.iso),
         ] {
-            put_head(&mut out, head);
-            write_tagged_str(&mut out, "S", value);
+            put_head(out, head);
+            write_tagged_str(out, "S", value);
             size += name.len() + value.len();
         }
-        put_head(&mut out, timestamp_ms);
-        size += timestamp_ms_name.len() + put_int(&mut out, ts);
+        put_head(out, timestamp_ms);
+        size += timestamp_ms_name.len() + put_int(out, ts);
         if let Some((ttl, head)) = &self.ttl {
             let expires = self.expires(ts);
-            put_head(&mut out, head);
-            size += ttl.len() + put_int(&mut out, expires);
+            put_head(out, head);
+            size += ttl.len() + put_int(out, expires);
         }
+        size
+    }
 
-        let names = Dups::new(&ev.payload);
-        let rules = extractor.rules();
-        for (i, (name, node)) in ev.payload.iter().enumerate() {
-            let rule = rules.map(|r| r.get(name));
-            if rule.is_some_and(|r| !r.keep) {
-                continue;
-            }
-            let reserved = || {
-                RouteError::BadAttribute {
+    /// Appends payload field `i` as the mapping keeps, renames and coerces
+    /// it; returns its size (0 for a field not kept), or why it cannot be
+    /// stored.
+    fn put_field(
+        &self,
+        out: &mut Vec<u8>,
+        i: usize,
+        payload: &[(Name<'_>, Node<'_>)],
+        names: &Dups,
+        extractor: &Extractor,
+    ) -> Result<usize, RouteError> {
+        let Some((name, node)) = payload.get(i) else {
+            return Ok(0);
+        };
+        let rule = extractor.rules().map(|r| r.get(name));
+        if rule.is_some_and(|r| !r.keep) {
+            return Ok(0);
+        }
+        let reserved = || {
+            RouteError::BadAttribute {
                 field: name.to_string(),
                 problem: "has the name of a reserved item attribute; rename it in the producer, change `attributes`, or set [event] on_clash = \"prefix\"".into(),
             }
-            };
-            // A top-level duplicate meets its earlier copy like a reserved name.
-            if names.earlier(i) {
-                return Err(reserved());
-            }
-            if name.is_empty() {
-                return Err(RouteError::BadAttribute {
-                    field: name.to_string(),
-                    problem: "has an empty name, which DynamoDB rejects".into(),
-                });
-            }
-            let stored: Cow<'_, str> = if self.is_fixed_name(name) {
-                match extractor.clash() {
-                    (ClashPolicy::Refuse, _) => return Err(reserved()),
-                    (ClashPolicy::Prefix, prefix) => {
-                        Cow::Owned(self.free_name(prefix, name, &ev.payload))
-                    }
-                }
-            } else {
-                Cow::Borrowed(name.as_ref())
-            };
-            match &stored {
-                Cow::Borrowed(_) => put_name(&mut out, name),
-                Cow::Owned(n) => {
-                    separate(&mut out);
-                    write_str(&mut out, n);
-                    out.push(b':');
-                }
-            }
-            let value_size = match rule.and_then(|r| r.ty) {
-                None => payload::write_field(&mut out, node, name)?,
-                Some(ty) => write_coerced(&mut out, node, ty, name)?,
-            };
-            size += stored.len() + value_size;
+        };
+        // A top-level duplicate meets its earlier copy like a reserved name.
+        if names.earlier(i) {
+            return Err(reserved());
         }
-        out.push(b'}');
-
-        if size > size::MAX_ITEM_BYTES {
-            return Err(RouteError::ItemTooLarge {
-                size,
-                limit: size::MAX_ITEM_BYTES,
+        if name.is_empty() {
+            return Err(RouteError::BadAttribute {
+                field: name.to_string(),
+                problem: "has an empty name, which DynamoDB rejects".into(),
             });
         }
-        Ok(WireItem::from_parts(out, size))
+        let stored: Cow<'_, str> = if self.is_fixed_name(name) {
+            match extractor.clash() {
+                (ClashPolicy::Refuse, _) => return Err(reserved()),
+                (ClashPolicy::Prefix, prefix) => Cow::Owned(self.free_name(prefix, name, payload)),
+            }
+        } else {
+            Cow::Borrowed(name.as_ref())
+        };
+        match &stored {
+            Cow::Borrowed(_) => put_name(out, name),
+            Cow::Owned(n) => {
+                separate(out);
+                write_str(out, n);
+                out.push(b':');
+            }
+        }
+        let value_size = match rule.and_then(|r| r.ty) {
+            None => payload::write_field(out, node, name)?,
+            Some(ty) => write_coerced(out, node, ty, name)?,
+        };
+        Ok(stored.len() + value_size)
+    }
+}
+
+/// What `oversize = "s3"` adds to the layout.
+#[derive(Debug, Clone)]
+struct OffloadLayout {
+    s3: OversizeS3,
+    /// `"name":` of each of [`POINTER_ATTRIBUTES`].
+    heads: [Vec<u8>; 3],
+}
+
+impl OffloadLayout {
+    /// The payload fields a pointer item may keep, by index, in order: the
+    /// configured ones that the event has, else every one.
+    fn projection(&self, payload: &[(Name<'_>, Node<'_>)]) -> Vec<usize> {
+        match &self.s3.fields {
+            None => (0..payload.len()).collect(),
+            Some(fields) => fields
+                .iter()
+                .filter_map(|f| payload.iter().position(|(n, _)| n == f.as_str()))
+                .collect(),
+        }
     }
 }
 

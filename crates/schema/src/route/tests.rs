@@ -18,6 +18,7 @@ use crate::wire::payload::{DUPS_SCAN_MAX, check_number};
 
 mod encoding;
 mod mapping;
+mod oversize;
 mod reference;
 
 /// The item of a record of one event under the layout in force, routed with

@@ -23,7 +23,9 @@ use crate::deadletter::{
 };
 use crate::maintenance::migrate::record_layouts;
 use crate::maintenance::{CreateMissingTables, RoundKind, TableManager, TablesError};
+use crate::run::offload::{Offloader, S3Payloads};
 use crate::sdk::{own_retries, s3_client};
+use tidemark_schema::route::Oversize;
 
 /// What one run (or replay) did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -224,8 +226,20 @@ impl DataPath {
                 .with_splits(splits.clone());
             stream_routers.insert(stream, Arc::new(router));
         }
-        let pipeline = Pipeline::new(router, writer.clone(), dead_letters, system_clock())
+        let mut pipeline = Pipeline::new(router, writer.clone(), dead_letters, system_clock())
             .with_stream_routers(stream_routers);
+        // Oversized events' payloads: one attempt per PutObject call, the
+        // offloader retries within the writer's bounds.
+        if let (Oversize::S3, Some(s3)) = (config.schema.oversize, &config.schema.oversize_s3) {
+            pipeline = pipeline.with_offloader(Arc::new(Offloader::new(
+                Box::new(S3Payloads {
+                    client: s3_client(&own_retries(sdk)),
+                    kms_key_id: s3.kms_key_id.clone(),
+                }),
+                &config.writer,
+                s3.max_retry_time,
+            )));
+        }
         Ok(DataPath {
             manager,
             governors,

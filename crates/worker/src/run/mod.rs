@@ -10,6 +10,8 @@
 //!   dead letters, pipeline; shared with `replay`), [`Report`],
 //!   [`Progress`];
 //! - `pipeline.rs`: source records → route → writer → acknowledgement;
+//! - `offload.rs`: oversized events' payloads (`schema.oversize = "s3"`)
+//!   written to S3, within the writer's bounds, before their pointer items;
 //! - `splits.rs`: adaptive write sharding's I/O: reading a table's split
 //!   records, recording one (conditional PutItem), the refresh task that
 //!   keeps the routers' learned splits current, and the task that turns keys
@@ -29,6 +31,7 @@ mod background;
 mod data_path;
 pub(crate) mod emf;
 mod error;
+mod offload;
 mod pipeline;
 pub(crate) mod report;
 pub(crate) mod splits;

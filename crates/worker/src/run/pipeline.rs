@@ -10,6 +10,10 @@
 //!   missing field, expired period, ...), or a permanent write rejection; the
 //!   dead-letter entry is durable before the ack.
 //!
+//! An oversized event's pointer item (`schema.oversize = "s3"`) is handed
+//! to the writer only once its payload's object is written (`offload`); a
+//! payload that cannot be written dead-letters its event instead.
+//!
 //! Records of one batch are routed, then submitted together, in order; the
 //! writer's backpressure (bounded in-flight items and bytes) stops the
 //! pipeline, which stops pulling from the sources' bounded channel, which
@@ -20,6 +24,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
+use futures::StreamExt;
 use tidemark_consumer::record::{Ack, Record};
 use tidemark_schema::Origin;
 use tidemark_schema::route::{RouteCache, Routed, Router, Routes};
@@ -28,6 +33,7 @@ use tokio::sync::mpsc;
 use tracing::warn;
 
 use crate::deadletter::{DeadLetter, DeadLetters};
+use crate::run::offload::Offloader;
 
 /// The clock routing decisions use (period of "now", future skew, expiry).
 pub(crate) type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
@@ -75,6 +81,8 @@ pub(crate) struct Pipeline {
     writer: WriterHandle,
     dead_letters: DeadLetters,
     clock: Clock,
+    /// Writes oversized events' payloads (`schema.oversize = "s3"`).
+    offloader: Option<Arc<Offloader>>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -97,7 +105,14 @@ impl Pipeline {
             writer,
             dead_letters,
             clock,
+            offloader: None,
         }
+    }
+
+    /// Oversized events' payloads go through `offloader`.
+    pub(crate) fn with_offloader(mut self, offloader: Arc<Offloader>) -> Self {
+        self.offloader = Some(offloader);
+        self
     }
 
     /// Records of these streams (by name) are routed by their own router.
@@ -138,8 +153,10 @@ impl Pipeline {
                     .prepare(record, now, &mut cache, &mut slots, &mut routed)
                     .await;
             }
-            counts.submitted += routed.len() as u64;
-            if routed.is_empty() {
+            let failed = self.offload(&routed, &mut slots, now).await;
+            counts.dead_lettered += failed.len() as u64;
+            counts.submitted += (routed.len() - failed.len()) as u64;
+            if routed.len() == failed.len() {
                 continue;
             }
             // One completion target per batch: the writer reports a written
@@ -153,6 +170,7 @@ impl Pipeline {
             let subs = routed
                 .into_iter()
                 .enumerate()
+                .filter(|(tag, _)| !failed.contains(tag))
                 .map(|(tag, r)| Submission {
                     table: r.table,
                     key: r.key,
@@ -165,6 +183,74 @@ impl Pipeline {
             self.writer.submit_all(subs).await?;
         }
         Ok(counts)
+    }
+
+    /// Writes the payloads of the pointer items in `routed`, each object
+    /// once, several at a time; a pointer whose payload is not written is
+    /// dead-lettered (its slot emptied) and its index returned, so that it
+    /// is not submitted.
+    async fn offload(
+        &self,
+        routed: &[Routed],
+        slots: &mut [Slot],
+        now: DateTime<Utc>,
+    ) -> Vec<usize> {
+        let mut objects: Vec<(tidemark_schema::route::Offload, Bytes, Vec<usize>)> = Vec::new();
+        for (i, r) in routed.iter().enumerate() {
+            let (Some(object), Some(Some(kept))) = (&r.offload, slots.get(i)) else {
+                continue;
+            };
+            match objects.iter_mut().find(|(o, _, _)| o.key == object.key) {
+                Some((_, _, users)) => users.push(i),
+                None => objects.push((object.clone(), kept.data.clone(), vec![i])),
+            }
+        }
+        if objects.is_empty() {
+            return Vec::new();
+        }
+        // Owned futures: a batch's objects are written while the pipeline
+        // waits (the writer gets the batch once they are).
+        let puts: Vec<_> = objects
+            .into_iter()
+            .map(|(object, data, users)| {
+                let offloader = self.offloader.clone();
+                async move {
+                    let result = match offloader {
+                        Some(o) => o.store(&object, data).await.inspect(|()| {
+                            metrics::counter!(crate::metrics::OVERSIZE_PAYLOAD_BYTES)
+                                .increment(object.bytes as u64);
+                        }),
+                        None => Err("no S3 client for oversized events' payloads".to_owned()),
+                    };
+                    (users, result)
+                }
+            })
+            .collect();
+        let results: Vec<(Vec<usize>, Result<(), String>)> = futures::stream::iter(puts)
+            .buffer_unordered(PARALLEL_OFFLOADS)
+            .collect()
+            .await;
+        let mut failed = Vec::new();
+        for (users, result) in results {
+            let outcome = if result.is_ok() { "stored" } else { "failed" };
+            metrics::counter!(crate::metrics::OVERSIZE_PAYLOADS, "outcome" => outcome).increment(1);
+            let Err(message) = result else { continue };
+            for i in users {
+                if let Some(k) = slots.get_mut(i).and_then(Option::take) {
+                    let entry = DeadLetter::new(
+                        k.origin,
+                        tidemark_schema::Reason::PayloadStoreFailed,
+                        message.clone(),
+                        &k.data,
+                        now,
+                    )
+                    .with_inner(k.inner);
+                    self.dead_letters.send_bounded(entry, Some(k.ack)).await;
+                }
+                failed.push(i);
+            }
+        }
+        failed
     }
 
     /// Routes one event: its routed item (two during a shard migration's
@@ -288,6 +374,9 @@ enum Prepared {
     /// the event back, to route again, and why.
     Held(Origin, Bytes, Ack, String),
 }
+
+/// Oversized events' payloads written at once.
+const PARALLEL_OFFLOADS: usize = 4;
 
 /// How often a held event is routed again.
 const HOLD_POLL: std::time::Duration = std::time::Duration::from_millis(50);

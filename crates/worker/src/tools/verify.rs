@@ -28,6 +28,8 @@ use futures::stream::FuturesUnordered;
 use serde::Serialize;
 use tidemark_aws_errors::ErrorClass;
 use tidemark_schema::route::{RouteCache, Router};
+
+use crate::tools::payloads;
 use tidemark_schema::{Item, Origin};
 use tokio::time::Instant;
 
@@ -44,6 +46,11 @@ pub struct VerifyReport {
     pub mismatched: u64,
     /// Manifest lines that do not route (would be dead-lettered).
     pub unroutable: u64,
+    /// Of `found`, oversized events stored as pointer items
+    /// (`schema.oversize = "s3"`) whose payload object in S3 matched the
+    /// item's size and SHA-256; a missing object counts as `missing`, an
+    /// altered one as `mismatched`.
+    pub payloads: u64,
     /// Up to 10 examples of missing or mismatched keys.
     pub examples: Vec<String>,
 }
@@ -97,6 +104,9 @@ pub struct VerifyOptions {
     pub unavailable_after: Duration,
     /// Advanced by each key read (stored or not); `tidemark verify` shows it.
     pub progress: Option<indicatif::ProgressBar>,
+    /// Reads the payloads of pointer items (`schema.oversize = "s3"`);
+    /// without it, a manifest holding an oversized event fails to verify.
+    pub s3: Option<aws_sdk_s3::Client>,
 }
 
 impl Default for VerifyOptions {
@@ -110,6 +120,7 @@ impl Default for VerifyOptions {
             attempt_timeout: Duration::from_secs(30),
             unavailable_after: Duration::from_secs(120),
             progress: None,
+            s3: None,
         }
     }
 }
@@ -127,6 +138,7 @@ impl VerifyOptions {
             });
         VerifyOptions {
             endpoint,
+            s3: Some(crate::sdk::s3_client(sdk)),
             ..VerifyOptions::default()
         }
     }
@@ -271,7 +283,10 @@ pub async fn verify(
         keys.sort_unstable_by(|a, b| a.0.cmp(b.0));
         for (key, want) in keys {
             match got.get(key) {
-                Some(item) if item == want => report.found += 1,
+                Some(item) if item == want => match payloads::pointer_of(want) {
+                    None => report.found += 1,
+                    Some(p) => check_payload(options, &p, &mut report).await?,
+                },
                 Some(_) => {
                     report.mismatched += 1;
                     note(&mut report, format!("mismatch {table} {}|{}", key.0, key.1));
@@ -284,6 +299,45 @@ pub async fn verify(
         }
     }
     Ok(report)
+}
+
+/// Counts a pointer item found as expected by its payload: found when the
+/// object matches its size and SHA-256, else missing or mismatched.
+async fn check_payload(
+    options: &VerifyOptions,
+    p: &payloads::Pointer,
+    report: &mut VerifyReport,
+) -> Result<(), VerifyError> {
+    let Some(s3) = &options.s3 else {
+        return Err(VerifyError::Failed(format!(
+            "{} is an oversized event's payload and no S3 client was given to check it",
+            p.url
+        )));
+    };
+    match tokio::time::timeout(options.attempt_timeout, payloads::fetch(s3, p)).await {
+        Ok(Ok(_)) => {
+            report.found += 1;
+            report.payloads += 1;
+        }
+        Ok(Err(e @ payloads::PayloadError::Missing { .. })) => {
+            report.missing += 1;
+            note(report, format!("payload {e}"));
+        }
+        Ok(Err(e @ payloads::PayloadError::Altered { .. })) => {
+            report.mismatched += 1;
+            note(report, format!("payload {e}"));
+        }
+        Ok(Err(e @ payloads::PayloadError::Call { .. })) => {
+            return Err(VerifyError::Failed(e.to_string()));
+        }
+        Err(_) => {
+            return Err(VerifyError::Failed(format!(
+                "{}: no answer from S3 within {:?}",
+                p.url, options.attempt_timeout
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Keys per BatchGetItem call (DynamoDB's limit).

@@ -1,6 +1,6 @@
 //! `tidemark query`: an entity's events, by range or the latest one.
 
-use crate::tools::query;
+use crate::tools::{payloads, query};
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 use tidemark_schema::query::TimeRange;
@@ -39,6 +39,10 @@ pub(crate) struct Args {
     /// Only the newest event (searched newest table first, within retention).
     #[arg(long)]
     latest: bool,
+    /// Show oversized events (`schema.oversize = "s3"`) as their pointer
+    /// items, without fetching their payloads from S3.
+    #[arg(long)]
+    no_payloads: bool,
     /// Former name of the global --output (default here: jsonl).
     #[arg(long, value_enum, hide = true)]
     format: Option<Output>,
@@ -108,7 +112,18 @@ pub(crate) async fn run(schema: &RouterConfig, args: &Args) -> Result<()> {
                 .collect()
         }
     };
-    let rows: Vec<serde_json::Value> = items.iter().map(query::to_json).collect();
+    // An oversized event's payload, byte for byte as the event was read,
+    // checked against its pointer's size and SHA-256.
+    let payloads = if args.no_payloads {
+        vec![None; items.len()]
+    } else {
+        payloads::fetch_all(&crate::sdk::s3_client(&sdk), &items).await?
+    };
+    let rows = items
+        .iter()
+        .zip(payloads)
+        .map(|(item, payload)| render::QueryRow::new(query::to_json(item), payload))
+        .collect::<Result<Vec<_>>>()?;
     render::query_rows(
         &mut std::io::stdout().lock(),
         &rows,

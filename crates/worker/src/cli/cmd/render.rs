@@ -443,20 +443,73 @@ fn query_cell(r: &serde_json::Value, c: &str) -> String {
     }
 }
 
+/// One `query` row: the item's attributes and, for an oversized event's
+/// pointer item, the event's payload fetched from S3, as `tidemark_payload`:
+/// in JSON output the event's own text, byte for byte (not re-encoded); in
+/// CSV and table output a string.
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct QueryRow {
+    #[serde(flatten)]
+    item: serde_json::Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tidemark_payload: Option<Box<serde_json::value::RawValue>>,
+}
+
+impl QueryRow {
+    /// A row of `item` (tidied), with `payload` when it is a pointer item's.
+    pub(crate) fn new(mut item: serde_json::Value, payload: Option<bytes::Bytes>) -> Result<Self> {
+        tidy(&mut item);
+        let tidemark_payload = payload
+            .map(|p| {
+                String::from_utf8(p.to_vec())
+                    .map_err(anyhow::Error::from)
+                    .and_then(|text| Ok(serde_json::value::RawValue::from_string(text)?))
+            })
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("an oversized event's payload is not JSON text: {e}"))?;
+        Ok(QueryRow {
+            item,
+            tidemark_payload,
+        })
+    }
+
+    /// The item with the payload as a string attribute (CSV and table).
+    fn flat(&self) -> serde_json::Value {
+        let mut v = self.item.clone();
+        if let (Some(p), Some(o)) = (&self.tidemark_payload, v.as_object_mut()) {
+            o.insert(
+                "tidemark_payload".into(),
+                serde_json::Value::String(p.get().to_owned()),
+            );
+        }
+        v
+    }
+}
+
 /// Writes `query` rows to `out` in `format`.
 pub(crate) fn query_rows(
     out: &mut impl Write,
-    rows: &[serde_json::Value],
+    rows: &[QueryRow],
     format: Output,
     schema: &RouterConfig,
 ) -> Result<()> {
-    if let Output::Jsonl | Output::Json = format {
-        let text = json_text(&rows, format)?;
-        if !text.is_empty() {
-            writeln!(out, "{text}")?;
+    // Serialized as they are: a payload's text must not go through a
+    // `Value` (that would re-encode it).
+    match format {
+        Output::Json => {
+            writeln!(out, "{}", serde_json::to_string_pretty(rows)?)?;
+            return Ok(());
         }
-        return Ok(());
+        Output::Jsonl => {
+            for r in rows {
+                writeln!(out, "{}", serde_json::to_string(r)?)?;
+            }
+            return Ok(());
+        }
+        Output::Csv | Output::Table => {}
     }
+    let rows: Vec<serde_json::Value> = rows.iter().map(QueryRow::flat).collect();
+    let rows = &rows;
     let columns = query_columns(rows, schema);
     let cells = rows
         .iter()
@@ -496,11 +549,14 @@ mod tests {
         assert_eq!(out, "NAME      N\na         1\nlonger  100");
     }
 
-    fn rows() -> Vec<serde_json::Value> {
-        vec![
+    fn rows() -> Vec<QueryRow> {
+        [
             serde_json::json!({"ts": "2026-11-22T05:00:00Z", "entity_id": "d1", "event_id": "e1", "t": 21.5, "note": "a,\"b\""}),
             serde_json::json!({"ts": "2026-11-22T05:00:01Z", "entity_id": "d1", "event_id": "e2", "t": 22}),
         ]
+        .into_iter()
+        .map(|v| QueryRow::new(v, None).unwrap())
+        .collect()
     }
 
     fn render(format: Output) -> String {
@@ -508,6 +564,41 @@ mod tests {
         let schema = RouterConfig::with_prefix("x");
         query_rows(&mut out, &rows(), format, &schema).unwrap();
         String::from_utf8(out).unwrap()
+    }
+
+    /// An oversized event's payload is printed as the event's own text,
+    /// byte for byte (spacing, digits, key order), in JSON and JSON lines.
+    #[test]
+    fn query_payloads_are_printed_byte_for_byte() {
+        let event = r#"{ "deviceId":"d1",  "n": 1.000, "z":0, "a": [ ] }"#;
+        let row = QueryRow::new(
+            serde_json::json!({"ts": "t", "tidemark_payload_bytes": event.len()}),
+            Some(bytes::Bytes::from(event)),
+        )
+        .unwrap();
+        let schema = RouterConfig::with_prefix("x");
+        for format in [Output::Jsonl, Output::Json, Output::Csv] {
+            let mut out = Vec::new();
+            query_rows(&mut out, std::slice::from_ref(&row), format, &schema).unwrap();
+            let text = String::from_utf8(out).unwrap();
+            let want = match format {
+                Output::Csv => event.replace('"', "\"\""),
+                _ => event.to_owned(),
+            };
+            assert!(text.contains(&want), "{format:?}: {text}");
+        }
+        let mut out = Vec::new();
+        query_rows(&mut out, &[row], Output::Jsonl, &schema).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            format!(
+                "{{\"ts\":\"t\",\"tidemark_payload_bytes\":{},\"tidemark_payload\":{event}}}\n",
+                event.len()
+            )
+        );
+        assert!(
+            QueryRow::new(serde_json::json!({}), Some(bytes::Bytes::from("not json"))).is_err()
+        );
     }
 
     #[test]

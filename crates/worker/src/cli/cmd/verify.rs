@@ -77,12 +77,17 @@ pub(crate) async fn run(config: &Config, args: &Args) -> Result<()> {
         render::print_json(&report, output)?;
     } else {
         outln!(
-            "events {}  found {}  missing {}  mismatched {}  unroutable {}",
+            "events {}  found {}  missing {}  mismatched {}  unroutable {}{}",
             report.events,
             report.found,
             report.missing,
             report.mismatched,
-            report.unroutable
+            report.unroutable,
+            if report.payloads > 0 {
+                format!("  (payloads in S3 {})", report.payloads)
+            } else {
+                String::new()
+            }
         )?;
         for e in &report.examples {
             outln!("  {e}")?;

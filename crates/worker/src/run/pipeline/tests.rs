@@ -68,6 +68,11 @@ fn setup() -> Rig {
 }
 
 fn setup_with(config: RouterConfig) -> Rig {
+    setup_on(config, Arc::new(Fake))
+}
+
+/// [`setup_with`], writing through `transport`.
+fn setup_on(config: RouterConfig, transport: Arc<dyn Transport>) -> Rig {
     let sdk = aws_sdk_dynamodb::Config::builder()
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new("us-east-1"))
@@ -76,7 +81,7 @@ fn setup_with(config: RouterConfig) -> Rig {
         .build();
     let (writer, task) = Writer::builder(
         aws_sdk_dynamodb::Client::from_conf(sdk),
-        Arc::new(Fake),
+        transport,
         KeyAttributes::default(),
     )
     .config(WriterConfig {
@@ -488,3 +493,5 @@ async fn tidemark_tests_wait<T>(mut f: impl FnMut() -> Option<T>) -> T {
     }
     panic!("nothing within 10 s");
 }
+
+mod oversize;

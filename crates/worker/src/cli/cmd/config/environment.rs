@@ -7,6 +7,7 @@
 
 use aws_sdk_dynamodb::error::SdkError;
 use serde::Serialize;
+use tidemark_schema::route::Oversize;
 
 use crate::config::{Config, SourceConfig};
 use crate::deadletter::DeadLetterConfig;
@@ -285,6 +286,16 @@ pub(crate) async fn checks(config: &Config, sdk: &aws_config::SdkConfig) -> Vec<
         ),
         Err(e) => call_failed("period tables", "dynamodb:ListTables", &e),
     });
+    // Like an S3 dead-letter bucket: only a write would prove it.
+    if let (Oversize::S3, Some(s3)) = (config.schema.oversize, &config.schema.oversize_s3) {
+        out.push(ok(
+            "oversized events",
+            format!(
+                "bucket s3://{}/{}/ (not checked: only a write would prove s3:PutObject)",
+                s3.bucket, s3.prefix
+            ),
+        ));
+    }
     out.push(match &config.dead_letters {
         DeadLetterConfig::Sqs { queue_url, .. } => {
             let sqs = aws_sdk_sqs::Client::new(sdk);
