@@ -14,6 +14,9 @@ whose output is present:
   stored per second over time;
 - hot-partition-planned.png: time_bucket with the planner's shard count
   against 10 shards: % of the table's capacity, items per partition;
+- hot-partition-hot-entity.png: the seeds' sensor at 2,000 writes/s among
+  1,000 under time_bucket, adaptive write sharding on against off: the hot
+  sensor's and the cold sensors' stored per second, with the splits made;
 - pipeline-cpu.png: CPU-microseconds per record, Tidemark against boto3.
 
 Run it with moto's venv (it has matplotlib once a benchmark ran):
@@ -143,6 +146,37 @@ def hot_device(dest):
     return save(fig, dest, "hot-partition-hot-device.png")
 
 
+def hot_entity(dest):
+    d = load("hot-partition-hot-entity.json")
+    if d is None:
+        return False
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
+    colors = {"on": "tab:green", "off": "tab:red"}
+    names = {"on": "adaptive sharding on", "off": "adaptive sharding off"}
+    for r in d["runs"]:
+        mode, cum = r["adaptive_sharding"], r["per_sec"]
+        t = list(range(1, len(cum)))
+        a.plot(t, [cum[k][0] - cum[k - 1][0] for k in t], color=colors[mode], label=names[mode])
+        b.plot(t, [cum[k][1] - cum[k - 1][1] for k in t], color=colors[mode], label=names[mode])
+        for fan_out, _, start in r.get("splits", []):
+            a.axvline(start, color=colors[mode], linestyle=":", linewidth=0.8)
+            a.text(start, 2650, f"x{int(fan_out)}", color=colors[mode], fontsize=8, ha="center")
+    hot, cold = d["hot_rate"], d["rate"] - d["hot_rate"]
+    a.axhline(hot, color="grey", linestyle="--", linewidth=0.8, label=f"offered {hot:,}/s")
+    a.axhline(1000, color="grey", linestyle=":", linewidth=0.8, label="one partition 1,000 WCU/s")
+    a.axvline(d["from"], color="black", linewidth=0.5)
+    a.set_ylim(0, 2900)
+    a.set_title(f"sensor-alpha-001 (time_bucket:{d['shards']}, {d['partitions']} partitions)\n"
+                f"dotted: a split starts; figures from {d['from']:.0f} s", fontsize=9)
+    b.axhline(cold, color="grey", linestyle="--", linewidth=0.8, label=f"offered {cold:,}/s")
+    b.set_title("the 999 cold sensors", fontsize=9)
+    for ax in (a, b):
+        ax.set_xlabel(f"seconds (offer ends at {d['secs']:.0f} s, then the backlog drains)")
+        ax.set_ylabel("events stored per second")
+        ax.legend(fontsize=7)
+    return save(fig, dest, "hot-partition-hot-entity.png")
+
+
 def planned(dest):
     res = load("hot-partition-planned.json")
     if res is None:
@@ -194,7 +228,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     plots = (("writer-capacity", writer_capacity), ("hot-partition", hot_partition),
              ("hot-partition-hot-device", hot_device), ("hot-partition-planned", planned),
-             ("pipeline-cpu", pipeline_cpu))
+             ("hot-partition-hot-entity", hot_entity), ("pipeline-cpu", pipeline_cpu))
     drawn = [name for name, draw in plots if draw(args.out)]
     missing = {name for name, _ in plots} - set(drawn)
     print(f"drew {', '.join(drawn) or 'nothing'} into {args.out}")

@@ -18,8 +18,9 @@
 //! ```
 //!
 //! Modules, by subsystem:
-//! - `run/` (crate-private but for [`Worker`], [`WorkerError`], [`Report`]
-//!   and [`Progress`]): the running worker. `worker.rs`: [`Worker::build`]
+//! - `run/` (crate-private but for [`Worker`], [`WorkerError`], [`Report`],
+//!   [`Progress`] and [`adaptive_sharding`], which a writer of one's own,
+//!   the benchmark driver's, wires in): the running worker. `worker.rs`: [`Worker::build`]
 //!   / [`Worker::run`], the named tasks of a run (`supervisor.rs`) and how
 //!   it stops (drains on shutdown within `shutdown_timeout`; stops at once
 //!   on a fatal error); `data_path.rs`: the `DataPath` `replay` shares;
@@ -100,4 +101,4 @@ pub mod tools;
 /// Time between a running worker's reports (what `status` shows): a test
 /// waits this long for one.
 pub use run::report::REPORT_INTERVAL;
-pub use run::{Progress, Report, Worker, WorkerError};
+pub use run::{Progress, Report, Worker, WorkerError, adaptive_sharding};

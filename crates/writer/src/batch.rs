@@ -178,12 +178,21 @@ impl<T> TableQueue<T> {
     }
 
     /// The keys of up to `most` entries of partition-key hash `pk` held
-    /// back by a gate, oldest first.
+    /// back by a gate, oldest first: the oldest half and the newest half
+    /// when there are more (a backlog from before a split would otherwise
+    /// hide how the key's items are keyed now).
     pub(crate) fn parked_keys_of(&self, pk: u64, most: usize) -> Vec<ItemKey> {
         self.parked.get(&pk).map_or_else(Vec::new, |slots| {
+            let n = slots.len();
+            let (head, tail) = if n <= most {
+                (n, 0)
+            } else {
+                (most / 2, most - most / 2)
+            };
             slots
                 .iter()
-                .take(most)
+                .take(head)
+                .chain(slots.iter().skip(n - tail))
                 .filter_map(|&s| self.slots.slots.get(s)?.as_ref().map(|e| e.key.clone()))
                 .collect()
         })

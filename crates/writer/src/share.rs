@@ -31,9 +31,10 @@ pub trait LateTables: Send + Sync + 'static {
 pub trait HotKeys: Send + Sync + 'static {
     /// A partition key of `table` has been held back by its own budget for
     /// `held_for`, accepted at `accepted_wcu` WCU/s, close to one
-    /// partition's limit; `waiting` are keys of its items waiting (the
-    /// oldest first, up to 64): under `time_bucket` one partition key holds
-    /// several entities, and the one with most items waiting is the hot one.
+    /// partition's limit; `waiting` are keys of its items waiting (oldest
+    /// first, up to 64: the 32 oldest and the 32 newest when more wait):
+    /// under `time_bucket` one partition key holds several entities, and the
+    /// one with most items waiting is the hot one.
     fn held(
         &self,
         table: &str,

@@ -94,27 +94,17 @@ impl DataPath {
         // Adaptive sharding: one registry of learned splits for every router.
         let splits = router.splits().clone();
         let router = Arc::new(router);
-        let mut hot_keys = None;
-        let splits_task = if router.keys_by_splits() {
-            super::splits::first_refresh(&dynamodb, &router).await;
-            let (requests, rx) = super::splits::requests(&router);
-            hot_keys = Some(Arc::new(requests));
+        let (hot_keys, splits_task) = if router.keys_by_splits() {
             let worker = config
                 .source
                 .worker_id()
                 .map(str::to_owned)
                 .unwrap_or_else(|| crate::config::default_worker_id(&crate::config::process_env()));
-            let refresh = super::splits::refresh_task(
-                dynamodb.clone(),
-                router.clone(),
-                tokio_util::sync::CancellationToken::new(),
-            );
-            let decide = super::splits::decide_task(dynamodb.clone(), router.clone(), worker, rx);
-            Some(AbortOnDropHandle::new(tokio::spawn(async move {
-                tokio::join!(refresh, decide);
-            })))
+            let (hook, task) =
+                super::splits::adaptive_sharding(dynamodb.clone(), router.clone(), worker).await;
+            (Some(hook), Some(task))
         } else {
-            None
+            (None, None)
         };
         // One governor per endpoint, shared by the writer, the table
         // manager, the lease table and the readers (see tidemark-governor).

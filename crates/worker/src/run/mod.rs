@@ -42,4 +42,5 @@ mod worker;
 pub(crate) use data_path::DataPath;
 pub use data_path::{Progress, Report};
 pub use error::WorkerError;
+pub use splits::adaptive_sharding;
 pub use worker::Worker;

@@ -5,6 +5,7 @@
 //! (keying, when a worker knows enough) are `tidemark_schema::split`'s.
 
 use std::collections::BTreeSet;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -113,6 +114,54 @@ pub(crate) async fn record(
     }
 }
 
+/// Where the split records are kept: the period tables, through DynamoDB
+/// (the [`Client`]); a fake in tests, so the decision and refresh tasks run
+/// in simulated time.
+pub(crate) trait SplitStore: Send + Sync + 'static {
+    /// See [`load`].
+    fn load(
+        &self,
+        table: &str,
+        attrs: &KeyAttributes,
+        entity: Option<&str>,
+    ) -> impl Future<Output = Result<Option<TableSplits>, SplitCallError>> + Send;
+    /// See [`record`]: a conditional write, true when this call wrote it.
+    fn record(
+        &self,
+        table: &str,
+        attrs: &KeyAttributes,
+        split: &Split,
+    ) -> impl Future<Output = Result<bool, SplitCallError>> + Send;
+}
+
+impl SplitStore for Client {
+    async fn load(
+        &self,
+        table: &str,
+        attrs: &KeyAttributes,
+        entity: Option<&str>,
+    ) -> Result<Option<TableSplits>, SplitCallError> {
+        load(self, table, attrs, entity).await
+    }
+    async fn record(
+        &self,
+        table: &str,
+        attrs: &KeyAttributes,
+        split: &Split,
+    ) -> Result<bool, SplitCallError> {
+        record(self, table, attrs, split).await
+    }
+}
+
+/// The wall clock the split tasks read (epoch ms): when a split is made and
+/// from when it applies, when a read of the splits started.
+pub(crate) type Now = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+/// [`Now`] from the system clock.
+pub(crate) fn system_now() -> Now {
+    Arc::new(|| Utc::now().timestamp_millis())
+}
+
 /// The tables whose splits a worker keeps current at `now_ms`: those an
 /// event accepted now can target and that still take writes (from the
 /// late-arrival grace back to the future skew ahead).
@@ -140,15 +189,20 @@ pub(crate) fn live_tables_of(c: &tidemark_schema::RouterConfig, now_ms: i64) -> 
 
 /// Reads the splits of `tables` into the router's registry; the tables
 /// that failed are returned.
-async fn refresh(client: &Client, router: &Router, tables: &BTreeSet<String>) -> Vec<String> {
+async fn refresh<S: SplitStore>(
+    store: &S,
+    now: &Now,
+    router: &Router,
+    tables: &BTreeSet<String>,
+) -> Vec<String> {
     let attrs = &router.config().key_attributes;
     let mut failed = Vec::new();
     for table in tables {
         // The time is taken before the read: a split recorded during the
         // read starts after this time plus `learn_delay` whether or not
         // the read saw it.
-        let started = Utc::now().timestamp_millis();
-        match load(client, table, attrs, None).await {
+        let started = now();
+        match store.load(table, attrs, None).await {
             Ok(splits) => {
                 let splits = splits.unwrap_or_default();
                 if let Some(known) = router.splits().get(table) {
@@ -160,7 +214,7 @@ async fn refresh(client: &Client, router: &Router, tables: &BTreeSet<String>) ->
                     }
                 }
                 router.splits().set(table, splits, started);
-                publish_metrics(router);
+                publish_metrics(router, started);
             }
             Err(e) => {
                 warn!(error = %e, "reading the splits failed; events past what is known wait");
@@ -173,14 +227,19 @@ async fn refresh(client: &Client, router: &Router, tables: &BTreeSet<String>) ->
 
 /// Before the first event: the live tables' splits (best effort; events
 /// wait for the refresh task otherwise).
-pub(crate) async fn first_refresh(client: &Client, router: &Router) {
-    let tables = live_tables(router, Utc::now().timestamp_millis());
-    refresh(client, router, &tables).await;
+pub(crate) async fn first_refresh<S: SplitStore>(store: &S, now: &Now, router: &Router) {
+    let tables = live_tables(router, now());
+    refresh(store, now, router, &tables).await;
 }
 
 /// Every `refresh_interval`, the splits of the live tables, and at once
 /// those of tables a router asked for; until `stop`.
-pub(crate) async fn refresh_task(client: Client, router: Arc<Router>, stop: CancellationToken) {
+pub(crate) async fn refresh_task<S: SplitStore>(
+    store: S,
+    now: Now,
+    router: Arc<Router>,
+    stop: CancellationToken,
+) {
     let every = router.config().adaptive_sharding.refresh_interval;
     // Asked-for tables are read within this (an event waits on them).
     let wanted_every = Duration::from_millis(100).min(every);
@@ -191,22 +250,56 @@ pub(crate) async fn refresh_task(client: Client, router: Arc<Router>, stop: Canc
             () = tokio::time::sleep(wanted_every) => {}
         }
         let mut tables = router.splits().take_wanted();
-        let now = tokio::time::Instant::now();
-        if now >= next_full {
-            next_full = now + every;
-            let now_ms = Utc::now().timestamp_millis();
-            let live = live_tables(&router, now_ms);
+        let at = tokio::time::Instant::now();
+        if at >= next_full {
+            next_full = at + every;
+            let live = live_tables(&router, now());
             // Tables no longer live keep what was read last: late events
             // are older than it vouches for.
             tables.extend(live);
         }
         if !tables.is_empty() {
-            for t in refresh(&client, &router, &tables).await {
+            for t in refresh(&store, &now, &router, &tables).await {
                 // Asked for again next time.
                 router.splits().want(&t);
             }
         }
     }
+}
+
+/// Adaptive write sharding for a writer: reads the live tables' splits
+/// (best effort: events wait for the refresh otherwise), then gives the hook
+/// to hand the writer (`WriterBuilder::hot_keys`) and the task that keeps
+/// `router`'s learned splits current and turns keys held at their
+/// partition's limit into recorded splits (stopped when dropped). `client`
+/// reads and records the split records; `worker` names this worker in them.
+/// `run` and `replay` wire it in; the benchmark driver uses it with a writer
+/// of its own.
+pub async fn adaptive_sharding(
+    client: Client,
+    router: Arc<Router>,
+    worker: String,
+) -> (
+    Arc<dyn tidemark_writer::HotKeys>,
+    tokio_util::task::AbortOnDropHandle<()>,
+) {
+    let now = system_now();
+    first_refresh(&client, &now, &router).await;
+    let (requests, rx) = requests(&router);
+    let refresh = refresh_task(
+        client.clone(),
+        now.clone(),
+        router.clone(),
+        CancellationToken::new(),
+    );
+    let decide = decide_task(client, now, router, worker, rx);
+    let task = tokio::spawn(async move {
+        tokio::join!(refresh, decide);
+    });
+    (
+        Arc::new(requests),
+        tokio_util::task::AbortOnDropHandle::new(task),
+    )
 }
 
 /// A key the writer saw held back at its partition's limit.
@@ -256,11 +349,14 @@ pub(crate) fn requests(router: &Router) -> (SplitRequests, tokio::sync::mpsc::Re
 
 /// Turns held keys into recorded splits: traces the key to its entity and
 /// event time, asks the decision law (`tidemark_schema::split::decide`)
-/// with the splits this worker knows, and records the next fan-out with a
+/// with the splits this worker knows (a split entity counts as held only
+/// since its items at the current fan-out were heard held: see
+/// [`SplitHolds`]), and records the next fan-out with a
 /// conditional write, starting `learn_delay` from now. A split another
 /// worker recorded first is learned at the next refresh.
-pub(crate) async fn decide_task(
-    client: Client,
+pub(crate) async fn decide_task<S: SplitStore>(
+    store: S,
+    clock: Now,
     router: Arc<Router>,
     worker: String,
     mut rx: tokio::sync::mpsc::Receiver<Held>,
@@ -268,6 +364,7 @@ pub(crate) async fn decide_task(
     let config = router.config().clone();
     let adaptive = &config.adaptive_sharding;
     let learn_ms = i64::try_from(adaptive.learn_delay.as_millis()).unwrap_or(i64::MAX);
+    let mut holds = SplitHolds::default();
     while let Some(h) = rx.recv().await {
         let Some((entity, item_ts, pk)) = hottest(&config.key, &h.waiting) else {
             continue;
@@ -275,12 +372,14 @@ pub(crate) async fn decide_task(
         let Some(known) = router.splits().get(&h.table) else {
             continue;
         };
+        let now = clock();
+        let current = known.splits.fan_out_at(&entity, item_ts);
+        let held_for = holds.held_at(&h.table, &entity, current, now, h.held_for);
         let Some(fan_out) =
-            tidemark_schema::split::decide(adaptive, &known.splits, &entity, item_ts, h.held_for)
+            tidemark_schema::split::decide(adaptive, &known.splits, &entity, item_ts, held_for)
         else {
             continue;
         };
-        let now = Utc::now().timestamp_millis();
         let split = Split {
             entity: entity.clone(),
             from_ms: now.saturating_add(learn_ms),
@@ -294,7 +393,7 @@ pub(crate) async fn decide_task(
                 h.accepted_wcu
             ),
         };
-        match record(&client, &h.table, &config.key_attributes, &split).await {
+        match store.record(&h.table, &config.key_attributes, &split).await {
             Ok(written) => {
                 if written {
                     metrics::counter!(crate::metrics::SPLITS_MADE).increment(1);
@@ -320,9 +419,54 @@ pub(crate) async fn decide_task(
     }
 }
 
+/// How long each split entity has been held back with its items keyed by
+/// its current fan-out, as the decision task heard it. The writer's
+/// `held_for` is that of a partition key, and a split entity's base key
+/// carries on past the split: held since before it, it would step again as
+/// soon as its backlog from before the split drained, before the split
+/// could show whether it helped.
+#[derive(Debug, Default)]
+struct SplitHolds {
+    /// (table, entity) -> (fan-out, first heard held at it, last heard), ms.
+    seen: std::collections::HashMap<(String, String), (u32, i64, i64)>,
+}
+
+impl SplitHolds {
+    /// How long `entity` counts as held at `fan_out` at `now_ms`, the
+    /// writer saying `held_for`: all of it when not split (fan-out 1), else
+    /// no longer than since this task first heard it held with an item
+    /// waiting at that fan-out.
+    fn held_at(
+        &mut self,
+        table: &str,
+        entity: &str,
+        fan_out: u32,
+        now_ms: i64,
+        held_for: Duration,
+    ) -> Duration {
+        // Entities not heard of for 10 minutes are no longer held.
+        self.seen
+            .retain(|_, (_, _, last)| now_ms - *last <= 600_000);
+        if fan_out <= 1 {
+            return held_for;
+        }
+        let e = self
+            .seen
+            .entry((table.to_owned(), entity.to_owned()))
+            .or_insert((fan_out, now_ms, now_ms));
+        if e.0 != fan_out {
+            *e = (fan_out, now_ms, now_ms);
+        }
+        e.2 = now_ms;
+        let since = u64::try_from(now_ms.saturating_sub(e.1)).unwrap_or(0);
+        held_for.min(Duration::from_millis(since))
+    }
+}
+
 /// The entity with most items waiting among `waiting` (ties: the one
-/// waiting longest), the event time of its oldest waiting item, and the
-/// partition key.
+/// waiting longest), the event time of its newest waiting item (the
+/// fan-out the entity is keyed by now: after a split, items from before it
+/// may still wait ahead of it), and the partition key.
 fn hottest(
     strategy: &tidemark_schema::strategy::KeyStrategy,
     waiting: &[tidemark_schema::ItemKey],
@@ -333,7 +477,10 @@ fn hottest(
             continue;
         };
         match counts.iter_mut().find(|(e, _, _)| *e == entity) {
-            Some(c) => c.1 += 1,
+            Some(c) => {
+                c.1 += 1;
+                c.2 = c.2.max(ts);
+            }
             None => counts.push((entity, 1, ts)),
         }
     }
@@ -342,10 +489,9 @@ fn hottest(
     Some((entity, ts, waiting.first()?.pk().to_owned()))
 }
 
-/// The split metrics of what `router` knows: entities split in the live
-/// tables, and each one's fan-out.
-pub(crate) fn publish_metrics(router: &Router) {
-    let now_ms = Utc::now().timestamp_millis();
+/// The split metrics of what `router` knows at `now_ms`: entities split
+/// in the live tables, and each one's fan-out.
+pub(crate) fn publish_metrics(router: &Router, now_ms: i64) {
     let live = live_tables(router, now_ms);
     let mut entities = 0u64;
     for (table, learned) in router.splits().snapshot() {
@@ -360,3 +506,6 @@ pub(crate) fn publish_metrics(router: &Router) {
     }
     metrics::gauge!(crate::metrics::SPLIT_ENTITIES).set(entities as f64);
 }
+
+#[cfg(test)]
+mod tests;

@@ -336,3 +336,36 @@ fn entries_taken_by_age_leave_keys_in_flight_untouched() {
     let b = q.take_batch_gated(|_, _| true);
     assert_eq!(b.iter().filter(|e| e.key == key(1)).count(), 1);
 }
+
+/// Adaptive sharding's evidence: a held key's oldest items tell what its
+/// backlog is, its newest how it is keyed now (after a split, a backlog
+/// from before it can hide the items keyed by the split).
+#[test]
+fn a_held_keys_waiting_items_name_its_oldest_and_its_newest() {
+    let now = Instant::now();
+    let mut q: TableQueue<u32> = TableQueue::with_limits(4, MAX_BATCH_BYTES);
+    for i in 0..100u32 {
+        q.push(
+            ItemKey::new("hot", &format!("s{i:03}")),
+            item(0, "x"),
+            1,
+            i,
+            now,
+        );
+    }
+    while !q.take_batch_gated(|_, _| false).is_empty() {}
+    let hot = q.hasher.hash_one("hot");
+    let sks: Vec<String> = q
+        .parked_keys_of(hot, 8)
+        .iter()
+        .map(|k| k.sk().to_owned())
+        .collect();
+    assert_eq!(
+        sks,
+        [
+            "s000", "s001", "s002", "s003", "s096", "s097", "s098", "s099"
+        ]
+    );
+    // Fewer than asked: each once, in order.
+    assert_eq!(q.parked_keys_of(hot, 200).len(), 100);
+}
