@@ -122,10 +122,18 @@ def measured(cmd, env):
     return secs, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024, out.decode()
 
 
+def fixture_day(path):
+    """The UTC day a fixture was written on."""
+    return datetime.fromtimestamp(os.path.getmtime(path), timezone.utc).date()
+
+
 def main():
     os.makedirs(harness.OUT, exist_ok=True)
     fx = os.path.join(harness.OUT, f"pipeline-cpu-{'wide-' if MAPPING else ''}{EVENTS}.jsonl")
-    if not os.path.exists(fx):
+    # Its events are stamped when it is written: one from an earlier day
+    # lands in a table past its late-arrival grace, where the worker's
+    # late-data path (not the pipeline measured) dead-letters most of it.
+    if not os.path.exists(fx) or fixture_day(fx) != datetime.now(timezone.utc).date():
         t = time.time()
         fixture(fx, EVENTS, wide=MAPPING)
         print(f"fixture: {EVENTS} records in {time.time() - t:.0f}s -> {fx}")
