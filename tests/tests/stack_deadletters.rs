@@ -460,8 +460,9 @@ async fn sqs_destination_sends_an_entry_too_large_for_the_queue_whole_to_s3() {
 /// `MaxRecordSizeInKiB` is raised; 900 KB stays under that. 20 records
 /// here (9 MB): kinesis-local spends about 1 s of CPU per MB put and read
 /// (9 to 12 s for these, while this process spends about 1 s), so the 200
-/// of the sink test above (90 MB) would take minutes; the sink test covers
-/// 200. About 15 s.
+/// of the sink test above (90 MB) would take minutes; the sink test and
+/// crates/worker/tests/stack_oversize.rs (200 records replayed from a
+/// fixture through the binary's pipeline) cover 200. About 15 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[cfg_attr(
     not(feature = "stack"),
