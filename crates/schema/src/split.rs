@@ -161,7 +161,8 @@ pub struct Split {
     pub made_at_ms: i64,
     /// The worker that decided it.
     pub worker: String,
-    /// Why: what the worker saw (e.g. "held back 12.0s at 1000 WCU/s").
+    /// Why: what the worker saw (e.g. "key 3#2026-11-27T10 held back 10.0s
+    /// at fan-out 2 and 1000 WCU/s": the hold at the fan-out it had).
     pub evidence: String,
 }
 

@@ -386,10 +386,12 @@ pub(crate) async fn decide_task<S: SplitStore>(
             fan_out,
             made_at_ms: now,
             worker: worker.clone(),
+            // The hold that counted: at the fan-out the entity has now.
             evidence: format!(
-                "key {} held back {:.1}s at {:.0} WCU/s",
+                "key {} held back {:.1}s at fan-out {} and {:.0} WCU/s",
                 pk,
-                h.held_for.as_secs_f64(),
+                held_for.as_secs_f64(),
+                current,
                 h.accepted_wcu
             ),
         };

@@ -387,6 +387,22 @@ async fn fan_out_steps_2_4_8_while_the_entity_is_held_and_stops_at_max_fan_out()
             before.fan_out
         );
         assert!(after.from_ms > before.from_ms);
+        // The log line's evidence is the hold at the fan-out before, not
+        // the key's whole hold since the burst began.
+        let evidence = format!("at fan-out {} and", before.fan_out);
+        assert!(after.evidence.contains(&evidence), "{}", after.evidence);
+        let held: f64 = after.evidence["key ".len()..]
+            .split(" held back ")
+            .nth(1)
+            .and_then(|t| t.split('s').next())
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("no hold in {}", after.evidence));
+        let since_before = (after.made_at_ms - before.made_at_ms) as f64 / 1000.0;
+        assert!(
+            held < since_before,
+            "{} (held {held}s, {since_before}s after the split before)",
+            after.evidence
+        );
     }
     // Never past max_fan_out, however long it stays held.
     assert!(puts.iter().all(|p| p.split.fan_out <= 8), "{puts:?}");
