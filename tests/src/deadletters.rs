@@ -133,3 +133,38 @@ pub async fn drop_tables(ddb: &aws_sdk_dynamodb::Client, prefix: &str) {
             .unwrap_or_else(|e| panic!("DeleteTable {t}: {e:?}"));
     }
 }
+
+/// `count` poison records of 1 KB to 900 KB, evenly spread: not JSON (each
+/// is dead-lettered as `invalid_json`), and different from one another.
+pub fn poison_records(count: u32) -> Vec<Vec<u8>> {
+    assert!(count >= 2, "a spread needs two records");
+    (0..count)
+        .map(|n| {
+            let size = 1_000 + n as usize * (899_000 / (count as usize - 1));
+            let mut p = b"not json ".to_vec();
+            p.extend((p.len()..size).map(|i| (i as u32 ^ n.wrapping_mul(2_654_435_761)) as u8));
+            p
+        })
+        .collect()
+}
+
+/// Every one of `records` is among `found`, as an `invalid_json` entry
+/// holding it whole, byte for byte.
+pub fn assert_each_found_whole(records: &[Vec<u8>], found: &[DeadLetter]) {
+    let by_sha: std::collections::BTreeMap<&str, &DeadLetter> = found
+        .iter()
+        .map(|e| (e.payload_sha256.as_str(), e))
+        .collect();
+    for (n, r) in records.iter().enumerate() {
+        let hash = tidemark_schema::route::oversize::sha256_hex(r);
+        let e = by_sha
+            .get(hash.as_str())
+            .unwrap_or_else(|| panic!("record {n} ({} bytes) not in S3", r.len()));
+        assert_eq!(e.reason, tidemark_schema::Reason::InvalidJson);
+        assert!(!e.payload_truncated, "record {n} was cut");
+        assert!(
+            e.payload().expect("a payload") == *r,
+            "record {n}, byte for byte"
+        );
+    }
+}

@@ -486,13 +486,7 @@ async fn poison_records_of_1_kb_to_900_kb_are_each_found_whole_in_s3() {
     let config = config(&dir, &toml);
     tidemark_tests::create_stream(&kinesis, &name, 4).await;
     // Not JSON: every record is dead-lettered (`invalid_json`).
-    let records: Vec<Vec<u8>> = (0..20u32)
-        .map(|n| {
-            let mut p = b"not json ".to_vec();
-            p.extend(payload(n, 1_000 + (n as usize) * (899_000 / 19) - 9));
-            p
-        })
-        .collect();
+    let records = tidemark_tests::deadletters::poison_records(20);
     for (c, chunk) in records.chunks(10).enumerate() {
         let puts = chunk.iter().enumerate().map(|(i, data)| {
             kinesis
@@ -527,22 +521,7 @@ async fn poison_records_of_1_kb_to_900_kb_are_each_found_whole_in_s3() {
     let found: Vec<DeadLetter> = seen.into_inner().unwrap().into_values().flatten().collect();
     let report = run.stop().await;
     assert_eq!(report.dead_lettered(), records.len() as u64, "{report:?}");
-    let by_sha: BTreeMap<String, DeadLetter> = found
-        .into_iter()
-        .map(|e| (e.payload_sha256.clone(), e))
-        .collect();
-    for (n, r) in records.iter().enumerate() {
-        let hash: String = <sha2::Sha256 as sha2::Digest>::digest(r)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        let e = by_sha
-            .get(&hash)
-            .unwrap_or_else(|| panic!("record {n} ({} bytes) not in S3", r.len()));
-        assert_eq!(e.reason, Reason::InvalidJson);
-        assert!(!e.payload_truncated);
-        assert_eq!(&e.payload().unwrap(), r, "record {n}, byte for byte");
-    }
+    tidemark_tests::deadletters::assert_each_found_whole(&records, &found);
     assert!(!dead.exists(), "nothing in a file");
     kinesis
         .delete_stream()

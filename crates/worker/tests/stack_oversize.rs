@@ -54,10 +54,10 @@ fn succeeded(out: Output) -> String {
 }
 
 /// An event of exactly `size` bytes: identity fields, small fields, a blob.
-fn event(size: usize) -> Vec<u8> {
+fn event(size: usize, at: chrono::DateTime<Utc>) -> Vec<u8> {
     let head = format!(
         r#"{{"deviceId":"big-1","timestamp":"{}","eventId":"photo-1","kind":"photo","n":7,"blob":""#,
-        Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ")
+        at.format("%Y-%m-%dT%H:%M:%S%.3fZ")
     );
     let mut e = head.into_bytes();
     let blob = size - e.len() - 2;
@@ -134,10 +134,11 @@ async fn a_5_mib_kinesis_record_is_stored_as_a_pointer_and_read_back_byte_for_by
             .send()
     };
     assert!(
-        put(event(RECORD_BYTES + 1)).await.is_err(),
+        put(event(RECORD_BYTES + 1, Utc::now())).await.is_err(),
         "one byte more is over the stream's record size"
     );
-    let big = event(RECORD_BYTES);
+    let at = Utc::now();
+    let big = event(RECORD_BYTES, at);
     put(big.clone()).await.unwrap();
 
     let toml = toml(&name, &bucket, &format!("{name}-leases"), &dir);
@@ -158,7 +159,8 @@ async fn a_5_mib_kinesis_record_is_stored_as_a_pointer_and_read_back_byte_for_by
         .unwrap()
         .into_bytes();
     assert!(object == big, "the object is the record, byte for byte");
-    let table = format!("{name}_{}", Utc::now().format("%Y-%m-%d"));
+    // The event's day, not the clock's: a run may straddle midnight.
+    let table = format!("{name}_{}", at.format("%Y-%m-%d"));
     let items = tidemark_tests::scan_items(&ddb, &table).await;
     assert_eq!(items.len(), 1);
     let s = |n: &str| match items[0].get(n) {
@@ -295,17 +297,7 @@ async fn two_hundred_poison_records_of_1_kb_to_900_kb_are_each_found_whole_in_s3
     assert!(toml.contains("kind = \"s3\""));
     let config_path = dir.join("tidemark.toml");
     std::fs::write(&config_path, &toml).unwrap();
-    // 1 KB to 900 KB, every one different.
-    let records: Vec<Vec<u8>> = (0..200u32)
-        .map(|n| {
-            let size = 1_000 + n as usize * (899_000 / 199);
-            let mut p = b"not json ".to_vec();
-            p.extend((p.len()..size).map(|i| (i as u32 ^ n.wrapping_mul(2_654_435_761)) as u8));
-            p
-        })
-        .collect();
-    assert_eq!(records[0].len(), 1_000);
-    assert!(records[199].len() > 899_000);
+    let records = tidemark_tests::deadletters::poison_records(200);
     let fixture = dir.join("poison.jsonl");
     let mut f = std::io::BufWriter::new(std::fs::File::create(&fixture).unwrap());
     for (n, r) in records.iter().enumerate() {
@@ -347,18 +339,7 @@ async fn two_hundred_poison_records_of_1_kb_to_900_kb_are_each_found_whole_in_s3
         .flat_map(|(_, entries)| entries)
         .collect();
     assert_eq!(found.len(), records.len());
-    let by_sha: std::collections::BTreeMap<&str, &tidemark_worker::deadletter::DeadLetter> = found
-        .iter()
-        .map(|e| (e.payload_sha256.as_str(), e))
-        .collect();
-    for (n, r) in records.iter().enumerate() {
-        let e = by_sha
-            .get(sha256_hex(r).as_str())
-            .unwrap_or_else(|| panic!("record {n} ({} bytes) not in S3", r.len()));
-        assert_eq!(e.reason, tidemark_schema::Reason::InvalidJson);
-        assert!(!e.payload_truncated);
-        assert!(&e.payload().unwrap() == r, "record {n}, byte for byte");
-    }
+    tidemark_tests::deadletters::assert_each_found_whole(&records, &found);
     assert!(!dead.exists(), "nothing in a file");
     remove_bucket(&s3, &bucket).await;
     tidemark_tests::deadletters::drop_tables(&stack.dynamodb(), &format!("{name}_")).await;

@@ -15,7 +15,8 @@
 //!   DescribeAccountSettings enabled), 20 otherwise (RegisterStreamConsumer).
 //! - **Warm throughput** (On-demand Advantage), target and current MiB/s.
 //!
-//! kinesis-local returns none of `MaxRecordSizeInKiB`,
+//! kinesis-local returns `MaxRecordSizeInKiB` only for a stream whose
+//! size was updated (`UpdateMaxRecordSize`), and none of
 //! `RecordDistributionStrategy` and `WarmThroughput`, and no account
 //! settings: absent fields are shown as unknown, never guessed, except the
 //! record size, whose default Kinesis documents (1 MiB): it is shown as
@@ -69,7 +70,7 @@ pub struct StreamSettings {
 
 /// The largest record a stream takes, partition key and data together:
 /// `MaxRecordSizeInKiB`, or the 1 MiB default when the stream does not
-/// report it (kinesis-local, older regions' answers).
+/// report it (kinesis-local before an update, older regions' answers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct MaxRecordSize {
     /// KiB.
@@ -287,9 +288,9 @@ pub async fn stream_settings(
 
 #[cfg(test)]
 mod tests {
-    //! kinesis-local returns none of the new fields (record size, record
-    //! distribution, warm throughput) and no account settings, so these
-    //! tests read canned SDK answers.
+    //! kinesis-local returns none of the new fields (record size before an
+    //! update, record distribution, warm throughput) and no account
+    //! settings, so these tests read canned SDK answers.
 
     use super::*;
     use aws_sdk_kinesis::Client;
